@@ -1,0 +1,47 @@
+# The README's two commands, each doing the whole set-up on a fresh Debian 12 machine:
+#   make run   deps -> configure -> build -> run (the kernel benchmark's quick mode until
+#              the server exists)
+#   make test  deps -> configure -> build -> every test through ctest, then the core
+#              tests again under ASan+UBSan in their own build directory
+# make bench runs the full kernel benchmark and prints one JSON object per case.
+
+BUILD_DIR      ?= build
+ASAN_BUILD_DIR ?= build-asan
+CMAKE_FLAGS    ?=
+JOBS           ?= $(shell nproc)
+
+.PHONY: all deps configure build run bench test test-release test-sanitize format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+run: build
+	$(BUILD_DIR)/bench/attnserve_kernel_bench --quick
+
+bench: build
+	$(BUILD_DIR)/bench/attnserve_kernel_bench --json
+
+test: test-release test-sanitize
+
+test-release: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+test-sanitize: deps
+	@cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DATTNSERVE_SANITIZE=address,undefined -DATTNSERVE_BUILD_BENCHMARKS=OFF >/dev/null
+	@cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS)
+
+format:
+	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR)

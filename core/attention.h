@@ -1,0 +1,147 @@
+#ifndef ATTNSERVE_CORE_ATTENTION_H_
+#define ATTNSERVE_CORE_ATTENTION_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/tensor.h"
+
+namespace attnserve {
+
+// How the four axes of query/key/value/output are ordered.
+//   kBHLD: query [B, Hq, Lq, D], key [B, Hkv, Lk, D], value [B, Hkv, Lk, Dv],
+//          output [B, Hq, Lq, Dv].
+//   kBLHD: query [B, Lq, Hq, D], key [B, Lk, Hkv, D], value [B, Lk, Hkv, Dv],
+//          output [B, Lq, Hq, Dv] (a projected hidden state, no transpose needed).
+// Weights are always [B, Hq, Lq, Lk].
+enum class Layout { kBHLD, kBLHD };
+
+// Where the causal diagonal sits when Lq != Lk. The diagonal of query row i is
+// d(i) = i + o with o = 0 (kTopLeft, PyTorch's is_causal) or o = Lk - Lq
+// (kBottomRight, flash-attn and KV-cache decoding).
+enum class CausalAlignment { kTopLeft, kBottomRight };
+
+// The kernel that computes a call. kAuto picks materialized when weights are
+// requested, decode for few query rows against many keys, flash otherwise.
+enum class KernelPath { kAuto, kFlash, kMaterialized, kDecode };
+
+// Instruction sets of our own vectorized code (softmax, exp, conversions).
+enum class Isa { kAuto, kAvx2, kAvx512 };
+std::string_view IsaName(Isa isa);  // "auto", "avx2", "avx512"
+
+// The parts of a mask. A key j is attended by query row i only if every part allows
+// it; a row that no key is allowed for yields zeros (output and weights).
+struct MaskSpec {
+  // Allows j <= d(i) (see CausalAlignment).
+  bool causal = false;
+  CausalAlignment alignment = CausalAlignment::kTopLeft;
+  // Sliding window: allows d(i) - window_left <= j <= d(i) + window_right.
+  // Unset = unbounded on that side; negative = InvalidArgument.
+  std::optional<int64_t> window_left;
+  std::optional<int64_t> window_right;
+  // Empty, or [B] with 0 <= key_lengths[b] <= Lk: keys j >= key_lengths[b] masked.
+  absl::Span<const int32_t> key_lengths;
+  // Optional explicit mask broadcastable (numpy rules, aligned to the right) to
+  // [B, Hq, Lq, Lk] whatever the layout. kBool: nonzero = attend. kFloat32: added to
+  // the scaled scores (-inf masks).
+  std::optional<TensorView> explicit_mask;
+  // Empty, or [Hq]: adds -slope[h] * |d(i) - j| to the scaled scores (ALiBi).
+  absl::Span<const float> alibi_slopes;
+};
+
+// One attention call's inputs. All views are borrowed for the duration of Run.
+// query/key/value share one dtype (kFloat32, kBFloat16 or kFloat16); their last
+// dimension must be dense (stride 1); other strides are free, so slices work.
+struct AttentionInputs {
+  TensorView query;
+  TensorView key;
+  TensorView value;
+  Layout layout = Layout::kBHLD;
+  MaskSpec mask;
+  // Multiplies q·k; default 1/sqrt(D). Must be finite.
+  std::optional<float> scale;
+  KernelPath kernel = KernelPath::kAuto;
+};
+
+// Where results go. `output` has the output shape (see Layout) in any of the three
+// float dtypes; its last dimension must be dense. `weights`, when present, is
+// kFloat32 [B, Hq, Lq, Lk], dense.
+struct AttentionOutputs {
+  MutableTensorView output;
+  std::optional<MutableTensorView> weights;
+};
+
+// The dimensions of a validated call.
+struct AttentionShape {
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, k_len = 0, head_dim = 0,
+          value_dim = 0;
+  // In the call's layout.
+  std::array<int64_t, 4> output_shape{};
+  std::array<int64_t, 4> weights_shape{};
+  // Dense-attention FLOPs, 2·B·Hq·Lq·Lk·(D + Dv).
+  double flops() const;
+};
+
+struct EngineOptions {
+  // OpenMP threads per Run call. 0 (default) = omp_get_max_threads().
+  int num_threads = 0;
+  // Caps the ISA of our vectorized code; kAuto (default) uses the best the CPU has.
+  // kAvx2 forces the AVX2 path (tests run every path the machine has).
+  Isa max_isa = Isa::kAuto;
+  // Query rows per tile; 0 (default) picks 32/64/256 from Lq.
+  int q_block = 0;
+  // Keys per tile (default 512).
+  int k_block = 512;
+};
+
+// Computes scaled dot-product attention on the CPU with oneDNN matmul primitives
+// (cached by shape) and our own vectorized softmax.
+//
+// Thread safety: Run and Validate may be called concurrently from several threads;
+// each Run uses up to EngineOptions::num_threads OpenMP threads, so callers that run
+// N calls at once should give each engine cores / N threads.
+class AttentionEngine {
+ public:
+  // InvalidArgument for bad options (negative threads or blocks, an ISA the CPU lacks).
+  static absl::StatusOr<std::unique_ptr<AttentionEngine>> Create(
+      const EngineOptions& options);
+
+  virtual ~AttentionEngine() = default;
+  AttentionEngine(const AttentionEngine&) = delete;
+  AttentionEngine& operator=(const AttentionEngine&) = delete;
+
+  // Checks every input (dtypes, ranks, shapes, Hq % Hkv, masks, scale) and returns
+  // the call's dimensions. InvalidArgument naming the tensor or field, with expected
+  // and actual values, on the first problem found.
+  virtual absl::StatusOr<AttentionShape> Validate(
+      const AttentionInputs& inputs) const = 0;
+
+  // Validates inputs and outputs, then computes. On error nothing is guaranteed about
+  // the output memory. InvalidArgument for bad inputs or outputs (including a kernel
+  // that cannot serve the request, e.g. kFlash with weights), Internal if oneDNN fails.
+  virtual absl::Status Run(const AttentionInputs& inputs,
+                           const AttentionOutputs& outputs) = 0;
+
+  // The ISA our vectorized code uses.
+  virtual Isa isa() const = 0;
+  // Threads per Run.
+  virtual int num_threads() const = 0;
+  // True when bf16 inputs run bf16 GEMMs (else they are widened to f32).
+  virtual bool bf16_gemm() const = 0;
+
+ protected:
+  AttentionEngine() = default;
+};
+
+// "2.6.3" — the oneDNN library linked at run time.
+std::string OneDnnVersion();
+
+}  // namespace attnserve
+
+#endif  // ATTNSERVE_CORE_ATTENTION_H_

@@ -1,0 +1,46 @@
+#ifndef ATTNSERVE_CORE_CONVERT_H_
+#define ATTNSERVE_CORE_CONVERT_H_
+
+// Scalar conversions between f32 and the 16-bit float formats (round to nearest
+// even), and whole-buffer helpers. The kernels have vectorized versions of their own;
+// these are for the reference, tests, tools and edges.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/tensor.h"
+
+namespace attnserve {
+
+inline float BFloat16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline uint16_t FloatToBFloat16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float Float16ToFloat(uint16_t h);
+uint16_t FloatToFloat16(float f);
+
+// Reads element i of a buffer of `dtype` (kBool reads 0 or 1).
+float LoadAsFloat(const void* data, DType dtype, int64_t i);
+// Writes `value` as element i of a buffer of a float dtype.
+void StoreFromFloat(void* data, DType dtype, int64_t i, float value);
+
+// Converts n floats to `dtype` (a float dtype); `dst` may be unaligned.
+void ConvertFromFloat(const float* src, void* dst, DType dtype, size_t n);
+// Converts n elements of `dtype` to floats; `src` may be unaligned.
+void ConvertToFloat(const void* src, DType dtype, float* dst, size_t n);
+
+}  // namespace attnserve
+
+#endif  // ATTNSERVE_CORE_CONVERT_H_

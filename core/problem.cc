@@ -1,0 +1,291 @@
+#include "core/problem.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace attnserve {
+namespace {
+
+bool IsFloatDType(DType d) { return d != DType::kBool; }
+
+std::string ExpectedShape(Layout layout, int64_t b, int64_t h, int64_t l,
+                          int64_t d) {
+  return layout == Layout::kBHLD
+             ? ShapeString({b, h, l, d})
+             : ShapeString({b, l, h, d});
+}
+
+// Reads a [b][h][row][col] view of a rank-4 tensor in `layout` order.
+Strides4 LayoutStrides(const TensorView& t, Layout layout) {
+  Strides4 s;
+  s.b = t.strides[0];
+  if (layout == Layout::kBHLD) {
+    s.h = t.strides[1];
+    s.row = t.strides[2];
+  } else {
+    s.row = t.strides[1];
+    s.h = t.strides[2];
+  }
+  s.col = t.strides[3];
+  return s;
+}
+
+absl::Status CheckOperand(std::string_view name, const TensorView& t, DType dtype) {
+  if (t.rank != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": expected rank 4, got rank ", t.rank, " (shape ",
+                     ShapeString(t.dims()), ")"));
+  }
+  if (t.dtype != dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": dtype ", DTypeName(t.dtype), " differs from query dtype ",
+                     DTypeName(dtype)));
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (t.shape[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": negative dimension in shape ", ShapeString(t.dims())));
+    }
+  }
+  if (t.num_elements() > 0 && t.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": null data"));
+  }
+  if (t.shape[3] > 1 && t.strides[3] != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": last dimension must be dense (stride 1), got stride ", t.strides[3]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveExplicitMask(const TensorView& m, Problem* p) {
+  const AttentionShape& s = p->shape;
+  const int64_t full[4] = {s.batch, s.q_heads, s.q_len, s.k_len};
+  if (m.dtype != DType::kBool && m.dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask: dtype ", DTypeName(m.dtype),
+                     " is not supported (expected bool or f32)"));
+  }
+  if (m.rank < 0 || m.rank > 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask: rank ", m.rank, " exceeds 4"));
+  }
+  int64_t strides[4] = {0, 0, 0, 0};
+  for (int i = 0; i < m.rank; ++i) {
+    const int target = 4 - m.rank + i;
+    const int64_t d = m.shape[i];
+    if (d != 1 && d != full[target]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mask: shape ", ShapeString(m.dims()), " is not broadcastable to ",
+          ShapeString(full), " (dimension ", i, " is ", d, ", expected 1 or ",
+          full[target], ")"));
+    }
+    strides[target] = d == 1 ? 0 : m.strides[i];
+  }
+  if (m.num_elements() > 0 && m.data == nullptr) {
+    return absl::InvalidArgumentError("mask: null data");
+  }
+  p->mask = m.data;
+  p->mask_dtype = m.dtype;
+  p->mask_strides = {strides[0], strides[1], strides[2], strides[3]};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+double AttentionShape::flops() const {
+  return 2.0 * batch * q_heads * q_len * k_len * double(head_dim + value_dim);
+}
+
+absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& in) {
+  Problem p;
+  const DType dtype = in.query.dtype;
+  if (!IsFloatDType(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query: dtype ", DTypeName(dtype),
+                     " is not supported (expected f32, bf16 or f16)"));
+  }
+  RETURN_IF_ERROR(CheckOperand("query", in.query, dtype));
+  RETURN_IF_ERROR(CheckOperand("key", in.key, dtype));
+  RETURN_IF_ERROR(CheckOperand("value", in.value, dtype));
+  const bool bhld = in.layout == Layout::kBHLD;
+  const int h_axis = bhld ? 1 : 2;
+  const int l_axis = bhld ? 2 : 1;
+  AttentionShape& s = p.shape;
+  s.batch = in.query.shape[0];
+  s.q_heads = in.query.shape[h_axis];
+  s.q_len = in.query.shape[l_axis];
+  s.head_dim = in.query.shape[3];
+  s.kv_heads = in.key.shape[h_axis];
+  s.k_len = in.key.shape[l_axis];
+  s.value_dim = in.value.shape[3];
+  const std::string layout_name = bhld ? "BHLD" : "BLHD";
+
+  if (s.head_dim < 1 || s.head_dim > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query: head dimension D = ", s.head_dim, " is out of range [1, 256]"));
+  }
+  if (s.value_dim < 1 || s.value_dim > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "value: head dimension Dv = ", s.value_dim, " is out of range [1, 256]"));
+  }
+  if (s.kv_heads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key: number of kv heads must be at least 1, got ", s.kv_heads,
+                     " (shape ", ShapeString(in.key.dims()), ")"));
+  }
+  const std::string expected_key =
+      ExpectedShape(in.layout, s.batch, s.kv_heads, s.k_len, s.head_dim);
+  if (in.key.shape[0] != s.batch || in.key.shape[3] != s.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key: shape ", ShapeString(in.key.dims()), " does not match query shape ",
+        ShapeString(in.query.dims()), " in layout ", layout_name, " (expected ",
+        expected_key, ")"));
+  }
+  const std::string expected_value =
+      ExpectedShape(in.layout, s.batch, s.kv_heads, s.k_len, s.value_dim);
+  if (in.value.shape[0] != s.batch || in.value.shape[h_axis] != s.kv_heads ||
+      in.value.shape[l_axis] != s.k_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "value: shape ", ShapeString(in.value.dims()), " does not match key shape ",
+        ShapeString(in.key.dims()), " in layout ", layout_name, " (expected ",
+        expected_value, ")"));
+  }
+  if (s.q_heads % s.kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query heads Hq = ", s.q_heads, " is not a multiple of key/value heads Hkv = ",
+        s.kv_heads, " (Hq % Hkv must be 0)"));
+  }
+  p.group = s.q_heads / s.kv_heads;
+  if (bhld) {
+    s.output_shape = {s.batch, s.q_heads, s.q_len, s.value_dim};
+  } else {
+    s.output_shape = {s.batch, s.q_len, s.q_heads, s.value_dim};
+  }
+  s.weights_shape = {s.batch, s.q_heads, s.q_len, s.k_len};
+
+  p.dtype = dtype;
+  p.layout = in.layout;
+  p.q = in.query.data;
+  p.k = in.key.data;
+  p.v = in.value.data;
+  p.q_strides = LayoutStrides(in.query, in.layout);
+  p.k_strides = LayoutStrides(in.key, in.layout);
+  p.v_strides = LayoutStrides(in.value, in.layout);
+
+  if (in.scale) {
+    if (!std::isfinite(*in.scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scale: must be finite, got ", *in.scale));
+    }
+    p.scale = *in.scale;
+  } else {
+    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  }
+
+  const MaskSpec& m = in.mask;
+  p.causal = m.causal;
+  p.diag_offset =
+      m.alignment == CausalAlignment::kBottomRight ? s.k_len - s.q_len : 0;
+  // Windows wider than Lq + Lk allow as much as unbounded ones; clamping keeps the
+  // interval arithmetic far from overflow.
+  const int64_t max_window = s.q_len + s.k_len;
+  if (m.window_left) {
+    if (*m.window_left < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mask.window_left: must be >= 0, got ", *m.window_left));
+    }
+    p.window_left = std::min(*m.window_left, max_window);
+  }
+  if (m.window_right) {
+    if (*m.window_right < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mask.window_right: must be >= 0, got ", *m.window_right));
+    }
+    p.window_right = std::min(*m.window_right, max_window);
+  }
+  if (!m.key_lengths.empty()) {
+    if (static_cast<int64_t>(m.key_lengths.size()) != s.batch) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mask.key_lengths: expected ", s.batch, " entries (one per batch), got ",
+                       m.key_lengths.size()));
+    }
+    for (int64_t b = 0; b < s.batch; ++b) {
+      if (m.key_lengths[b] < 0 || m.key_lengths[b] > s.k_len) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mask.key_lengths[", b, "] = ", m.key_lengths[b],
+            " is out of range [0, Lk = ", s.k_len, "]"));
+      }
+    }
+    p.key_lengths = m.key_lengths.data();
+  }
+  if (m.explicit_mask) RETURN_IF_ERROR(ResolveExplicitMask(*m.explicit_mask, &p));
+  if (!m.alibi_slopes.empty()) {
+    if (static_cast<int64_t>(m.alibi_slopes.size()) != s.q_heads) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mask.alibi_slopes: expected ", s.q_heads,
+                       " entries (one per query head), got ", m.alibi_slopes.size()));
+    }
+    for (size_t h = 0; h < m.alibi_slopes.size(); ++h) {
+      if (!std::isfinite(m.alibi_slopes[h])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mask.alibi_slopes[", h, "]: must be finite, got ", m.alibi_slopes[h]));
+      }
+    }
+    p.alibi = m.alibi_slopes.data();
+  }
+  p.kernel = in.kernel;
+  return p;
+}
+
+absl::StatusOr<Strides4> ResolveOutput(const Problem& p,
+                                       const AttentionOutputs& outputs) {
+  const AttentionShape& s = p.shape;
+  const MutableTensorView& o = outputs.output;
+  if (!IsFloatDType(o.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output: dtype ", DTypeName(o.dtype),
+                     " is not supported (expected f32, bf16 or f16)"));
+  }
+  if (o.rank != 4 || !std::equal(s.output_shape.begin(), s.output_shape.end(),
+                                 o.shape.begin())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output: shape ", ShapeString(o.dims()), " does not match ",
+                     ShapeString(s.output_shape)));
+  }
+  if (o.shape[3] > 1 && o.strides[3] != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output: last dimension must be dense (stride 1), got stride ", o.strides[3]));
+  }
+  if (o.num_elements() > 0 && o.data == nullptr) {
+    return absl::InvalidArgumentError("output: null data");
+  }
+  if (outputs.weights) {
+    const MutableTensorView& w = *outputs.weights;
+    if (w.dtype != DType::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weights: dtype ", DTypeName(w.dtype), " is not supported (expected f32)"));
+    }
+    if (w.rank != 4 || !std::equal(s.weights_shape.begin(), s.weights_shape.end(),
+                                   w.shape.begin())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights: shape ", ShapeString(w.dims()), " does not match ",
+                       ShapeString(s.weights_shape)));
+    }
+    if (!w.is_contiguous()) {
+      return absl::InvalidArgumentError("weights: must be dense (row-major)");
+    }
+    if (w.num_elements() > 0 && w.data == nullptr) {
+      return absl::InvalidArgumentError("weights: null data");
+    }
+  }
+  TensorView as_output;
+  as_output.rank = 4;
+  as_output.strides = o.strides;
+  return LayoutStrides(as_output, p.layout);
+}
+
+}  // namespace attnserve

@@ -1,0 +1,79 @@
+#ifndef ATTNSERVE_CORE_PROBLEM_H_
+#define ATTNSERVE_CORE_PROBLEM_H_
+
+// Internal: a validated attention call in one canonical form, with every stride in
+// elements over (batch, head, row, column) whatever the layout. Shared by the
+// engine's kernels and the reference.
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "core/attention.h"
+#include "core/tensor.h"
+
+namespace attnserve {
+
+// Element strides of a 4-D operand seen as [b][h][row][col]; col stride is 1 for
+// q/k/v/output and may be 0 (broadcast) for the explicit mask.
+struct Strides4 {
+  int64_t b = 0, h = 0, row = 0, col = 1;
+  int64_t offset(int64_t ib, int64_t ih, int64_t ir) const {
+    return ib * b + ih * h + ir * row;
+  }
+};
+
+struct Problem {
+  AttentionShape shape;
+  DType dtype = DType::kFloat32;  // of query, key and value
+  Layout layout = Layout::kBHLD;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  Strides4 q_strides, k_strides, v_strides;
+  int64_t group = 1;  // Hq / Hkv
+  float scale = 1.0f;
+
+  // Mask, resolved.
+  bool causal = false;
+  int64_t diag_offset = 0;  // d(i) = i + diag_offset
+  std::optional<int64_t> window_left, window_right;
+  const int32_t* key_lengths = nullptr;  // [B] or null
+  const void* mask = nullptr;            // explicit mask or null
+  DType mask_dtype = DType::kBool;
+  Strides4 mask_strides;  // broadcast dims have stride 0
+  const float* alibi = nullptr;  // [Hq] or null
+
+  KernelPath kernel = KernelPath::kAuto;
+
+  // True when some part of the mask is decided per element (explicit, ALiBi).
+  bool has_elementwise_mask() const { return mask != nullptr || alibi != nullptr; }
+
+  // The half-open key interval [lo, hi) that causal, window and key_lengths allow
+  // for row i of batch b. Empty (lo >= hi) when no key is allowed.
+  void KeyRange(int64_t b, int64_t i, int64_t* lo, int64_t* hi) const {
+    const int64_t d = i + diag_offset;
+    int64_t l = 0;
+    int64_t h = shape.k_len;
+    if (key_lengths != nullptr && key_lengths[b] < h) h = key_lengths[b];
+    if (causal && d + 1 < h) h = d + 1;
+    if (window_right && d + *window_right + 1 < h) h = d + *window_right + 1;
+    if (window_left && d - *window_left > l) l = d - *window_left;
+    *lo = l;
+    *hi = h;
+  }
+};
+
+// Checks every input and resolves it into a Problem. InvalidArgument naming the
+// tensor or field with expected and actual values.
+absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs);
+
+// Checks outputs against a resolved problem and returns the element strides of the
+// output over [b][h][row][col] (in the problem's layout).
+absl::StatusOr<Strides4> ResolveOutput(const Problem& problem,
+                                       const AttentionOutputs& outputs);
+
+}  // namespace attnserve
+
+#endif  // ATTNSERVE_CORE_PROBLEM_H_
