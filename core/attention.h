@@ -33,7 +33,7 @@ enum class KernelPath { kAuto, kFlash, kMaterialized, kDecode };
 
 // Instruction sets of our own vectorized code (softmax, exp, conversions).
 enum class Isa { kAuto, kAvx2, kAvx512 };
-std::string_view IsaName(Isa isa);  // "auto", "avx2", "avx512"
+absl::string_view IsaName(Isa isa);  // "auto", "avx2", "avx512"
 
 // The parts of a mask. A key j is attended by query row i only if every part allows
 // it; a row that no key is allowed for yields zeros (output and weights).

@@ -34,7 +34,7 @@ Strides4 LayoutStrides(const TensorView& t, Layout layout) {
   return s;
 }
 
-absl::Status CheckOperand(std::string_view name, const TensorView& t, DType dtype) {
+absl::Status CheckOperand(absl::string_view name, const TensorView& t, DType dtype) {
   if (t.rank != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": expected rank 4, got rank ", t.rank, " (shape ",

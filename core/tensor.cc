@@ -21,7 +21,7 @@ size_t DTypeSize(DType dtype) {
   return 0;
 }
 
-std::string_view DTypeName(DType dtype) {
+absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
       return "f32";
@@ -66,7 +66,7 @@ MutableTensorView MakeMutableTensorView(void* data, DType dtype,
   return MakeView<MutableTensorView>(data, dtype, shape);
 }
 
-absl::StatusOr<TensorView> TensorViewFromBytes(std::string_view name,
+absl::StatusOr<TensorView> TensorViewFromBytes(absl::string_view name,
                                                const void* data,
                                                size_t size_bytes, DType dtype,
                                                absl::Span<const int64_t> shape) {

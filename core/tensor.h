@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -19,7 +19,7 @@ enum class DType { kFloat32, kBFloat16, kFloat16, kBool };
 // Bytes per element.
 size_t DTypeSize(DType dtype);
 // "f32", "bf16", "f16", "bool".
-std::string_view DTypeName(DType dtype);
+absl::string_view DTypeName(DType dtype);
 
 inline constexpr int kMaxRank = 4;
 
@@ -71,7 +71,7 @@ MutableTensorView MakeMutableTensorView(void* data, DType dtype,
 // when the rank exceeds kMaxRank, a dimension is negative, the element count
 // overflows, or size_bytes != elements × DTypeSize(dtype). `data` may be unaligned:
 // the kernels accept any alignment.
-absl::StatusOr<TensorView> TensorViewFromBytes(std::string_view name,
+absl::StatusOr<TensorView> TensorViewFromBytes(absl::string_view name,
                                                const void* data,
                                                size_t size_bytes, DType dtype,
                                                absl::Span<const int64_t> shape);

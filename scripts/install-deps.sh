@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   clang libclang-rt-14-dev clang-format
   # core
-  libdnnl-dev libabsl-dev
+  libdnnl-dev ocl-icd-opencl-dev libabsl-dev  # dnnl's CMake config wants OpenCL
   # service and client
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libpng-dev zlib1g-dev

@@ -1,0 +1,188 @@
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/attention.h"
+#include "core/kernel_common.h"
+#include "core/matmul.h"
+#include "core/problem.h"
+#include "core/status_macros.h"
+#include "core/vec_ops.h"
+#include "dnnl.hpp"
+
+namespace attnserve {
+namespace {
+
+// Query rows per tile as PyTorch's CPU flash attention picks them: larger tiles
+// amortize the per-tile softmax work once there are enough rows.
+int64_t AutoQueryBlock(int64_t q_len) {
+  if (q_len >= 768) return 256;
+  if (q_len >= 192) return 64;
+  return 32;
+}
+
+// Few query rows against many keys: per-head parallelism starves, split the keys.
+bool PreferDecode(const AttentionShape& s) {
+  return s.q_len <= 8 && s.k_len >= 1024;
+}
+
+class Engine final : public AttentionEngine {
+ public:
+  Engine(const EngineOptions& options, int threads, const VecOps* ops,
+         std::unique_ptr<MatmulCache> matmuls)
+      : options_(options),
+        threads_(threads),
+        ops_(ops),
+        matmuls_(std::move(matmuls)) {}
+
+  absl::StatusOr<AttentionShape> Validate(const AttentionInputs& inputs) const override {
+    ASSIGN_OR_RETURN(Problem problem, ResolveProblem(inputs));
+    return problem.shape;
+  }
+
+  absl::Status Run(const AttentionInputs& inputs,
+                   const AttentionOutputs& outputs) override {
+    ASSIGN_OR_RETURN(Problem problem, ResolveProblem(inputs));
+    ASSIGN_OR_RETURN(Strides4 out_strides, ResolveOutput(problem, outputs));
+    const AttentionShape& s = problem.shape;
+
+    KernelPath path = problem.kernel;
+    const bool weights = outputs.weights.has_value();
+    if (path == KernelPath::kAuto) {
+      path = weights ? KernelPath::kMaterialized
+                     : (PreferDecode(s) ? KernelPath::kDecode : KernelPath::kFlash);
+    }
+    if (weights != (path == KernelPath::kMaterialized)) {
+      return absl::InvalidArgumentError(
+          weights ? "kernel: only the materialized kernel returns weights"
+                  : "kernel: the materialized kernel needs a weights output");
+    }
+    if (s.batch == 0 || s.q_len == 0 || s.q_heads == 0) return absl::OkStatus();
+
+    KernelArgs args;
+    args.p = &problem;
+    args.out = outputs.output.data;
+    args.out_dtype = outputs.output.dtype;
+    args.out_strides = out_strides;
+    args.weights = weights ? static_cast<float*>(outputs.weights->data) : nullptr;
+    args.ops = ops_;
+    args.gemm_dtype = problem.dtype == DType::kBFloat16 && matmuls_->bf16_supported()
+                          ? DType::kBFloat16
+                          : DType::kFloat32;
+    args.q_block = options_.q_block > 0 ? options_.q_block : AutoQueryBlock(s.q_len);
+    args.k_block = options_.k_block;
+    args.num_threads = threads_;
+
+    std::vector<std::unique_ptr<Workspace>> ws = AcquireWorkspaces();
+    std::vector<Workspace*> raw(ws.size());
+    for (size_t t = 0; t < ws.size(); ++t) raw[t] = ws[t].get();
+    absl::Status st;
+    switch (path) {
+      case KernelPath::kMaterialized:
+        st = RunMaterialized(args, raw);
+        break;
+      case KernelPath::kDecode:
+        st = RunDecode(args, raw);
+        break;
+      default:
+        st = RunFlash(args, raw);
+        break;
+    }
+    ReleaseWorkspaces(std::move(ws));
+    return st;
+  }
+
+  Isa isa() const override { return ops_->isa; }
+  int num_threads() const override { return threads_; }
+  bool bf16_gemm() const override { return matmuls_->bf16_supported(); }
+
+ private:
+  // One workspace per thread of this call, reused across calls; concurrent calls
+  // each take their own.
+  std::vector<std::unique_ptr<Workspace>> AcquireWorkspaces() {
+    std::vector<std::unique_ptr<Workspace>> ws;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!free_.empty() && static_cast<int>(ws.size()) < threads_) {
+        ws.push_back(std::move(free_.back()));
+        free_.pop_back();
+      }
+    }
+    while (static_cast<int>(ws.size()) < threads_) {
+      auto w = std::make_unique<Workspace>();
+      w->matmul = matmuls_->NewRunner();
+      ws.push_back(std::move(w));
+    }
+    return ws;
+  }
+
+  void ReleaseWorkspaces(std::vector<std::unique_ptr<Workspace>> ws) {
+    absl::MutexLock lock(&mu_);
+    for (auto& w : ws) free_.push_back(std::move(w));
+  }
+
+  const EngineOptions options_;
+  const int threads_;
+  const VecOps* const ops_;
+  const std::unique_ptr<MatmulCache> matmuls_;
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<Workspace>> free_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::string_view IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kAuto:
+      return "auto";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
+    const EngineOptions& options) {
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads: must be >= 0, got ", options.num_threads));
+  }
+  if (options.q_block < 0 || options.q_block > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q_block: must be in [0, 4096], got ", options.q_block));
+  }
+  if (options.k_block < 1 || options.k_block > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k_block: must be in [1, 65536], got ", options.k_block));
+  }
+  const Isa detected = DetectIsa();
+  if (detected == Isa::kAuto) {
+    return absl::FailedPreconditionError(
+        "this CPU has neither AVX-512F nor AVX2+FMA+F16C");
+  }
+  Isa isa = options.max_isa == Isa::kAuto ? detected : options.max_isa;
+  if (isa == Isa::kAvx512 && detected != Isa::kAvx512) {
+    return absl::InvalidArgumentError("max_isa: this CPU has no AVX-512F");
+  }
+  const VecOps* ops = isa == Isa::kAvx512 ? &Avx512VecOps() : &Avx2VecOps();
+  const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  ASSIGN_OR_RETURN(std::unique_ptr<MatmulCache> matmuls, MatmulCache::Create());
+  return std::unique_ptr<AttentionEngine>(
+      new Engine(options, threads, ops, std::move(matmuls)));
+}
+
+std::string OneDnnVersion() {
+  const dnnl_version_t* v = dnnl_version();
+  return absl::StrCat(v->major, ".", v->minor, ".", v->patch);
+}
+
+}  // namespace attnserve

@@ -1,0 +1,292 @@
+// The flash and decode kernels: online softmax over key blocks, O(tile) memory.
+//
+// Both process a "row set" (query rows that share one kv head) against a range of
+// keys, block by block: S = Q·Kᵀ for the block, scale + mask + row max, rescale the
+// running accumulator when the max grew, P = exp(S - max), acc += P·V. Flash takes
+// consecutive rows of one query head over all keys; decode takes the rows of all
+// query heads of a GQA group together (so K and V are read once per group) and
+// splits the keys across threads, merging the partial (max, sum, acc) at the end.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/kernel_common.h"
+
+namespace attnserve {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Rows [0, count) of a row set: row r is query row row_index[r] of query head
+// row_head[r]; the operand Q is `q` (gemm dtype, row stride ldq).
+struct RowSet {
+  int64_t batch = 0;
+  int64_t kv_head = 0;
+  int64_t count = 0;
+  const void* q = nullptr;
+  int64_t ldq = 0;
+};
+
+// Sets each row's allowed key interval from causal/window/key_lengths, clipped to
+// [k_begin, k_end), and returns the union's block-aligned bounds.
+void RowRanges(const Problem& p, const RowSet& rows, Workspace* ws, int64_t k_begin,
+               int64_t k_end, int64_t* lo_all, int64_t* hi_all) {
+  *lo_all = k_end;
+  *hi_all = k_begin;
+  for (int64_t r = 0; r < rows.count; ++r) {
+    int64_t lo, hi;
+    p.KeyRange(rows.batch, ws->row_index[r], &lo, &hi);
+    lo = std::max(lo, k_begin);
+    hi = std::min(hi, k_end);
+    ws->row_lo[r] = lo;
+    ws->row_hi[r] = hi;
+    if (lo < hi) {
+      *lo_all = std::min(*lo_all, lo);
+      *hi_all = std::max(*hi_all, hi);
+    }
+  }
+}
+
+// Runs the online softmax of `rows` over keys [k_begin, k_end) (block aligned at
+// k_begin). On return the workspace holds, per row, the running max (row_max), the
+// sum of exp(s - max) (row_sum) and the unnormalized output (acc, ld = Dv).
+absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_begin,
+                        int64_t k_end, Workspace* ws) {
+  const Problem& p = *args.p;
+  const VecOps& ops = *args.ops;
+  const int64_t m = rows.count;
+  const int64_t dim = p.shape.head_dim;
+  const int64_t dv = p.shape.value_dim;
+  const int64_t kb = args.k_block;
+  const bool bf16 = args.gemm_dtype == DType::kBFloat16;
+
+  float* row_max = ws->row_max.Get<float>(m);
+  float* row_sum = ws->row_sum.Get<float>(m);
+  float* acc = ws->acc.Get<float>(m * dv);
+  float* scores = ws->scores.Get<float>(m * kb);
+  uint16_t* probs16 = bf16 ? ws->probs.Get<uint16_t>(m * kb) : nullptr;
+  float* bias = p.has_elementwise_mask() ? ws->bias.Get<float>(kb) : nullptr;
+  std::fill(row_max, row_max + m, kNegInf);
+  std::fill(row_sum, row_sum + m, 0.0f);
+  std::fill(acc, acc + m * dv, 0.0f);
+
+  int64_t lo_all, hi_all;
+  RowRanges(p, rows, ws, k_begin, k_end, &lo_all, &hi_all);
+  if (lo_all >= hi_all) return absl::OkStatus();
+  const int64_t first_block = k_begin + (lo_all - k_begin) / kb * kb;
+
+  const Strides4& ks = p.k_strides;
+  const Strides4& vs = p.v_strides;
+  for (int64_t k0 = first_block; k0 < hi_all; k0 += kb) {
+    const int64_t n = std::min(kb, k_end - k0);
+    bool any = false;
+    for (int64_t r = 0; r < m && !any; ++r) {
+      any = ws->row_lo[r] < k0 + n && ws->row_hi[r] > k0;
+    }
+    if (!any) continue;
+
+    int64_t ldk, ldv;
+    const void* kp = OperandRows(
+        args, ElementPtr(p.k, ks.offset(rows.batch, rows.kv_head, k0), p.dtype), ks.row,
+        n, dim, &ws->k, &ldk);
+    const void* vp = OperandRows(
+        args, ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype), vs.row,
+        n, dv, &ws->v, &ldv);
+    MatmulShape qk{m, n, dim, rows.ldq, ldk, kb, true, args.gemm_dtype, false};
+    absl::Status st = ws->matmul->Run(qk, rows.q, kp, scores);
+    if (!st.ok()) return st;
+
+    for (int64_t r = 0; r < m; ++r) {
+      float* s = scores + r * kb;
+      if (bias != nullptr) {
+        FillBias(p, rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
+      }
+      const float tile_max = ops.scale_mask_max(s, n, p.scale, ws->row_lo[r] - k0,
+                                                ws->row_hi[r] - k0, bias);
+      const float new_max = std::max(row_max[r], tile_max);
+      if (new_max == kNegInf) {
+        // Nothing allowed so far: this row contributes zeros to acc.
+        if (bf16) {
+          std::memset(probs16 + r * kb, 0, n * sizeof(uint16_t));
+        } else {
+          std::memset(s, 0, n * sizeof(float));
+        }
+        continue;
+      }
+      const float sum = bf16 ? ops.exp_sum_bf16(s, n, new_max, probs16 + r * kb)
+                             : ops.exp_sum_f32(s, n, new_max, s);
+      if (new_max != row_max[r]) {
+        if (row_max[r] != kNegInf) {
+          const float alpha = std::exp(row_max[r] - new_max);
+          ops.scale(acc + r * dv, dv, alpha);
+          row_sum[r] *= alpha;
+        }
+        row_max[r] = new_max;
+      }
+      row_sum[r] += sum;
+    }
+
+    MatmulShape pv{m, dv, n, kb, ldv, dv, false, args.gemm_dtype, true};
+    st = ws->matmul->Run(pv, bf16 ? static_cast<const void*>(probs16) : scores, vp, acc);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+void* OutputRow(const KernelArgs& args, int64_t b, int64_t h, int64_t i) {
+  return static_cast<char*>(args.out) +
+         args.out_strides.offset(b, h, i) * static_cast<int64_t>(DTypeSize(args.out_dtype));
+}
+
+// Writes acc row / sum (or zeros when nothing was allowed) to the output.
+void StoreRow(const KernelArgs& args, const float* acc, float sum, int64_t b, int64_t h,
+              int64_t i) {
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  args.ops->store_scaled(acc, args.p->shape.value_dim, inv, OutputRow(args, b, h, i),
+                         args.out_dtype);
+}
+
+}  // namespace
+
+absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws) {
+  const Problem& p = *args.p;
+  const AttentionShape& s = p.shape;
+  const int64_t qb = args.q_block;
+  const int64_t q_blocks = (s.q_len + qb - 1) / qb;
+  const int64_t items = s.batch * s.q_heads * q_blocks;
+  return ParallelFor(args.num_threads, ws, items, [&](Workspace* w, int64_t item) {
+    const int64_t block = item % q_blocks;
+    const int64_t h = (item / q_blocks) % s.q_heads;
+    const int64_t b = item / (q_blocks * s.q_heads);
+    const int64_t i0 = block * qb;
+    RowSet rows;
+    rows.batch = b;
+    rows.kv_head = h / p.group;
+    rows.count = std::min(qb, s.q_len - i0);
+    w->row_head.assign(rows.count, h);
+    w->row_index.resize(rows.count);
+    w->row_lo.resize(rows.count);
+    w->row_hi.resize(rows.count);
+    for (int64_t r = 0; r < rows.count; ++r) w->row_index[r] = i0 + r;
+    rows.q = OperandRows(args, ElementPtr(p.q, p.q_strides.offset(b, h, i0), p.dtype),
+                         p.q_strides.row, rows.count, s.head_dim, &w->q, &rows.ldq);
+    absl::Status st = Accumulate(args, rows, 0, s.k_len, w);
+    if (!st.ok()) return st;
+    const float* acc = w->acc.Get<float>(0);
+    const float* sum = w->row_sum.Get<float>(0);
+    for (int64_t r = 0; r < rows.count; ++r) {
+      StoreRow(args, acc + r * s.value_dim, sum[r], b, h, i0 + r);
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws) {
+  const Problem& p = *args.p;
+  const AttentionShape& s = p.shape;
+  const int64_t dv = s.value_dim;
+  const int64_t kb = args.k_block;
+  // Rows of one kv head: every (query row i, head g of the group), i-major.
+  const int64_t group_rows = s.q_len * p.group;
+  const int64_t chunk = args.q_block;
+  const int64_t chunks = (group_rows + chunk - 1) / chunk;
+  const int64_t sets = s.batch * s.kv_heads * chunks;
+  const int64_t k_blocks = std::max<int64_t>(1, (s.k_len + kb - 1) / kb);
+  // Enough key splits to give every thread two items, never below one block each.
+  const int64_t splits = std::clamp<int64_t>(
+      (2 * args.num_threads + sets - 1) / std::max<int64_t>(sets, 1), 1, k_blocks);
+  const int64_t blocks_per_split = (k_blocks + splits - 1) / splits;
+
+  // Partial results per (set, split): max and sum per row, acc per row.
+  const int64_t stride = chunk * (dv + 2);
+  std::vector<float> partial(static_cast<size_t>(sets * splits * stride));
+
+  absl::Status st = ParallelFor(
+      args.num_threads, ws, sets * splits, [&](Workspace* w, int64_t item) {
+        const int64_t split = item % splits;
+        const int64_t set = item / splits;
+        const int64_t c = set % chunks;
+        const int64_t hkv = (set / chunks) % s.kv_heads;
+        const int64_t b = set / (chunks * s.kv_heads);
+        const int64_t r0 = c * chunk;
+        RowSet rows;
+        rows.batch = b;
+        rows.kv_head = hkv;
+        rows.count = std::min(chunk, group_rows - r0);
+        w->row_head.resize(rows.count);
+        w->row_index.resize(rows.count);
+        w->row_lo.resize(rows.count);
+        w->row_hi.resize(rows.count);
+        // Gather the rows' queries into one operand.
+        const size_t esize = DTypeSize(args.gemm_dtype);
+        char* q = w->q.Get<char>(rows.count * s.head_dim * esize);
+        for (int64_t r = 0; r < rows.count; ++r) {
+          const int64_t h = hkv * p.group + (r0 + r) % p.group;
+          const int64_t i = (r0 + r) / p.group;
+          w->row_head[r] = h;
+          w->row_index[r] = i;
+          const char* src = ElementPtr(p.q, p.q_strides.offset(b, h, i), p.dtype);
+          char* dst = q + r * s.head_dim * esize;
+          if (p.dtype == args.gemm_dtype) {
+            std::memcpy(dst, src, s.head_dim * esize);
+          } else {
+            args.ops->load(src, p.dtype, s.head_dim, reinterpret_cast<float*>(dst));
+          }
+        }
+        rows.q = q;
+        rows.ldq = s.head_dim;
+        const int64_t k_begin = split * blocks_per_split * kb;
+        const int64_t k_end = std::min(s.k_len, k_begin + blocks_per_split * kb);
+        float* out = partial.data() + item * stride;
+        if (k_begin >= k_end) {
+          std::fill(out, out + rows.count, kNegInf);
+          std::fill(out + chunk, out + chunk + rows.count, 0.0f);
+          std::fill(out + 2 * chunk, out + 2 * chunk + rows.count * dv, 0.0f);
+          return absl::OkStatus();
+        }
+        absl::Status st = Accumulate(args, rows, k_begin, k_end, w);
+        if (!st.ok()) return st;
+        std::memcpy(out, w->row_max.Get<float>(0), rows.count * sizeof(float));
+        std::memcpy(out + chunk, w->row_sum.Get<float>(0), rows.count * sizeof(float));
+        std::memcpy(out + 2 * chunk, w->acc.Get<float>(0),
+                    rows.count * dv * sizeof(float));
+        return absl::OkStatus();
+      });
+  if (!st.ok()) return st;
+
+  // Merge the splits of each set: rescale each partial to the common max.
+  return ParallelFor(args.num_threads, ws, sets, [&](Workspace* w, int64_t set) {
+    const int64_t c = set % chunks;
+    const int64_t hkv = (set / chunks) % s.kv_heads;
+    const int64_t b = set / (chunks * s.kv_heads);
+    const int64_t r0 = c * chunk;
+    const int64_t count = std::min(chunk, group_rows - r0);
+    float* merged = w->acc.Get<float>(dv);
+    for (int64_t r = 0; r < count; ++r) {
+      float max = kNegInf;
+      for (int64_t sp = 0; sp < splits; ++sp) {
+        max = std::max(max, partial[(set * splits + sp) * stride + r]);
+      }
+      float sum = 0.0f;
+      std::fill(merged, merged + dv, 0.0f);
+      if (max != kNegInf) {
+        for (int64_t sp = 0; sp < splits; ++sp) {
+          const float* part = partial.data() + (set * splits + sp) * stride;
+          if (part[r] == kNegInf) continue;
+          const float alpha = std::exp(part[r] - max);
+          sum += alpha * part[chunk + r];
+          const float* a = part + 2 * chunk + r * dv;
+          for (int64_t d = 0; d < dv; ++d) merged[d] += alpha * a[d];
+        }
+      }
+      const int64_t h = hkv * p.group + (r0 + r) % p.group;
+      const int64_t i = (r0 + r) / p.group;
+      StoreRow(args, merged, sum, b, h, i);
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace attnserve

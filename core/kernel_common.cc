@@ -1,0 +1,55 @@
+#include "core/kernel_common.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/convert.h"
+
+namespace attnserve {
+
+const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
+                        int64_t rows, int64_t cols, ScratchBuffer* buffer,
+                        int64_t* ld_out) {
+  const DType dtype = args.p->dtype;
+  if (dtype == args.gemm_dtype) {
+    *ld_out = ld;
+    return src;
+  }
+  // Only widening to f32 happens here: bf16 products are used for bf16 inputs only.
+  float* dst = buffer->Get<float>(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    args.ops->load(ElementPtr(src, r * ld, dtype), dtype, cols, dst + r * cols);
+  }
+  *ld_out = cols;
+  return dst;
+}
+
+void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0, int64_t n,
+              float* bias) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < n; ++c) bias[c] = 0.0f;
+  if (p.mask != nullptr) {
+    const Strides4& ms = p.mask_strides;
+    const int64_t row = b * ms.b + h * ms.h + i * ms.row;
+    if (p.mask_dtype == DType::kBool) {
+      const char* m = static_cast<const char*>(p.mask);
+      for (int64_t c = 0; c < n; ++c) {
+        if (m[row + (k0 + c) * ms.col] == 0) bias[c] = kNegInf;
+      }
+    } else {
+      for (int64_t c = 0; c < n; ++c) {
+        bias[c] = LoadAsFloat(p.mask, DType::kFloat32, row + (k0 + c) * ms.col);
+      }
+    }
+  }
+  if (p.alibi != nullptr) {
+    const float slope = p.alibi[h];
+    const int64_t d = i + p.diag_offset;
+    for (int64_t c = 0; c < n; ++c) {
+      const int64_t dist = std::abs(d - (k0 + c));
+      bias[c] -= slope * static_cast<float>(dist);
+    }
+  }
+}
+
+}  // namespace attnserve

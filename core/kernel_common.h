@@ -1,0 +1,97 @@
+#ifndef ATTNSERVE_CORE_KERNEL_COMMON_H_
+#define ATTNSERVE_CORE_KERNEL_COMMON_H_
+
+// Internal: what the three kernels (flash, decode, materialized) share: their
+// arguments, the per-thread workspace, operand access and the per-row mask.
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/matmul.h"
+#include "core/problem.h"
+#include "core/vec_ops.h"
+
+namespace attnserve {
+
+// A grow-only, 64-byte aligned scratch buffer.
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ~ScratchBuffer() { std::free(data_); }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+
+  template <typename T>
+  T* Get(size_t count) {
+    const size_t bytes = ((count * sizeof(T) + 63) / 64) * 64;
+    if (bytes > size_) {
+      std::free(data_);
+      data_ = std::aligned_alloc(64, bytes);
+      size_ = bytes;
+    }
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// One thread's resources for a Run; reused across calls (O(tile) memory).
+struct Workspace {
+  std::unique_ptr<MatmulRunner> matmul;
+  ScratchBuffer scores, probs, acc, row_max, row_sum, q, k, v, bias;
+  std::vector<int64_t> row_head, row_index, row_lo, row_hi;
+  absl::Status status;
+};
+
+struct KernelArgs {
+  const Problem* p = nullptr;
+  void* out = nullptr;
+  DType out_dtype = DType::kFloat32;
+  Strides4 out_strides;
+  float* weights = nullptr;  // dense [B, Hq, Lq, Lk] or null
+  const VecOps* ops = nullptr;
+  DType gemm_dtype = DType::kFloat32;  // operand type of the products
+  int64_t q_block = 64;
+  int64_t k_block = 512;
+  int num_threads = 1;
+};
+
+absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws);
+absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws);
+absl::Status RunMaterialized(const KernelArgs& args, absl::Span<Workspace* const> ws);
+
+// Helpers shared by the kernels.
+
+inline const char* ElementPtr(const void* base, int64_t offset, DType dtype) {
+  return static_cast<const char*>(base) + offset * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+// `rows` rows of `cols` elements at `src` (row stride `ld`, in `src_dtype`) as the
+// product operand type: returns src itself with *ld_out = ld when no conversion is
+// needed, else converts into `buffer` (dense, *ld_out = cols).
+const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
+                        int64_t rows, int64_t cols, ScratchBuffer* buffer,
+                        int64_t* ld_out);
+
+// Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi) for
+// query row i of (b, h) against keys [k0, k0 + n).
+void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0, int64_t n,
+              float* bias);
+
+// Splits [0, count) across OpenMP threads and calls fn(workspace, item) for each,
+// stopping early after the first error, which it returns.
+template <typename Fn>
+absl::Status ParallelFor(int num_threads, absl::Span<Workspace* const> ws,
+                         int64_t count, const Fn& fn);
+
+}  // namespace attnserve
+
+#include "core/parallel_for.inc"
+
+#endif  // ATTNSERVE_CORE_KERNEL_COMMON_H_

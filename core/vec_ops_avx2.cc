@@ -1,0 +1,228 @@
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/vec_ops.h"
+
+// Everything below is compiled for AVX2 + FMA + F16C; it runs only after
+// DetectIsa() said so (or when the AVX2 path is forced).
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+namespace attnserve {
+namespace {
+
+constexpr int kLanes = 8;
+constexpr float kNegInf = -__builtin_inff();
+
+// exp(x) as in the AVX-512 table: ~1 ulp, below ln(FLT_MIN) (and -inf) exactly 0.
+inline __m256 Exp(__m256 x) {
+  const __m256 min_x = _mm256_set1_ps(-87.33654f);
+  const __m256 underflow = _mm256_cmp_ps(x, min_x, _CMP_LT_OQ);
+  x = _mm256_max_ps(min_x, x);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+  // 2^n from the exponent bits; n >= -126 after the clamp above.
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+inline float ReduceMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+inline float ReduceAdd(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// f32 -> bf16 bits (round to nearest even, NaN kept quiet), 8 values.
+inline __m128i ToBFloat16(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i rounded =
+      _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  rounded = _mm256_srli_epi32(rounded, 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), nan);
+  // Values fit in 16 bits, so unsigned saturation packs them unchanged.
+  const __m128i packed =
+      _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
+  return packed;
+}
+
+// Loads count (< 8 allowed) floats, padding with `pad`.
+inline __m256 LoadPartial(const float* src, int64_t count, float pad) {
+  if (count == kLanes) return _mm256_loadu_ps(src);
+  alignas(32) float tmp[kLanes];
+  for (int i = 0; i < kLanes; ++i) tmp[i] = i < count ? src[i] : pad;
+  return _mm256_load_ps(tmp);
+}
+
+inline void StorePartial(float* dst, __m256 v, int64_t count) {
+  if (count == kLanes) {
+    _mm256_storeu_ps(dst, v);
+    return;
+  }
+  alignas(32) float tmp[kLanes];
+  _mm256_store_ps(tmp, v);
+  std::memcpy(dst, tmp, count * sizeof(float));
+}
+
+float ScaleMaskMax(float* s, int64_t n, float scale, int64_t lo, int64_t hi,
+                   const float* bias) {
+  if (lo < 0) lo = 0;
+  if (hi > n) hi = n;
+  if (hi <= lo) {
+    for (int64_t c = 0; c < n; ++c) s[c] = kNegInf;
+    return kNegInf;
+  }
+  for (int64_t c = 0; c < lo; ++c) s[c] = kNegInf;
+  for (int64_t c = hi; c < n; ++c) s[c] = kNegInf;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  __m256 vmax = _mm256_set1_ps(kNegInf);
+  for (int64_t c = lo; c < hi; c += kLanes) {
+    const int64_t count = hi - c < kLanes ? hi - c : kLanes;
+    __m256 v = _mm256_mul_ps(LoadPartial(s + c, count, kNegInf), vscale);
+    if (bias != nullptr) v = _mm256_add_ps(v, LoadPartial(bias + c, count, 0.0f));
+    StorePartial(s + c, v, count);
+    vmax = _mm256_max_ps(vmax, v);
+  }
+  return ReduceMax(vmax);
+}
+
+float ExpSumF32(const float* s, int64_t n, float m, float* dst) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int64_t c = 0; c < n; c += kLanes) {
+    const int64_t count = n - c < kLanes ? n - c : kLanes;
+    const __m256 p = Exp(_mm256_sub_ps(LoadPartial(s + c, count, kNegInf), vm));
+    StorePartial(dst + c, p, count);
+    vsum = _mm256_add_ps(vsum, p);
+  }
+  return ReduceAdd(vsum);
+}
+
+float ExpSumBFloat16(const float* s, int64_t n, float m, uint16_t* dst) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int64_t c = 0; c < n; c += kLanes) {
+    const int64_t count = n - c < kLanes ? n - c : kLanes;
+    const __m256 p = Exp(_mm256_sub_ps(LoadPartial(s + c, count, kNegInf), vm));
+    const __m128i h = ToBFloat16(p);
+    if (count == kLanes) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c), h);
+    } else {
+      alignas(16) uint16_t tmp[kLanes];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), h);
+      std::memcpy(dst + c, tmp, count * sizeof(uint16_t));
+    }
+    vsum = _mm256_add_ps(vsum, p);
+  }
+  return ReduceAdd(vsum);
+}
+
+void Scale(float* x, int64_t n, float a) {
+  const __m256 va = _mm256_set1_ps(a);
+  for (int64_t c = 0; c < n; c += kLanes) {
+    const int64_t count = n - c < kLanes ? n - c : kLanes;
+    StorePartial(x + c, _mm256_mul_ps(LoadPartial(x + c, count, 0.0f), va), count);
+  }
+}
+
+void StoreScaled(const float* src, int64_t n, float a, void* dst, DType dtype) {
+  const __m256 va = _mm256_set1_ps(a);
+  char* out = static_cast<char*>(dst);
+  for (int64_t c = 0; c < n; c += kLanes) {
+    const int64_t count = n - c < kLanes ? n - c : kLanes;
+    const __m256 v = _mm256_mul_ps(LoadPartial(src + c, count, 0.0f), va);
+    if (dtype == DType::kFloat32) {
+      if (count == kLanes) {
+        _mm256_storeu_ps(reinterpret_cast<float*>(out + 4 * c), v);
+      } else {
+        alignas(32) float tmp[kLanes];
+        _mm256_store_ps(tmp, v);
+        std::memcpy(out + 4 * c, tmp, count * sizeof(float));
+      }
+      continue;
+    }
+    const __m128i h = dtype == DType::kBFloat16
+                          ? ToBFloat16(v)
+                          : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (count == kLanes) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * c), h);
+    } else {
+      alignas(16) uint16_t tmp[kLanes];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), h);
+      std::memcpy(out + 2 * c, tmp, count * sizeof(uint16_t));
+    }
+  }
+}
+
+void LoadRow(const void* src, DType dtype, int64_t n, float* dst) {
+  const char* in = static_cast<const char*>(src);
+  if (dtype == DType::kFloat32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  alignas(16) uint16_t tmp[kLanes];
+  for (int64_t c = 0; c < n; c += kLanes) {
+    const int64_t count = n - c < kLanes ? n - c : kLanes;
+    __m128i h;
+    if (count == kLanes) {
+      h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * c));
+    } else {
+      std::memset(tmp, 0, sizeof tmp);
+      std::memcpy(tmp, in + 2 * c, count * sizeof(uint16_t));
+      h = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+    }
+    const __m256 v =
+        dtype == DType::kBFloat16
+            ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+            : _mm256_cvtph_ps(h);
+    StorePartial(dst + c, v, count);
+  }
+}
+
+void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
+  StoreScaled(src, n, 1.0f, dst, DType::kBFloat16);
+}
+
+}  // namespace
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+// The table is built outside the target region: taking it must not need the ISA.
+const VecOps& Avx2VecOps() {
+  static const VecOps ops = {Isa::kAvx2, ScaleMaskMax, ExpSumF32, ExpSumBFloat16,
+                             Scale,      StoreScaled,  LoadRow,   ToBFloat16Row};
+  return ops;
+}
+
+}  // namespace attnserve

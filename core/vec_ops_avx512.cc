@@ -1,0 +1,216 @@
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/vec_ops.h"
+
+// Everything below is compiled for AVX-512F; it runs only after DetectIsa() said so.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,fma"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,fma")
+#endif
+
+namespace attnserve {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr float kNegInf = -__builtin_inff();
+
+// exp(x) with ~1 ulp error (Cody-Waite reduction, Cephes polynomial). Inputs below
+// ln(FLT_MIN), -inf included, give exactly 0; NaN propagates.
+inline __m512 Exp(__m512 x) {
+  const __m512 min_x = _mm512_set1_ps(-87.33654f);
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, min_x, _CMP_LT_OQ);
+  x = _mm512_max_ps(min_x, x);
+  const __m512 n = _mm512_roundscale_ps(
+      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow),
+                             _mm512_scalef_ps(p, n));
+}
+
+inline __mmask16 TailMask(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// f32 -> bf16 bits (round to nearest even, NaN kept quiet) in the low halves.
+inline __m256i ToBFloat16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  rounded = _mm512_srli_epi32(rounded, 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7fc0));
+  return _mm512_cvtepi32_epi16(rounded);
+}
+
+float ScaleMaskMax(float* s, int64_t n, float scale, int64_t lo, int64_t hi,
+                   const float* bias) {
+  if (lo < 0) lo = 0;
+  if (hi > n) hi = n;
+  if (hi <= lo) {
+    for (int64_t c = 0; c < n; ++c) s[c] = kNegInf;
+    return kNegInf;
+  }
+  for (int64_t c = 0; c < lo; ++c) s[c] = kNegInf;
+  for (int64_t c = hi; c < n; ++c) s[c] = kNegInf;
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax = _mm512_set1_ps(kNegInf);
+  int64_t c = lo;
+  for (; c + kLanes <= hi; c += kLanes) {
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + c), vscale);
+    if (bias != nullptr) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + c));
+    _mm512_storeu_ps(s + c, v);
+    vmax = _mm512_max_ps(vmax, v);
+  }
+  if (c < hi) {
+    const __mmask16 m = TailMask(hi - c);
+    __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + c), vscale);
+    if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
+    _mm512_mask_storeu_ps(s + c, m, v);
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, v);
+  }
+  return _mm512_reduce_max_ps(vmax);
+}
+
+float ExpSumF32(const float* s, int64_t n, float m, float* dst) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 vsum = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    const __m512 p = Exp(_mm512_sub_ps(_mm512_loadu_ps(s + c), vm));
+    _mm512_storeu_ps(dst + c, p);
+    vsum = _mm512_add_ps(vsum, p);
+  }
+  if (c < n) {
+    const __mmask16 mask = TailMask(n - c);
+    const __m512 p = _mm512_maskz_mov_ps(
+        mask, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + c), vm)));
+    _mm512_mask_storeu_ps(dst + c, mask, p);
+    vsum = _mm512_add_ps(vsum, p);
+  }
+  return _mm512_reduce_add_ps(vsum);
+}
+
+float ExpSumBFloat16(const float* s, int64_t n, float m, uint16_t* dst) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 vsum = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    const __m512 p = Exp(_mm512_sub_ps(_mm512_loadu_ps(s + c), vm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), ToBFloat16(p));
+    vsum = _mm512_add_ps(vsum, p);
+  }
+  if (c < n) {
+    const __mmask16 mask = TailMask(n - c);
+    const __m512 p = _mm512_maskz_mov_ps(
+        mask, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + c), vm)));
+    alignas(32) uint16_t tmp[kLanes];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), ToBFloat16(p));
+    std::memcpy(dst + c, tmp, (n - c) * sizeof(uint16_t));
+    vsum = _mm512_add_ps(vsum, p);
+  }
+  return _mm512_reduce_add_ps(vsum);
+}
+
+void Scale(float* x, int64_t n, float a) {
+  const __m512 va = _mm512_set1_ps(a);
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    _mm512_storeu_ps(x + c, _mm512_mul_ps(_mm512_loadu_ps(x + c), va));
+  }
+  if (c < n) {
+    const __mmask16 m = TailMask(n - c);
+    _mm512_mask_storeu_ps(x + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), va));
+  }
+}
+
+// Stores 16 (or the first `count`) values of v as dtype at dst.
+inline void StoreAs(__m512 v, void* dst, DType dtype, int64_t count) {
+  if (dtype == DType::kFloat32) {
+    _mm512_mask_storeu_ps(dst, TailMask(count), v);
+    return;
+  }
+  const __m256i h = dtype == DType::kBFloat16
+                        ? ToBFloat16(v)
+                        : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  if (count == kLanes) {
+    _mm256_storeu_si256(static_cast<__m256i*>(dst), h);
+  } else {
+    alignas(32) uint16_t tmp[kLanes];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), h);
+    std::memcpy(dst, tmp, count * sizeof(uint16_t));
+  }
+}
+
+void StoreScaled(const float* src, int64_t n, float a, void* dst, DType dtype) {
+  const __m512 va = _mm512_set1_ps(a);
+  char* out = static_cast<char*>(dst);
+  const int64_t esize = dtype == DType::kFloat32 ? 4 : 2;
+  for (int64_t c = 0; c < n; c += kLanes) {
+    const int64_t count = n - c < kLanes ? n - c : kLanes;
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(TailMask(count), src + c), va);
+    StoreAs(v, out + c * esize, dtype, count);
+  }
+}
+
+void LoadRow(const void* src, DType dtype, int64_t n, float* dst) {
+  const char* in = static_cast<const char*>(src);
+  if (dtype == DType::kFloat32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  int64_t c = 0;
+  alignas(32) uint16_t tmp[kLanes];
+  for (; c < n; c += kLanes) {
+    const int64_t count = n - c < kLanes ? n - c : kLanes;
+    __m256i h;
+    if (count == kLanes) {
+      h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 2 * c));
+    } else {
+      std::memset(tmp, 0, sizeof tmp);
+      std::memcpy(tmp, in + 2 * c, count * sizeof(uint16_t));
+      h = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
+    }
+    const __m512 v =
+        dtype == DType::kBFloat16
+            ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+            : _mm512_cvtph_ps(h);
+    _mm512_mask_storeu_ps(dst + c, TailMask(count), v);
+  }
+}
+
+void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
+  StoreScaled(src, n, 1.0f, dst, DType::kBFloat16);
+}
+
+}  // namespace
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+// The table is built outside the target region: taking it must not need the ISA.
+const VecOps& Avx512VecOps() {
+  static const VecOps ops = {Isa::kAvx512, ScaleMaskMax, ExpSumF32, ExpSumBFloat16,
+                             Scale,        StoreScaled,  LoadRow,   ToBFloat16Row};
+  return ops;
+}
+
+}  // namespace attnserve

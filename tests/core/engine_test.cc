@@ -1,0 +1,525 @@
+// Every kernel path of the engine against the reference oracle, over dtypes,
+// layouts, mask parts alone and combined, GQA/MQA, tile sizes and ISA paths.
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention.h"
+#include "core/reference.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/test_env.h"
+#include "tests/core/test_util.h"
+
+namespace attnserve {
+namespace {
+
+using ::attnserve::testing::CapIsa;
+using ::attnserve::testing::StatusIs;
+using ::attnserve::testing::TestTensor;
+using ::testing::HasSubstr;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+enum class MaskKind {
+  kNone,
+  kCausalTopLeft,
+  kCausalBottomRight,
+  kWindow,
+  kKeyLengths,
+  kBoolMask,
+  kFloatMask,
+  kAlibi,
+  kAll,
+};
+
+std::string MaskName(MaskKind m) {
+  switch (m) {
+    case MaskKind::kNone:
+      return "NoMask";
+    case MaskKind::kCausalTopLeft:
+      return "CausalTL";
+    case MaskKind::kCausalBottomRight:
+      return "CausalBR";
+    case MaskKind::kWindow:
+      return "Window";
+    case MaskKind::kKeyLengths:
+      return "KeyLengths";
+    case MaskKind::kBoolMask:
+      return "BoolMask";
+    case MaskKind::kFloatMask:
+      return "FloatMask";
+    case MaskKind::kAlibi:
+      return "Alibi";
+    case MaskKind::kAll:
+      return "AllMasks";
+  }
+  return "?";
+}
+
+struct Shape {
+  int64_t b, hq, hkv, lq, lk, d, dv;
+};
+
+// One attention problem with owned inputs, built deterministically from a seed.
+struct Case {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  DType out_dtype = DType::kFloat32;
+  Layout layout = Layout::kBHLD;
+  MaskKind mask = MaskKind::kNone;
+
+  TestTensor q, k, v, explicit_mask;
+  std::vector<int32_t> key_lengths;
+  std::vector<float> alibi;
+
+  void Build(uint64_t seed) {
+    const Shape& s = shape;
+    auto dims = [&](int64_t h, int64_t l, int64_t d) -> std::vector<int64_t> {
+      if (layout == Layout::kBHLD) return {s.b, h, l, d};
+      return {s.b, l, h, d};
+    };
+    q = TestTensor::Random(dtype, dims(s.hq, s.lq, s.d), seed, -2.0f, 2.0f);
+    k = TestTensor::Random(dtype, dims(s.hkv, s.lk, s.d), seed + 1, -2.0f,
+                           2.0f);
+    v = TestTensor::Random(dtype, dims(s.hkv, s.lk, s.dv), seed + 2);
+    const bool all = mask == MaskKind::kAll;
+    if (mask == MaskKind::kKeyLengths || all) {
+      for (int64_t b = 0; b < s.b; ++b) {
+        // Covers 0 (a fully masked batch entry), partial and full lengths.
+        key_lengths.push_back(static_cast<int32_t>(
+            b == 0 ? s.lk - s.lk / 3 : (b == 1 ? 0 : s.lk)));
+      }
+    }
+    if (mask == MaskKind::kBoolMask || all) {
+      explicit_mask =
+          TestTensor::Random(DType::kBool, {s.b, 1, s.lq, s.lk}, seed + 3);
+      // Random() sets lo + (hi-lo)*u in [-1, 1): nonzero almost everywhere;
+      // make about a quarter of the keys masked instead.
+      TestTensor u = TestTensor::Random(DType::kFloat32, {s.b, 1, s.lq, s.lk},
+                                        seed + 4, 0.0f, 1.0f);
+      for (int64_t i = 0; i < u.size(); ++i) {
+        explicit_mask.Set(i, u.at(i) < 0.25f ? 0.0f : 1.0f);
+      }
+    } else if (mask == MaskKind::kFloatMask) {
+      explicit_mask = TestTensor::Random(DType::kFloat32, {s.hq, s.lq, s.lk},
+                                         seed + 5, -1.0f, 1.0f);
+      for (int64_t i = 0; i < explicit_mask.size(); i += 7)
+        explicit_mask.Set(i, -kInf);
+    }
+    if (mask == MaskKind::kAlibi || all) {
+      for (int64_t h = 0; h < s.hq; ++h) {
+        alibi.push_back(std::pow(2.0f, -8.0f * (h + 1) / s.hq));
+      }
+    }
+  }
+
+  AttentionInputs Inputs(KernelPath path) const {
+    AttentionInputs in;
+    in.query = q.view();
+    in.key = k.view();
+    in.value = v.view();
+    in.layout = layout;
+    in.kernel = path;
+    MaskSpec& m = in.mask;
+    const bool all = mask == MaskKind::kAll;
+    if (mask == MaskKind::kCausalTopLeft ||
+        mask == MaskKind::kCausalBottomRight || all) {
+      m.causal = true;
+      m.alignment = mask == MaskKind::kCausalTopLeft
+                        ? CausalAlignment::kTopLeft
+                        : CausalAlignment::kBottomRight;
+    }
+    if (mask == MaskKind::kWindow) {
+      m.window_left = 5;
+      m.window_right = 3;
+    }
+    if (all) m.window_left = 20;
+    m.key_lengths = key_lengths;
+    if (explicit_mask.size() > 0) m.explicit_mask = explicit_mask.view();
+    m.alibi_slopes = alibi;
+    return in;
+  }
+
+  std::vector<int64_t> OutputShape() const {
+    const Shape& s = shape;
+    if (layout == Layout::kBHLD) return {s.b, s.hq, s.lq, s.dv};
+    return {s.b, s.lq, s.hq, s.dv};
+  }
+};
+
+float Tolerance(DType dtype) {
+  return dtype == DType::kFloat32 ? 1e-5f : 2e-2f;
+}
+
+// Runs the engine and the reference on `c` and compares output (and weights).
+void ExpectMatchesReference(AttentionEngine& engine, const Case& c,
+                            KernelPath path) {
+  const bool weights = path == KernelPath::kMaterialized;
+  const AttentionInputs in = c.Inputs(path);
+  const Shape& s = c.shape;
+
+  TestTensor out(c.out_dtype, c.OutputShape());
+  // Poison the outputs: every element must be written.
+  for (int64_t i = 0; i < out.size(); ++i) out.Set(i, std::nanf(""));
+  TestTensor w(DType::kFloat32, {s.b, s.hq, s.lq, s.lk});
+  for (int64_t i = 0; i < w.size(); ++i) w.Set(i, std::nanf(""));
+  AttentionOutputs outputs{out.mutable_view(), std::nullopt};
+  if (weights) outputs.weights = w.mutable_view();
+  ASSERT_TRUE(engine.Run(in, outputs).ok()) << engine.Run(in, outputs);
+
+  TestTensor ref_out(DType::kFloat32, c.OutputShape());
+  TestTensor ref_w(DType::kFloat32, {s.b, s.hq, s.lq, s.lk});
+  AttentionOutputs ref_outputs{ref_out.mutable_view(), std::nullopt};
+  if (weights) ref_outputs.weights = ref_w.mutable_view();
+  ASSERT_TRUE(ReferenceAttention(in, ref_outputs).ok());
+
+  const float tol =
+      Tolerance(c.dtype == DType::kFloat32 ? c.out_dtype : c.dtype);
+  int reported = 0;
+  for (int64_t i = 0; i < out.size(); ++i) {
+    const float ref = ref_out.at(i);
+    const float got = out.at(i);
+    // Rounding the reference to the output dtype is part of the expected error.
+    const float bound = tol * (1.0f + std::fabs(ref));
+    if (!(std::fabs(got - ref) <= bound) && reported++ < 5) {
+      ADD_FAILURE() << "output[" << i << "] = " << got << ", reference " << ref
+                    << ", |err| " << std::fabs(got - ref) << " > " << bound;
+    }
+  }
+  if (!weights) return;
+  const float wtol = Tolerance(c.dtype);
+  for (int64_t row = 0; row < s.b * s.hq * s.lq; ++row) {
+    double sum = 0.0;
+    bool ref_zero = true;
+    for (int64_t j = 0; j < s.lk; ++j) {
+      const int64_t i = row * s.lk + j;
+      const float ref = ref_w.at(i);
+      const float got = w.at(i);
+      sum += got;
+      ref_zero = ref_zero && ref == 0.0f;
+      if (!(std::fabs(got - ref) <= wtol * (1.0f + std::fabs(ref))) &&
+          reported++ < 5) {
+        ADD_FAILURE() << "weights[" << i << "] = " << got << ", reference "
+                      << ref;
+      }
+    }
+    if (ref_zero) {
+      for (int64_t j = 0; j < s.lk; ++j) {
+        EXPECT_EQ(w.at(row * s.lk + j), 0.0f) << "fully masked row " << row;
+      }
+    } else if (s.lk > 0) {
+      EXPECT_NEAR(sum, 1.0, 1e-4) << "weights row " << row;
+    }
+  }
+}
+
+std::unique_ptr<AttentionEngine> MakeEngine(Isa isa, int q_block = 0,
+                                            int k_block = 512,
+                                            int threads = 2) {
+  EngineOptions options;
+  options.max_isa = CapIsa(isa);
+  options.q_block = q_block;
+  options.k_block = k_block;
+  options.num_threads = threads;
+  auto engine = AttentionEngine::Create(options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+std::string PathName(KernelPath p) {
+  switch (p) {
+    case KernelPath::kFlash:
+      return "Flash";
+    case KernelPath::kMaterialized:
+      return "Materialized";
+    case KernelPath::kDecode:
+      return "Decode";
+    case KernelPath::kAuto:
+      return "Auto";
+  }
+  return "?";
+}
+
+std::string DTypeLabel(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "F32";
+    case DType::kBFloat16:
+      return "BF16";
+    case DType::kFloat16:
+      return "F16";
+    case DType::kBool:
+      return "Bool";
+  }
+  return "?";
+}
+
+// The mask sweep: a small odd shape with GQA, small tiles so that several q and
+// k blocks are crossed, skipped and partially masked.
+using MaskParam = std::tuple<DType, Layout, MaskKind, KernelPath, Isa, bool>;
+
+class EngineMaskTest : public ::testing::TestWithParam<MaskParam> {};
+
+TEST_P(EngineMaskTest, MatchesReference) {
+  const auto [dtype, layout, mask, path, isa, small_tiles] = GetParam();
+  auto engine = small_tiles ? MakeEngine(isa, 8, 16) : MakeEngine(isa);
+  ASSERT_NE(engine, nullptr);
+  for (const Shape& shape :
+       {Shape{3, 4, 2, 37, 45, 24, 16}, Shape{2, 3, 3, 45, 37, 17, 20}}) {
+    Case c;
+    c.shape = shape;
+    c.dtype = dtype;
+    c.out_dtype = dtype;
+    c.layout = layout;
+    c.mask = mask;
+    c.Build(static_cast<uint64_t>(shape.lq * 131 + static_cast<int>(mask)));
+    SCOPED_TRACE(absl::StrCat("Lq=", shape.lq, " Lk=", shape.lk));
+    ExpectMatchesReference(*engine, c, path);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sweep, EngineMaskTest,
+    ::testing::Combine(
+        ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
+        ::testing::Values(Layout::kBHLD, Layout::kBLHD),
+        ::testing::Values(MaskKind::kNone, MaskKind::kCausalTopLeft,
+                          MaskKind::kCausalBottomRight, MaskKind::kWindow,
+                          MaskKind::kKeyLengths, MaskKind::kBoolMask,
+                          MaskKind::kFloatMask, MaskKind::kAlibi,
+                          MaskKind::kAll),
+        ::testing::Values(KernelPath::kFlash, KernelPath::kMaterialized,
+                          KernelPath::kDecode),
+        ::testing::Values(Isa::kAvx512, Isa::kAvx2), ::testing::Bool()),
+    [](const ::testing::TestParamInfo<MaskParam>& info) {
+      const MaskParam& p = info.param;
+      return absl::StrCat(DTypeLabel(std::get<0>(p)),
+                          std::get<1>(p) == Layout::kBHLD ? "BHLD" : "BLHD",
+                          MaskName(std::get<2>(p)), PathName(std::get<3>(p)),
+                          std::get<4>(p) == Isa::kAvx512 ? "Avx512" : "Avx2",
+                          std::get<5>(p) ? "SmallTiles" : "");
+    });
+
+// The shape sweep: ones, odd sizes, every head dimension class, Lq != Lk both
+// ways, GQA and MQA, each through every path.
+using ShapeParam = std::tuple<Shape, DType, MaskKind, KernelPath>;
+
+class EngineShapeTest : public ::testing::TestWithParam<ShapeParam> {};
+
+TEST_P(EngineShapeTest, MatchesReference) {
+  const auto [shape, dtype, mask, path] = GetParam();
+  auto engine = MakeEngine(Isa::kAuto);
+  ASSERT_NE(engine, nullptr);
+  Case c;
+  c.shape = shape;
+  c.dtype = dtype;
+  // bf16/f16 inputs with f32 output: the selectable output dtype.
+  c.out_dtype = DType::kFloat32;
+  c.mask = mask;
+  c.Build(7);
+  ExpectMatchesReference(*engine, c, path);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sweep, EngineShapeTest,
+    ::testing::Combine(
+        ::testing::Values(
+            Shape{1, 1, 1, 1, 1, 1, 1}, Shape{1, 2, 1, 7, 7, 3, 3},
+            Shape{2, 4, 1, 129, 77, 64, 64}, Shape{1, 2, 2, 1000, 129, 80, 80},
+            Shape{1, 4, 2, 129, 1000, 128, 128},
+            Shape{1, 8, 2, 1, 1000, 256, 256}, Shape{1, 2, 1, 7, 1000, 64, 32}),
+        ::testing::Values(DType::kFloat32, DType::kBFloat16),
+        ::testing::Values(MaskKind::kNone, MaskKind::kCausalBottomRight,
+                          MaskKind::kAll),
+        ::testing::Values(KernelPath::kFlash, KernelPath::kMaterialized,
+                          KernelPath::kDecode)),
+    [](const ::testing::TestParamInfo<ShapeParam>& info) {
+      const Shape& s = std::get<0>(info.param);
+      return absl::StrCat(
+          "B", s.b, "Hq", s.hq, "Hkv", s.hkv, "Lq", s.lq, "Lk", s.lk, "D", s.d,
+          "Dv", s.dv, DTypeLabel(std::get<1>(info.param)),
+          MaskName(std::get<2>(info.param)), PathName(std::get<3>(info.param)));
+    });
+
+TEST(EngineTest, DegenerateShapes) {
+  auto engine = MakeEngine(Isa::kAuto);
+  ASSERT_NE(engine, nullptr);
+  for (const Shape& shape :
+       {Shape{0, 2, 1, 4, 4, 8, 8}, Shape{1, 2, 1, 0, 4, 8, 8},
+        Shape{1, 0, 1, 4, 4, 8, 8}}) {
+    Case c;
+    c.shape = shape;
+    c.Build(1);
+    for (KernelPath path :
+         {KernelPath::kFlash, KernelPath::kMaterialized, KernelPath::kDecode}) {
+      ExpectMatchesReference(*engine, c, path);
+    }
+  }
+  // Lk = 0: every row is fully masked, the output is zeros.
+  Case c;
+  c.shape = Shape{2, 2, 1, 5, 0, 8, 6};
+  c.Build(2);
+  for (KernelPath path :
+       {KernelPath::kFlash, KernelPath::kMaterialized, KernelPath::kDecode}) {
+    TestTensor out(DType::kFloat32, c.OutputShape());
+    out.Fill(std::nanf(""));
+    TestTensor w(DType::kFloat32, {2, 2, 5, 0});
+    AttentionOutputs outputs{out.mutable_view(), std::nullopt};
+    if (path == KernelPath::kMaterialized) outputs.weights = w.mutable_view();
+    ASSERT_TRUE(engine->Run(c.Inputs(path), outputs).ok());
+    for (int64_t i = 0; i < out.size(); ++i) EXPECT_EQ(out.at(i), 0.0f);
+  }
+}
+
+TEST(EngineTest, FullyMaskedRowsAreExactlyZero) {
+  auto engine = MakeEngine(Isa::kAuto);
+  ASSERT_NE(engine, nullptr);
+  Case c;
+  c.shape = Shape{1, 2, 2, 6, 9, 16, 16};
+  c.mask = MaskKind::kFloatMask;
+  c.Build(3);
+  // Row 2 of head 1 masked with -inf everywhere.
+  for (int64_t j = 0; j < 9; ++j) c.explicit_mask.Set({1, 2, j}, -kInf);
+  for (KernelPath path :
+       {KernelPath::kFlash, KernelPath::kMaterialized, KernelPath::kDecode}) {
+    TestTensor out(DType::kFloat32, c.OutputShape());
+    TestTensor w(DType::kFloat32, {1, 2, 6, 9});
+    w.Fill(std::nanf(""));
+    AttentionOutputs outputs{out.mutable_view(), std::nullopt};
+    if (path == KernelPath::kMaterialized) outputs.weights = w.mutable_view();
+    ASSERT_TRUE(engine->Run(c.Inputs(path), outputs).ok());
+    for (int64_t d = 0; d < 16; ++d) EXPECT_EQ(out.at({0, 1, 2, d}), 0.0f);
+    if (path == KernelPath::kMaterialized) {
+      for (int64_t j = 0; j < 9; ++j) EXPECT_EQ(w.at({0, 1, 2, j}), 0.0f);
+    }
+  }
+}
+
+TEST(EngineTest, ReadsStridedAndUnalignedInputs) {
+  auto engine = MakeEngine(Isa::kAuto);
+  ASSERT_NE(engine, nullptr);
+  Case c;
+  c.shape = Shape{2, 2, 1, 33, 40, 16, 16};
+  c.mask = MaskKind::kCausalBottomRight;
+  c.Build(5);
+  TestTensor expected(DType::kFloat32, c.OutputShape());
+  ASSERT_TRUE(ReferenceAttention(c.Inputs(KernelPath::kFlash),
+                                 {expected.mutable_view(), std::nullopt})
+                  .ok());
+
+  // The query as a slice (every other row of a wider buffer, one byte off
+  // alignment).
+  const int64_t rows = 2 * 2 * 33;
+  std::vector<char> storage(rows * 2 * 16 * sizeof(float) + 1);
+  char* base = storage.data() + 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(base + r * 2 * 16 * sizeof(float),
+                static_cast<const char*>(c.q.data()) + r * 16 * sizeof(float),
+                16 * sizeof(float));
+  }
+  AttentionInputs in = c.Inputs(KernelPath::kFlash);
+  in.query.data = base;
+  in.query.strides = {2 * 33 * 32, 33 * 32, 32, 1};
+  for (KernelPath path : {KernelPath::kFlash, KernelPath::kDecode}) {
+    in.kernel = path;
+    TestTensor out(DType::kFloat32, c.OutputShape());
+    ASSERT_TRUE(engine->Run(in, {out.mutable_view(), std::nullopt}).ok());
+    for (int64_t i = 0; i < out.size(); ++i) {
+      EXPECT_NEAR(out.at(i), expected.at(i),
+                  1e-5f * (1 + std::fabs(expected.at(i))));
+    }
+  }
+}
+
+TEST(EngineTest, ConcurrentRunsMatchSequentialRuns) {
+  auto engine = MakeEngine(Isa::kAuto, 0, 512, 1);
+  ASSERT_NE(engine, nullptr);
+  std::vector<Case> cases(4);
+  std::vector<TestTensor> expected;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    cases[i].shape = Shape{1, 2, 1, 40 + int64_t(i) * 9, 70, 32, 32};
+    cases[i].mask = MaskKind::kCausalTopLeft;
+    cases[i].Build(i);
+    expected.emplace_back(DType::kFloat32, cases[i].OutputShape());
+    ASSERT_TRUE(engine
+                    ->Run(cases[i].Inputs(KernelPath::kAuto),
+                          {expected.back().mutable_view(), std::nullopt})
+                    .ok());
+  }
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(cases.size(), 0);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int rep = 0; rep < 20; ++rep) {
+        TestTensor out(DType::kFloat32, cases[i].OutputShape());
+        const absl::Status s = engine->Run(cases[i].Inputs(KernelPath::kAuto),
+                                           {out.mutable_view(), std::nullopt});
+        if (!s.ok() || std::memcmp(out.data(), expected[i].data(),
+                                   out.size() * sizeof(float)) != 0) {
+          ++mismatches[i];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_EQ(mismatches[i], 0) << "case " << i;
+}
+
+TEST(EngineTest, KernelMustMatchWeightsRequest) {
+  auto engine = MakeEngine(Isa::kAuto);
+  ASSERT_NE(engine, nullptr);
+  Case c;
+  c.shape = Shape{1, 1, 1, 4, 4, 8, 8};
+  c.Build(1);
+  TestTensor out(DType::kFloat32, c.OutputShape());
+  TestTensor w(DType::kFloat32, {1, 1, 4, 4});
+  EXPECT_THAT(
+      engine->Run(c.Inputs(KernelPath::kFlash),
+                  {out.mutable_view(), w.mutable_view()}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("only the materialized kernel returns weights")));
+  EXPECT_THAT(
+      engine->Run(c.Inputs(KernelPath::kMaterialized),
+                  {out.mutable_view(), std::nullopt}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("materialized kernel needs a weights output")));
+}
+
+TEST(EngineTest, CreateRejectsBadOptions) {
+  EngineOptions options;
+  options.num_threads = -1;
+  EXPECT_THAT(
+      AttentionEngine::Create(options).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_threads")));
+  options = EngineOptions();
+  options.k_block = 0;
+  EXPECT_THAT(
+      AttentionEngine::Create(options).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("k_block")));
+  options = EngineOptions();
+  options.q_block = -3;
+  EXPECT_THAT(
+      AttentionEngine::Create(options).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("q_block")));
+}
+
+TEST(EngineTest, ReportsItsConfiguration) {
+  auto engine = MakeEngine(Isa::kAvx2, 0, 512, 3);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_EQ(engine->isa(), Isa::kAvx2);
+  EXPECT_EQ(engine->num_threads(), 3);
+  EXPECT_EQ(OneDnnVersion().substr(0, 2), "2.");
+}
+
+}  // namespace
+}  // namespace attnserve

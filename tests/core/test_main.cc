@@ -1,0 +1,26 @@
+#include <cstdlib>
+#include <string_view>
+
+#include "gtest/gtest.h"
+#include "tests/core/test_env.h"
+
+namespace attnserve::testing {
+namespace {
+Isa g_max_isa = Isa::kAuto;
+}  // namespace
+
+Isa MaxTestIsa() { return g_max_isa; }
+
+Isa CapIsa(Isa isa) { return g_max_isa == Isa::kAvx2 ? Isa::kAvx2 : isa; }
+
+}  // namespace attnserve::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (const char* isa = std::getenv("ATTNSERVE_TEST_MAX_ISA")) {
+    if (std::string_view(isa) == "avx2") {
+      attnserve::testing::g_max_isa = attnserve::Isa::kAvx2;
+    }
+  }
+  return RUN_ALL_TESTS();
+}
