@@ -91,6 +91,7 @@ void StoreFromFloat(void* data, DType dtype, int64_t i, float value) {
 }
 
 void ConvertFromFloat(const float* src, void* dst, DType dtype, size_t n) {
+  if (n == 0) return;
   if (dtype == DType::kFloat32) {
     std::memcpy(dst, src, n * sizeof(float));
     return;
@@ -99,6 +100,7 @@ void ConvertFromFloat(const float* src, void* dst, DType dtype, size_t n) {
 }
 
 void ConvertToFloat(const void* src, DType dtype, float* dst, size_t n) {
+  if (n == 0) return;
   if (dtype == DType::kFloat32) {
     std::memcpy(dst, src, n * sizeof(float));
     return;

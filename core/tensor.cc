@@ -77,18 +77,26 @@ absl::StatusOr<TensorView> TensorViewFromBytes(absl::string_view name,
   }
   const int64_t max_elements =
       std::numeric_limits<int64_t>::max() / static_cast<int64_t>(DTypeSize(dtype));
+  // The bound applies to the non-zero dimensions too: the strides of an empty
+  // tensor are still their products.
   int64_t elements = 1;
+  bool empty = false;
   for (int64_t d : shape) {
     if (d < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, ": negative dimension in shape ", ShapeString(shape)));
     }
-    if (d != 0 && elements > max_elements / d) {
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (elements > max_elements / d) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, ": element count of shape ", ShapeString(shape), " overflows"));
     }
     elements *= d;
   }
+  if (empty) elements = 0;
   const uint64_t expected = static_cast<uint64_t>(elements) * DTypeSize(dtype);
   if (expected != size_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

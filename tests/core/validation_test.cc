@@ -1,0 +1,453 @@
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/attention.h"
+#include "core/reference.h"
+#include "core/tensor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/test_env.h"
+#include "tests/core/test_util.h"
+
+namespace attnserve {
+namespace {
+
+using ::attnserve::testing::StatusIs;
+using ::attnserve::testing::TestTensor;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr DType kF32 = DType::kFloat32;
+constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+
+// Anything that computes attention and validates like AttentionEngine::Run.
+using RunFn = std::function<absl::Status(const AttentionInputs&,
+                                         const AttentionOutputs&)>;
+
+// A RunFn with a name for gtest to print.
+struct Runner {
+  const char* name;
+  RunFn run;
+};
+
+void PrintTo(const Runner& runner, std::ostream* os) { *os << runner.name; }
+
+// Every test starts from a valid call (B = 2, Hq = 4, Hkv = 2, Lq = 3, Lk = 5,
+// D = 8, Dv = 6, BHLD, with weights) and breaks one thing.
+class ValidationTest : public ::testing::TestWithParam<Runner> {
+ protected:
+  ValidationTest() {
+    inputs_.query = Input(kF32, {2, 4, 3, 8});
+    inputs_.key = Input(kF32, {2, 2, 5, 8});
+    inputs_.value = Input(kF32, {2, 2, 5, 6});
+    outputs_.output = Output(kF32, {2, 4, 3, 6});
+    outputs_.weights = Output(kF32, {2, 4, 3, 5});
+  }
+
+  absl::Status Call() const { return GetParam().run(inputs_, outputs_); }
+
+  // A zero tensor that lives as long as the test.
+  TensorView Input(DType dtype, std::vector<int64_t> shape) {
+    return tensors_.emplace_back(dtype, std::move(shape)).view();
+  }
+  MutableTensorView Output(DType dtype, std::vector<int64_t> shape) {
+    return tensors_.emplace_back(dtype, std::move(shape)).mutable_view();
+  }
+
+  // The valid call in layout BLHD: query [2, 3, 4, 8], key [2, 5, 2, 8],
+  // value [2, 5, 2, 6], output [2, 3, 4, 6].
+  void UseBlhd() {
+    inputs_.layout = Layout::kBLHD;
+    inputs_.query = Input(kF32, {2, 3, 4, 8});
+    inputs_.key = Input(kF32, {2, 5, 2, 8});
+    inputs_.value = Input(kF32, {2, 5, 2, 6});
+    outputs_.output = Output(kF32, {2, 3, 4, 6});
+  }
+
+  AttentionInputs inputs_;
+  AttentionOutputs outputs_;
+
+ private:
+  std::deque<TestTensor> tensors_;  // a deque never moves its elements
+};
+
+TEST_P(ValidationTest, ValidCallSucceeds) {
+  EXPECT_TRUE(Call().ok()) << Call();
+  UseBlhd();
+  EXPECT_TRUE(Call().ok()) << Call();
+}
+
+TEST_P(ValidationTest, QueryWrongRank) {
+  inputs_.query = Input(kF32, {4, 3, 8});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("query: expected rank 4, got "
+                                           "rank 3 (shape [4, 3, 8])")));
+}
+
+TEST_P(ValidationTest, KeyWrongRank) {
+  inputs_.key = Input(kF32, {5, 8});
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("key: expected rank 4, got rank 2")));
+}
+
+TEST_P(ValidationTest, ValueWrongRank) {
+  inputs_.value = Input(kF32, {2, 10, 6});
+  EXPECT_THAT(
+      Call(),
+      StatusIs(kInvalid, HasSubstr("value: expected rank 4, got rank 3")));
+}
+
+TEST_P(ValidationTest, KeyDTypeDiffersFromQuery) {
+  inputs_.key = Input(DType::kBFloat16, {2, 2, 5, 8});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("key: dtype bf16 differs from "
+                                           "query dtype f32")));
+}
+
+TEST_P(ValidationTest, ValueDTypeDiffersFromQuery) {
+  inputs_.value = Input(DType::kFloat16, {2, 2, 5, 6});
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("value: dtype f16 differs "
+                                                   "from query dtype f32")));
+}
+
+TEST_P(ValidationTest, BoolQuery) {
+  inputs_.query = Input(DType::kBool, {2, 4, 3, 8});
+  inputs_.key = Input(DType::kBool, {2, 2, 5, 8});
+  inputs_.value = Input(DType::kBool, {2, 2, 5, 6});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("query: dtype bool is not supported "
+                                           "(expected f32, bf16 or f16)")));
+}
+
+TEST_P(ValidationTest, NegativeDimension) {
+  inputs_.query.shape[2] = -3;
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("query: negative dimension in "
+                                           "shape [2, 4, -3, 8]")));
+}
+
+TEST_P(ValidationTest, NullData) {
+  inputs_.query.data = nullptr;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("query: null data")));
+}
+
+TEST_P(ValidationTest, HeadDimZero) {
+  inputs_.query = Input(kF32, {2, 4, 3, 0});
+  inputs_.key = Input(kF32, {2, 2, 5, 0});
+  EXPECT_THAT(
+      Call(),
+      StatusIs(kInvalid, HasSubstr("query: head dimension D = 0 is out of "
+                                   "range [1, 256]")));
+}
+
+TEST_P(ValidationTest, HeadDimAbove256) {
+  inputs_.query = Input(kF32, {2, 4, 3, 257});
+  inputs_.key = Input(kF32, {2, 2, 5, 257});
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("query: head dimension D = 257 is out "
+                                         "of range [1, 256]")));
+}
+
+TEST_P(ValidationTest, ValueDimOutOfRange) {
+  inputs_.value = Input(kF32, {2, 2, 5, 0});
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("value: head dimension Dv = 0 is out "
+                                         "of range [1, 256]")));
+  inputs_.value = Input(kF32, {2, 2, 5, 257});
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("Dv = 257")));
+}
+
+TEST_P(ValidationTest, KvHeadsZero) {
+  inputs_.key = Input(kF32, {2, 0, 5, 8});
+  inputs_.value = Input(kF32, {2, 0, 5, 6});
+  EXPECT_THAT(
+      Call(),
+      StatusIs(kInvalid, HasSubstr("key: number of kv heads must be at "
+                                   "least 1, got 0 (shape [2, 0, 5, 8])")));
+}
+
+TEST_P(ValidationTest, KeyBatchDiffersFromQuery) {
+  inputs_.key = Input(kF32, {3, 2, 5, 8});
+  EXPECT_THAT(
+      Call(),
+      StatusIs(
+          kInvalid,
+          HasSubstr("key: shape [3, 2, 5, 8] does not match query shape "
+                    "[2, 4, 3, 8] in layout BHLD (expected [2, 2, 5, 8])")));
+}
+
+TEST_P(ValidationTest, KeyHeadDimDiffersFromQuery) {
+  inputs_.key = Input(kF32, {2, 2, 5, 7});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, AllOf(HasSubstr("key: shape [2, 2, 5, 7]"),
+                                       HasSubstr("(expected [2, 2, 5, 8])"))));
+}
+
+TEST_P(ValidationTest, KeyMismatchInBlhdNamesTheLayout) {
+  UseBlhd();
+  inputs_.key = Input(kF32, {2, 5, 2, 7});
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("in layout BLHD (expected "
+                                                   "[2, 5, 2, 8])")));
+}
+
+TEST_P(ValidationTest, ValueShapeDiffersFromKey) {
+  const char* const kPrefix =
+      "does not match key shape [2, 2, 5, 8] in layout "
+      "BHLD (expected [2, 2, 5, 6])";
+  inputs_.value = Input(kF32, {2, 2, 4, 6});  // Lk
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, AllOf(HasSubstr("value: shape [2, 2, 4, 6]"),
+                                       HasSubstr(kPrefix))));
+  inputs_.value = Input(kF32, {2, 1, 5, 6});  // Hkv
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr(kPrefix)));
+  inputs_.value = Input(kF32, {1, 2, 5, 6});  // B
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr(kPrefix)));
+  UseBlhd();
+  inputs_.value = Input(kF32, {2, 4, 2, 6});
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("in layout BLHD (expected "
+                                                   "[2, 5, 2, 6])")));
+}
+
+TEST_P(ValidationTest, QueryHeadsNotMultipleOfKvHeads) {
+  inputs_.key = Input(kF32, {2, 3, 5, 8});
+  inputs_.value = Input(kF32, {2, 3, 5, 6});
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("query heads Hq = 4 is not a multiple "
+                                         "of key/value heads Hkv = 3")));
+}
+
+TEST_P(ValidationTest, NonDenseLastDimension) {
+  const AttentionInputs valid = inputs_;
+  inputs_.query.strides[3] = 2;
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("query: last dimension must be dense "
+                                         "(stride 1), got stride 2")));
+  inputs_ = valid;
+  inputs_.key.strides[3] = 0;
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("key: last dimension must be dense "
+                                           "(stride 1), got stride 0")));
+  inputs_ = valid;
+  inputs_.value.strides[3] = -1;
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("value: last dimension must be dense "
+                                         "(stride 1), got stride -1")));
+}
+
+TEST_P(ValidationTest, NegativeWindows) {
+  inputs_.mask.window_left = -1;
+  EXPECT_THAT(
+      Call(),
+      StatusIs(kInvalid, HasSubstr("mask.window_left: must be >= 0, got -1")));
+  inputs_.mask.window_left = 0;
+  inputs_.mask.window_right = -2;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.window_right: must be "
+                                                   ">= 0, got -2")));
+}
+
+TEST_P(ValidationTest, KeyLengthsWrongCount) {
+  const int32_t one[] = {5};
+  inputs_.mask.key_lengths = one;
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("mask.key_lengths: expected 2 entries "
+                                         "(one per batch), got 1")));
+  const int32_t three[] = {5, 5, 5};
+  inputs_.mask.key_lengths = three;
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("expected 2 entries (one per "
+                                           "batch), got 3")));
+}
+
+TEST_P(ValidationTest, KeyLengthsOutOfRange) {
+  const int32_t negative[] = {5, -1};
+  inputs_.mask.key_lengths = negative;
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("mask.key_lengths[1] = -1 is out of "
+                                           "range [0, Lk = 5]")));
+  const int32_t too_long[] = {6, 0};
+  inputs_.mask.key_lengths = too_long;
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("mask.key_lengths[0] = 6 is out of "
+                                           "range [0, Lk = 5]")));
+}
+
+TEST_P(ValidationTest, MaskNotBroadcastable) {
+  inputs_.mask.explicit_mask = Input(DType::kBool, {3});
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("mask: shape [3] is not broadcastable "
+                                         "to [2, 4, 3, 5] (dimension 0 is 3, "
+                                         "expected 1 or 5)")));
+  inputs_.mask.explicit_mask = Input(kF32, {1, 2, 1, 1});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("(dimension 1 is 2, expected "
+                                           "1 or 4)")));
+}
+
+TEST_P(ValidationTest, MaskShapeIgnoresLayout) {
+  UseBlhd();
+  inputs_.mask.explicit_mask =
+      Input(DType::kBool, {2, 3, 4, 5});  // [B, Lq, Hq, Lk]
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("is not broadcastable to "
+                                                   "[2, 4, 3, 5]")));
+}
+
+TEST_P(ValidationTest, MaskRankAboveFour) {
+  TensorView mask = Input(DType::kBool, {1, 1, 1, 1});
+  mask.rank = 5;
+  inputs_.mask.explicit_mask = mask;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask: rank 5 exceeds 4")));
+}
+
+TEST_P(ValidationTest, MaskWrongDType) {
+  inputs_.mask.explicit_mask = Input(DType::kFloat16, {5});
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask: dtype f16 is not "
+                                                   "supported (expected bool "
+                                                   "or f32)")));
+  inputs_.mask.explicit_mask = Input(DType::kBFloat16, {5});
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask: dtype bf16 is not "
+                                                   "supported")));
+}
+
+TEST_P(ValidationTest, MaskNullData) {
+  TensorView mask = Input(DType::kBool, {5});
+  mask.data = nullptr;
+  inputs_.mask.explicit_mask = mask;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask: null data")));
+}
+
+TEST_P(ValidationTest, AlibiWrongLength) {
+  const float three[] = {0.1f, 0.2f, 0.3f};
+  inputs_.mask.alibi_slopes = three;
+  EXPECT_THAT(
+      Call(),
+      StatusIs(kInvalid, HasSubstr("mask.alibi_slopes: expected 4 entries "
+                                   "(one per query head), got 3")));
+}
+
+TEST_P(ValidationTest, AlibiNonFinite) {
+  float slopes[] = {0.1f, 0.2f, std::nanf(""), 0.4f};
+  inputs_.mask.alibi_slopes = slopes;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.alibi_slopes[2]: must "
+                                                   "be finite, got nan")));
+  slopes[2] = 0.3f;
+  slopes[3] = -std::numeric_limits<float>::infinity();
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.alibi_slopes[3]: must "
+                                                   "be finite, got -inf")));
+}
+
+TEST_P(ValidationTest, ScaleNonFinite) {
+  inputs_.scale = std::nanf("");
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("scale: must be finite, got nan")));
+  inputs_.scale = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("scale: must be finite, got inf")));
+  inputs_.scale = -std::numeric_limits<float>::infinity();
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("scale: must be finite, got -inf")));
+}
+
+TEST_P(ValidationTest, OutputWrongShape) {
+  outputs_.output = Output(kF32, {2, 4, 3, 5});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("output: shape [2, 4, 3, 5] "
+                                           "does not match [2, 4, 3, 6]")));
+  outputs_.output = Output(kF32, {8, 3, 6});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("output: shape [8, 3, 6] does "
+                                           "not match [2, 4, 3, 6]")));
+}
+
+TEST_P(ValidationTest, OutputFollowsLayout) {
+  UseBlhd();
+  outputs_.output = Output(kF32, {2, 4, 3, 6});  // BHLD
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("output: shape [2, 4, 3, 6] "
+                                           "does not match [2, 3, 4, 6]")));
+}
+
+TEST_P(ValidationTest, OutputBool) {
+  outputs_.output = Output(DType::kBool, {2, 4, 3, 6});
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("output: dtype bool is not "
+                                                   "supported (expected f32, "
+                                                   "bf16 or f16)")));
+}
+
+TEST_P(ValidationTest, OutputNonDenseLastDimension) {
+  outputs_.output.strides[3] = 2;
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("output: last dimension must be dense "
+                                         "(stride 1), got stride 2")));
+}
+
+TEST_P(ValidationTest, OutputNullData) {
+  outputs_.output.data = nullptr;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("output: null data")));
+}
+
+TEST_P(ValidationTest, WeightsWrongShape) {
+  outputs_.weights = Output(kF32, {2, 4, 3, 4});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("weights: shape [2, 4, 3, 4] "
+                                           "does not match [2, 4, 3, 5]")));
+  // [B, Hq, Lq, Lk] whatever the layout.
+  UseBlhd();
+  outputs_.weights = Output(kF32, {2, 3, 4, 5});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("weights: shape [2, 3, 4, 5] "
+                                           "does not match [2, 4, 3, 5]")));
+}
+
+TEST_P(ValidationTest, WeightsWrongDType) {
+  outputs_.weights = Output(DType::kBFloat16, {2, 4, 3, 5});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("weights: dtype bf16 is not "
+                                           "supported (expected f32)")));
+}
+
+TEST_P(ValidationTest, WeightsNotDense) {
+  MutableTensorView weights = Output(kF32, {2, 4, 3, 6});
+  weights.shape[3] = 5;  // rows of 5 in rows of 6
+  outputs_.weights = weights;
+  EXPECT_THAT(
+      Call(),
+      StatusIs(kInvalid, HasSubstr("weights: must be dense (row-major)")));
+}
+
+TEST_P(ValidationTest, WeightsNullData) {
+  outputs_.weights->data = nullptr;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("weights: null data")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, ValidationTest,
+                         ::testing::Values(Runner{"reference",
+                                                  ReferenceAttention}));
+
+// The engine must reject exactly what the reference rejects. One engine serves
+// the whole suite, as one serves a whole server.
+absl::Status RunEngine(const AttentionInputs& inputs,
+                       const AttentionOutputs& outputs) {
+  static const auto* const engine = [] {
+    EngineOptions options;
+    options.max_isa = testing::CapIsa(Isa::kAuto);
+    return new absl::StatusOr<std::unique_ptr<AttentionEngine>>(
+        AttentionEngine::Create(options));
+  }();
+  if (!engine->ok()) return engine->status();
+  return (**engine)->Run(inputs, outputs);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engine, ValidationTest,
+                         ::testing::Values(Runner{"engine", RunEngine}));
+
+}  // namespace
+}  // namespace attnserve
