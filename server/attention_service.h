@@ -1,0 +1,70 @@
+#ifndef ATTNSERVE_SERVER_ATTENTION_SERVICE_H_
+#define ATTNSERVE_SERVER_ATTENTION_SERVICE_H_
+
+// The AttentionService on gRPC's callback API. Handlers only validate and queue:
+// kernels run on the scheduler's workers, which finish the calls.
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "core/attention.h"
+#include "server/metrics.h"
+#include "server/request_codec.h"
+#include "server/scheduler.h"
+
+namespace attnserve::server {
+
+struct ServiceOptions {
+  RequestLimits limits;
+  // When non-empty, every call must carry "authorization: Bearer <token>".
+  std::string auth_token;
+  // Messages of one AttendStream being computed or waiting to be written; reading
+  // pauses beyond it (backpressure).
+  int max_stream_inflight = 16;
+  // Reported by GetServerInfo.
+  v1::ServerInfo info;
+};
+
+class AttentionService final : public v1::AttentionService::CallbackService {
+ public:
+  // `scheduler`, `metrics` and `validator` must outlive the service; `validator`
+  // only checks requests (AttentionEngine::Validate), it computes nothing.
+  AttentionService(ServiceOptions options, Scheduler* scheduler, Metrics* metrics,
+                   const AttentionEngine* validator);
+
+  // From now on new calls, and new messages on open streams, get UNAVAILABLE.
+  void StartDraining() { draining_.store(true); }
+
+  grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
+                                   const v1::AttendRequest* request,
+                                   v1::AttendResponse* response) override;
+  grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttendStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const v1::GetServerInfoRequest* request,
+                                          v1::ServerInfo* response) override;
+
+ private:
+  class StreamReactor;
+  friend class StreamReactor;
+
+  // Checks draining and the bearer token.
+  absl::Status Admit(const grpc::CallbackServerContext& context) const;
+  // Decodes and queues one request; `done` is called exactly once, on a worker or
+  // inline, with the final status (response filled when OK).
+  void Process(const v1::AttendRequest& request, v1::AttendResponse* response,
+               absl::Time received, std::function<bool()> is_cancelled,
+               absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done);
+
+  const ServiceOptions options_;
+  Scheduler* const scheduler_;
+  Metrics* const metrics_;
+  const AttentionEngine* const validator_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_ATTENTION_SERVICE_H_

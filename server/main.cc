@@ -1,0 +1,95 @@
+// attnserve: the attention gRPC server. Flags are read here and nowhere else.
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "core/attention.h"
+#include "server/log.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address (host:port; port 0 picks one)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
+          "HTTP address of /metrics; empty disables it");
+ABSL_FLAG(int, workers, 1, "scheduler workers (concurrent kernels)");
+ABSL_FLAG(int, threads_per_worker, 0,
+          "OpenMP threads per worker; 0 = available CPUs (cgroup limit aware) / workers");
+ABSL_FLAG(int, max_queue, 256, "requests waiting for a worker before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20, "largest request message");
+ABSL_FLAG(int64_t, max_response_bytes, int64_t{256} << 20, "largest response message");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
+          "time in-flight calls get to finish after SIGTERM/SIGINT");
+ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; enables TLS with --tls_key");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key");
+ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA that client certificates must chain to (mTLS)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file holding a bearer token every call must send (health stays open)");
+ABSL_FLAG(std::string, max_isa, "auto", "cap the kernels' own ISA: auto, avx512 or avx2");
+
+namespace {
+
+using attnserve::server::LogLevel;
+
+int Fail(const std::string& message) {
+  attnserve::server::WriteLog(LogLevel::kError, message);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("attnserve: attention over gRPC. Flags:");
+  absl::ParseCommandLine(argc, argv);
+
+  auto level = attnserve::server::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!level.ok()) return Fail(std::string(level.status().message()));
+  attnserve::server::SetLogLevel(*level);
+
+  attnserve::server::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.scheduler.workers = absl::GetFlag(FLAGS_workers);
+  options.scheduler.threads_per_worker = absl::GetFlag(FLAGS_threads_per_worker);
+  options.scheduler.max_queue = absl::GetFlag(FLAGS_max_queue);
+  options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.max_response_bytes = absl::GetFlag(FLAGS_max_response_bytes);
+  options.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  const std::string isa = absl::GetFlag(FLAGS_max_isa);
+  if (isa == "avx2") {
+    options.scheduler.engine.max_isa = attnserve::Isa::kAvx2;
+  } else if (isa == "avx512") {
+    options.scheduler.engine.max_isa = attnserve::Isa::kAvx512;
+  } else if (isa != "auto") {
+    return Fail("--max_isa must be auto, avx512 or avx2, got \"" + isa + "\"");
+  }
+
+  // Block the shutdown signals in every thread (the ones started below inherit the
+  // mask) and take them synchronously here.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = attnserve::server::AttnServer::Start(options);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  attnserve::server::WriteLog(LogLevel::kInfo, (*server)->ConfigSummary());
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  attnserve::server::WriteLog(
+      LogLevel::kInfo, std::string("received ") + (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
+                           ", draining");
+  (*server)->Shutdown();
+  attnserve::server::WriteLog(LogLevel::kInfo, "stopped");
+  return 0;
+}

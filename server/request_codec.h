@@ -1,0 +1,53 @@
+#ifndef ATTNSERVE_SERVER_REQUEST_CODEC_H_
+#define ATTNSERVE_SERVER_REQUEST_CODEC_H_
+
+// Converts between the wire messages and the core's views, in one place. Decoding
+// checks every field and makes no copy of tensor data: the views point into the
+// request's bytes (the kernels accept any alignment).
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "attnserve/v1/attention.pb.h"
+#include "core/attention.h"
+#include "core/tensor.h"
+
+namespace attnserve::server {
+
+struct RequestLimits {
+  // Largest response payload (output + weights bytes) a request may ask for.
+  int64_t max_response_bytes = int64_t{256} << 20;
+};
+
+// A request checked field by field. Its views borrow from the request message,
+// which must outlive it and stay unmodified.
+struct DecodedRequest {
+  AttentionInputs inputs;
+  AttentionShape shape;
+  DType output_dtype = DType::kFloat32;
+  bool return_weights = false;
+  // Bytes of the output tensor plus, when requested, the weights tensor.
+  int64_t response_payload_bytes = 0;
+};
+
+// InvalidArgument naming the field ("query.data", "mask.key_lengths", ...) with the
+// expected and actual shape or size; ResourceExhausted when the response would
+// exceed limits.max_response_bytes (the message names the limit and the flag that
+// raises it). `engine` validates the attention semantics (shapes, masks).
+absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
+                                             const AttentionEngine& engine,
+                                             const RequestLimits& limits);
+
+// Sets the output (and weights) tensors of `response` — dtype, shape and zeroed
+// data of the right size — and returns views of them for the engine to fill.
+AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
+                                 v1::AttendResponse* response);
+
+// Wire dtype <-> core dtype. InvalidArgument (naming `field`) for UNSPECIFIED or
+// unknown values.
+absl::StatusOr<DType> FromWireDType(v1::DataType dtype, absl::string_view field);
+v1::DataType ToWireDType(DType dtype);
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_REQUEST_CODEC_H_

@@ -1,0 +1,191 @@
+#include "server/server.h"
+
+#include <climits>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "core/attention.h"
+#include "core/status_macros.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/attention_service.h"
+#include "server/log.h"
+#include "server/metrics.h"
+
+#ifndef ATTNSERVE_VERSION
+#define ATTNSERVE_VERSION "dev"
+#endif
+
+namespace attnserve::server {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot read \"", path, "\""));
+  }
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
+    const ServerOptions& o) {
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+  }
+  if (o.tls_cert_file.empty()) {
+    if (!o.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.private_key, ReadFile(o.tls_key_file, "--tls_key"));
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(o.tls_cert_file, "--tls_cert"));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!o.tls_client_ca_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(o.tls_client_ca_file, "--tls_client_ca"));
+    ssl.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+struct AttnServer::Impl {
+  ServerOptions options;
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<AttentionEngine> validator;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<AttentionService> service;
+  std::unique_ptr<grpc::Server> server;  // last: destroyed first
+  int port = 0;
+  int metrics_port = 0;
+  absl::Mutex mu;
+  bool shut_down ABSL_GUARDED_BY(mu) = false;
+};
+
+AttnServer::AttnServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+AttnServer::~AttnServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
+    const ServerOptions& options) {
+  for (auto [value, flag] : {std::pair{options.max_request_bytes, "--max_request_bytes"},
+                             std::pair{options.max_response_bytes, "--max_response_bytes"}}) {
+    if (value < 1 || value > INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, " must be in [1, ", INT_MAX, "] (gRPC's limit), got ", value));
+    }
+  }
+  if (options.shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--shutdown_grace must not be negative");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   Credentials(options));
+  std::string token;
+  if (!options.auth_token_file.empty()) {
+    ASSIGN_OR_RETURN(token, ReadFile(options.auth_token_file, "--auth_token_file"));
+    token = std::string(absl::StripAsciiWhitespace(token));
+    if (token.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--auth_token_file: \"", options.auth_token_file, "\" holds no token"));
+    }
+  }
+
+  EngineOptions validator_options = options.scheduler.engine;
+  validator_options.num_threads = 1;
+  ASSIGN_OR_RETURN(impl->validator, AttentionEngine::Create(validator_options));
+  impl->metrics = std::make_unique<Metrics>(BuildInfo{
+      ATTNSERVE_VERSION, OneDnnVersion(), std::string(IsaName(impl->validator->isa()))});
+  if (!options.metrics_listen.empty()) {
+    ASSIGN_OR_RETURN(impl->metrics_port, impl->metrics->Expose(options.metrics_listen));
+  }
+  ASSIGN_OR_RETURN(impl->scheduler,
+                   Scheduler::Create(options.scheduler, impl->metrics.get()));
+
+  ServiceOptions service_options;
+  service_options.limits.max_response_bytes = options.max_response_bytes;
+  service_options.auth_token = token;
+  v1::ServerInfo& info = service_options.info;
+  info.set_version(ATTNSERVE_VERSION);
+  info.set_onednn_version(OneDnnVersion());
+  info.set_isa(std::string(IsaName(impl->validator->isa())));
+  info.set_workers(impl->scheduler->workers());
+  info.set_threads_per_worker(impl->scheduler->threads_per_worker());
+  info.set_max_queue(options.scheduler.max_queue);
+  info.set_max_request_bytes(options.max_request_bytes);
+  info.set_max_response_bytes(options.max_response_bytes);
+  impl->service = std::make_unique<AttentionService>(
+      std::move(service_options), impl->scheduler.get(), impl->metrics.get(),
+      impl->validator.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, credentials, &impl->port);
+  builder.RegisterService(impl->service.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_response_bytes));
+  // Large frames and windows: tensors of a few MB otherwise cross loopback in 16 KB
+  // frames with many window updates (docs/operations.md has the measurements).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 * 1024 * 1024 - 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024 * 1024);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    impl->scheduler->Shutdown(absl::Now());
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on \"", options.listen, "\" (--listen)"));
+  }
+  grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(v1::AttentionService::service_full_name(), true);
+  return std::unique_ptr<AttnServer>(new AttnServer(std::move(impl)));
+}
+
+int AttnServer::port() const { return impl_->port; }
+int AttnServer::metrics_port() const { return impl_->metrics_port; }
+
+std::string AttnServer::ConfigSummary() const {
+  const ServerOptions& o = impl_->options;
+  return absl::StrCat(
+      "attnserve ", ATTNSERVE_VERSION, " listen=", o.listen, " port=", impl_->port,
+      " metrics_listen=", o.metrics_listen.empty() ? "(disabled)" : o.metrics_listen,
+      " metrics_port=", impl_->metrics_port, " workers=", impl_->scheduler->workers(),
+      " threads_per_worker=", impl_->scheduler->threads_per_worker(),
+      " max_queue=", o.scheduler.max_queue, " max_request_bytes=", o.max_request_bytes,
+      " max_response_bytes=", o.max_response_bytes,
+      " shutdown_grace=", absl::FormatDuration(o.shutdown_grace),
+      " tls=", o.tls_cert_file.empty() ? "off" : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
+      " auth=", o.auth_token_file.empty() ? "off" : "bearer", " isa=",
+      IsaName(impl_->validator->isa()), " onednn=", OneDnnVersion());
+}
+
+void AttnServer::Shutdown() {
+  {
+    absl::MutexLock lock(&impl_->mu);
+    if (impl_->shut_down) return;
+    impl_->shut_down = true;
+  }
+  impl_->server->GetHealthCheckService()->SetServingStatus(false);
+  impl_->service->StartDraining();
+  // Waits for in-flight calls until the grace ends, then cancels the rest; queued
+  // work of cancelled calls is rejected by the scheduler, which finishes them.
+  impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + impl_->options.shutdown_grace));
+  impl_->scheduler->Shutdown(absl::Now());
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,62 @@
+#ifndef ATTNSERVE_SERVER_SERVER_H_
+#define ATTNSERVE_SERVER_SERVER_H_
+
+// Builds and runs the whole server: gRPC (AttentionService, health, reflection,
+// TLS, limits), the scheduler, metrics over HTTP; shuts it down gracefully.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/scheduler.h"
+
+namespace attnserve::server {
+
+struct ServerOptions {
+  // gRPC address; port 0 picks a free port (see AttnServer::port()).
+  std::string listen = "0.0.0.0:50051";
+  // HTTP address of /metrics; empty disables metrics over HTTP.
+  std::string metrics_listen = "0.0.0.0:9464";
+  SchedulerOptions scheduler;
+  // Largest request and response messages (also set on the gRPC server).
+  int64_t max_request_bytes = int64_t{256} << 20;
+  int64_t max_response_bytes = int64_t{256} << 20;
+  // How long in-flight calls may take to finish after Shutdown starts.
+  absl::Duration shutdown_grace = absl::Seconds(30);
+  // PEM files; both or neither. With tls_client_ca_file, clients must present a
+  // certificate signed by it (mTLS).
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+  // File whose content (trimmed) is the bearer token every call must carry.
+  std::string auth_token_file;
+};
+
+class AttnServer {
+ public:
+  // Starts serving. InvalidArgument for bad options or unreadable files;
+  // Unavailable when an address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<AttnServer>> Start(const ServerOptions& options);
+  ~AttnServer();  // Shutdown() if not yet done.
+  AttnServer(const AttnServer&) = delete;
+  AttnServer& operator=(const AttnServer&) = delete;
+
+  int port() const;
+  // 0 when metrics over HTTP are disabled.
+  int metrics_port() const;
+  // The effective configuration, one line.
+  std::string ConfigSummary() const;
+
+  // Health goes NOT_SERVING, new calls get UNAVAILABLE, in-flight calls finish
+  // within the grace period (later ones are cancelled), workers stop. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit AttnServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_SERVER_H_
