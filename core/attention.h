@@ -139,6 +139,12 @@ class AttentionEngine {
   AttentionEngine() = default;
 };
 
+// The kernel Run uses for a call of `shape`: `requested` unless kAuto, else
+// materialized with weights, decode for Lq <= 8 against Lk >= 1024, flash otherwise.
+KernelPath ChooseKernel(const AttentionShape& shape, KernelPath requested,
+                        bool weights);
+absl::string_view KernelPathName(KernelPath path);  // "flash", "decode", ...
+
 // "2.6.3" — the oneDNN library linked at run time.
 std::string OneDnnVersion();
 

@@ -28,11 +28,6 @@ int64_t AutoQueryBlock(int64_t q_len) {
   return 32;
 }
 
-// Few query rows against many keys: per-head parallelism starves, split the keys.
-bool PreferDecode(const AttentionShape& s) {
-  return s.q_len <= 8 && s.k_len >= 1024;
-}
-
 class Engine final : public AttentionEngine {
  public:
   Engine(const EngineOptions& options, int threads, const VecOps* ops,
@@ -53,12 +48,8 @@ class Engine final : public AttentionEngine {
     ASSIGN_OR_RETURN(Strides4 out_strides, ResolveOutput(problem, outputs));
     const AttentionShape& s = problem.shape;
 
-    KernelPath path = problem.kernel;
     const bool weights = outputs.weights.has_value();
-    if (path == KernelPath::kAuto) {
-      path = weights ? KernelPath::kMaterialized
-                     : (PreferDecode(s) ? KernelPath::kDecode : KernelPath::kFlash);
-    }
+    const KernelPath path = ChooseKernel(s, problem.kernel, weights);
     if (weights != (path == KernelPath::kMaterialized)) {
       return absl::InvalidArgumentError(
           weights ? "kernel: only the materialized kernel returns weights"
@@ -137,6 +128,29 @@ class Engine final : public AttentionEngine {
 };
 
 }  // namespace
+
+KernelPath ChooseKernel(const AttentionShape& shape, KernelPath requested,
+                        bool weights) {
+  if (requested != KernelPath::kAuto) return requested;
+  if (weights) return KernelPath::kMaterialized;
+  // Few query rows against many keys: per-head parallelism starves, split the keys.
+  if (shape.q_len <= 8 && shape.k_len >= 1024) return KernelPath::kDecode;
+  return KernelPath::kFlash;
+}
+
+absl::string_view KernelPathName(KernelPath path) {
+  switch (path) {
+    case KernelPath::kAuto:
+      return "auto";
+    case KernelPath::kFlash:
+      return "flash";
+    case KernelPath::kMaterialized:
+      return "materialized";
+    case KernelPath::kDecode:
+      return "decode";
+  }
+  return "?";
+}
 
 absl::string_view IsaName(Isa isa) {
   switch (isa) {
