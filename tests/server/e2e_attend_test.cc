@@ -1,0 +1,372 @@
+// Attention through the wire against the core reference, over a real attnserve
+// process: unary and streaming, shapes, dtypes, layouts and masks, and the
+// validation errors a caller sees.
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "core/attention.h"
+#include "core/reference.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/test_util.h"
+#include "tests/server/server_process.h"
+
+namespace attnserve {
+namespace {
+
+using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::TestTensor;
+using ::testing::HasSubstr;
+
+v1::DataType Wire(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return v1::FLOAT32;
+    case DType::kBFloat16:
+      return v1::BFLOAT16;
+    case DType::kFloat16:
+      return v1::FLOAT16;
+    case DType::kBool:
+      return v1::BOOL;
+  }
+  return v1::DATA_TYPE_UNSPECIFIED;
+}
+
+void ToWire(const TestTensor& t, v1::Tensor* out) {
+  out->set_dtype(Wire(t.dtype()));
+  for (int64_t d : t.shape()) out->add_shape(d);
+  out->set_data(static_cast<const char*>(t.data()), t.size() * DTypeSize(t.dtype()));
+}
+
+// One call: inputs, the request that carries them, and the reference answer.
+struct WireCase {
+  int64_t b = 1, hq = 2, hkv = 1, lq = 5, lk = 7, d = 8, dv = 8;
+  DType dtype = DType::kFloat32;
+  DType out_dtype = DType::kFloat32;
+  Layout layout = Layout::kBHLD;
+  bool causal = false;
+  CausalAlignment alignment = CausalAlignment::kTopLeft;
+  std::optional<int32_t> window_left, window_right;
+  bool key_lengths = false;
+  bool bool_mask = false;
+  bool alibi = false;
+  bool weights = false;
+
+  TestTensor q, k, v, mask;
+  std::vector<int32_t> lengths;
+  std::vector<float> slopes;
+
+  std::vector<int64_t> Dims(int64_t h, int64_t l, int64_t x) const {
+    if (layout == Layout::kBHLD) return {b, h, l, x};
+    return {b, l, h, x};
+  }
+
+  v1::AttendRequest Build(uint64_t seed) {
+    q = TestTensor::Random(dtype, Dims(hq, lq, d), seed);
+    k = TestTensor::Random(dtype, Dims(hkv, lk, d), seed + 1);
+    v = TestTensor::Random(dtype, Dims(hkv, lk, dv), seed + 2);
+    v1::AttendRequest r;
+    r.set_request_id(absl::StrCat("case-", seed));
+    ToWire(q, r.mutable_query());
+    ToWire(k, r.mutable_key());
+    ToWire(v, r.mutable_value());
+    r.set_layout(layout == Layout::kBHLD ? v1::BHLD : v1::BLHD);
+    r.set_output_dtype(Wire(out_dtype));
+    r.set_return_weights(weights);
+    v1::Mask* m = r.mutable_mask();
+    m->set_causal(causal);
+    m->set_alignment(alignment == CausalAlignment::kTopLeft ? v1::TOP_LEFT
+                                                            : v1::BOTTOM_RIGHT);
+    if (window_left) m->set_window_left(*window_left);
+    if (window_right) m->set_window_right(*window_right);
+    if (key_lengths) {
+      for (int64_t i = 0; i < b; ++i) lengths.push_back(static_cast<int32_t>((i * 3 + 2) % (lk + 1)));
+      for (int32_t x : lengths) m->add_key_lengths(x);
+    }
+    if (bool_mask) {
+      mask = TestTensor(DType::kBool, {lq, lk});
+      for (int64_t i = 0; i < mask.size(); ++i) mask.Set(i, (i * 7) % 5 != 0 ? 1.0f : 0.0f);
+      ToWire(mask, m->mutable_explicit_mask());
+    }
+    if (alibi) {
+      for (int64_t h = 0; h < hq; ++h) slopes.push_back(0.5f / (h + 1));
+      for (float s : slopes) m->add_alibi_slopes(s);
+    }
+    return r;
+  }
+
+  // The reference output (f32) and weights for the built inputs.
+  void Expected(TestTensor* out, TestTensor* w) const {
+    AttentionInputs in;
+    in.query = q.view();
+    in.key = k.view();
+    in.value = v.view();
+    in.layout = layout;
+    in.mask.causal = causal;
+    in.mask.alignment = alignment;
+    if (window_left) in.mask.window_left = *window_left;
+    if (window_right) in.mask.window_right = *window_right;
+    in.mask.key_lengths = lengths;
+    if (bool_mask) in.mask.explicit_mask = mask.view();
+    in.mask.alibi_slopes = slopes;
+    *out = TestTensor(DType::kFloat32,
+                      layout == Layout::kBHLD ? std::vector<int64_t>{b, hq, lq, dv}
+                                              : std::vector<int64_t>{b, lq, hq, dv});
+    *w = TestTensor(DType::kFloat32, {b, hq, lq, lk});
+    AttentionOutputs outs{out->mutable_view(), std::nullopt};
+    if (weights) outs.weights = w->mutable_view();
+    ASSERT_TRUE(ReferenceAttention(in, outs).ok());
+  }
+};
+
+// Compares a wire tensor with the reference values.
+void ExpectTensorNear(const v1::Tensor& got, DType dtype, const TestTensor& expected,
+                      float tol) {
+  ASSERT_EQ(got.dtype(), Wire(dtype));
+  ASSERT_EQ(std::vector<int64_t>(got.shape().begin(), got.shape().end()),
+            expected.shape());
+  ASSERT_EQ(got.data().size(), expected.size() * DTypeSize(dtype));
+  int reported = 0;
+  for (int64_t i = 0; i < expected.size(); ++i) {
+    const float g = LoadAsFloat(got.data().data(), dtype, i);
+    const float e = expected.at(i);
+    if (!(std::fabs(g - e) <= tol * (1 + std::fabs(e))) && reported++ < 5) {
+      ADD_FAILURE() << "element " << i << ": got " << g << ", expected " << e;
+    }
+  }
+}
+
+void ExpectMatches(const WireCase& c, const v1::AttendResponse& response) {
+  TestTensor out, w;
+  c.Expected(&out, &w);
+  const float tol = c.dtype == DType::kFloat32 && c.out_dtype == DType::kFloat32 ? 1e-5f
+                                                                                 : 2e-2f;
+  ExpectTensorNear(response.output(), c.out_dtype, out, tol);
+  if (c.weights) {
+    ExpectTensorNear(response.weights(), DType::kFloat32, w,
+                     c.dtype == DType::kFloat32 ? 1e-5f : 2e-2f);
+  } else {
+    EXPECT_FALSE(response.has_weights());
+  }
+}
+
+class E2eAttendTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=2"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::AttentionService::NewStub(server_->Channel());
+  }
+
+  grpc::Status Call(const v1::AttendRequest& request, v1::AttendResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    return stub_->Attend(&context, request, response);
+  }
+
+  static ServerProcess* server_;
+  std::unique_ptr<v1::AttentionService::Stub> stub_;
+};
+
+ServerProcess* E2eAttendTest::server_ = nullptr;
+
+std::vector<WireCase> SweepCases() {
+  std::vector<WireCase> cases;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (Layout layout : {Layout::kBHLD, Layout::kBLHD}) {
+      WireCase c;
+      c.dtype = dtype;
+      c.out_dtype = dtype;
+      c.layout = layout;
+      c.b = 2;
+      c.hq = 4;
+      c.hkv = 2;
+      c.lq = 33;
+      c.lk = 47;
+      c.d = 24;
+      c.dv = 16;
+      cases.push_back(c);
+      c.causal = true;
+      c.alignment = CausalAlignment::kBottomRight;
+      c.weights = true;
+      cases.push_back(c);
+      c.causal = false;
+      c.weights = false;
+      c.window_left = 4;
+      c.window_right = 2;
+      c.key_lengths = true;
+      c.bool_mask = true;
+      c.alibi = true;
+      c.out_dtype = DType::kFloat32;
+      cases.push_back(c);
+    }
+  }
+  WireCase decode;  // Lq = 1 against many keys, MQA: the decode kernel
+  decode.hq = 8;
+  decode.hkv = 1;
+  decode.lq = 1;
+  decode.lk = 1500;
+  decode.d = 64;
+  decode.dv = 64;
+  decode.causal = true;
+  decode.alignment = CausalAlignment::kBottomRight;
+  cases.push_back(decode);
+  WireCase big;  // several tiles each way
+  big.hq = 2;
+  big.hkv = 2;
+  big.lq = 300;
+  big.lk = 700;
+  big.d = 64;
+  big.dv = 64;
+  big.causal = true;
+  cases.push_back(big);
+  return cases;
+}
+
+TEST_F(E2eAttendTest, UnaryResultsMatchTheReference) {
+  std::vector<WireCase> cases = SweepCases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("case ", i));
+    WireCase& c = cases[i];
+    const v1::AttendRequest request = c.Build(100 + i);
+    v1::AttendResponse response;
+    const grpc::Status status = Call(request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.request_id(), request.request_id());
+    EXPECT_GE(response.timing().total_us(), response.timing().compute_us());
+    ExpectMatches(c, response);
+  }
+}
+
+TEST_F(E2eAttendTest, StreamAnswersInOrderAndSurvivesInvalidMessages) {
+  std::vector<WireCase> cases = SweepCases();
+  grpc::ClientContext context;
+  auto stream = stub_->AttendStream(&context);
+  std::vector<v1::AttendRequest> sent;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    sent.push_back(cases[i].Build(200 + i));
+    if (i % 3 == 1) {
+      // An invalid message between valid ones: the value is one byte short.
+      v1::AttendRequest bad = sent.back();
+      bad.set_request_id(absl::StrCat("bad-", i));
+      bad.mutable_value()->mutable_data()->pop_back();
+      sent.push_back(bad);
+    }
+  }
+  for (const auto& r : sent) ASSERT_TRUE(stream->Write(r));
+  ASSERT_TRUE(stream->WritesDone());
+  size_t next_case = 0;
+  for (const auto& r : sent) {
+    v1::AttendResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    ASSERT_EQ(response.request_id(), r.request_id());
+    if (r.request_id().rfind("bad-", 0) == 0) {
+      EXPECT_EQ(response.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_THAT(response.error_message(), HasSubstr("value"));
+      EXPECT_FALSE(response.has_output());
+      continue;
+    }
+    EXPECT_EQ(response.error_code(), 0) << response.error_message();
+    ExpectMatches(cases[next_case++], response);
+  }
+  v1::AttendResponse extra;
+  EXPECT_FALSE(stream->Read(&extra));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// Each malformed request: the exact code and a fragment of the message.
+TEST_F(E2eAttendTest, InvalidRequestsGetClearErrors) {
+  struct Bad {
+    std::string name;
+    std::function<void(v1::AttendRequest*)> mutate;
+    grpc::StatusCode code;
+    std::string fragment;
+  };
+  const std::vector<Bad> bads = {
+      {"short query", [](v1::AttendRequest* r) { r->mutable_query()->mutable_data()->pop_back(); },
+       grpc::INVALID_ARGUMENT, "query"},
+      {"rank 3 key",
+       [](v1::AttendRequest* r) {
+         r->mutable_key()->mutable_shape()->RemoveLast();
+         r->mutable_key()->mutable_shape()->Set(2, 7 * 8);
+       },
+       grpc::INVALID_ARGUMENT, "key"},
+      {"dtype mismatch", [](v1::AttendRequest* r) { r->mutable_value()->set_dtype(v1::FLOAT16); },
+       grpc::INVALID_ARGUMENT, "value"},
+      {"Hq % Hkv",
+       [](v1::AttendRequest* r) {
+         // 2 query heads over 3 kv heads (sizes kept consistent).
+         WireCase c;
+         c.hq = 2;
+         c.hkv = 3;
+         *r = c.Build(9);
+       },
+       grpc::INVALID_ARGUMENT, "Hq % Hkv"},
+      {"mask not broadcastable",
+       [](v1::AttendRequest* r) {
+         v1::Tensor* m = r->mutable_mask()->mutable_explicit_mask();
+         m->set_dtype(v1::BOOL);
+         m->add_shape(3);
+         m->set_data(std::string(3, '\1'));
+       },
+       grpc::INVALID_ARGUMENT, "broadcast"},
+      {"key_lengths count", [](v1::AttendRequest* r) {
+         r->mutable_mask()->add_key_lengths(1);
+         r->mutable_mask()->add_key_lengths(1);
+       },
+       grpc::INVALID_ARGUMENT, "key_lengths"},
+      {"key_lengths range", [](v1::AttendRequest* r) { r->mutable_mask()->add_key_lengths(8); },
+       grpc::INVALID_ARGUMENT, "key_lengths"},
+      {"alibi length", [](v1::AttendRequest* r) { r->mutable_mask()->add_alibi_slopes(0.5f); },
+       grpc::INVALID_ARGUMENT, "alibi"},
+      {"negative window", [](v1::AttendRequest* r) { r->mutable_mask()->set_window_left(-1); },
+       grpc::INVALID_ARGUMENT, "window_left"},
+      {"bool query",
+       [](v1::AttendRequest* r) {
+         r->mutable_query()->set_dtype(v1::BOOL);
+         r->mutable_query()->mutable_data()->resize(2 * 5 * 8);
+       },
+       grpc::INVALID_ARGUMENT, "query"},
+  };
+  for (const Bad& bad : bads) {
+    SCOPED_TRACE(bad.name);
+    WireCase c;
+    v1::AttendRequest request = c.Build(1);
+    bad.mutate(&request);
+    v1::AttendResponse response;
+    const grpc::Status status = Call(request, &response);
+    EXPECT_EQ(status.error_code(), bad.code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(bad.fragment));
+  }
+}
+
+TEST_F(E2eAttendTest, GetServerInfoDescribesTheServer) {
+  grpc::ClientContext context;
+  v1::ServerInfo info;
+  ASSERT_TRUE(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+  EXPECT_FALSE(info.version().empty());
+  EXPECT_EQ(info.onednn_version(), OneDnnVersion());
+  EXPECT_THAT(info.isa(), ::testing::AnyOf("avx512", "avx2"));
+  EXPECT_EQ(info.workers(), 1);
+  EXPECT_EQ(info.threads_per_worker(), 2);
+  EXPECT_EQ(info.max_queue(), 256);
+  EXPECT_EQ(info.max_request_bytes(), int64_t{256} << 20);
+}
+
+}  // namespace
+}  // namespace attnserve

@@ -1,0 +1,71 @@
+#ifndef ATTNSERVE_TESTS_SERVER_SERVER_PROCESS_H_
+#define ATTNSERVE_TESTS_SERVER_SERVER_PROCESS_H_
+
+// A real attnserve process for end-to-end tests: started on ephemeral ports, its
+// stderr captured, stopped with real signals.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+
+namespace attnserve::testing {
+
+class ServerProcess {
+ public:
+  // Runs the attnserve binary with `args` plus --listen=127.0.0.1:0 and
+  // --metrics_listen=127.0.0.1:0 (unless args set them) and waits for its start line.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      std::vector<std::string> args = {});
+  ~ServerProcess();  // SIGKILL when still running.
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  // A channel to the server with 512 MiB message limits.
+  std::shared_ptr<grpc::Channel> Channel(
+      std::shared_ptr<grpc::ChannelCredentials> credentials =
+          grpc::InsecureChannelCredentials(),
+      const grpc::ChannelArguments& extra = grpc::ChannelArguments()) const;
+
+  // Sends `signal`.
+  void Kill(int signal) const;
+  // Waits for the process to exit; its exit code, or an error on timeout or when it
+  // died from a signal.
+  absl::StatusOr<int> WaitForExit(absl::Duration timeout);
+
+  // The stderr lines so far.
+  std::string Log() const;
+
+ private:
+  ServerProcess() = default;
+  void ReadLog(int fd);
+
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  std::thread reader_;
+  mutable absl::Mutex mu_;
+  std::string log_ ABSL_GUARDED_BY(mu_);
+};
+
+// GET http://127.0.0.1:port/path over a plain socket; the body on 200.
+absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
+
+// The value of the sample `series` (e.g. `attnserve_requests_total{code="OK",method="Attend"}`,
+// labels in the exposition's order) in a Prometheus text exposition; NotFound if absent.
+absl::StatusOr<double> MetricValue(const std::string& exposition, const std::string& series);
+
+}  // namespace attnserve::testing
+
+#endif  // ATTNSERVE_TESTS_SERVER_SERVER_PROCESS_H_
