@@ -1,16 +1,18 @@
 # The README's two commands, each doing the whole set-up on a fresh Debian 12 machine:
-#   make run   deps -> configure -> build -> run (the kernel benchmark's quick mode until
-#              the server exists)
+#   make run   deps -> configure -> build -> attnserve in the foreground with defaults
+#              (gRPC on :50051, metrics on :9464; Ctrl-C drains and stops it)
 #   make test  deps -> configure -> build -> every test through ctest, then the core
 #              tests again under ASan+UBSan in their own build directory
-# make bench runs the full kernel benchmark and prints one JSON object per case.
+# make bench runs the full kernel benchmark and prints one JSON object per case;
+# make bench-quick runs its quick subset.
 
 BUILD_DIR      ?= build
 ASAN_BUILD_DIR ?= build-asan
 CMAKE_FLAGS    ?=
 JOBS           ?= $(shell nproc)
 
-.PHONY: all deps configure build run bench test test-release test-sanitize format clean
+.PHONY: all deps configure build run bench bench-quick test test-release test-sanitize \
+        format clean
 
 all: build
 
@@ -24,10 +26,13 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 run: build
-	$(BUILD_DIR)/bench/attnserve_kernel_bench --quick
+	$(BUILD_DIR)/server/attnserve $(ARGS)
 
 bench: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --json
+
+bench-quick: build
+	$(BUILD_DIR)/bench/attnserve_kernel_bench --quick
 
 test: test-release test-sanitize
 

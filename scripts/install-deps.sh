@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  build-essential cmake ninja-build ccache pkg-config git
+  build-essential cmake ninja-build ccache pkg-config git openssl
   clang libclang-rt-14-dev clang-format
   # core
   libdnnl-dev ocl-icd-opencl-dev libabsl-dev  # dnnl's CMake config wants OpenCL
