@@ -1,0 +1,306 @@
+#include "server/metrics.h"
+
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace attnserve::server {
+namespace {
+
+constexpr int kNumMethods = 3;
+constexpr int kNumCodes =
+    17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
+constexpr int kNumKernels = 3;
+constexpr int kNumRejections = 4;
+
+constexpr const char* kMethodNames[kNumMethods] = {"Attend", "AttendStream",
+                                                   "GetServerInfo"};
+// The names gRPC itself prints for each code, so dashboards match grpc_*
+// metrics.
+constexpr const char* kCodeNames[kNumCodes] = {
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+};
+constexpr const char* kKernelNames[kNumKernels] = {"flash", "decode",
+                                                   "materialized"};
+constexpr const char* kRejectionNames[kNumRejections] = {
+    "queue_full", "deadline", "cancelled", "shutdown"};
+
+// A 1-2-5 series from 50 µs to 10 s: the fastest calls (a small decode step)
+// take tens of microseconds and the slowest acceptable ones seconds; a 1-2-5
+// step keeps quantile error within a factor of 2.5 and gives `le` labels people
+// can read.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* const buckets =
+      new prometheus::Histogram::BucketBoundaries{
+          50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3,
+          50e-3, 0.1,    0.2,    0.5,    1.0,  2.0,  5.0,  10.0};
+  return *buckets;
+}
+
+int MethodIndex(Method method) {
+  switch (method) {
+    case Method::kAttend:
+      return 0;
+    case Method::kAttendStream:
+      return 1;
+    case Method::kGetServerInfo:
+      return 2;
+  }
+  return 0;
+}
+
+int CodeIndex(grpc::StatusCode code) {
+  const int c = static_cast<int>(code);
+  // Anything outside the defined codes is reported as UNKNOWN, as gRPC does.
+  return c >= 0 && c < kNumCodes ? c
+                                 : static_cast<int>(grpc::StatusCode::UNKNOWN);
+}
+
+// -1 for kAuto, which names no kernel: the caller should pass the one that ran.
+int KernelIndex(KernelPath kernel) {
+  switch (kernel) {
+    case KernelPath::kFlash:
+      return 0;
+    case KernelPath::kDecode:
+      return 1;
+    case KernelPath::kMaterialized:
+      return 2;
+    case KernelPath::kAuto:
+      return -1;
+  }
+  return -1;
+}
+
+int RejectionIndex(Rejection reason) {
+  switch (reason) {
+    case Rejection::kQueueFull:
+      return 0;
+    case Rejection::kDeadline:
+      return 1;
+    case Rejection::kCancelled:
+      return 2;
+    case Rejection::kShutdown:
+      return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
+struct Metrics::Impl {
+  // Shared because Exposer holds the registry by weak_ptr.
+  std::shared_ptr<prometheus::Registry> registry =
+      std::make_shared<prometheus::Registry>();
+
+  prometheus::Counter* requests[kNumMethods][kNumCodes] = {};
+  prometheus::Histogram* request_duration[kNumMethods] = {};
+  prometheus::Histogram* queue_duration = nullptr;
+  prometheus::Histogram* compute_duration[kNumKernels] = {};
+  prometheus::Gauge* inflight = nullptr;
+  prometheus::Gauge* queue_depth = nullptr;
+  prometheus::Counter* request_bytes = nullptr;
+  prometheus::Counter* response_bytes = nullptr;
+  prometheus::Counter* flops = nullptr;
+  prometheus::Counter* rejected[kNumRejections] = {};
+
+  absl::Mutex mu;
+  // Declared after the registry so they stop serving before it is destroyed.
+  std::vector<std::unique_ptr<prometheus::Exposer>> exposers
+      ABSL_GUARDED_BY(mu);
+};
+
+Metrics::Metrics(const BuildInfo& info) : impl_(std::make_unique<Impl>()) {
+  prometheus::Registry& r = *impl_->registry;
+
+  auto& requests = prometheus::BuildCounter()
+                       .Name("attnserve_requests_total")
+                       .Help(
+                           "Requests answered, by RPC method and gRPC status "
+                           "code; AttendStream counts each message.")
+                       .Register(r);
+  auto& request_duration =
+      prometheus::BuildHistogram()
+          .Name("attnserve_request_duration_seconds")
+          .Help(
+              "Time from receiving a request to its answer, in seconds, by "
+              "RPC method (per message for AttendStream).")
+          .Register(r);
+  for (int m = 0; m < kNumMethods; ++m) {
+    for (int c = 0; c < kNumCodes; ++c) {
+      impl_->requests[m][c] =
+          &requests.Add({{"method", kMethodNames[m]}, {"code", kCodeNames[c]}});
+    }
+    impl_->request_duration[m] =
+        &request_duration.Add({{"method", kMethodNames[m]}}, LatencyBuckets());
+  }
+
+  impl_->queue_duration =
+      &prometheus::BuildHistogram()
+           .Name("attnserve_queue_duration_seconds")
+           .Help(
+               "Time computed requests waited in the scheduler's queue, in "
+               "seconds.")
+           .Register(r)
+           .Add({}, LatencyBuckets());
+
+  auto& compute = prometheus::BuildHistogram()
+                      .Name("attnserve_compute_duration_seconds")
+                      .Help(
+                          "Time spent in the attention kernel per request, in "
+                          "seconds, by kernel.")
+                      .Register(r);
+  for (int k = 0; k < kNumKernels; ++k) {
+    impl_->compute_duration[k] =
+        &compute.Add({{"kernel", kKernelNames[k]}}, LatencyBuckets());
+  }
+
+  impl_->inflight = &prometheus::BuildGauge()
+                         .Name("attnserve_inflight_requests")
+                         .Help(
+                             "Requests received and not yet answered "
+                             "(queued or computing), in requests.")
+                         .Register(r)
+                         .Add({});
+  impl_->queue_depth = &prometheus::BuildGauge()
+                            .Name("attnserve_queue_depth")
+                            .Help(
+                                "Tasks waiting in the scheduler's queue, in "
+                                "tasks.")
+                            .Register(r)
+                            .Add({});
+  impl_->request_bytes =
+      &prometheus::BuildCounter()
+           .Name("attnserve_request_bytes_total")
+           .Help("Serialized request bytes received, in bytes.")
+           .Register(r)
+           .Add({});
+  impl_->response_bytes =
+      &prometheus::BuildCounter()
+           .Name("attnserve_response_bytes_total")
+           .Help("Serialized response bytes sent, in bytes.")
+           .Register(r)
+           .Add({});
+  impl_->flops = &prometheus::BuildCounter()
+                      .Name("attnserve_attention_flops_total")
+                      .Help(
+                          "Floating-point operations of computed attention "
+                          "calls (dense count, 2*B*Hq*Lq*Lk*(D+Dv)), in FLOPs.")
+                      .Register(r)
+                      .Add({});
+
+  auto& rejected = prometheus::BuildCounter()
+                       .Name("attnserve_rejected_total")
+                       .Help(
+                           "Tasks that never reached a kernel, in tasks, by "
+                           "reason (queue_full, deadline, cancelled, "
+                           "shutdown).")
+                       .Register(r);
+  for (int i = 0; i < kNumRejections; ++i) {
+    impl_->rejected[i] = &rejected.Add({{"reason", kRejectionNames[i]}});
+  }
+
+  prometheus::BuildGauge()
+      .Name("attnserve_build_info")
+      .Help(
+          "Always 1; the labels name the server version, the oneDNN library "
+          "and the ISA of the vectorized kernels.")
+      .Register(r)
+      .Add({{"version", info.version},
+            {"onednn", info.onednn},
+            {"isa", info.isa}})
+      .Set(1);
+}
+
+Metrics::~Metrics() = default;
+
+absl::StatusOr<int> Metrics::Expose(const std::string& listen) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    // One thread: scrapes come every few seconds from one or two Prometheus
+    // servers, and the cores belong to the kernels.
+    exposer = std::make_unique<prometheus::Exposer>(listen, 1);
+  } catch (const std::exception& e) {
+    // civetweb reports only "possible problem binding to port", so the message
+    // names the likely causes and the flag instead.
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on \"", listen,
+                     "\": the port is in use or the address is not host:port (",
+                     e.what(), "); set another with --metrics_listen"));
+  }
+  exposer->RegisterCollectable(impl_->registry);
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on \"", listen,
+                     "\": no port bound; set another with --metrics_listen"));
+  }
+  absl::MutexLock lock(&impl_->mu);
+  impl_->exposers.push_back(std::move(exposer));
+  return ports.front();
+}
+
+void Metrics::RecordRequest(Method method, grpc::StatusCode code,
+                            double seconds, int64_t request_bytes,
+                            int64_t response_bytes) {
+  const int m = MethodIndex(method);
+  impl_->requests[m][CodeIndex(code)]->Increment();
+  impl_->request_duration[m]->Observe(seconds);
+  if (request_bytes > 0) {
+    impl_->request_bytes->Increment(static_cast<double>(request_bytes));
+  }
+  if (response_bytes > 0) {
+    impl_->response_bytes->Increment(static_cast<double>(response_bytes));
+  }
+}
+
+void Metrics::RecordQueue(double seconds) {
+  impl_->queue_duration->Observe(seconds);
+}
+
+void Metrics::RecordCompute(KernelPath kernel, double seconds, double flops) {
+  const int k = KernelIndex(kernel);
+  if (k >= 0) impl_->compute_duration[k]->Observe(seconds);
+  if (flops > 0) impl_->flops->Increment(flops);
+}
+
+void Metrics::RecordRejection(Rejection reason) {
+  impl_->rejected[RejectionIndex(reason)]->Increment();
+}
+
+void Metrics::SetQueueDepth(int64_t depth) {
+  impl_->queue_depth->Set(static_cast<double>(depth));
+}
+
+void Metrics::AddInflight(int64_t delta) {
+  impl_->inflight->Increment(static_cast<double>(delta));
+}
+
+prometheus::Registry& Metrics::registry() { return *impl_->registry; }
+
+}  // namespace attnserve::server

@@ -1,0 +1,623 @@
+#include "server/scheduler.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
+#include "server/metrics.h"
+#include "tests/core/test_util.h"
+
+namespace attnserve::server {
+namespace {
+
+using ::attnserve::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Optional;
+
+// Occupies a worker until released, so tests can line tasks up behind it
+// without sleeping. Releases on destruction too: a failed assertion must not
+// leave Shutdown joining a worker that waits forever. Declare it after the
+// scheduler so it is destroyed first.
+class Blocker {
+ public:
+  Blocker() : state_(std::make_shared<State>()) {}
+  ~Blocker() { Release(); }
+
+  Task MakeTask() {
+    Task task;
+    task.run = [state = state_](AttentionEngine&, absl::Duration) {
+      state->started.Notify();
+      state->release.WaitForNotification();
+    };
+    task.reject = [state = state_](absl::Status status) {
+      state->rejected = std::move(status);
+      state->started.Notify();
+    };
+    return task;
+  }
+  void WaitUntilRunning() { state_->started.WaitForNotification(); }
+  void Release() {
+    if (!state_->release.HasBeenNotified()) state_->release.Notify();
+  }
+
+ private:
+  // Shared with the task: the worker may still be returning from
+  // WaitForNotification when the test destroys the Blocker.
+  struct State {
+    absl::Notification started;
+    absl::Notification release;
+    absl::Status rejected;
+  };
+  std::shared_ptr<State> state_;
+};
+
+// Records what happened to one task.
+struct Outcome {
+  absl::Mutex mu;
+  int runs ABSL_GUARDED_BY(mu) = 0;
+  int rejects ABSL_GUARDED_BY(mu) = 0;
+  std::optional<absl::Status> status ABSL_GUARDED_BY(mu);
+  absl::Notification done;
+
+  int Runs() {
+    absl::MutexLock lock(&mu);
+    return runs;
+  }
+  int Rejects() {
+    absl::MutexLock lock(&mu);
+    return rejects;
+  }
+  absl::Status Status() {
+    absl::MutexLock lock(&mu);
+    return status.value_or(absl::OkStatus());
+  }
+};
+
+Task RecordingTask(std::shared_ptr<Outcome> outcome) {
+  Task task;
+  task.run = [outcome](AttentionEngine&, absl::Duration) {
+    {
+      absl::MutexLock lock(&outcome->mu);
+      ++outcome->runs;
+    }
+    outcome->done.Notify();
+  };
+  task.reject = [outcome](absl::Status status) {
+    {
+      absl::MutexLock lock(&outcome->mu);
+      ++outcome->rejects;
+      outcome->status = std::move(status);
+    }
+    outcome->done.Notify();
+  };
+  return task;
+}
+
+SchedulerOptions Options(int workers, int max_queue) {
+  SchedulerOptions options;
+  options.workers = workers;
+  options.threads_per_worker = 1;
+  options.max_queue = max_queue;
+  return options;
+}
+
+std::unique_ptr<Scheduler> MakeScheduler(const SchedulerOptions& options,
+                                         Metrics* metrics = nullptr) {
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(options, metrics);
+  EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+  return scheduler.ok() ? *std::move(scheduler) : nullptr;
+}
+
+// Blocks until Shutdown, running on another thread, has stopped admitting
+// tasks. While the queue is full Submit answers ResourceExhausted, after that
+// Unavailable; the probes are dropped either way.
+void WaitUntilNotAccepting(Scheduler& scheduler) {
+  while (scheduler.Submit(RecordingTask(std::make_shared<Outcome>())).code() !=
+         absl::StatusCode::kUnavailable) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+TEST(SchedulerTest, CreateRejectsBadOptions) {
+  SchedulerOptions options = Options(1, 4);
+  options.workers = 0;
+  EXPECT_THAT(Scheduler::Create(options, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("workers: must be >= 1, got 0")));
+  options = Options(1, 4);
+  options.threads_per_worker = -1;
+  EXPECT_THAT(Scheduler::Create(options, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("threads_per_worker: must be >= 0")));
+  options = Options(1, 4);
+  options.max_queue = -1;
+  EXPECT_THAT(Scheduler::Create(options, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("max_queue: must be >= 0, got -1")));
+  options = Options(1, 4);
+  options.engine.k_block = 0;
+  EXPECT_THAT(
+      Scheduler::Create(options, nullptr).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("k_block")));
+}
+
+TEST(SchedulerTest, AvailableCpusIsAtLeastOneAndAtMostTheMachine) {
+  const int cpus = AvailableCpus();
+  EXPECT_GE(cpus, 1);
+  const unsigned hardware = std::thread::hardware_concurrency();
+  if (hardware > 0) {
+    EXPECT_LE(cpus, static_cast<int>(hardware));
+  }
+}
+
+TEST(SchedulerTest, CgroupCpuMaxParsing) {
+  EXPECT_EQ(CpuLimitFromCgroupCpuMax("max 100000\n"), std::nullopt);
+  EXPECT_THAT(CpuLimitFromCgroupCpuMax("200000 100000\n"), Optional(2));
+  EXPECT_THAT(CpuLimitFromCgroupCpuMax("400000 100000"), Optional(4));
+  // Fractions round down, but never below one CPU.
+  EXPECT_THAT(CpuLimitFromCgroupCpuMax("150000 100000\n"), Optional(1));
+  EXPECT_THAT(CpuLimitFromCgroupCpuMax("50000 100000\n"), Optional(1));
+  // cgroup v1's "no limit".
+  EXPECT_EQ(CpuLimitFromCgroupCpuMax("-1 100000\n"), std::nullopt);
+  EXPECT_EQ(CpuLimitFromCgroupCpuMax(""), std::nullopt);
+  EXPECT_EQ(CpuLimitFromCgroupCpuMax("200000"), std::nullopt);
+  EXPECT_EQ(CpuLimitFromCgroupCpuMax("200000 0"), std::nullopt);
+  EXPECT_EQ(CpuLimitFromCgroupCpuMax("lots 100000"), std::nullopt);
+}
+
+TEST(SchedulerTest, DefaultThreadsShareTheAvailableCpus) {
+  SchedulerOptions options = Options(1, 4);
+  options.threads_per_worker = 0;
+  std::unique_ptr<Scheduler> one = MakeScheduler(options);
+  ASSERT_NE(one, nullptr);
+  EXPECT_EQ(one->workers(), 1);
+  EXPECT_EQ(one->threads_per_worker(), AvailableCpus());
+
+  options.workers = 2;
+  std::unique_ptr<Scheduler> two = MakeScheduler(options);
+  ASSERT_NE(two, nullptr);
+  EXPECT_EQ(two->workers(), 2);
+  EXPECT_EQ(two->threads_per_worker(), std::max(1, AvailableCpus() / 2));
+}
+
+TEST(SchedulerTest, EngineHasThreadsPerWorkerThreads) {
+  SchedulerOptions options = Options(2, 4);
+  options.threads_per_worker = 3;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  ASSERT_NE(scheduler, nullptr);
+  EXPECT_EQ(scheduler->threads_per_worker(), 3);
+  std::atomic<int> engine_threads{-1};
+  absl::Notification ran;
+  Task task;
+  task.run = [&](AttentionEngine& engine, absl::Duration) {
+    engine_threads = engine.num_threads();
+    ran.Notify();
+  };
+  task.reject = [&](absl::Status) { ran.Notify(); };
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  ran.WaitForNotification();
+  EXPECT_EQ(engine_threads.load(), 3);
+}
+
+TEST(SchedulerTest, RunsOnAWorkerThreadNotTheSubmitter) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  ASSERT_NE(scheduler, nullptr);
+  std::thread::id runner;
+  absl::Notification ran;
+  Task task;
+  task.run = [&](AttentionEngine&, absl::Duration queued) {
+    runner = std::this_thread::get_id();
+    EXPECT_GE(queued, absl::ZeroDuration());
+    ran.Notify();
+  };
+  task.reject = [&](absl::Status) { ran.Notify(); };
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  ran.WaitForNotification();
+  EXPECT_NE(runner, std::thread::id());
+  EXPECT_NE(runner, std::this_thread::get_id());
+}
+
+TEST(SchedulerTest, OneWorkerRunsTasksInSubmissionOrder) {
+  constexpr int kTasks = 20;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, kTasks));
+  ASSERT_NE(scheduler, nullptr);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+
+  absl::Mutex mu;
+  std::vector<int> order;
+  absl::Notification all_ran;
+  for (int i = 0; i < kTasks; ++i) {
+    Task task;
+    task.run = [&, i](AttentionEngine&, absl::Duration) {
+      absl::MutexLock lock(&mu);
+      order.push_back(i);
+      if (order.size() == kTasks) all_ran.Notify();
+    };
+    task.reject = [&, i](absl::Status status) {
+      ADD_FAILURE() << "task " << i << " rejected: " << status;
+    };
+    ASSERT_TRUE(scheduler->Submit(std::move(task)).ok()) << i;
+  }
+  EXPECT_EQ(scheduler->queue_depth(), kTasks);
+  blocker.Release();
+  all_ran.WaitForNotification();
+
+  std::vector<int> expected(kTasks);
+  for (int i = 0; i < kTasks; ++i) expected[i] = i;
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(order, expected);
+}
+
+TEST(SchedulerTest, FullQueueRejectsWithResourceExhaustedAndRunsNothing) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 2));
+  ASSERT_NE(scheduler, nullptr);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  auto first = std::make_shared<Outcome>();
+  auto second = std::make_shared<Outcome>();
+  ASSERT_TRUE(scheduler->Submit(RecordingTask(first)).ok());
+  ASSERT_TRUE(scheduler->Submit(RecordingTask(second)).ok());
+  EXPECT_EQ(scheduler->queue_depth(), 2);
+
+  auto refused = std::make_shared<Outcome>();
+  EXPECT_THAT(scheduler->Submit(RecordingTask(refused)),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("queue is full (max_queue = 2); retry later "
+                                 "or raise --max_queue")));
+  EXPECT_EQ(scheduler->queue_depth(), 2);
+
+  blocker.Release();
+  scheduler->Shutdown(absl::InfiniteFuture());
+  EXPECT_EQ(first->Runs(), 1);
+  EXPECT_EQ(second->Runs(), 1);
+  EXPECT_EQ(refused->Runs(), 0);
+  EXPECT_EQ(refused->Rejects(), 0);
+}
+
+TEST(SchedulerTest, MaxQueueZeroAdmitsOnlyWhatIdleWorkersTake) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 0));
+  ASSERT_NE(scheduler, nullptr);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  EXPECT_THAT(scheduler->Submit(RecordingTask(std::make_shared<Outcome>())),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("queue is full (max_queue = 0)")));
+  blocker.WaitUntilRunning();
+  EXPECT_THAT(scheduler->Submit(RecordingTask(std::make_shared<Outcome>())),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("queue is full (max_queue = 0)")));
+}
+
+TEST(SchedulerTest, ExpiredDeadlineIsRejectedAndNeverRun) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  ASSERT_NE(scheduler, nullptr);
+  auto outcome = std::make_shared<Outcome>();
+  Task task = RecordingTask(outcome);
+  task.deadline = absl::Now() - absl::Seconds(1);
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  outcome->done.WaitForNotification();
+  EXPECT_EQ(outcome->Runs(), 0);
+  EXPECT_EQ(outcome->Rejects(), 1);
+  EXPECT_THAT(outcome->Status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("deadline expired after "),
+                             HasSubstr(" ms in queue; not computed"))));
+}
+
+TEST(SchedulerTest, DeadlinePassingWhileQueuedIsRejected) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  ASSERT_NE(scheduler, nullptr);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  auto outcome = std::make_shared<Outcome>();
+  Task task = RecordingTask(outcome);
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(20);
+  task.deadline = deadline;
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  // Hold the worker until the deadline has certainly passed; only the order of
+  // events matters, not how long anything took.
+  while (absl::Now() <= deadline) absl::SleepFor(absl::Milliseconds(5));
+  blocker.Release();
+  outcome->done.WaitForNotification();
+  EXPECT_EQ(outcome->Runs(), 0);
+  EXPECT_THAT(outcome->Status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("ms in queue; not computed")));
+}
+
+TEST(SchedulerTest, CancelledCallIsRejectedAndNeverRun) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  ASSERT_NE(scheduler, nullptr);
+  auto outcome = std::make_shared<Outcome>();
+  Task task = RecordingTask(outcome);
+  task.is_cancelled = [] { return true; };
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  outcome->done.WaitForNotification();
+  EXPECT_EQ(outcome->Runs(), 0);
+  EXPECT_THAT(outcome->Status(), StatusIs(absl::StatusCode::kCancelled,
+                                          HasSubstr("not computed")));
+}
+
+TEST(SchedulerTest, CancellationIsPolledWhenDequeuedNotWhenSubmitted) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  ASSERT_NE(scheduler, nullptr);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  auto outcome = std::make_shared<Outcome>();
+  Task task = RecordingTask(outcome);
+  task.is_cancelled = [cancelled] { return cancelled->load(); };
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  *cancelled = true;
+  blocker.Release();
+  outcome->done.WaitForNotification();
+  EXPECT_EQ(outcome->Runs(), 0);
+  EXPECT_THAT(outcome->Status(),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("cancelled")));
+}
+
+TEST(SchedulerTest, ShutdownDrainsQueuedTasksBeforeTheDeadline) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 3));
+  ASSERT_NE(scheduler, nullptr);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  std::vector<std::shared_ptr<Outcome>> outcomes;
+  for (int i = 0; i < 3; ++i) {
+    outcomes.push_back(std::make_shared<Outcome>());
+    ASSERT_TRUE(scheduler->Submit(RecordingTask(outcomes.back())).ok());
+  }
+
+  std::thread shutdown(
+      [&] { scheduler->Shutdown(absl::Now() + absl::Hours(1)); });
+  WaitUntilNotAccepting(*scheduler);
+  // Shutdown has begun with all three still queued behind the blocker.
+  EXPECT_EQ(scheduler->queue_depth(), 3);
+  EXPECT_THAT(scheduler->Submit(RecordingTask(std::make_shared<Outcome>())),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("server is shutting down")));
+  blocker.Release();
+  shutdown.join();
+
+  for (const auto& outcome : outcomes) {
+    EXPECT_EQ(outcome->Runs(), 1);
+    EXPECT_EQ(outcome->Rejects(), 0);
+  }
+  EXPECT_EQ(scheduler->queue_depth(), 0);
+}
+
+TEST(SchedulerTest, ShutdownRejectsTasksLeftAfterTheDeadline) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 3));
+  ASSERT_NE(scheduler, nullptr);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  std::vector<std::shared_ptr<Outcome>> outcomes;
+  for (int i = 0; i < 3; ++i) {
+    outcomes.push_back(std::make_shared<Outcome>());
+    ASSERT_TRUE(scheduler->Submit(RecordingTask(outcomes.back())).ok());
+  }
+
+  // The deadline is already over, so Shutdown rejects the queue at once and
+  // then waits only for the running blocker.
+  std::thread shutdown([&] { scheduler->Shutdown(absl::Now()); });
+  for (const auto& outcome : outcomes) outcome->done.WaitForNotification();
+  blocker.Release();
+  shutdown.join();
+
+  for (const auto& outcome : outcomes) {
+    EXPECT_EQ(outcome->Runs(), 0);
+    EXPECT_EQ(outcome->Rejects(), 1);
+    EXPECT_THAT(outcome->Status(),
+                StatusIs(absl::StatusCode::kUnavailable,
+                         HasSubstr("server is shutting down")));
+  }
+  EXPECT_EQ(scheduler->queue_depth(), 0);
+}
+
+TEST(SchedulerTest, SubmitAfterShutdownIsUnavailable) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(2, 4));
+  ASSERT_NE(scheduler, nullptr);
+  scheduler->Shutdown(absl::Now());
+  auto outcome = std::make_shared<Outcome>();
+  EXPECT_THAT(scheduler->Submit(RecordingTask(outcome)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("server is shutting down")));
+  EXPECT_EQ(outcome->Runs(), 0);
+  EXPECT_EQ(outcome->Rejects(), 0);
+}
+
+TEST(SchedulerTest, ShutdownIsIdempotent) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(2, 4));
+  ASSERT_NE(scheduler, nullptr);
+  auto outcome = std::make_shared<Outcome>();
+  ASSERT_TRUE(scheduler->Submit(RecordingTask(outcome)).ok());
+  scheduler->Shutdown(absl::InfiniteFuture());
+  scheduler->Shutdown(absl::InfiniteFuture());
+  scheduler->Shutdown(absl::Now());
+  EXPECT_EQ(outcome->Runs(), 1);
+  scheduler.reset();
+}
+
+TEST(SchedulerTest, SubmitRejectsATaskWithoutCallbacks) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  ASSERT_NE(scheduler, nullptr);
+  Task no_reject;
+  no_reject.run = [](AttentionEngine&, absl::Duration) {};
+  EXPECT_THAT(scheduler->Submit(std::move(no_reject)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("run and reject must both be set")));
+}
+
+TEST(SchedulerTest, EveryAcceptedTaskGetsExactlyOneCallbackUnderConcurrency) {
+  constexpr int kSubmitters = 4;
+  constexpr int kPerSubmitter = 500;
+  constexpr int kTasks = kSubmitters * kPerSubmitter;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(2, 8));
+  ASSERT_NE(scheduler, nullptr);
+
+  std::vector<std::atomic<int>> runs(kTasks);
+  std::vector<std::atomic<int>> rejects(kTasks);
+  std::vector<char> accepted(kTasks, 0);
+  std::vector<std::thread> submitters;
+  for (int s = 0; s < kSubmitters; ++s) {
+    submitters.emplace_back([&, s] {
+      for (int i = 0; i < kPerSubmitter; ++i) {
+        const int id = s * kPerSubmitter + i;
+        Task task;
+        task.run = [&runs, id](AttentionEngine&, absl::Duration) {
+          ++runs[id];
+        };
+        task.reject = [&rejects, id](absl::Status) { ++rejects[id]; };
+        // Mix in the two dequeue-time rejections.
+        if (id % 7 == 0) task.deadline = absl::InfinitePast();
+        if (id % 11 == 0) task.is_cancelled = [] { return true; };
+        absl::Status status = scheduler->Submit(std::move(task));
+        if (status.ok()) {
+          accepted[id] = 1;
+        } else {
+          EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted)
+              << status;
+        }
+      }
+    });
+  }
+  for (std::thread& t : submitters) t.join();
+  // Whatever is still queued now is rejected UNAVAILABLE; that is a callback
+  // too.
+  scheduler->Shutdown(absl::Now());
+
+  int accepted_count = 0;
+  for (int id = 0; id < kTasks; ++id) {
+    accepted_count += accepted[id];
+    if (accepted[id]) {
+      EXPECT_EQ(runs[id] + rejects[id], 1) << "task " << id;
+      if (id % 7 == 0 || id % 11 == 0) {
+        EXPECT_EQ(runs[id], 0) << "task " << id;
+      }
+    } else {
+      EXPECT_EQ(runs[id] + rejects[id], 0) << "task " << id;
+    }
+  }
+  EXPECT_GT(accepted_count, 0);
+}
+
+// Reads one sample of the registry: the child of `name` whose labels include
+// `labels`.
+std::optional<double> Sample(
+    prometheus::Registry& registry, const std::string& name,
+    const std::vector<std::pair<std::string, std::string>>& labels) {
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const prometheus::ClientMetric& metric : family.metric) {
+      bool match = true;
+      for (const auto& [key, value] : labels) {
+        bool found = false;
+        for (const prometheus::ClientMetric::Label& label : metric.label) {
+          found |= label.name == key && label.value == value;
+        }
+        match &= found;
+      }
+      if (!match) continue;
+      switch (family.type) {
+        case prometheus::MetricType::Counter:
+          return metric.counter.value;
+        case prometheus::MetricType::Gauge:
+          return metric.gauge.value;
+        case prometheus::MetricType::Histogram:
+          return static_cast<double>(metric.histogram.sample_count);
+        default:
+          return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+TEST(SchedulerTest, ReportsQueueDepthAndRejectionsToMetrics) {
+  Metrics metrics(BuildInfo{"test", "0", "avx2"});
+  prometheus::Registry& registry = metrics.registry();
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 2), &metrics);
+  ASSERT_NE(scheduler, nullptr);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+
+  auto expired = std::make_shared<Outcome>();
+  Task expired_task = RecordingTask(expired);
+  expired_task.deadline = absl::InfinitePast();
+  auto cancelled = std::make_shared<Outcome>();
+  Task cancelled_task = RecordingTask(cancelled);
+  cancelled_task.is_cancelled = [] { return true; };
+  ASSERT_TRUE(scheduler->Submit(std::move(expired_task)).ok());
+  ASSERT_TRUE(scheduler->Submit(std::move(cancelled_task)).ok());
+  EXPECT_THAT(Sample(registry, "attnserve_queue_depth", {}), Optional(2.0));
+  EXPECT_FALSE(
+      scheduler->Submit(RecordingTask(std::make_shared<Outcome>())).ok());
+  EXPECT_THAT(
+      Sample(registry, "attnserve_rejected_total", {{"reason", "queue_full"}}),
+      Optional(1.0));
+
+  blocker.Release();
+  expired->done.WaitForNotification();
+  cancelled->done.WaitForNotification();
+  auto ran = std::make_shared<Outcome>();
+  ASSERT_TRUE(scheduler->Submit(RecordingTask(ran)).ok());
+  ran->done.WaitForNotification();
+  scheduler->Shutdown(absl::InfiniteFuture());
+
+  EXPECT_THAT(
+      Sample(registry, "attnserve_rejected_total", {{"reason", "deadline"}}),
+      Optional(1.0));
+  EXPECT_THAT(
+      Sample(registry, "attnserve_rejected_total", {{"reason", "cancelled"}}),
+      Optional(1.0));
+  EXPECT_THAT(
+      Sample(registry, "attnserve_rejected_total", {{"reason", "shutdown"}}),
+      Optional(0.0));
+  // The blocker and `ran` were computed; the two rejected tasks were not.
+  EXPECT_THAT(Sample(registry, "attnserve_queue_duration_seconds", {}),
+              Optional(2.0));
+  EXPECT_THAT(Sample(registry, "attnserve_queue_depth", {}), Optional(0.0));
+}
+
+TEST(SchedulerTest, ShutdownRejectionsAreCountedInMetrics) {
+  Metrics metrics(BuildInfo{"test", "0", "avx2"});
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4), &metrics);
+  ASSERT_NE(scheduler, nullptr);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  auto left = std::make_shared<Outcome>();
+  ASSERT_TRUE(scheduler->Submit(RecordingTask(left)).ok());
+  std::thread shutdown([&] { scheduler->Shutdown(absl::Now()); });
+  left->done.WaitForNotification();
+  blocker.Release();
+  shutdown.join();
+  EXPECT_THAT(Sample(metrics.registry(), "attnserve_rejected_total",
+                     {{"reason", "shutdown"}}),
+              Optional(1.0));
+}
+
+}  // namespace
+}  // namespace attnserve::server
