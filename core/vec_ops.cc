@@ -1,12 +1,22 @@
 #include "core/vec_ops.h"
 
+#include <cpuid.h>
+
 namespace attnserve {
+namespace {
+
+// clang 14's __builtin_cpu_supports does not know "f16c".
+bool HasF16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
+}  // namespace
 
 Isa DetectIsa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c()) {
     return Isa::kAvx2;
   }
   return Isa::kAuto;

@@ -21,6 +21,8 @@ ABSL_FLAG(int, threads_per_worker, 0,
 ABSL_FLAG(int, max_queue, 256, "requests waiting for a worker before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20, "largest request message");
 ABSL_FLAG(int64_t, max_response_bytes, int64_t{256} << 20, "largest response message");
+ABSL_FLAG(double, max_request_flops, 1e12,
+          "largest attention FLOP count (2*B*Hq*Lq*Lk*(D+Dv)) of one request");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "time in-flight calls get to finish after SIGTERM/SIGINT");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
   options.scheduler.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_response_bytes = absl::GetFlag(FLAGS_max_response_bytes);
+  options.max_request_flops = absl::GetFlag(FLAGS_max_request_flops);
   options.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);

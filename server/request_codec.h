@@ -17,6 +17,9 @@ namespace attnserve::server {
 struct RequestLimits {
   // Largest response payload (output + weights bytes) a request may ask for.
   int64_t max_response_bytes = int64_t{256} << 20;
+  // Largest dense attention FLOP count (AttentionShape::flops()) a request may ask
+  // for; about 10 s on one core at 1e12.
+  double max_flops = 1e12;
 };
 
 // A request checked field by field. Its views borrow from the request message,
@@ -32,14 +35,15 @@ struct DecodedRequest {
 
 // InvalidArgument naming the field ("query.data", "mask.key_lengths", ...) with the
 // expected and actual shape or size; ResourceExhausted when the response would
-// exceed limits.max_response_bytes (the message names the limit and the flag that
-// raises it). `engine` validates the attention semantics (shapes, masks).
+// exceed limits.max_response_bytes or the work limits.max_flops (the message names
+// the limit and the flag that raises it). `engine` validates the attention semantics (shapes, masks).
 absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
                                              const AttentionEngine& engine,
                                              const RequestLimits& limits);
 
-// Sets the output (and weights) tensors of `response` — dtype, shape and zeroed
-// data of the right size — and returns views of them for the engine to fill.
+// Sets the output (and weights) tensors of `response` — dtype, shape and data of
+// the right size (zero-filled by std::string; the kernels overwrite every element) —
+// and returns views of them for the engine to fill.
 AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
                                  v1::AttendResponse* response);
 

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <climits>
 #include <fstream>
 #include <sstream>
@@ -25,6 +26,9 @@
 
 namespace attnserve::server {
 namespace {
+
+// Room for a response's non-tensor fields beyond --max_response_bytes of tensors.
+constexpr int64_t kResponseEnvelopeBytes = 64 * 1024;
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
   std::ifstream in(path, std::ios::binary);
@@ -89,6 +93,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
           flag, " must be in [1, ", INT_MAX, "] (gRPC's limit), got ", value));
     }
   }
+  if (!(options.max_request_flops > 0)) {
+    return absl::InvalidArgumentError("--max_request_flops must be positive");
+  }
   if (options.shutdown_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--shutdown_grace must not be negative");
   }
@@ -119,6 +126,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
 
   ServiceOptions service_options;
   service_options.limits.max_response_bytes = options.max_response_bytes;
+  service_options.limits.max_flops = options.max_request_flops;
   service_options.auth_token = token;
   v1::ServerInfo& info = service_options.info;
   info.set_version(ATTNSERVE_VERSION);
@@ -139,7 +147,10 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   builder.AddListeningPort(options.listen, credentials, &impl->port);
   builder.RegisterService(impl->service.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(options.max_response_bytes));
+  // The codec limits the tensor payload to max_response_bytes; the message around it
+  // (ids, shapes, timing) must still fit through gRPC's own limit.
+  builder.SetMaxSendMessageSize(static_cast<int>(
+      std::min<int64_t>(INT_MAX, options.max_response_bytes + kResponseEnvelopeBytes)));
   // Large frames and windows: tensors of a few MB otherwise cross loopback in 16 KB
   // frames with many window updates (docs/operations.md has the measurements).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 * 1024 * 1024 - 1);
@@ -168,6 +179,7 @@ std::string AttnServer::ConfigSummary() const {
       " threads_per_worker=", impl_->scheduler->threads_per_worker(),
       " max_queue=", o.scheduler.max_queue, " max_request_bytes=", o.max_request_bytes,
       " max_response_bytes=", o.max_response_bytes,
+      " max_request_flops=", o.max_request_flops,
       " shutdown_grace=", absl::FormatDuration(o.shutdown_grace),
       " tls=", o.tls_cert_file.empty() ? "off" : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
       " auth=", o.auth_token_file.empty() ? "off" : "bearer", " isa=",

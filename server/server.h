@@ -23,6 +23,8 @@ struct ServerOptions {
   // Largest request and response messages (also set on the gRPC server).
   int64_t max_request_bytes = int64_t{256} << 20;
   int64_t max_response_bytes = int64_t{256} << 20;
+  // Largest attention FLOP count of one request.
+  double max_request_flops = 1e12;
   // How long in-flight calls may take to finish after Shutdown starts.
   absl::Duration shutdown_grace = absl::Seconds(30);
   // PEM files; both or neither. With tls_client_ca_file, clients must present a

@@ -1,0 +1,303 @@
+#include "server/request_codec.h"
+
+#include <array>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "core/status_macros.h"
+
+namespace attnserve::server {
+namespace {
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+// Proto3 keeps enum numbers it does not know, so a name may not exist.
+std::string WireDTypeName(v1::DataType dtype) {
+  const std::string& name = v1::DataType_Name(dtype);
+  if (name.empty()) {
+    return absl::StrCat("unknown value ", static_cast<int>(dtype));
+  }
+  return name;
+}
+
+absl::Span<const int64_t> ShapeOf(const v1::Tensor& tensor) {
+  return absl::MakeConstSpan(tensor.shape().data(), tensor.shape().size());
+}
+
+absl::StatusOr<Layout> DecodeLayout(v1::Layout layout) {
+  switch (layout) {
+    case v1::LAYOUT_UNSPECIFIED:
+    case v1::BHLD:
+      return Layout::kBHLD;
+    case v1::BLHD:
+      return Layout::kBLHD;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("layout: unknown value ", static_cast<int>(layout),
+                       " (expected BHLD = 1 or BLHD = 2)"));
+  }
+}
+
+absl::StatusOr<CausalAlignment> DecodeAlignment(v1::Alignment alignment) {
+  switch (alignment) {
+    case v1::ALIGNMENT_UNSPECIFIED:
+    case v1::TOP_LEFT:
+      return CausalAlignment::kTopLeft;
+    case v1::BOTTOM_RIGHT:
+      return CausalAlignment::kBottomRight;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mask.alignment: unknown value ", static_cast<int>(alignment),
+          " (expected TOP_LEFT = 1 or BOTTOM_RIGHT = 2)"));
+  }
+}
+
+// The wire names of the axes, so a rank error tells the caller what to send.
+absl::string_view AxesOf(absl::string_view name, Layout layout) {
+  const bool bhld = layout == Layout::kBHLD;
+  if (name == "query") return bhld ? "[B, Hq, Lq, D]" : "[B, Lq, Hq, D]";
+  if (name == "key") return bhld ? "[B, Hkv, Lk, D]" : "[B, Lk, Hkv, D]";
+  return bhld ? "[B, Hkv, Lk, Dv]" : "[B, Lk, Hkv, Dv]";
+}
+
+// One of query/key/value; `dtype` is the query's once known, so key and value
+// are held to it.
+absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
+                                         const v1::Tensor& tensor,
+                                         Layout layout,
+                                         std::optional<DType> query_dtype) {
+  if (!present) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
+        AxesOf(name, layout), ")"));
+  }
+  const std::string dtype_field = absl::StrCat(name, ".dtype");
+  ASSIGN_OR_RETURN(DType dtype, FromWireDType(tensor.dtype(), dtype_field));
+  if (dtype == DType::kBool) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dtype_field,
+                     ": BOOL is not supported (expected FLOAT32, BFLOAT16 or "
+                     "FLOAT16)"));
+  }
+  if (query_dtype && dtype != *query_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dtype_field, ": ", WireDTypeName(tensor.dtype()),
+        " differs from query.dtype ", WireDTypeName(ToWireDType(*query_dtype)),
+        " (query, key and value must share one dtype)"));
+  }
+  ASSIGN_OR_RETURN(
+      TensorView view,
+      TensorViewFromBytes(name, tensor.data().data(), tensor.data().size(),
+                          dtype, ShapeOf(tensor)));
+  if (view.rank != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".shape: expected rank 4 ", AxesOf(name, layout), ", got rank ",
+        view.rank, " (shape ", ShapeString(view.dims()), ")"));
+  }
+  return view;
+}
+
+absl::StatusOr<TensorView> DecodeExplicitMask(const v1::Tensor& tensor) {
+  ASSIGN_OR_RETURN(DType dtype,
+                   FromWireDType(tensor.dtype(), "mask.explicit_mask.dtype"));
+  if (dtype != DType::kBool && dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mask.explicit_mask.dtype: ", WireDTypeName(tensor.dtype()),
+        " is not supported (expected BOOL or FLOAT32)"));
+  }
+  // Rank above 4 is rejected here; broadcastability needs the attention shape
+  // and is the engine's check.
+  return TensorViewFromBytes("mask.explicit_mask", tensor.data().data(),
+                             tensor.data().size(), dtype, ShapeOf(tensor));
+}
+
+// Bytes of a dense tensor of `shape`. Like TensorViewFromBytes, it also
+// requires the product of the nonzero dimensions to fit: an empty tensor's
+// strides are still built from them.
+absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
+                                   absl::Span<const int64_t> shape,
+                                   DType dtype) {
+  const int64_t element_size = static_cast<int64_t>(DTypeSize(dtype));
+  const int64_t max_elements = kInt64Max / element_size;
+  int64_t elements = 1;
+  bool empty = false;
+  for (int64_t d : shape) {
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (elements > max_elements / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": element count of shape ", ShapeString(shape),
+                       " of ", DTypeName(dtype), " overflows"));
+    }
+    elements *= d;
+  }
+  return empty ? 0 : elements * element_size;
+}
+
+MutableTensorView PrepareTensor(DType dtype,
+                                const std::array<int64_t, 4>& shape,
+                                v1::Tensor* tensor) {
+  tensor->set_dtype(ToWireDType(dtype));
+  tensor->clear_shape();
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    tensor->add_shape(d);
+    elements *= d;
+  }
+  std::string* data = tensor->mutable_data();
+  // assign, not resize: a reused response must not keep stale bytes.
+  data->assign(static_cast<size_t>(elements) * DTypeSize(dtype), '\0');
+  return MakeMutableTensorView(data->data(), dtype, shape);
+}
+
+}  // namespace
+
+absl::StatusOr<DType> FromWireDType(v1::DataType dtype,
+                                    absl::string_view field) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return DType::kFloat32;
+    case v1::BFLOAT16:
+      return DType::kBFloat16;
+    case v1::FLOAT16:
+      return DType::kFloat16;
+    case v1::BOOL:
+      return DType::kBool;
+    case v1::DATA_TYPE_UNSPECIFIED:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field,
+          ": DATA_TYPE_UNSPECIFIED (expected FLOAT32, BFLOAT16, FLOAT16 "
+          "or BOOL)"));
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": unknown value ", static_cast<int>(dtype),
+                       " (expected FLOAT32 = 1, BFLOAT16 = 2, FLOAT16 = 3 or "
+                       "BOOL = 4)"));
+  }
+}
+
+v1::DataType ToWireDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v1::FLOAT32;
+    case DType::kBFloat16:
+      return v1::BFLOAT16;
+    case DType::kFloat16:
+      return v1::FLOAT16;
+    case DType::kBool:
+      return v1::BOOL;
+  }
+  return v1::DATA_TYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
+                                             const AttentionEngine& engine,
+                                             const RequestLimits& limits) {
+  DecodedRequest decoded;
+  AttentionInputs& inputs = decoded.inputs;
+  ASSIGN_OR_RETURN(inputs.layout, DecodeLayout(request.layout()));
+  ASSIGN_OR_RETURN(inputs.query,
+                   DecodeOperand("query", request.has_query(), request.query(),
+                                 inputs.layout, std::nullopt));
+  ASSIGN_OR_RETURN(inputs.key,
+                   DecodeOperand("key", request.has_key(), request.key(),
+                                 inputs.layout, inputs.query.dtype));
+  ASSIGN_OR_RETURN(inputs.value,
+                   DecodeOperand("value", request.has_value(), request.value(),
+                                 inputs.layout, inputs.query.dtype));
+
+  const v1::Mask& wire_mask = request.mask();
+  MaskSpec& mask = inputs.mask;
+  mask.causal = wire_mask.causal();
+  ASSIGN_OR_RETURN(mask.alignment, DecodeAlignment(wire_mask.alignment()));
+  if (wire_mask.has_window_left()) mask.window_left = wire_mask.window_left();
+  if (wire_mask.has_window_right()) {
+    mask.window_right = wire_mask.window_right();
+  }
+  mask.key_lengths = absl::MakeConstSpan(wire_mask.key_lengths().data(),
+                                         wire_mask.key_lengths().size());
+  if (wire_mask.has_explicit_mask()) {
+    ASSIGN_OR_RETURN(mask.explicit_mask,
+                     DecodeExplicitMask(wire_mask.explicit_mask()));
+  }
+  mask.alibi_slopes = absl::MakeConstSpan(wire_mask.alibi_slopes().data(),
+                                          wire_mask.alibi_slopes().size());
+  if (request.has_scale()) inputs.scale = request.scale();
+
+  if (request.output_dtype() == v1::DATA_TYPE_UNSPECIFIED) {
+    decoded.output_dtype = inputs.query.dtype;
+  } else {
+    ASSIGN_OR_RETURN(decoded.output_dtype,
+                     FromWireDType(request.output_dtype(), "output_dtype"));
+    if (decoded.output_dtype == DType::kBool) {
+      return absl::InvalidArgumentError(
+          "output_dtype: BOOL is not supported (expected FLOAT32, BFLOAT16, "
+          "FLOAT16 or unspecified for the query's dtype)");
+    }
+  }
+  decoded.return_weights = request.return_weights();
+
+  ASSIGN_OR_RETURN(decoded.shape, engine.Validate(inputs));
+
+  ASSIGN_OR_RETURN(
+      const int64_t output_bytes,
+      DenseBytes("output", decoded.shape.output_shape, decoded.output_dtype));
+  int64_t weights_bytes = 0;
+  if (decoded.return_weights) {
+    ASSIGN_OR_RETURN(
+        weights_bytes,
+        DenseBytes("weights", decoded.shape.weights_shape, DType::kFloat32));
+  }
+  const bool sum_overflows = weights_bytes > kInt64Max - output_bytes;
+  if (sum_overflows ||
+      output_bytes + weights_bytes > limits.max_response_bytes) {
+    const std::string total = sum_overflows
+                                  ? "more than 2^63"
+                                  : absl::StrCat(output_bytes + weights_bytes);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "response: ", total, " bytes (output ",
+        ShapeString(decoded.shape.output_shape), " of ",
+        DTypeName(decoded.output_dtype), ": ", output_bytes, " bytes",
+        decoded.return_weights
+            ? absl::StrCat("; weights ",
+                           ShapeString(decoded.shape.weights_shape),
+                           " of f32: ", weights_bytes, " bytes")
+            : "",
+        ") exceed the limit of ", limits.max_response_bytes,
+        " bytes (the server's --max_response_bytes flag)"));
+  }
+  decoded.response_payload_bytes = output_bytes + weights_bytes;
+  // A small request can ask for hours of compute (Lq = Lk = 1e5, D = 1 is 400 KB per
+  // tensor); the limit keeps one call from holding a worker indefinitely.
+  if (decoded.shape.flops() > limits.max_flops) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request: ", decoded.shape.flops(), " FLOPs of attention exceed the limit of ",
+        limits.max_flops, " (the server's --max_request_flops flag)"));
+  }
+  return decoded;
+}
+
+AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
+                                 v1::AttendResponse* response) {
+  AttentionOutputs outputs;
+  outputs.output =
+      PrepareTensor(decoded.output_dtype, decoded.shape.output_shape,
+                    response->mutable_output());
+  if (decoded.return_weights) {
+    outputs.weights =
+        PrepareTensor(DType::kFloat32, decoded.shape.weights_shape,
+                      response->mutable_weights());
+  } else {
+    response->clear_weights();
+  }
+  return outputs;
+}
+
+}  // namespace attnserve::server

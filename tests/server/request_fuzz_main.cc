@@ -1,0 +1,589 @@
+// A seeded, deterministic stand-in for libFuzzer's driver, so that the request
+// fuzz target runs under GCC and in the ASan+UBSan build. It mutates valid
+// requests built here at the field level (shapes, data lengths, enum numbers,
+// mask parts) and at the byte level (bit flips, inserts, deletes), and feeds
+// each result to LLVMFuzzerTestOneInput.
+//
+//   attnserve_request_fuzz [--seconds S] [--iterations N] [--seed K] [FILE...]
+//   attnserve_request_fuzz --write_seeds DIR
+//
+// Stops after S seconds (default 20) or N iterations, whichever comes first;
+// the sequence of inputs depends only on K. FILE arguments are replayed once
+// each instead. Should a run die, the input being tried is written to
+// request_fuzz_crash.bin in the working directory for replay.
+// --write_seeds saves the valid seed requests as a starting corpus for
+// libFuzzer.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attnserve/v1/attention.pb.h"
+#include "core/convert.h"
+#include "tests/server/request_fuzz.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+// Present when linked with a sanitizer runtime: runs before the process dies of
+// a sanitizer report.
+extern "C" void __sanitizer_set_death_callback(void (*callback)(void))
+    __attribute__((weak));
+
+namespace attnserve::server {
+namespace {
+
+// The input under test, kept where a dying process can still write it out.
+std::string* g_current_input = nullptr;
+constexpr char kCrashFile[] = "request_fuzz_crash.bin";
+
+void SaveCurrentInput() {
+  if (g_current_input == nullptr) return;
+  // Only async-signal-safe calls: this may run inside a signal handler.
+  const int fd = open(kCrashFile, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return;
+  const char* p = g_current_input->data();
+  size_t left = g_current_input->size();
+  while (left > 0) {
+    const ssize_t n = write(fd, p, left);
+    if (n <= 0) break;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  close(fd);
+}
+
+void OnFatalSignal(int signal) {
+  SaveCurrentInput();
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+// splitmix64: the same sequence from the same seed with any standard library.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n); n > 0.
+  uint64_t Below(uint64_t n) { return Next() % n; }
+  bool OneIn(uint64_t n) { return Below(n) == 0; }
+  float UnitFloat() { return static_cast<float>(Next() >> 40) * 0x1p-24f; }
+
+ private:
+  uint64_t state_;
+};
+
+size_t ElementSize(v1::DataType dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return 4;
+    case v1::BFLOAT16:
+    case v1::FLOAT16:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+// A tensor of `shape` with values in [-1, 1) (BOOL: 0 or 1).
+void FillTensor(Rng& rng, v1::DataType dtype, const std::vector<int64_t>& shape,
+                v1::Tensor* tensor) {
+  tensor->set_dtype(dtype);
+  tensor->clear_shape();
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    tensor->add_shape(d);
+    n *= d;
+  }
+  std::string* data = tensor->mutable_data();
+  data->assign(static_cast<size_t>(n) * ElementSize(dtype), '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    const float f = 2.0f * rng.UnitFloat() - 1.0f;
+    char* at = data->data() + i * ElementSize(dtype);
+    if (dtype == v1::FLOAT32) {
+      std::memcpy(at, &f, 4);
+    } else if (dtype == v1::BFLOAT16 || dtype == v1::FLOAT16) {
+      const uint16_t h =
+          dtype == v1::BFLOAT16 ? FloatToBFloat16(f) : FloatToFloat16(f);
+      std::memcpy(at, &h, 2);
+    } else {
+      *at = f > 0.0f ? 1 : 0;
+    }
+  }
+}
+
+struct SeedShape {
+  v1::Layout layout;
+  v1::DataType dtype;
+  int64_t b, hq, hkv, lq, lk, d, dv;
+};
+
+std::vector<int64_t> InLayout(v1::Layout layout, int64_t b, int64_t h,
+                              int64_t l, int64_t d) {
+  if (layout == v1::BLHD) return {b, l, h, d};
+  return {b, h, l, d};
+}
+
+v1::AttendRequest PlainRequest(Rng& rng, const SeedShape& s) {
+  v1::AttendRequest request;
+  request.set_request_id("seed");
+  request.set_layout(s.layout);
+  FillTensor(rng, s.dtype, InLayout(s.layout, s.b, s.hq, s.lq, s.d),
+             request.mutable_query());
+  FillTensor(rng, s.dtype, InLayout(s.layout, s.b, s.hkv, s.lk, s.d),
+             request.mutable_key());
+  FillTensor(rng, s.dtype, InLayout(s.layout, s.b, s.hkv, s.lk, s.dv),
+             request.mutable_value());
+  return request;
+}
+
+// Valid requests covering both layouts, the three dtypes, GQA, decode-like
+// shapes, every mask part, weights and the empty edges.
+std::vector<v1::AttendRequest> SeedRequests(Rng& rng) {
+  std::vector<v1::AttendRequest> seeds;
+  {
+    v1::AttendRequest r =
+        PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 2, 1, 3, 4, 2, 2});
+    v1::Mask* m = r.mutable_mask();
+    m->set_causal(true);
+    m->set_alignment(v1::BOTTOM_RIGHT);
+    m->set_window_left(2);
+    m->set_window_right(0);
+    m->add_key_lengths(3);
+    FillTensor(rng, v1::BOOL, {3, 4}, m->mutable_explicit_mask());
+    m->add_alibi_slopes(0.5f);
+    m->add_alibi_slopes(0.25f);
+    r.set_scale(0.7f);
+    r.set_return_weights(true);
+    seeds.push_back(r);
+  }
+  {
+    v1::AttendRequest r =
+        PlainRequest(rng, {v1::BLHD, v1::BFLOAT16, 2, 4, 2, 5, 7, 8, 6});
+    r.mutable_mask()->set_causal(true);
+    r.mutable_mask()->add_key_lengths(7);
+    r.mutable_mask()->add_key_lengths(2);
+    r.set_output_dtype(v1::FLOAT32);
+    seeds.push_back(r);
+  }
+  {
+    v1::AttendRequest r =
+        PlainRequest(rng, {v1::BLHD, v1::FLOAT16, 1, 2, 2, 3, 5, 4, 4});
+    FillTensor(rng, v1::FLOAT32, {2, 1, 5},
+               r.mutable_mask()->mutable_explicit_mask());
+    r.set_return_weights(true);
+    r.set_output_dtype(v1::BFLOAT16);
+    seeds.push_back(r);
+  }
+  {
+    // Decode-like: one query row against many keys.
+    v1::AttendRequest r =
+        PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 4, 1, 1, 48, 8, 8});
+    r.mutable_mask()->set_causal(true);
+    r.mutable_mask()->set_alignment(v1::BOTTOM_RIGHT);
+    r.mutable_mask()->set_window_left(16);
+    seeds.push_back(r);
+  }
+  // Empty edges: no keys, no batch.
+  seeds.push_back(
+      PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 2, 2, 3, 0, 4, 4}));
+  seeds.push_back(
+      PlainRequest(rng, {v1::BLHD, v1::BFLOAT16, 0, 2, 1, 3, 4, 4, 4}));
+  return seeds;
+}
+
+int64_t InterestingDim(Rng& rng, int64_t current) {
+  static constexpr int64_t kValues[] = {-1,
+                                        0,
+                                        1,
+                                        2,
+                                        3,
+                                        4,
+                                        7,
+                                        8,
+                                        255,
+                                        256,
+                                        257,
+                                        int64_t{1} << 31,
+                                        int64_t{1} << 40,
+                                        int64_t{1} << 62,
+                                        std::numeric_limits<int64_t>::max(),
+                                        std::numeric_limits<int64_t>::min()};
+  switch (rng.Below(3)) {
+    case 0:  // Wraps at the extremes, as an attacker's value would.
+      return static_cast<int64_t>(static_cast<uint64_t>(current) + 1);
+    case 1:
+      return static_cast<int64_t>(static_cast<uint64_t>(current) - 1);
+    default:
+      return kValues[rng.Below(std::size(kValues))];
+  }
+}
+
+float InterestingFloat(Rng& rng) {
+  static constexpr float kValues[] = {0.0f,
+                                      -0.0f,
+                                      1.0f,
+                                      -1.0f,
+                                      1e-30f,
+                                      1e30f,
+                                      std::numeric_limits<float>::infinity(),
+                                      -std::numeric_limits<float>::infinity(),
+                                      std::numeric_limits<float>::quiet_NaN(),
+                                      std::numeric_limits<float>::max()};
+  if (rng.OneIn(2)) return 4.0f * rng.UnitFloat() - 2.0f;
+  return kValues[rng.Below(std::size(kValues))];
+}
+
+int32_t InterestingInt32(Rng& rng) {
+  static constexpr int32_t kValues[] = {-1,
+                                        0,
+                                        1,
+                                        2,
+                                        3,
+                                        4,
+                                        5,
+                                        7,
+                                        48,
+                                        std::numeric_limits<int32_t>::max(),
+                                        std::numeric_limits<int32_t>::min()};
+  return kValues[rng.Below(std::size(kValues))];
+}
+
+// An enum number: mostly the known values, sometimes one proto3 keeps unknown.
+int EnumNumber(Rng& rng, int known) {
+  if (rng.OneIn(4)) return static_cast<int>(rng.Next() & 0xff) - 16;
+  return static_cast<int>(rng.Below(known));
+}
+
+v1::Tensor* SomeTensor(Rng& rng, v1::AttendRequest* r) {
+  switch (rng.Below(4)) {
+    case 0:
+      return r->mutable_query();
+    case 1:
+      return r->mutable_key();
+    case 2:
+      return r->mutable_value();
+    default:
+      return r->mutable_mask()->mutable_explicit_mask();
+  }
+}
+
+void MutateTensor(Rng& rng, v1::Tensor* t) {
+  switch (rng.Below(7)) {
+    case 0:
+      if (t->shape_size() > 0) {
+        const int i = static_cast<int>(rng.Below(t->shape_size()));
+        t->set_shape(i, InterestingDim(rng, t->shape(i)));
+      }
+      break;
+    case 1:
+      t->add_shape(InterestingDim(rng, 1));
+      break;
+    case 2:
+      if (t->shape_size() > 0) t->mutable_shape()->RemoveLast();
+      break;
+    case 3: {
+      std::string* data = t->mutable_data();
+      data->resize(rng.Below(data->size() + 1));
+      break;
+    }
+    case 4:
+      t->mutable_data()->append(1 + rng.Below(8), '\x7f');
+      break;
+    case 5:
+      t->set_dtype(static_cast<v1::DataType>(EnumNumber(rng, 5)));
+      break;
+    default: {
+      // A consistent tensor of another shape, so that the semantic checks (and
+      // not only the byte count) are reached.
+      std::vector<int64_t> shape(rng.Below(6));
+      for (int64_t& d : shape) d = static_cast<int64_t>(rng.Below(6));
+      const v1::DataType dtype = static_cast<v1::DataType>(1 + rng.Below(4));
+      FillTensor(rng, dtype, shape, t);
+      break;
+    }
+  }
+}
+
+// A broadcastable or nearly broadcastable mask over the request's own sizes.
+void RandomMask(Rng& rng, v1::AttendRequest* r) {
+  std::vector<int64_t> dims;
+  for (const v1::Tensor* t : {&r->query(), &r->key()}) {
+    for (int64_t d : t->shape()) {
+      if (d >= 0 && d < 64) dims.push_back(d);
+    }
+  }
+  dims.push_back(1);
+  std::vector<int64_t> shape(rng.Below(6));
+  for (int64_t& d : shape) d = dims[rng.Below(dims.size())];
+  FillTensor(rng, rng.OneIn(2) ? v1::BOOL : v1::FLOAT32, shape,
+             r->mutable_mask()->mutable_explicit_mask());
+}
+
+void MutateField(Rng& rng, v1::AttendRequest* r) {
+  v1::Mask* m = r->mutable_mask();
+  switch (rng.Below(16)) {
+    case 0:
+    case 1:
+    case 2:
+      MutateTensor(rng, SomeTensor(rng, r));
+      break;
+    case 3:
+      r->set_layout(static_cast<v1::Layout>(EnumNumber(rng, 3)));
+      break;
+    case 4:
+      m->set_alignment(static_cast<v1::Alignment>(EnumNumber(rng, 3)));
+      break;
+    case 5:
+      r->set_output_dtype(static_cast<v1::DataType>(EnumNumber(rng, 5)));
+      break;
+    case 6:
+      RandomMask(rng, r);
+      break;
+    case 7: {
+      m->clear_key_lengths();
+      const uint64_t n = rng.Below(4);
+      for (uint64_t i = 0; i < n; ++i) {
+        m->add_key_lengths(rng.OneIn(2) ? static_cast<int32_t>(rng.Below(9))
+                                        : InterestingInt32(rng));
+      }
+      break;
+    }
+    case 8: {
+      m->clear_alibi_slopes();
+      const uint64_t n = rng.Below(6);
+      for (uint64_t i = 0; i < n; ++i)
+        m->add_alibi_slopes(InterestingFloat(rng));
+      break;
+    }
+    case 9:
+      if (rng.OneIn(3)) {
+        m->clear_window_left();
+      } else {
+        m->set_window_left(InterestingInt32(rng));
+      }
+      break;
+    case 10:
+      if (rng.OneIn(3)) {
+        m->clear_window_right();
+      } else {
+        m->set_window_right(InterestingInt32(rng));
+      }
+      break;
+    case 11:
+      if (rng.OneIn(3)) {
+        r->clear_scale();
+      } else {
+        r->set_scale(InterestingFloat(rng));
+      }
+      break;
+    case 12:
+      r->set_return_weights(!r->return_weights());
+      break;
+    case 13:
+      m->set_causal(!m->causal());
+      break;
+    case 14:
+      switch (rng.Below(4)) {
+        case 0:
+          r->clear_query();
+          break;
+        case 1:
+          r->clear_key();
+          break;
+        case 2:
+          r->clear_value();
+          break;
+        default:
+          r->clear_mask();
+          break;
+      }
+      break;
+    default:
+      r->mutable_key()->Swap(r->mutable_value());
+      break;
+  }
+}
+
+void MutateBytes(Rng& rng, std::string* bytes) {
+  const uint64_t n = 1 + rng.Below(4);
+  for (uint64_t k = 0; k < n; ++k) {
+    const size_t size = bytes->size();
+    switch (rng.Below(5)) {
+      case 0:
+        if (size > 0)
+          (*bytes)[rng.Below(size)] ^= static_cast<char>(1 << rng.Below(8));
+        break;
+      case 1:
+        if (size > 0) (*bytes)[rng.Below(size)] = static_cast<char>(rng.Next());
+        break;
+      case 2:
+        bytes->insert(bytes->begin() + rng.Below(size + 1),
+                      static_cast<char>(rng.Next()));
+        break;
+      case 3:
+        if (size > 0) {
+          const size_t at = rng.Below(size);
+          bytes->erase(at, 1 + rng.Below(std::min<size_t>(size - at, 16)));
+        }
+        break;
+      default:
+        bytes->resize(rng.Below(size + 1));
+        break;
+    }
+  }
+}
+
+void RunOne(const std::string& input) {
+  *g_current_input = input;
+  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()),
+                         input.size());
+}
+
+int Replay(const std::vector<std::string>& files) {
+  for (const std::string& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "request_fuzz: cannot read %s\n", path.c_str());
+      return 2;
+    }
+    RunOne(std::string(std::istreambuf_iterator<char>(in), {}));
+    std::printf("request_fuzz: %s ok\n", path.c_str());
+  }
+  return 0;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: attnserve_request_fuzz [--seconds S] [--iterations N] "
+               "[--seed K] [FILE...]\n"
+               "       attnserve_request_fuzz --write_seeds DIR\n");
+  return 2;
+}
+
+int WriteSeeds(const std::string& dir, uint64_t seed) {
+  Rng rng(seed);
+  const std::vector<v1::AttendRequest> seeds = SeedRequests(rng);
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    const std::string path = dir + "/seed_" + std::to_string(i) + ".bin";
+    std::ofstream out(path, std::ios::binary);
+    if (!out || !seeds[i].SerializeToOstream(&out)) {
+      std::fprintf(stderr, "request_fuzz: cannot write %s\n", path.c_str());
+      return 2;
+    }
+  }
+  std::printf("request_fuzz: wrote %zu seeds to %s\n", seeds.size(),
+              dir.c_str());
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  double seconds = 20.0;
+  uint64_t iterations = std::numeric_limits<uint64_t>::max();
+  uint64_t seed = 1;
+  std::vector<std::string> files;
+  std::string seeds_dir;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--seconds" && has_value) {
+      seconds = std::strtod(argv[++i], nullptr);
+    } else if (arg == "--iterations" && has_value) {
+      iterations = std::strtoull(argv[++i], nullptr, 10);
+    } else if (arg == "--seed" && has_value) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (arg == "--write_seeds" && has_value) {
+      seeds_dir = argv[++i];
+    } else if (arg.rfind("--", 0) == 0) {
+      return Usage();
+    } else {
+      files.push_back(arg);
+    }
+  }
+
+  if (!seeds_dir.empty()) return WriteSeeds(seeds_dir, seed);
+
+  std::string current;
+  g_current_input = &current;
+  if (__sanitizer_set_death_callback != nullptr) {
+    __sanitizer_set_death_callback(SaveCurrentInput);
+  }
+  std::signal(SIGABRT, OnFatalSignal);
+  if (!files.empty()) return Replay(files);
+
+  Rng rng(seed);
+  const std::vector<v1::AttendRequest> seeds = SeedRequests(rng);
+  // Mutants that still parse join a small pool so mutations can stack.
+  std::vector<std::string> pool;
+  for (const v1::AttendRequest& r : seeds)
+    pool.push_back(r.SerializeAsString());
+  const size_t seed_count = pool.size();
+  constexpr size_t kPoolSize = 256;
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline =
+      start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                  std::chrono::duration<double>(seconds));
+  uint64_t done = 0;
+  // Every seed first, unmutated: they must all compute.
+  for (const std::string& s : pool) RunOne(s);
+  while (done < iterations && std::chrono::steady_clock::now() < deadline) {
+    const std::string& base = rng.OneIn(2) ? pool[rng.Below(seed_count)]
+                                           : pool[rng.Below(pool.size())];
+    std::string input;
+    v1::AttendRequest request;
+    if (!rng.OneIn(4) && request.ParseFromString(base)) {
+      const uint64_t n = 1 + rng.Below(3);
+      for (uint64_t k = 0; k < n; ++k) MutateField(rng, &request);
+      input = request.SerializeAsString();
+      if (rng.OneIn(8)) MutateBytes(rng, &input);
+    } else {
+      input = base;
+      MutateBytes(rng, &input);
+    }
+    const uint64_t parsed_before = RequestFuzzCountsSoFar().parsed;
+    RunOne(input);
+    ++done;
+    if (RequestFuzzCountsSoFar().parsed > parsed_before) {
+      if (pool.size() < kPoolSize) {
+        pool.push_back(std::move(input));
+      } else {
+        pool[seed_count + rng.Below(kPoolSize - seed_count)] = std::move(input);
+      }
+    }
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  const RequestFuzzCounts& counts = RequestFuzzCountsSoFar();
+  std::printf(
+      "request_fuzz: seed %llu, %llu mutants in %.1f s: %llu parsed, %llu "
+      "rejected, %llu computed (%llu non-empty); no failure\n",
+      static_cast<unsigned long long>(seed),
+      static_cast<unsigned long long>(done), elapsed,
+      static_cast<unsigned long long>(counts.parsed),
+      static_cast<unsigned long long>(counts.rejected),
+      static_cast<unsigned long long>(counts.computed),
+      static_cast<unsigned long long>(counts.computed_nonempty));
+  return 0;
+}
+
+}  // namespace
+}  // namespace attnserve::server
+
+int main(int argc, char** argv) { return attnserve::server::Main(argc, argv); }
