@@ -170,9 +170,9 @@ absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("num_threads: must be >= 0, got ", options.num_threads));
   }
-  if (options.q_block < 0 || options.q_block > 4096) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q_block: must be in [0, 4096], got ", options.q_block));
+  if (options.q_block < 0 || options.q_block > kMaxQueryBlock) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "q_block: must be in [0, ", kMaxQueryBlock, "], got ", options.q_block));
   }
   if (options.k_block < 1 || options.k_block > 65536) {
     return absl::InvalidArgumentError(

@@ -49,28 +49,102 @@ void RowRanges(const Problem& p, const RowSet& rows, Workspace* ws, int64_t k_be
   }
 }
 
+// Rows of a ragged key block (causal diagonal, padding edges) are multiplied in
+// groups of this many, each only as far as its own last allowed key.
+constexpr int64_t kRowGranule = 64;
+
+// The online-softmax state of a row set and the operands of one key block.
+struct BlockContext {
+  const KernelArgs& args;
+  const RowSet& rows;
+  Workspace* ws;
+  float* row_max;
+  float* row_sum;
+  float* acc;
+  float* scores;
+  uint16_t* probs16;  // bf16 products only
+  float* bias;        // elementwise masks only
+};
+
+// Rows [r0, r1) of the set against keys [k0, k0 + n) whose operands are kp / vp.
+absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1, int64_t k0,
+                          int64_t n, const void* kp, int64_t ldk, const void* vp,
+                          int64_t ldv) {
+  const KernelArgs& args = c.args;
+  const Problem& p = *args.p;
+  const VecOps& ops = *args.ops;
+  Workspace* ws = c.ws;
+  const int64_t kb = args.k_block;
+  const int64_t dv = p.shape.value_dim;
+  const bool bf16 = args.gemm_dtype == DType::kBFloat16;
+  const int64_t m = r1 - r0;
+  const char* q = static_cast<const char*>(c.rows.q) +
+                  r0 * c.rows.ldq * static_cast<int64_t>(DTypeSize(args.gemm_dtype));
+  float* scores = c.scores + r0 * kb;
+  MatmulShape qk{m, n, p.shape.head_dim, c.rows.ldq, ldk, kb, true, args.gemm_dtype,
+                 false};
+  absl::Status st = ws->matmul->Run(qk, q, kp, scores);
+  if (!st.ok()) return st;
+
+  for (int64_t r = r0; r < r1; ++r) {
+    float* s = c.scores + r * kb;
+    if (c.bias != nullptr) {
+      FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, c.bias);
+    }
+    const float tile_max = ops.scale_mask_max(s, n, p.scale, ws->row_lo[r] - k0,
+                                              ws->row_hi[r] - k0, c.bias);
+    const float new_max = std::max(c.row_max[r], tile_max);
+    if (new_max == kNegInf) {
+      // Nothing allowed so far: this row contributes zeros to acc.
+      if (bf16) {
+        std::memset(c.probs16 + r * kb, 0, n * sizeof(uint16_t));
+      } else {
+        std::memset(s, 0, n * sizeof(float));
+      }
+      continue;
+    }
+    const float sum = bf16 ? ops.exp_sum_bf16(s, n, new_max, c.probs16 + r * kb)
+                           : ops.exp_sum_f32(s, n, new_max, s);
+    if (new_max != c.row_max[r]) {
+      if (c.row_max[r] != kNegInf) {
+        const float alpha = std::exp(c.row_max[r] - new_max);
+        ops.scale(c.acc + r * dv, dv, alpha);
+        c.row_sum[r] *= alpha;
+      }
+      c.row_max[r] = new_max;
+    }
+    c.row_sum[r] += sum;
+  }
+
+  MatmulShape pv{m, dv, n, kb, ldv, dv, false, args.gemm_dtype, true};
+  const void* probs = bf16 ? static_cast<const void*>(c.probs16 + r0 * kb) : scores;
+  return ws->matmul->Run(pv, probs, vp, c.acc + r0 * dv);
+}
+
 // Runs the online softmax of `rows` over keys [k_begin, k_end) (block aligned at
 // k_begin). On return the workspace holds, per row, the running max (row_max), the
 // sum of exp(s - max) (row_sum) and the unnormalized output (acc, ld = Dv).
 absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_begin,
                         int64_t k_end, Workspace* ws) {
   const Problem& p = *args.p;
-  const VecOps& ops = *args.ops;
   const int64_t m = rows.count;
   const int64_t dim = p.shape.head_dim;
   const int64_t dv = p.shape.value_dim;
   const int64_t kb = args.k_block;
   const bool bf16 = args.gemm_dtype == DType::kBFloat16;
 
-  float* row_max = ws->row_max.Get<float>(m);
-  float* row_sum = ws->row_sum.Get<float>(m);
-  float* acc = ws->acc.Get<float>(m * dv);
-  float* scores = ws->scores.Get<float>(m * kb);
-  uint16_t* probs16 = bf16 ? ws->probs.Get<uint16_t>(m * kb) : nullptr;
-  float* bias = p.has_elementwise_mask() ? ws->bias.Get<float>(kb) : nullptr;
-  std::fill(row_max, row_max + m, kNegInf);
-  std::fill(row_sum, row_sum + m, 0.0f);
-  std::fill(acc, acc + m * dv, 0.0f);
+  const BlockContext c{args,
+                       rows,
+                       ws,
+                       ws->row_max.Get<float>(m),
+                       ws->row_sum.Get<float>(m),
+                       ws->acc.Get<float>(m * dv),
+                       ws->scores.Get<float>(m * kb),
+                       bf16 ? ws->probs.Get<uint16_t>(m * kb) : nullptr,
+                       p.has_elementwise_mask() ? ws->bias.Get<float>(kb) : nullptr};
+  std::fill(c.row_max, c.row_max + m, kNegInf);
+  std::fill(c.row_sum, c.row_sum + m, 0.0f);
+  std::fill(c.acc, c.acc + m * dv, 0.0f);
 
   int64_t lo_all, hi_all;
   RowRanges(p, rows, ws, k_begin, k_end, &lo_all, &hi_all);
@@ -80,10 +154,21 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_be
   const Strides4& ks = p.k_strides;
   const Strides4& vs = p.v_strides;
   for (int64_t k0 = first_block; k0 < hi_all; k0 += kb) {
-    const int64_t n = std::min(kb, k_end - k0);
-    bool any = false;
-    for (int64_t r = 0; r < m && !any; ++r) {
-      any = ws->row_lo[r] < k0 + n && ws->row_hi[r] > k0;
+    const int64_t n = KeyBlockEnd(k0, kb, hi_all, k_end) - k0;
+    // Per row group: how far its rows need this block (0 = not at all).
+    int64_t group_n[(kMaxQueryBlock + kRowGranule - 1) / kRowGranule];
+    const int64_t groups = (m + kRowGranule - 1) / kRowGranule;
+    bool any = false, ragged = false;
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t hi = k0;
+      for (int64_t r = g * kRowGranule; r < std::min(m, (g + 1) * kRowGranule); ++r) {
+        if (ws->row_lo[r] < k0 + n && ws->row_hi[r] > k0) {
+          hi = std::max(hi, ws->row_hi[r]);
+        }
+      }
+      group_n[g] = hi > k0 ? KeyBlockEnd(k0, kb, hi, k_end) - k0 : 0;
+      any |= group_n[g] > 0;
+      ragged |= group_n[g] != n;
     }
     if (!any) continue;
 
@@ -94,43 +179,18 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_be
     const void* vp = OperandRows(
         args, ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype), vs.row,
         n, dv, &ws->v, &ldv);
-    MatmulShape qk{m, n, dim, rows.ldq, ldk, kb, true, args.gemm_dtype, false};
-    absl::Status st = ws->matmul->Run(qk, rows.q, kp, scores);
-    if (!st.ok()) return st;
-
-    for (int64_t r = 0; r < m; ++r) {
-      float* s = scores + r * kb;
-      if (bias != nullptr) {
-        FillBias(p, rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
-      }
-      const float tile_max = ops.scale_mask_max(s, n, p.scale, ws->row_lo[r] - k0,
-                                                ws->row_hi[r] - k0, bias);
-      const float new_max = std::max(row_max[r], tile_max);
-      if (new_max == kNegInf) {
-        // Nothing allowed so far: this row contributes zeros to acc.
-        if (bf16) {
-          std::memset(probs16 + r * kb, 0, n * sizeof(uint16_t));
-        } else {
-          std::memset(s, 0, n * sizeof(float));
-        }
-        continue;
-      }
-      const float sum = bf16 ? ops.exp_sum_bf16(s, n, new_max, probs16 + r * kb)
-                             : ops.exp_sum_f32(s, n, new_max, s);
-      if (new_max != row_max[r]) {
-        if (row_max[r] != kNegInf) {
-          const float alpha = std::exp(row_max[r] - new_max);
-          ops.scale(acc + r * dv, dv, alpha);
-          row_sum[r] *= alpha;
-        }
-        row_max[r] = new_max;
-      }
-      row_sum[r] += sum;
+    if (!ragged) {
+      absl::Status st = ProcessBlock(c, 0, m, k0, n, kp, ldk, vp, ldv);
+      if (!st.ok()) return st;
+      continue;
     }
-
-    MatmulShape pv{m, dv, n, kb, ldv, dv, false, args.gemm_dtype, true};
-    st = ws->matmul->Run(pv, bf16 ? static_cast<const void*>(probs16) : scores, vp, acc);
-    if (!st.ok()) return st;
+    for (int64_t g = 0; g < groups; ++g) {
+      if (group_n[g] == 0) continue;
+      absl::Status st =
+          ProcessBlock(c, g * kRowGranule, std::min(m, (g + 1) * kRowGranule), k0,
+                       group_n[g], kp, ldk, vp, ldv);
+      if (!st.ok()) return st;
+    }
   }
   return absl::OkStatus();
 }

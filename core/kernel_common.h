@@ -79,6 +79,26 @@ const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
                         int64_t rows, int64_t cols, ScratchBuffer* buffer,
                         int64_t* ld_out);
 
+// The largest EngineOptions::q_block (rows of one tile).
+inline constexpr int64_t kMaxQueryBlock = 4096;
+
+// Key blocks are cut short after the last allowed key, at a multiple of this many
+// keys: causal and padded rows skip most of a partly used block while the number of
+// distinct product shapes (each a cached primitive) stays small.
+inline constexpr int64_t kKeyGranule = 64;
+
+// The end of a key block starting at k0: k0 + k_block, but not past k_end, and not
+// past `allowed_end` rounded up to kKeyGranule.
+inline int64_t KeyBlockEnd(int64_t k0, int64_t k_block, int64_t allowed_end,
+                           int64_t k_end) {
+  const int64_t trimmed =
+      k0 + (allowed_end - k0 + kKeyGranule - 1) / kKeyGranule * kKeyGranule;
+  int64_t end = k0 + k_block;
+  if (trimmed < end) end = trimmed;
+  if (k_end < end) end = k_end;
+  return end;
+}
+
 // Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi) for
 // query row i of (b, h) against keys [k0, k0 + n).
 void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0, int64_t n,

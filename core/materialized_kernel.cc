@@ -55,7 +55,8 @@ absl::Status RunMaterialized(const KernelArgs& args, absl::Span<Workspace* const
       std::memset(weights, 0, m * lk * sizeof(float));
     } else {
       const int64_t span_begin = lo_all / kb * kb;
-      const int64_t span_end = std::min(lk, (hi_all + kb - 1) / kb * kb);
+      const int64_t span_end =
+          std::min(lk, (hi_all + kKeyGranule - 1) / kKeyGranule * kKeyGranule);
       const int64_t span = span_end - span_begin;
       int64_t ldq;
       const void* q =
