@@ -28,6 +28,14 @@ int64_t AutoQueryBlock(int64_t q_len) {
   return 32;
 }
 
+// The materialized kernel makes three passes over its rows of weights; keep a
+// block's rows (rows × Lk floats) within about half of a 1 MiB L2.
+int64_t MaterializedQueryBlock(int64_t q_len, int64_t k_len) {
+  int64_t rows = AutoQueryBlock(q_len);
+  while (rows > 32 && rows * k_len * int64_t{sizeof(float)} > (512 << 10)) rows /= 2;
+  return rows;
+}
+
 class Engine final : public AttentionEngine {
  public:
   Engine(const EngineOptions& options, int threads, const VecOps* ops,
@@ -67,7 +75,10 @@ class Engine final : public AttentionEngine {
     args.gemm_dtype = problem.dtype == DType::kBFloat16 && matmuls_->bf16_supported()
                           ? DType::kBFloat16
                           : DType::kFloat32;
-    args.q_block = options_.q_block > 0 ? options_.q_block : AutoQueryBlock(s.q_len);
+    args.q_block = options_.q_block > 0 ? options_.q_block
+                   : path == KernelPath::kMaterialized
+                       ? MaterializedQueryBlock(s.q_len, s.k_len)
+                       : AutoQueryBlock(s.q_len);
     args.k_block = options_.k_block;
     args.num_threads = threads_;
 
