@@ -36,6 +36,27 @@ AttentionService::AttentionService(ServiceOptions options, Scheduler* scheduler,
       metrics_(metrics),
       validator_(validator) {}
 
+void AttentionService::BeginWork() {
+  metrics_->AddInflight(1);
+  absl::MutexLock lock(&work_mu_);
+  ++active_work_;
+}
+
+void AttentionService::Answered() { metrics_->AddInflight(-1); }
+
+void AttentionService::EndWork() {
+  absl::MutexLock lock(&work_mu_);
+  --active_work_;
+}
+
+bool AttentionService::WaitUntilIdle(absl::Time deadline) {
+  absl::MutexLock lock(&work_mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
+    return active_work_ == 0;
+  };
+  return work_mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
 absl::Status AttentionService::Admit(const grpc::CallbackServerContext& context) const {
   if (draining_.load()) return absl::UnavailableError("server is shutting down");
   if (options_.auth_token.empty()) return absl::OkStatus();
@@ -91,12 +112,28 @@ void AttentionService::Process(const v1::AttendRequest& request,
   if (!submitted.ok()) (*finish)(submitted);
 }
 
+// A unary call counts as work until gRPC is done with it, not merely until Finish:
+// shutdown cancels whatever is open once the service is idle, and a response
+// still being sent must not be cut off.
+class AttentionService::UnaryReactor : public grpc::ServerUnaryReactor {
+ public:
+  explicit UnaryReactor(AttentionService* service) : service_(service) {
+    service_->BeginWork();
+  }
+  void OnDone() override {
+    service_->EndWork();
+    delete this;
+  }
+
+ private:
+  AttentionService* const service_;
+};
+
 grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
                                                    const v1::AttendRequest* request,
                                                    v1::AttendResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = new UnaryReactor(this);
   const absl::Time received = absl::Now();
-  metrics_->AddInflight(1);
   const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   auto finish = [this, reactor, request, response, received,
                  request_bytes](absl::Status status) {
@@ -107,7 +144,7 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
     metrics_->RecordRequest(Method::kAttend, grpc_status.error_code(),
                             absl::ToDoubleSeconds(absl::Now() - received), request_bytes,
                             response_bytes);
-    metrics_->AddInflight(-1);
+    Answered();
     ATTNSERVE_LOG(LogLevel::kDebug, "Attend id=", request->request_id(),
                   " code=", grpc_status.error_code(), " bytes_in=", request_bytes,
                   " bytes_out=", response_bytes, " ", status.message());
@@ -166,7 +203,7 @@ class AttentionService::StreamReactor
       read_more = static_cast<int>(slots_.size()) < service_->options_.max_stream_inflight;
       read_paused_ = !read_more;
     }
-    service_->metrics_->AddInflight(1);
+    service_->BeginWork();
     if (service_->draining_.load()) {
       Complete(slot, absl::UnavailableError("server is shutting down"));
     } else {
@@ -185,6 +222,7 @@ class AttentionService::StreamReactor
       absl::MutexLock lock(&mu_);
       writing_ = false;
       slots_.pop_front();
+      service_->EndWork();
       if (!ok) {
         // The client went away; what is still queued is answered to nobody.
         broken_ = true;
@@ -200,6 +238,11 @@ class AttentionService::StreamReactor
   }
 
   void OnCancel() override { cancelled_.store(true); }
+
+  ~StreamReactor() override {
+    // Messages never written (the client left) end here.
+    for (size_t i = 0; i < slots_.size(); ++i) service_->EndWork();
+  }
 
   void OnDone() override {
     bool destroy;
@@ -233,13 +276,12 @@ class AttentionService::StreamReactor
       slot->response.set_error_message(std::string(status.message()));
     }
     slot->response.set_request_id(slot->request.request_id());
-    Metrics* metrics = service_->metrics_;
-    metrics->RecordRequest(Method::kAttendStream,
+    service_->metrics_->RecordRequest(Method::kAttendStream,
                            static_cast<grpc::StatusCode>(status.code()),
                            absl::ToDoubleSeconds(absl::Now() - slot->received),
                            slot->request_bytes,
                            static_cast<int64_t>(slot->response.ByteSizeLong()));
-    metrics->AddInflight(-1);
+    service_->Answered();
     bool destroy;
     Actions actions;
     {

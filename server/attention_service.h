@@ -8,6 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention.h"
 #include "server/metrics.h"
@@ -37,6 +40,10 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // From now on new calls, and new messages on open streams, get UNAVAILABLE.
   void StartDraining() { draining_.store(true); }
 
+  // Waits until no call or stream message is being processed, or until `deadline`.
+  // True when idle. Open streams with nothing in flight count as idle.
+  bool WaitUntilIdle(absl::Time deadline);
+
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
                                    const v1::AttendRequest* request,
                                    v1::AttendResponse* response) override;
@@ -48,7 +55,16 @@ class AttentionService final : public v1::AttentionService::CallbackService {
 
  private:
   class StreamReactor;
+  class UnaryReactor;
   friend class StreamReactor;
+  friend class UnaryReactor;
+
+  // A call or stream message: BeginWork when it arrives (in-flight gauge up),
+  // Answered when its response is ready (gauge down), EndWork when gRPC no longer
+  // needs it (WaitUntilIdle).
+  void BeginWork();
+  void Answered();
+  void EndWork();
 
   // Checks draining and the bearer token.
   absl::Status Admit(const grpc::CallbackServerContext& context) const;
@@ -63,6 +79,8 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   Metrics* const metrics_;
   const AttentionEngine* const validator_;
   std::atomic<bool> draining_{false};
+  absl::Mutex work_mu_;
+  int64_t active_work_ ABSL_GUARDED_BY(work_mu_) = 0;
 };
 
 }  // namespace attnserve::server

@@ -194,9 +194,16 @@ void AttnServer::Shutdown() {
   }
   impl_->server->GetHealthCheckService()->SetServingStatus(false);
   impl_->service->StartDraining();
-  // Waits for in-flight calls until the grace ends, then cancels the rest; queued
-  // work of cancelled calls is rejected by the scheduler, which finishes them.
-  impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + impl_->options.shutdown_grace));
+  // In-flight work gets the grace; the listener stays open meanwhile so that health
+  // checks see NOT_SERVING and new calls a clear UNAVAILABLE. Then whatever is
+  // still open (idle streams, health watches, calls past the grace) is cancelled:
+  // gRPC's own Shutdown would otherwise wait the whole grace for streams that never
+  // end by themselves. Queued work of cancelled calls is rejected by the scheduler.
+  const absl::Time deadline = absl::Now() + impl_->options.shutdown_grace;
+  if (!impl_->service->WaitUntilIdle(deadline)) {
+    ATTNSERVE_LOG(LogLevel::kWarning, "shutdown grace ended with calls in flight; cancelling them");
+  }
+  impl_->server->Shutdown(absl::ToChronoTime(absl::Now()));
   impl_->scheduler->Shutdown(absl::Now());
 }
 

@@ -42,7 +42,8 @@ v1::DataType Wire(DType d) {
 void ToWire(const TestTensor& t, v1::Tensor* out) {
   out->set_dtype(Wire(t.dtype()));
   for (int64_t d : t.shape()) out->add_shape(d);
-  out->set_data(static_cast<const char*>(t.data()), t.size() * DTypeSize(t.dtype()));
+  out->set_data(static_cast<const char*>(t.data()),
+                t.size() * DTypeSize(t.dtype()));
 }
 
 // One call: inputs, the request that carries them, and the reference answer.
@@ -87,12 +88,14 @@ struct WireCase {
     if (window_left) m->set_window_left(*window_left);
     if (window_right) m->set_window_right(*window_right);
     if (key_lengths) {
-      for (int64_t i = 0; i < b; ++i) lengths.push_back(static_cast<int32_t>((i * 3 + 2) % (lk + 1)));
+      for (int64_t i = 0; i < b; ++i)
+        lengths.push_back(static_cast<int32_t>((i * 3 + 2) % (lk + 1)));
       for (int32_t x : lengths) m->add_key_lengths(x);
     }
     if (bool_mask) {
       mask = TestTensor(DType::kBool, {lq, lk});
-      for (int64_t i = 0; i < mask.size(); ++i) mask.Set(i, (i * 7) % 5 != 0 ? 1.0f : 0.0f);
+      for (int64_t i = 0; i < mask.size(); ++i)
+        mask.Set(i, (i * 7) % 5 != 0 ? 1.0f : 0.0f);
       ToWire(mask, m->mutable_explicit_mask());
     }
     if (alibi) {
@@ -116,9 +119,10 @@ struct WireCase {
     in.mask.key_lengths = lengths;
     if (bool_mask) in.mask.explicit_mask = mask.view();
     in.mask.alibi_slopes = slopes;
-    *out = TestTensor(DType::kFloat32,
-                      layout == Layout::kBHLD ? std::vector<int64_t>{b, hq, lq, dv}
-                                              : std::vector<int64_t>{b, lq, hq, dv});
+    *out =
+        TestTensor(DType::kFloat32, layout == Layout::kBHLD
+                                        ? std::vector<int64_t>{b, hq, lq, dv}
+                                        : std::vector<int64_t>{b, lq, hq, dv});
     *w = TestTensor(DType::kFloat32, {b, hq, lq, lk});
     AttentionOutputs outs{out->mutable_view(), std::nullopt};
     if (weights) outs.weights = w->mutable_view();
@@ -127,8 +131,8 @@ struct WireCase {
 };
 
 // Compares a wire tensor with the reference values.
-void ExpectTensorNear(const v1::Tensor& got, DType dtype, const TestTensor& expected,
-                      float tol) {
+void ExpectTensorNear(const v1::Tensor& got, DType dtype,
+                      const TestTensor& expected, float tol) {
   ASSERT_EQ(got.dtype(), Wire(dtype));
   ASSERT_EQ(std::vector<int64_t>(got.shape().begin(), got.shape().end()),
             expected.shape());
@@ -146,8 +150,9 @@ void ExpectTensorNear(const v1::Tensor& got, DType dtype, const TestTensor& expe
 void ExpectMatches(const WireCase& c, const v1::AttendResponse& response) {
   TestTensor out, w;
   c.Expected(&out, &w);
-  const float tol = c.dtype == DType::kFloat32 && c.out_dtype == DType::kFloat32 ? 1e-5f
-                                                                                 : 2e-2f;
+  const float tol = c.dtype == DType::kFloat32 && c.out_dtype == DType::kFloat32
+                        ? 1e-5f
+                        : 2e-2f;
   ExpectTensorNear(response.output(), c.out_dtype, out, tol);
   if (c.weights) {
     ExpectTensorNear(response.weights(), DType::kFloat32, w,
@@ -160,7 +165,8 @@ void ExpectMatches(const WireCase& c, const v1::AttendResponse& response) {
 class E2eAttendTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=2"});
+    auto server =
+        ServerProcess::Start({"--workers=1", "--threads_per_worker=2"});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }
@@ -173,9 +179,11 @@ class E2eAttendTest : public ::testing::Test {
     stub_ = v1::AttentionService::NewStub(server_->Channel());
   }
 
-  grpc::Status Call(const v1::AttendRequest& request, v1::AttendResponse* response) {
+  grpc::Status Call(const v1::AttendRequest& request,
+                    v1::AttendResponse* response) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(60));
     return stub_->Attend(&context, request, response);
   }
 
@@ -298,7 +306,10 @@ TEST_F(E2eAttendTest, InvalidRequestsGetClearErrors) {
     std::string fragment;
   };
   const std::vector<Bad> bads = {
-      {"short query", [](v1::AttendRequest* r) { r->mutable_query()->mutable_data()->pop_back(); },
+      {"short query",
+       [](v1::AttendRequest* r) {
+         r->mutable_query()->mutable_data()->pop_back();
+       },
        grpc::INVALID_ARGUMENT, "query"},
       {"rank 3 key",
        [](v1::AttendRequest* r) {
@@ -306,7 +317,8 @@ TEST_F(E2eAttendTest, InvalidRequestsGetClearErrors) {
          r->mutable_key()->mutable_shape()->Set(2, 7 * 8);
        },
        grpc::INVALID_ARGUMENT, "key"},
-      {"dtype mismatch", [](v1::AttendRequest* r) { r->mutable_value()->set_dtype(v1::FLOAT16); },
+      {"dtype mismatch",
+       [](v1::AttendRequest* r) { r->mutable_value()->set_dtype(v1::FLOAT16); },
        grpc::INVALID_ARGUMENT, "value"},
       {"Hq % Hkv",
        [](v1::AttendRequest* r) {
@@ -325,16 +337,20 @@ TEST_F(E2eAttendTest, InvalidRequestsGetClearErrors) {
          m->set_data(std::string(3, '\1'));
        },
        grpc::INVALID_ARGUMENT, "broadcast"},
-      {"key_lengths count", [](v1::AttendRequest* r) {
+      {"key_lengths count",
+       [](v1::AttendRequest* r) {
          r->mutable_mask()->add_key_lengths(1);
          r->mutable_mask()->add_key_lengths(1);
        },
        grpc::INVALID_ARGUMENT, "key_lengths"},
-      {"key_lengths range", [](v1::AttendRequest* r) { r->mutable_mask()->add_key_lengths(8); },
+      {"key_lengths range",
+       [](v1::AttendRequest* r) { r->mutable_mask()->add_key_lengths(8); },
        grpc::INVALID_ARGUMENT, "key_lengths"},
-      {"alibi length", [](v1::AttendRequest* r) { r->mutable_mask()->add_alibi_slopes(0.5f); },
+      {"alibi length",
+       [](v1::AttendRequest* r) { r->mutable_mask()->add_alibi_slopes(0.5f); },
        grpc::INVALID_ARGUMENT, "alibi"},
-      {"negative window", [](v1::AttendRequest* r) { r->mutable_mask()->set_window_left(-1); },
+      {"negative window",
+       [](v1::AttendRequest* r) { r->mutable_mask()->set_window_left(-1); },
        grpc::INVALID_ARGUMENT, "window_left"},
       {"bool query",
        [](v1::AttendRequest* r) {
@@ -358,7 +374,8 @@ TEST_F(E2eAttendTest, InvalidRequestsGetClearErrors) {
 TEST_F(E2eAttendTest, GetServerInfoDescribesTheServer) {
   grpc::ClientContext context;
   v1::ServerInfo info;
-  ASSERT_TRUE(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+  ASSERT_TRUE(
+      stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
   EXPECT_FALSE(info.version().empty());
   EXPECT_EQ(info.onednn_version(), OneDnnVersion());
   EXPECT_THAT(info.isa(), ::testing::AnyOf("avx512", "avx2"));

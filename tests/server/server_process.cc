@@ -35,6 +35,13 @@ int FindInt(const std::string& text, const std::string& key) {
   return value;
 }
 
+std::string DescribeExit(int wait_status) {
+  if (WIFEXITED(wait_status)) {
+    return absl::StrCat("exit code ", WEXITSTATUS(wait_status));
+  }
+  return absl::StrCat("signal ", WTERMSIG(wait_status));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
@@ -53,7 +60,12 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   argv.push_back(nullptr);
 
   int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
+  // Close-on-exec so that processes forked meanwhile (other servers,
+  // std::system) hold no copy of the write end, which would keep the reader
+  // from seeing EOF.
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    return absl::InternalError("pipe failed");
+  }
   std::unique_ptr<ServerProcess> p(new ServerProcess());
   p->pid_ = fork();
   if (p->pid_ < 0) return absl::InternalError("fork failed");
@@ -65,7 +77,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     _exit(127);
   }
   close(pipe_fds[1]);
-  p->reader_ = std::thread([raw = p.get(), fd = pipe_fds[0]] { raw->ReadLog(fd); });
+  p->reader_ =
+      std::thread([raw = p.get(), fd = pipe_fds[0]] { raw->ReadLog(fd); });
 
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline) {
@@ -78,7 +91,11 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     int status;
     if (waitpid(p->pid_, &status, WNOHANG) == p->pid_) {
       p->exited_ = true;
-      return absl::InternalError(absl::StrCat("attnserve exited at start: ", log));
+      // The last lines may still be in the pipe; the reader ends at EOF.
+      p->reader_.join();
+      return absl::InternalError(absl::StrCat("attnserve exited at start with ",
+                                              DescribeExit(status), ": ",
+                                              p->Log()));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
@@ -128,6 +145,7 @@ absl::StatusOr<int> ServerProcess::WaitForExit(absl::Duration timeout) {
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       exited_ = true;
+      if (reader_.joinable()) reader_.join();
       if (WIFEXITED(status)) return WEXITSTATUS(status);
       return absl::InternalError(
           absl::StrCat("attnserve died from signal ", WTERMSIG(status)));
@@ -146,11 +164,13 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot connect to port ", port));
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to port ", port));
   }
   const std::string request =
       absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+  if (write(fd, request.data(), request.size()) !=
+      static_cast<ssize_t>(request.size())) {
     close(fd);
     return absl::InternalError("write failed");
   }
@@ -164,8 +184,8 @@ absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
     return absl::InternalError("malformed HTTP response");
   }
   if (response.find(" 200 ") > response.find("\r\n")) {
-    return absl::InternalError(
-        absl::StrCat("HTTP status line: ", response.substr(0, response.find("\r\n"))));
+    return absl::InternalError(absl::StrCat(
+        "HTTP status line: ", response.substr(0, response.find("\r\n"))));
   }
   return response.substr(body + 4);
 }
@@ -177,7 +197,9 @@ absl::StatusOr<double> MetricValue(const std::string& exposition,
   while (std::getline(lines, line)) {
     if (absl::StartsWith(line, series + " ")) {
       double value;
-      if (absl::SimpleAtod(line.substr(series.size() + 1), &value)) return value;
+      if (absl::SimpleAtod(line.substr(series.size() + 1), &value)) {
+        return value;
+      }
     }
   }
   return absl::NotFoundError(absl::StrCat("no sample ", series));

@@ -1,8 +1,8 @@
 #ifndef ATTNSERVE_TESTS_SERVER_SERVER_PROCESS_H_
 #define ATTNSERVE_TESTS_SERVER_SERVER_PROCESS_H_
 
-// A real attnserve process for end-to-end tests: started on ephemeral ports, its
-// stderr captured, stopped with real signals.
+// A real attnserve process for end-to-end tests: started on ephemeral ports,
+// its stderr captured, stopped with real signals.
 
 #include <sys/types.h>
 
@@ -22,11 +22,14 @@ namespace attnserve::testing {
 class ServerProcess {
  public:
   // Runs the attnserve binary with `args` plus --listen=127.0.0.1:0 and
-  // --metrics_listen=127.0.0.1:0 (unless args set them) and waits for its start line.
+  // --metrics_listen=127.0.0.1:0 (unless args set them) and waits for its start
+  // line. When the process exits instead, Internal with its exit code and whole
+  // log.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       std::vector<std::string> args = {});
   ~ServerProcess();  // SIGKILL when still running.
 
+  pid_t pid() const { return pid_; }
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -39,8 +42,9 @@ class ServerProcess {
 
   // Sends `signal`.
   void Kill(int signal) const;
-  // Waits for the process to exit; its exit code, or an error on timeout or when it
-  // died from a signal.
+  // Waits for the process to exit; its exit code, or an error on timeout or
+  // when it died from a signal. Once it has exited, Log() holds everything it
+  // wrote.
   absl::StatusOr<int> WaitForExit(absl::Duration timeout);
 
   // The stderr lines so far.
@@ -62,9 +66,11 @@ class ServerProcess {
 // GET http://127.0.0.1:port/path over a plain socket; the body on 200.
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
 
-// The value of the sample `series` (e.g. `attnserve_requests_total{code="OK",method="Attend"}`,
-// labels in the exposition's order) in a Prometheus text exposition; NotFound if absent.
-absl::StatusOr<double> MetricValue(const std::string& exposition, const std::string& series);
+// The value of the sample `series` (e.g.
+// `attnserve_requests_total{code="OK",method="Attend"}`, labels in the
+// exposition's order) in a Prometheus text exposition; NotFound if absent.
+absl::StatusOr<double> MetricValue(const std::string& exposition,
+                                   const std::string& series);
 
 }  // namespace attnserve::testing
 
