@@ -1,0 +1,24 @@
+#ifndef ATTNSERVE_CLIENT_FILE_UTIL_H_
+#define ATTNSERVE_CLIENT_FILE_UTIL_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace attnserve::client {
+
+// The whole file. Errors start with the path: NotFound when it does not exist,
+// PermissionDenied when it cannot be opened otherwise, Internal on a read
+// error.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Creates or truncates `path` and writes `contents`. PermissionDenied when it
+// cannot be opened, Internal when the write fails (e.g. a full disk).
+absl::Status WriteStringToFile(const std::string& path,
+                               absl::string_view contents);
+
+}  // namespace attnserve::client
+
+#endif  // ATTNSERVE_CLIENT_FILE_UTIL_H_

@@ -1,0 +1,232 @@
+#include "client/infer.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "client/check.h"
+#include "client/npy.h"
+#include "client/wire_names.h"
+#include "client/wire_tensor.h"
+
+namespace attnserve::client {
+namespace {
+
+// Prints "error: <message>" and returns `code`.
+ExitCode Fail(std::ostream& err, const absl::Status& status, ExitCode code) {
+  err << "error: " << status.message() << "\n";
+  return code;
+}
+
+// Reads one input tensor file into `tensor`.
+absl::Status LoadInput(const std::string& path, absl::string_view role,
+                       const std::optional<v1::DataType>& file_dtype,
+                       v1::Tensor* tensor) {
+  // '<u2' is read as bfloat16 here and refused below unless --dtype=bf16 says
+  // so, which gives a message that names the flag.
+  NpyReadOptions read_options;
+  read_options.u2_as_bfloat16 = true;
+  absl::StatusOr<NpyArray> array = ReadNpyFile(path, read_options);
+  if (!array.ok()) return array.status();
+  if (array->dtype == NpyDType::kBFloat16 && file_dtype != v1::BFLOAT16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": dtype '<u2' (uint16) is read as bfloat16 bits only with "
+        "--dtype=bf16"));
+  }
+  if (array->dtype == NpyDType::kBool || array->dtype == NpyDType::kUInt8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": dtype '", NpyDescr(array->dtype), "' cannot be the ", role,
+        " (expected '<f4', '<f2', or '<u2' bfloat16 bits with --dtype=bf16)"));
+  }
+  *tensor = TensorFromNpy(*std::move(array));
+  if (file_dtype && tensor->dtype() != *file_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " holds ", DataTypeName(tensor->dtype()), " but --dtype is ",
+        DataTypeName(*file_dtype), " (bf16 files are stored as '<u2')"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadMask(const std::string& path, v1::Tensor* tensor) {
+  absl::StatusOr<NpyArray> array = ReadNpyFile(path);
+  if (!array.ok()) return array.status();
+  if (array->dtype != NpyDType::kBool && array->dtype != NpyDType::kUInt8 &&
+      array->dtype != NpyDType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": dtype '", NpyDescr(array->dtype),
+        "' cannot be a mask (expected '|b1' or '|u1', true = attend, or '<f4', "
+        "added to the scores)"));
+  }
+  *tensor = TensorFromNpy(*std::move(array));
+  return absl::OkStatus();
+}
+
+std::string MaskText(const v1::Mask& mask, bool has_mask) {
+  std::vector<std::string> parts;
+  if (mask.causal()) {
+    parts.push_back(absl::StrCat("causal ", AlignmentName(mask.alignment())));
+  }
+  if (mask.has_window_left() || mask.has_window_right()) {
+    parts.push_back(absl::StrCat(
+        "window left ",
+        mask.has_window_left() ? absl::StrCat(mask.window_left()) : "inf",
+        " right ",
+        mask.has_window_right() ? absl::StrCat(mask.window_right()) : "inf"));
+  }
+  if (!mask.key_lengths().empty()) {
+    parts.push_back(absl::StrCat("key_lengths [",
+                                 absl::StrJoin(mask.key_lengths(), ", "), "]"));
+  }
+  if (has_mask) {
+    parts.push_back(absl::StrCat("explicit ",
+                                 DataTypeName(mask.explicit_mask().dtype()),
+                                 " ", ShapeText(mask.explicit_mask())));
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, "; ");
+}
+
+void PrintTensorLine(absl::string_view name, const v1::Tensor& tensor,
+                     bool stats, std::ostream& out) {
+  out << absl::StrFormat("%-8s %s %s", name, DataTypeName(tensor.dtype()),
+                         ShapeText(tensor));
+  if (stats) {
+    const TensorStats s = ComputeStats(tensor);
+    out << absl::StrFormat("  mean %.6g  absmax %.6g", s.mean, s.abs_max);
+    if (s.non_finite > 0) out << "  non-finite " << s.non_finite;
+  }
+  out << "\n";
+}
+
+void PrintRequest(const v1::AttendRequest& request, std::ostream& out) {
+  out << absl::StrFormat("%-8s %s\n", "layout", LayoutName(request.layout()));
+  PrintTensorLine("query", request.query(), false, out);
+  PrintTensorLine("key", request.key(), false, out);
+  PrintTensorLine("value", request.value(), false, out);
+  out << absl::StrFormat(
+      "%-8s %s\n", "mask",
+      MaskText(request.mask(), request.mask().has_explicit_mask()));
+  out << absl::StrFormat("%-8s %s\n", "scale",
+                         request.has_scale()
+                             ? absl::StrCat(request.scale())
+                             : std::string("default (1/sqrt(D))"));
+}
+
+void PrintResponse(const v1::AttendResponse& response, absl::Duration connect,
+                   absl::Duration round_trip, std::ostream& out) {
+  PrintTensorLine("output", response.output(), true, out);
+  if (response.has_weights()) {
+    PrintTensorLine("weights", response.weights(), true, out);
+  }
+  const v1::Timing& t = response.timing();
+  out << absl::StrFormat(
+      "%-8s server queue %.3f ms, compute %.3f ms, total %.3f ms; client "
+      "round trip %.3f ms (after %.3f ms connecting)\n",
+      "timing", t.queue_us() / 1e3, t.compute_us() / 1e3, t.total_us() / 1e3,
+      absl::ToDoubleMilliseconds(round_trip),
+      absl::ToDoubleMilliseconds(connect));
+}
+
+absl::Status SaveTensor(const std::string& path, const v1::Tensor& tensor) {
+  absl::StatusOr<NpyArray> array = NpyFromTensor(tensor);
+  if (!array.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", array.status().message()));
+  }
+  return WriteNpyFile(path, *array);
+}
+
+}  // namespace
+
+ExitCode RunInfer(const InferOptions& options, std::ostream& out,
+                  std::ostream& err) {
+  CallOptions call = options.spec.call;
+  if (!options.weights_file.empty()) call.return_weights = true;
+
+  v1::AttendRequest request;
+  request.set_request_id(options.request_id);
+  const int files = !options.query_file.empty() + !options.key_file.empty() +
+                    !options.value_file.empty();
+  if (files == 3) {
+    const std::pair<const std::string*, v1::Tensor*> inputs[] = {
+        {&options.query_file, request.mutable_query()},
+        {&options.key_file, request.mutable_key()},
+        {&options.value_file, request.mutable_value()}};
+    const char* roles[] = {"query", "key", "value"};
+    for (int i = 0; i < 3; ++i) {
+      const absl::Status status = LoadInput(
+          *inputs[i].first, roles[i], options.file_dtype, inputs[i].second);
+      if (!status.ok()) return Fail(err, status, kExitFileError);
+    }
+  } else if (files == 0) {
+    const absl::Status status = ValidateRandomInputs(
+        options.spec.random, options.connection.max_message_bytes);
+    if (!status.ok()) return Fail(err, status, kExitUsage);
+    FillRandomInputs(options.spec.random, call.layout, &request);
+  } else {
+    return Fail(err,
+                absl::InvalidArgumentError(
+                    "--q, --k and --v go together: give all three files or "
+                    "none (random inputs)"),
+                kExitUsage);
+  }
+  if (!options.mask_file.empty()) {
+    const absl::Status status = LoadMask(
+        options.mask_file, request.mutable_mask()->mutable_explicit_mask());
+    if (!status.ok()) return Fail(err, status, kExitFileError);
+  }
+  ApplyCallOptions(call, &request);
+  PrintRequest(request, out);
+
+  auto channels = CreateChannels(options.connection);
+  if (!channels.ok()) return Fail(err, channels.status(), kExitFileError);
+  const absl::Duration connect =
+      ConnectChannel(*channels->front(), options.connection.timeout);
+  auto stub = v1::AttentionService::NewStub(channels->front());
+  grpc::ClientContext context;
+  PrepareContext(options.connection, &context);
+  v1::AttendResponse response;
+  const absl::Time start = absl::Now();
+  const grpc::Status status = stub->Attend(&context, request, &response);
+  const absl::Duration round_trip = absl::Now() - start;
+  if (!status.ok()) {
+    err << RpcErrorLine(status) << "\n";
+    return kExitRpcFailed;
+  }
+  PrintResponse(response, connect, round_trip, out);
+
+  const std::pair<const std::string*, const v1::Tensor*> saves[] = {
+      {&options.output_file, &response.output()},
+      {&options.weights_file, &response.weights()}};
+  for (const auto& [path, tensor] : saves) {
+    if (path->empty()) continue;
+    const absl::Status saved = SaveTensor(*path, *tensor);
+    if (!saved.ok()) return Fail(err, saved, kExitFileError);
+    out << absl::StrFormat("%-8s %s\n", "wrote", *path);
+  }
+
+  if (!options.check) return kExitOk;
+  absl::StatusOr<std::vector<CheckReport>> reports =
+      CheckResponse(request, response);
+  if (!reports.ok()) {
+    err << "error: check: " << reports.status().message() << "\n";
+    return kExitCheckFailed;
+  }
+  for (const CheckReport& report : *reports) {
+    out << absl::StrFormat("%-8s %s\n", "check", FormatCheckReport(report));
+  }
+  const ExitCode code = CheckExitCode(*reports);
+  if (code != kExitOk) {
+    err << "error: check failed: the server's results differ from the "
+           "reference beyond the tolerance\n";
+  }
+  return code;
+}
+
+}  // namespace attnserve::client

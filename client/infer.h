@@ -1,0 +1,52 @@
+#ifndef ATTNSERVE_CLIENT_INFER_H_
+#define ATTNSERVE_CLIENT_INFER_H_
+
+// attnctl infer: one Attend call with random or .npy inputs, its results
+// summarized and optionally saved as .npy and checked against the reference.
+
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "attnserve/v1/attention.pb.h"
+#include "client/common.h"
+#include "client/request_builder.h"
+
+namespace attnserve::client {
+
+struct InferOptions {
+  ConnectionOptions connection;
+  // The random inputs' shape (ignored with input files) and the call options.
+  RequestSpec spec;
+  // .npy query/key/value: all three or none (default none). Their shapes are
+  // the tensors' shapes, in spec.call.layout's order.
+  std::string query_file;
+  std::string key_file;
+  std::string value_file;
+  // When set, the input files must hold this dtype, and BFLOAT16 reads '<u2'
+  // files as bfloat16 bits. Unset (default): the files' own dtype, where '<u2'
+  // is an error.
+  std::optional<v1::DataType> file_dtype;
+  // An explicit mask (default none): '|b1' or '|u1' (nonzero = attend) or
+  // '<f4' (added to the scores), broadcastable to [B, Hq, Lq, Lk].
+  std::string mask_file;
+  // Where to save the output and the weights (the latter implies
+  // return_weights); empty (default) = not saved.
+  std::string output_file;
+  std::string weights_file;
+  // Recompute with the reference and compare (default off).
+  bool check = false;
+  std::string request_id = "attnctl-infer";
+};
+
+// Runs the call and prints shapes, timing and a summary to `out`; errors go
+// to `err`. Returns kExitUsage for options that cannot make a request,
+// kExitFileError when a file cannot be read or written or an input file holds
+// an unusable dtype, kExitRpcFailed when the call fails, kExitCheckFailed when
+// --check finds an error beyond the tolerance, else kExitOk.
+ExitCode RunInfer(const InferOptions& options, std::ostream& out,
+                  std::ostream& err);
+
+}  // namespace attnserve::client
+
+#endif  // ATTNSERVE_CLIENT_INFER_H_

@@ -1,0 +1,87 @@
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "client/connection_flags.h"
+#include "client/flag_parser.h"
+#include "client/help.h"
+#include "client/infer.h"
+#include "client/request_flags.h"
+#include "client/subcommands.h"
+
+ABSL_FLAG(std::string, q, "",
+          "query .npy file ('<f4', '<f2', or '<u2' bf16 bits with "
+          "--dtype=bf16); with --k and --v replaces the random inputs");
+ABSL_FLAG(std::string, k, "", "key .npy file (see --q)");
+ABSL_FLAG(std::string, v, "", "value .npy file (see --q)");
+ABSL_FLAG(std::string, mask, "",
+          ".npy explicit mask broadcastable to [B, Hq, Lq, Lk]: '|b1' (true = "
+          "attend) or '<f4' (added to the scores)");
+ABSL_FLAG(std::string, out, "",
+          "write the output here as .npy (bf16 as '<u2' bits)");
+ABSL_FLAG(std::string, weights_out, "",
+          "write the weights here as .npy (implies --return_weights)");
+ABSL_FLAG(bool, check, false,
+          "recompute with the reference and compare: tolerance "
+          "1e-5*(1+|ref|) for f32, 2e-2*(1+|ref|) with bf16/f16; exit 3 "
+          "beyond it");
+
+namespace attnserve::client {
+
+int InferMain(absl::Span<char* const> args) {
+  const FlagGroup random = RandomInputFlagGroup();
+  const std::vector<FlagGroup> groups = {
+      {"input and output",
+       {"q", "k", "v", "mask", "out", "weights_out", "check"}},
+      random,
+      CallFlagGroup(),
+      ConnectionFlagGroup()};
+  absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, FlagNames(groups));
+  if (!parsed.ok()) return UsageError(std::cerr, "infer", parsed.status());
+  if (parsed->help) {
+    std::cout << SubcommandHelp(
+        "attnctl infer [flags]",
+        "Sends one Attend call with random inputs of the given shape, or "
+        "with\n--q/--k/--v .npy files, and prints the shapes, the server's "
+        "and the\nclient's timing and a summary of the results.",
+        groups);
+    return kExitOk;
+  }
+  absl::StatusOr<ConnectionOptions> connection = ConnectionOptionsFromFlags();
+  if (!connection.ok()) {
+    return UsageError(std::cerr, "infer", connection.status());
+  }
+  absl::StatusOr<RequestSpec> spec = RequestSpecFromFlags();
+  if (!spec.ok()) return UsageError(std::cerr, "infer", spec.status());
+
+  InferOptions options;
+  options.connection = *std::move(connection);
+  options.spec = *std::move(spec);
+  options.query_file = absl::GetFlag(FLAGS_q);
+  options.key_file = absl::GetFlag(FLAGS_k);
+  options.value_file = absl::GetFlag(FLAGS_v);
+  options.mask_file = absl::GetFlag(FLAGS_mask);
+  options.output_file = absl::GetFlag(FLAGS_out);
+  options.weights_file = absl::GetFlag(FLAGS_weights_out);
+  options.check = absl::GetFlag(FLAGS_check);
+  if (!options.query_file.empty() || !options.key_file.empty() ||
+      !options.value_file.empty()) {
+    // The files' shapes are the shapes: a shape flag beside them would be
+    // silently ignored.
+    for (absl::string_view name : random.names) {
+      if (name != "dtype" && parsed->Specified(name)) {
+        return UsageError(
+            std::cerr, "infer",
+            absl::InvalidArgumentError(absl::StrCat(
+                "--", name,
+                " applies to random inputs; with --q/--k/--v the shapes come "
+                "from the files")));
+      }
+    }
+    if (DTypeFlagSet()) options.file_dtype = options.spec.random.dtype;
+  }
+  return RunInfer(options, std::cout, std::cerr);
+}
+
+}  // namespace attnserve::client

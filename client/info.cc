@@ -1,0 +1,63 @@
+#include "client/info.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/text_format.h"
+
+namespace attnserve::client {
+
+std::string FormatServerInfo(const v1::ServerInfo& info) {
+  // Through reflection, so that fields added to ServerInfo show up unasked.
+  const google::protobuf::Descriptor* descriptor = info.GetDescriptor();
+  const google::protobuf::Reflection* reflection = info.GetReflection();
+  std::string text;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    if (field->is_repeated()) continue;
+    std::string value;
+    if (field->cpp_type() ==
+        google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+      value = reflection->GetString(info, field);
+    } else {
+      google::protobuf::TextFormat::PrintFieldValueToString(info, field, -1,
+                                                            &value);
+    }
+    absl::StrAppend(&text, field->name(), ": ", value, "\n");
+  }
+  return text;
+}
+
+ExitCode RunInfo(const ConnectionOptions& connection, std::ostream& out,
+                 std::ostream& err) {
+  auto channels = CreateChannels(connection);
+  if (!channels.ok()) {
+    err << "error: " << channels.status().message() << "\n";
+    return kExitFileError;
+  }
+  const bool several = channels->size() > 1;
+  ExitCode code = kExitOk;
+  for (size_t i = 0; i < channels->size(); ++i) {
+    if (several) {
+      out << (i > 0 ? "\n" : "") << "target: " << connection.targets[i] << "\n";
+    }
+    auto stub = v1::AttentionService::NewStub((*channels)[i]);
+    grpc::ClientContext context;
+    PrepareContext(connection, &context);
+    v1::ServerInfo info;
+    const grpc::Status status =
+        stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
+    if (!status.ok()) {
+      err << (several ? connection.targets[i] + ": " : "")
+          << RpcErrorLine(status) << "\n";
+      code = kExitRpcFailed;
+      continue;
+    }
+    out << FormatServerInfo(info);
+  }
+  return code;
+}
+
+}  // namespace attnserve::client

@@ -1,0 +1,155 @@
+#include "client/request_builder.h"
+
+#include <array>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/wire_names.h"
+#include "client/wire_tensor.h"
+#include "core/convert.h"
+
+namespace attnserve::client {
+namespace {
+
+// SplitMix64's finalizer: a bijective mix good enough for test data.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// a * b, or -1 when either is negative or the product overflows.
+int64_t CheckedMul(int64_t a, int64_t b) {
+  if (a < 0 || b < 0) return -1;
+  if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) return -1;
+  return a * b;
+}
+
+using Shape = std::array<int64_t, 4>;
+
+int64_t Product(const Shape& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n = CheckedMul(n, d);
+  return n;
+}
+
+void SetRandom(v1::DataType dtype, const Shape& shape, uint64_t seed,
+               uint64_t stream, v1::Tensor* tensor) {
+  tensor->set_dtype(dtype);
+  tensor->clear_shape();
+  for (int64_t d : shape) tensor->add_shape(d);
+  tensor->set_data(UniformBytes(dtype, Product(shape), seed, stream));
+}
+
+}  // namespace
+
+RandomInputs ResolveDefaults(const RandomInputs& inputs) {
+  RandomInputs r = inputs;
+  if (r.kv_heads == 0) r.kv_heads = r.heads;
+  if (r.k_len == 0) r.k_len = r.q_len;
+  if (r.value_dim == 0) r.value_dim = r.head_dim;
+  return r;
+}
+
+int64_t RandomInputBytes(const RandomInputs& inputs) {
+  const RandomInputs r = ResolveDefaults(inputs);
+  const int64_t q = Product({r.batch, r.heads, r.q_len, r.head_dim});
+  const int64_t k = Product({r.batch, r.kv_heads, r.k_len, r.head_dim});
+  const int64_t v = Product({r.batch, r.kv_heads, r.k_len, r.value_dim});
+  if (q < 0 || k < 0 || v < 0) return -1;
+  const int64_t elements = q + k;
+  if (elements < 0 || elements + v < 0) return -1;
+  return CheckedMul(elements + v, DataTypeSize(r.dtype));
+}
+
+absl::Status ValidateRandomInputs(const RandomInputs& inputs,
+                                  int64_t max_bytes) {
+  const std::pair<const char*, int64_t> dims[] = {
+      {"batch", inputs.batch},       {"heads", inputs.heads},
+      {"kv_heads", inputs.kv_heads}, {"lq", inputs.q_len},
+      {"lk", inputs.k_len},          {"dim", inputs.head_dim},
+      {"dv", inputs.value_dim}};
+  for (const auto& [flag, value] : dims) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be >= 0, got ", value));
+    }
+  }
+  if (inputs.dtype != v1::FLOAT32 && inputs.dtype != v1::BFLOAT16 &&
+      inputs.dtype != v1::FLOAT16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("random inputs must be f32, bf16 or f16, not ",
+                     DataTypeName(inputs.dtype)));
+  }
+  const int64_t bytes = RandomInputBytes(inputs);
+  if (bytes < 0 || bytes > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query, key and value would take ",
+        bytes < 0 ? std::string("more than 2^63") : absl::StrCat(bytes),
+        " bytes, above --max_message_bytes = ", max_bytes));
+  }
+  return absl::OkStatus();
+}
+
+void FillRandomInputs(const RandomInputs& inputs, v1::Layout layout,
+                      v1::AttendRequest* request) {
+  const RandomInputs r = ResolveDefaults(inputs);
+  const bool bhld = layout != v1::BLHD;
+  auto dims = [&](int64_t heads, int64_t len, int64_t dim) {
+    return bhld ? Shape{r.batch, heads, len, dim}
+                : Shape{r.batch, len, heads, dim};
+  };
+  SetRandom(r.dtype, dims(r.heads, r.q_len, r.head_dim), r.seed, 0,
+            request->mutable_query());
+  SetRandom(r.dtype, dims(r.kv_heads, r.k_len, r.head_dim), r.seed, 1,
+            request->mutable_key());
+  SetRandom(r.dtype, dims(r.kv_heads, r.k_len, r.value_dim), r.seed, 2,
+            request->mutable_value());
+}
+
+void ApplyCallOptions(const CallOptions& options, v1::AttendRequest* request) {
+  request->set_layout(options.layout);
+  v1::Mask* mask = request->mutable_mask();
+  mask->set_causal(options.causal);
+  mask->set_alignment(options.alignment);
+  if (options.window_left) {
+    mask->set_window_left(*options.window_left);
+  } else {
+    mask->clear_window_left();
+  }
+  if (options.window_right) {
+    mask->set_window_right(*options.window_right);
+  } else {
+    mask->clear_window_right();
+  }
+  mask->mutable_key_lengths()->Assign(options.key_lengths.begin(),
+                                      options.key_lengths.end());
+  if (options.scale) {
+    request->set_scale(*options.scale);
+  } else {
+    request->clear_scale();
+  }
+  request->set_return_weights(options.return_weights);
+  request->set_output_dtype(options.output_dtype);
+}
+
+std::string UniformBytes(v1::DataType dtype, int64_t count, uint64_t seed,
+                         uint64_t stream) {
+  const int size = DataTypeSize(dtype);
+  std::string bytes(static_cast<size_t>(count) * size, '\0');
+  const DType core_dtype = dtype == v1::BFLOAT16  ? DType::kBFloat16
+                           : dtype == v1::FLOAT16 ? DType::kFloat16
+                                                  : DType::kFloat32;
+  const uint64_t base = Mix(Mix(seed) ^ (stream * 0xd1b54a32d192ed03ull));
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t bits = Mix(base + static_cast<uint64_t>(i));
+    // 24 random bits: exact in float, uniform on [-1, 1) in steps of 2^-23.
+    const float value = static_cast<float>(bits >> 40) * 0x1p-23f - 1.0f;
+    StoreFromFloat(bytes.data(), core_dtype, i, value);
+  }
+  return bytes;
+}
+
+}  // namespace attnserve::client

@@ -1,0 +1,134 @@
+#include "client/wire_tensor.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/wire_names.h"
+#include "core/convert.h"
+
+namespace attnserve::client {
+namespace {
+
+// core/convert.h's element access, which the client shares with the reference.
+DType CoreDType(v1::DataType dtype) {
+  switch (dtype) {
+    case v1::BFLOAT16:
+      return DType::kBFloat16;
+    case v1::FLOAT16:
+      return DType::kFloat16;
+    case v1::BOOL:
+      return DType::kBool;
+    default:
+      return DType::kFloat32;
+  }
+}
+
+}  // namespace
+
+int DataTypeSize(v1::DataType dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return 4;
+    case v1::BFLOAT16:
+    case v1::FLOAT16:
+      return 2;
+    case v1::BOOL:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+int64_t NumElements(const v1::Tensor& tensor) {
+  int64_t n = 1;
+  for (int64_t dim : tensor.shape()) n *= dim;
+  return n;
+}
+
+std::string ShapeText(const v1::Tensor& tensor) {
+  return absl::StrCat("[", absl::StrJoin(tensor.shape(), ", "), "]");
+}
+
+float ElementAsFloat(const v1::Tensor& tensor, int64_t i) {
+  return LoadAsFloat(tensor.data().data(), CoreDType(tensor.dtype()), i);
+}
+
+TensorStats ComputeStats(const v1::Tensor& tensor) {
+  TensorStats stats;
+  const int64_t available = DataTypeSize(tensor.dtype()) == 0
+                                ? 0
+                                : static_cast<int64_t>(tensor.data().size()) /
+                                      DataTypeSize(tensor.dtype());
+  double sum = 0;
+  int64_t finite = 0;
+  for (int64_t i = 0; i < available; ++i) {
+    const double x = ElementAsFloat(tensor, i);
+    if (!std::isfinite(x)) {
+      ++stats.non_finite;
+      continue;
+    }
+    sum += x;
+    ++finite;
+    stats.abs_max = std::max(stats.abs_max, std::fabs(x));
+  }
+  if (finite > 0) stats.mean = sum / static_cast<double>(finite);
+  return stats;
+}
+
+v1::Tensor TensorFromNpy(NpyArray array) {
+  v1::Tensor tensor;
+  switch (array.dtype) {
+    case NpyDType::kFloat32:
+      tensor.set_dtype(v1::FLOAT32);
+      break;
+    case NpyDType::kFloat16:
+      tensor.set_dtype(v1::FLOAT16);
+      break;
+    case NpyDType::kBFloat16:
+      tensor.set_dtype(v1::BFLOAT16);
+      break;
+    case NpyDType::kUInt8:
+    case NpyDType::kBool:
+      tensor.set_dtype(v1::BOOL);
+      break;
+  }
+  for (int64_t dim : array.shape) tensor.add_shape(dim);
+  tensor.set_data(std::move(array.data));
+  return tensor;
+}
+
+absl::StatusOr<NpyArray> NpyFromTensor(const v1::Tensor& tensor) {
+  NpyArray array;
+  switch (tensor.dtype()) {
+    case v1::FLOAT32:
+      array.dtype = NpyDType::kFloat32;
+      break;
+    case v1::FLOAT16:
+      array.dtype = NpyDType::kFloat16;
+      break;
+    case v1::BFLOAT16:
+      array.dtype = NpyDType::kBFloat16;
+      break;
+    case v1::BOOL:
+      array.dtype = NpyDType::kBool;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot store a tensor of dtype ",
+                       DataTypeName(tensor.dtype()), " as .npy"));
+  }
+  array.shape.assign(tensor.shape().begin(), tensor.shape().end());
+  if (static_cast<int64_t>(tensor.data().size()) !=
+      NumElements(tensor) * DataTypeSize(tensor.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor data is ", tensor.data().size(), " bytes, shape ",
+        ShapeText(tensor), " of ", DataTypeName(tensor.dtype()), " needs ",
+        NumElements(tensor) * DataTypeSize(tensor.dtype())));
+  }
+  array.data = tensor.data();
+  return array;
+}
+
+}  // namespace attnserve::client

@@ -1,0 +1,49 @@
+#ifndef ATTNSERVE_CLIENT_WIRE_TENSOR_H_
+#define ATTNSERVE_CLIENT_WIRE_TENSOR_H_
+
+// Helpers for v1::Tensor: sizes, element access, summaries, and conversion
+// from and to .npy arrays.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "attnserve/v1/attention.pb.h"
+#include "client/npy.h"
+
+namespace attnserve::client {
+
+// Bytes per element; 0 for an unspecified or unknown dtype.
+int DataTypeSize(v1::DataType dtype);
+
+// product(shape); 1 for a scalar.
+int64_t NumElements(const v1::Tensor& tensor);
+
+// "[1, 8, 128, 64]"
+std::string ShapeText(const v1::Tensor& tensor);
+
+// Element i as a float. The tensor must be one of the four dtypes and hold
+// more than i elements.
+float ElementAsFloat(const v1::Tensor& tensor, int64_t i);
+
+// Mean and largest magnitude of a tensor's elements, and how many are NaN or
+// infinite (left out of the other two).
+struct TensorStats {
+  double mean = 0;
+  double abs_max = 0;
+  int64_t non_finite = 0;
+};
+TensorStats ComputeStats(const v1::Tensor& tensor);
+
+// The wire tensor for an .npy array, taking its data: f4 → FLOAT32,
+// f2 → FLOAT16, bfloat16 bits → BFLOAT16, b1 and u1 → BOOL (nonzero = true).
+v1::Tensor TensorFromNpy(NpyArray array);
+
+// The .npy array for a wire tensor (BFLOAT16 as '<u2' bits, BOOL as '|b1').
+// InvalidArgument for an unknown dtype or data that does not match the shape.
+absl::StatusOr<NpyArray> NpyFromTensor(const v1::Tensor& tensor);
+
+}  // namespace attnserve::client
+
+#endif  // ATTNSERVE_CLIENT_WIRE_TENSOR_H_

@@ -1,0 +1,151 @@
+#include "client/request_builder.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client/wire_tensor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/core/test_util.h"
+
+namespace attnserve::client {
+namespace {
+
+using ::attnserve::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<int64_t> Shape(const v1::Tensor& t) {
+  return {t.shape().begin(), t.shape().end()};
+}
+
+TEST(UniformBytesTest, IsDeterministicAndInRange) {
+  const std::string a = UniformBytes(v1::FLOAT32, 1000, 42, 0);
+  EXPECT_EQ(a, UniformBytes(v1::FLOAT32, 1000, 42, 0));
+  EXPECT_NE(a, UniformBytes(v1::FLOAT32, 1000, 42, 1));
+  EXPECT_NE(a, UniformBytes(v1::FLOAT32, 1000, 43, 0));
+  // A prefix of a longer draw: value i depends only on (seed, stream, i).
+  EXPECT_EQ(UniformBytes(v1::FLOAT32, 10, 42, 0), a.substr(0, 40));
+
+  v1::Tensor t;
+  t.set_dtype(v1::FLOAT32);
+  t.add_shape(1000);
+  t.set_data(a);
+  double sum = 0;
+  for (int64_t i = 0; i < 1000; ++i) {
+    const float x = ElementAsFloat(t, i);
+    ASSERT_GE(x, -1.0f);
+    ASSERT_LT(x, 1.0f);
+    sum += x;
+  }
+  EXPECT_NEAR(sum / 1000, 0.0, 0.1);
+  EXPECT_EQ(UniformBytes(v1::BFLOAT16, 7, 1, 0).size(), 14u);
+  EXPECT_EQ(UniformBytes(v1::FLOAT16, 7, 1, 0).size(), 14u);
+}
+
+TEST(FillRandomInputsTest, ShapesFollowTheLayoutAndDefaults) {
+  RandomInputs random;
+  random.batch = 2;
+  random.heads = 4;
+  random.q_len = 3;
+  random.head_dim = 8;
+  random.dtype = v1::BFLOAT16;
+  v1::AttendRequest request;
+  FillRandomInputs(random, v1::BHLD, &request);
+  EXPECT_THAT(Shape(request.query()), ElementsAre(2, 4, 3, 8));
+  EXPECT_THAT(Shape(request.key()), ElementsAre(2, 4, 3, 8));
+  EXPECT_THAT(Shape(request.value()), ElementsAre(2, 4, 3, 8));
+  EXPECT_EQ(request.query().dtype(), v1::BFLOAT16);
+  EXPECT_EQ(request.query().data().size(), 2u * 4 * 3 * 8 * 2);
+
+  random.kv_heads = 2;
+  random.k_len = 5;
+  random.value_dim = 16;
+  FillRandomInputs(random, v1::BLHD, &request);
+  EXPECT_THAT(Shape(request.query()), ElementsAre(2, 3, 4, 8));
+  EXPECT_THAT(Shape(request.key()), ElementsAre(2, 5, 2, 8));
+  EXPECT_THAT(Shape(request.value()), ElementsAre(2, 5, 2, 16));
+  // Query and key come from different streams of the same seed.
+  EXPECT_NE(request.query().data().substr(0, 16),
+            request.key().data().substr(0, 16));
+}
+
+TEST(ValidateRandomInputsTest, NamesTheFlag) {
+  RandomInputs random;
+  EXPECT_TRUE(ValidateRandomInputs(random, int64_t{1} << 29).ok());
+  random.k_len = -2;
+  EXPECT_THAT(ValidateRandomInputs(random, int64_t{1} << 29),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--lk must be >= 0, got -2")));
+  random = RandomInputs();
+  random.q_len = 1 << 20;
+  EXPECT_THAT(ValidateRandomInputs(random, int64_t{1} << 29),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("would take 6442450944 bytes, above "
+                                 "--max_message_bytes = 536870912")));
+  random.batch = int64_t{1} << 40;
+  EXPECT_EQ(RandomInputBytes(random), -1);
+  EXPECT_THAT(ValidateRandomInputs(random, int64_t{1} << 29),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("more than 2^63")));
+}
+
+TEST(ApplyCallOptionsTest, SetsAndClearsEveryField) {
+  v1::AttendRequest request;
+  CallOptions call;
+  call.layout = v1::BLHD;
+  call.causal = true;
+  call.alignment = v1::BOTTOM_RIGHT;
+  call.window_left = 0;
+  call.key_lengths = {3, 5};
+  call.scale = 0.25f;
+  call.return_weights = true;
+  call.output_dtype = v1::FLOAT16;
+  ApplyCallOptions(call, &request);
+  EXPECT_EQ(request.layout(), v1::BLHD);
+  EXPECT_TRUE(request.mask().causal());
+  EXPECT_EQ(request.mask().alignment(), v1::BOTTOM_RIGHT);
+  // A window of 0 is set (only the diagonal), not left unbounded.
+  EXPECT_TRUE(request.mask().has_window_left());
+  EXPECT_EQ(request.mask().window_left(), 0);
+  EXPECT_FALSE(request.mask().has_window_right());
+  EXPECT_THAT(request.mask().key_lengths(), ElementsAre(3, 5));
+  EXPECT_TRUE(request.has_scale());
+  EXPECT_EQ(request.scale(), 0.25f);
+  EXPECT_TRUE(request.return_weights());
+  EXPECT_EQ(request.output_dtype(), v1::FLOAT16);
+
+  ApplyCallOptions(CallOptions(), &request);
+  EXPECT_FALSE(request.mask().has_window_left());
+  EXPECT_FALSE(request.has_scale());
+  EXPECT_TRUE(request.mask().key_lengths().empty());
+  EXPECT_EQ(request.output_dtype(), v1::DATA_TYPE_UNSPECIFIED);
+}
+
+TEST(WireTensorTest, ConvertsFromAndToNpy) {
+  NpyArray array{NpyDType::kUInt8, {2, 2}, std::string("\x00\x02\x01\x00", 4)};
+  v1::Tensor mask = TensorFromNpy(array);
+  EXPECT_EQ(mask.dtype(), v1::BOOL);
+  EXPECT_EQ(ShapeText(mask), "[2, 2]");
+
+  v1::Tensor bf16;
+  bf16.set_dtype(v1::BFLOAT16);
+  bf16.add_shape(2);
+  bf16.set_data(std::string("\x80\x3f\x00\xc0", 4));  // 1, -2
+  absl::StatusOr<NpyArray> npy = NpyFromTensor(bf16);
+  ASSERT_TRUE(npy.ok()) << npy.status();
+  EXPECT_EQ(npy->dtype, NpyDType::kBFloat16);
+  EXPECT_EQ(ElementAsFloat(bf16, 1), -2.0f);
+  const TensorStats stats = ComputeStats(bf16);
+  EXPECT_EQ(stats.mean, -0.5);
+  EXPECT_EQ(stats.abs_max, 2.0);
+
+  bf16.set_data("x");
+  EXPECT_THAT(NpyFromTensor(bf16).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor data is 1 bytes")));
+}
+
+}  // namespace
+}  // namespace attnserve::client
