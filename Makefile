@@ -1,8 +1,9 @@
 # The README's two commands, each doing the whole set-up on a fresh Debian 12 machine:
 #   make run   deps -> configure -> build -> attnserve in the foreground with defaults
 #              (gRPC on :50051, metrics on :9464; Ctrl-C drains and stops it)
-#   make test  deps -> configure -> build -> every test through ctest, then the core
-#              tests again under ASan+UBSan in their own build directory
+#   make test  deps -> configure -> build -> every test through ctest, then the core,
+#              server (unit, fuzz, end-to-end) tests again under ASan+UBSan in their
+#              own build directory (the client's suite runs in the Release build only)
 # make bench runs the full kernel benchmark and prints one JSON object per case;
 # make bench-quick runs its quick subset.
 
@@ -41,7 +42,8 @@ test-release: build
 
 test-sanitize: deps
 	@cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DATTNSERVE_SANITIZE=address,undefined -DATTNSERVE_BUILD_BENCHMARKS=OFF >/dev/null
+	  -DATTNSERVE_SANITIZE=address,undefined -DATTNSERVE_BUILD_BENCHMARKS=OFF \
+	  -DATTNSERVE_BUILD_CLIENT=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS)
 
