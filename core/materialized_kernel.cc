@@ -52,7 +52,8 @@ absl::Status RunMaterialized(const KernelArgs& args, absl::Span<Workspace* const
     float* acc = w->acc.Get<float>(m * dv);
     std::fill(acc, acc + m * dv, 0.0f);
     if (lo_all >= hi_all) {
-      std::memset(weights, 0, m * lk * sizeof(float));
+      // Lk = 0 leaves weights empty (and possibly null): nothing to clear.
+      if (lk > 0) std::memset(weights, 0, m * lk * sizeof(float));
     } else {
       const int64_t span_begin = lo_all / kb * kb;
       const int64_t span_end =
