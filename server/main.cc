@@ -1,7 +1,11 @@
 // attnserve: the attention gRPC server. Flags are read here and nowhere else.
 
+#include <malloc.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -45,6 +49,21 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // libgomp reads OMP_WAIT_POLICY once, when it loads, before main. Its default
+  // spins idle OpenMP threads for milliseconds after every kernel, taking a core
+  // from gRPC's I/O threads (docs/benchmarks.md, "RPC benchmark": B1 H8 L128 went
+  // from 131 to 289 calls/s). Restart once with PASSIVE unless the operator chose.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr &&
+      setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0) {
+    execv("/proc/self/exe", argv);  // returns only on failure: carry on spinning
+  }
+  // Keep freed memory for the next call: glibc otherwise unmaps every multi-MB
+  // request and response buffer and page-faults it back in on the next call. The
+  // cost: the process stays at its peak memory use (docs/operations.md).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+
   absl::SetProgramUsageMessage("attnserve: attention over gRPC. Flags:");
   absl::ParseCommandLine(argc, argv);
 

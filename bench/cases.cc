@@ -1,0 +1,159 @@
+#include "bench/cases.h"
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "core/convert.h"
+
+namespace attnserve::bench {
+namespace {
+
+constexpr uint32_t kSeed = 20240607;
+
+CaseSpec MakeCase(CaseSpec spec) {
+  std::string& n = spec.name;
+  if (spec.kind == CaseKind::kPeakRss) n = "peak_rss_";
+  absl::StrAppend(&n, KernelPathName(spec.path), spec.causal ? "_causal" : "",
+                  "_b", spec.b, "_h", spec.hq);
+  if (spec.hkv != spec.hq) absl::StrAppend(&n, "kv", spec.hkv);
+  if (spec.lq == spec.lk) {
+    absl::StrAppend(&n, "_l", spec.lq);
+  } else {
+    absl::StrAppend(&n, "_lq", spec.lq, "_lk", spec.lk);
+  }
+  absl::StrAppend(&n, "_d", spec.d, "_", std::string(DTypeName(spec.dtype)));
+  return spec;
+}
+
+CaseSpec Flash(DType dtype, int64_t b, int64_t h, int64_t l, int64_t d) {
+  CaseSpec s;
+  s.dtype = dtype;
+  s.b = b;
+  s.hq = s.hkv = h;
+  s.lq = s.lk = l;
+  s.d = d;
+  return s;
+}
+
+// Fills n elements of `dtype` with uniform values in [-1, 1].
+void FillRandom(void* data, DType dtype, size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  if (dtype == DType::kFloat32) {
+    float* f = static_cast<float*>(data);
+    for (size_t i = 0; i < n; ++i) f[i] = dist(rng);
+    return;
+  }
+  uint16_t* h = static_cast<uint16_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h[i] = dtype == DType::kBFloat16 ? FloatToBFloat16(dist(rng))
+                                     : FloatToFloat16(dist(rng));
+  }
+}
+
+}  // namespace
+
+AttentionShape ShapeOf(const CaseSpec& spec) {
+  AttentionShape s;
+  s.batch = spec.b;
+  s.q_heads = spec.hq;
+  s.kv_heads = spec.hkv;
+  s.q_len = spec.lq;
+  s.k_len = spec.lk;
+  s.head_dim = s.value_dim = spec.d;
+  return s;
+}
+
+std::vector<CaseSpec> AllCases() {
+  constexpr DType f32 = DType::kFloat32;
+  std::vector<CaseSpec> cases;
+  auto add = [&cases](CaseSpec s) { cases.push_back(MakeCase(std::move(s))); };
+
+  CaseSpec s = Flash(f32, 1, 16, 2048, 64);
+  s.quick = true;
+  add(s);
+  add(Flash(DType::kBFloat16, 1, 16, 2048, 64));
+  add(Flash(DType::kFloat16, 1, 16, 2048, 64));
+  add(Flash(f32, 1, 16, 2048, 128));
+  add(Flash(f32, 8, 8, 512, 64));
+  add(Flash(f32, 1, 16, 4096, 64));
+  s = Flash(f32, 1, 16, 4096, 64);
+  s.causal = true;
+  add(s);
+
+  s = Flash(f32, 1, 32, 1, 128);
+  s.path = KernelPath::kDecode;
+  s.hkv = 8;
+  s.lk = 8192;
+  s.quick = true;
+  add(s);
+
+  s = Flash(f32, 1, 8, 1024, 64);
+  s.quick = true;
+  add(s);
+  s.path = KernelPath::kMaterialized;
+  add(s);
+
+  s = Flash(f32, 1, 1, 32768, 64);
+  s.kind = CaseKind::kPeakRss;
+  s.fixed_threads = 1;
+  add(s);
+  return cases;
+}
+
+AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  data_.reset(std::aligned_alloc(64, rounded));
+  if (data_ == nullptr) {
+    std::fprintf(stderr, "attnserve_kernel_bench: cannot allocate %zu bytes\n",
+                 rounded);
+    std::abort();
+  }
+}
+
+CaseBuffers::CaseBuffers(const CaseSpec& s)
+    : spec(s),
+      q(s.b * s.hq * s.lq * s.d * DTypeSize(s.dtype)),
+      k(s.b * s.hkv * s.lk * s.d * DTypeSize(s.dtype)),
+      v(k.size()),
+      out(q.size()),
+      weights(s.path == KernelPath::kMaterialized
+                  ? s.b * s.hq * s.lq * s.lk * sizeof(float)
+                  : 0) {
+  std::mt19937 rng(kSeed);
+  const size_t elem = DTypeSize(s.dtype);
+  FillRandom(q.data(), s.dtype, q.size() / elem, rng);
+  FillRandom(k.data(), s.dtype, k.size() / elem, rng);
+  FillRandom(v.data(), s.dtype, v.size() / elem, rng);
+  // Touched so that page faults are not timed and resident memory is counted.
+  std::memset(out.data(), 0, out.size());
+  if (weights.size() > 0) std::memset(weights.data(), 0, weights.size());
+}
+
+AttentionInputs CaseBuffers::inputs() const {
+  AttentionInputs in;
+  in.query =
+      MakeTensorView(q.data(), spec.dtype, {spec.b, spec.hq, spec.lq, spec.d});
+  in.key =
+      MakeTensorView(k.data(), spec.dtype, {spec.b, spec.hkv, spec.lk, spec.d});
+  in.value =
+      MakeTensorView(v.data(), spec.dtype, {spec.b, spec.hkv, spec.lk, spec.d});
+  in.mask.causal = spec.causal;
+  in.kernel = spec.path;
+  return in;
+}
+
+AttentionOutputs CaseBuffers::outputs() {
+  AttentionOutputs o;
+  o.output = MakeMutableTensorView(out.data(), spec.dtype,
+                                   {spec.b, spec.hq, spec.lq, spec.d});
+  if (weights.size() > 0) {
+    o.weights = MakeMutableTensorView(weights.data(), DType::kFloat32,
+                                      {spec.b, spec.hq, spec.lq, spec.lk});
+  }
+  return o;
+}
+
+}  // namespace attnserve::bench

@@ -1,0 +1,98 @@
+#include "bench/echo_service.h"
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace attnserve::bench {
+namespace {
+
+// As server/server.cc: room for the response's non-tensor fields.
+constexpr int64_t kResponseEnvelopeBytes = 64 * 1024;
+
+int64_t DTypeBytes(v1::DataType dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return 4;
+    case v1::BFLOAT16:
+    case v1::FLOAT16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<OutputSpec> OutputSpecOf(const v1::AttendRequest& request) {
+  const v1::Tensor& q = request.query();
+  const v1::Tensor& v = request.value();
+  if (q.shape_size() != 4 || v.shape_size() != 4) {
+    return absl::InvalidArgumentError("echo: query and value must be 4-D");
+  }
+  OutputSpec spec;
+  spec.dtype = request.output_dtype() != v1::DATA_TYPE_UNSPECIFIED
+                   ? request.output_dtype()
+                   : q.dtype();
+  const int64_t element = DTypeBytes(spec.dtype);
+  if (element == 0) {
+    return absl::InvalidArgumentError("echo: unsupported output dtype");
+  }
+  spec.shape.assign(q.shape().begin(), q.shape().end());
+  spec.shape[3] = v.shape(3);
+  spec.bytes = element;
+  for (int64_t d : spec.shape) spec.bytes *= d;
+  return spec;
+}
+
+grpc::ServerUnaryReactor* EchoService::Attend(
+    grpc::CallbackServerContext* context, const v1::AttendRequest* request,
+    v1::AttendResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::StatusOr<OutputSpec> spec = OutputSpecOf(*request);
+  if (!spec.ok()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 std::string(spec.status().message())));
+    return reactor;
+  }
+  response->set_request_id(request->request_id());
+  v1::Tensor* output = response->mutable_output();
+  output->set_dtype(spec->dtype);
+  for (int64_t d : spec->shape) output->add_shape(d);
+  // As the server's codec (PrepareTensor): a zero-filled string of the size.
+  output->mutable_data()->assign(static_cast<size_t>(spec->bytes), '\0');
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Start(
+    const EchoServerOptions& options) {
+  std::unique_ptr<EchoServer> echo(new EchoServer());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &echo->port_);
+  builder.RegisterService(&echo->service_);
+  // The same limits and transport arguments as server/server.cc.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(INT_MAX, options.max_request_bytes)));
+  builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(
+      INT_MAX, options.max_response_bytes + kResponseEnvelopeBytes)));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE,
+                             16 * 1024 * 1024 - 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                             64 * 1024 * 1024);
+  echo->server_ = builder.BuildAndStart();
+  if (echo->server_ == nullptr || echo->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("echo server cannot listen on \"", options.listen, "\""));
+  }
+  return echo;
+}
+
+EchoServer::~EchoServer() {
+  if (server_ != nullptr) server_->Shutdown();
+}
+
+}  // namespace attnserve::bench
