@@ -18,7 +18,8 @@ namespace attnserve {
 //   kBHLD: query [B, Hq, Lq, D], key [B, Hkv, Lk, D], value [B, Hkv, Lk, Dv],
 //          output [B, Hq, Lq, Dv].
 //   kBLHD: query [B, Lq, Hq, D], key [B, Lk, Hkv, D], value [B, Lk, Hkv, Dv],
-//          output [B, Lq, Hq, Dv] (a projected hidden state, no transpose needed).
+//          output [B, Lq, Hq, Dv] (a projected hidden state, no transpose
+//          needed).
 // Weights are always [B, Hq, Lq, Lk].
 enum class Layout { kBHLD, kBLHD };
 
@@ -35,8 +36,9 @@ enum class KernelPath { kAuto, kFlash, kMaterialized, kDecode };
 enum class Isa { kAuto, kAvx2, kAvx512 };
 absl::string_view IsaName(Isa isa);  // "auto", "avx2", "avx512"
 
-// The parts of a mask. A key j is attended by query row i only if every part allows
-// it; a row that no key is allowed for yields zeros (output and weights).
+// The parts of a mask. A key j is attended by query row i only if every part
+// allows it; a row that no key is allowed for yields zeros (output and
+// weights).
 struct MaskSpec {
   // Allows j <= d(i) (see CausalAlignment).
   bool causal = false;
@@ -45,11 +47,12 @@ struct MaskSpec {
   // Unset = unbounded on that side; negative = InvalidArgument.
   std::optional<int64_t> window_left;
   std::optional<int64_t> window_right;
-  // Empty, or [B] with 0 <= key_lengths[b] <= Lk: keys j >= key_lengths[b] masked.
+  // Empty, or [B] with 0 <= key_lengths[b] <= Lk: keys j >= key_lengths[b]
+  // masked.
   absl::Span<const int32_t> key_lengths;
   // Optional explicit mask broadcastable (numpy rules, aligned to the right) to
-  // [B, Hq, Lq, Lk] whatever the layout. kBool: nonzero = attend. kFloat32: added to
-  // the scaled scores (-inf masks).
+  // [B, Hq, Lq, Lk] whatever the layout. kBool: nonzero = attend. kFloat32:
+  // added to the scaled scores (-inf masks).
   std::optional<TensorView> explicit_mask;
   // Empty, or [Hq]: adds -slope[h] * |d(i) - j| to the scaled scores (ALiBi).
   absl::Span<const float> alibi_slopes;
@@ -69,9 +72,9 @@ struct AttentionInputs {
   KernelPath kernel = KernelPath::kAuto;
 };
 
-// Where results go. `output` has the output shape (see Layout) in any of the three
-// float dtypes; its last dimension must be dense. `weights`, when present, is
-// kFloat32 [B, Hq, Lq, Lk], dense.
+// Where results go. `output` has the output shape (see Layout) in any of the
+// three float dtypes; its last dimension must be dense. `weights`, when
+// present, is kFloat32 [B, Hq, Lq, Lk], dense.
 struct AttentionOutputs {
   MutableTensorView output;
   std::optional<MutableTensorView> weights;
@@ -79,8 +82,8 @@ struct AttentionOutputs {
 
 // The dimensions of a validated call.
 struct AttentionShape {
-  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, k_len = 0, head_dim = 0,
-          value_dim = 0;
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, q_len = 0, k_len = 0,
+          head_dim = 0, value_dim = 0;
   // In the call's layout.
   std::array<int64_t, 4> output_shape{};
   std::array<int64_t, 4> weights_shape{};
@@ -91,8 +94,8 @@ struct AttentionShape {
 struct EngineOptions {
   // OpenMP threads per Run call. 0 (default) = omp_get_max_threads().
   int num_threads = 0;
-  // Caps the ISA of our vectorized code; kAuto (default) uses the best the CPU has.
-  // kAvx2 forces the AVX2 path (tests run every path the machine has).
+  // Caps the ISA of our vectorized code; kAuto (default) uses the best the CPU
+  // has. kAvx2 forces the AVX2 path (tests run every path the machine has).
   Isa max_isa = Isa::kAuto;
   // Query rows per tile; 0 (default) picks 32/64/256 from Lq.
   int q_block = 0;
@@ -100,15 +103,16 @@ struct EngineOptions {
   int k_block = 512;
 };
 
-// Computes scaled dot-product attention on the CPU with oneDNN matmul primitives
-// (cached by shape) and our own vectorized softmax.
+// Computes scaled dot-product attention on the CPU with oneDNN matmul
+// primitives (cached by shape) and our own vectorized softmax.
 //
-// Thread safety: Run and Validate may be called concurrently from several threads;
-// each Run uses up to EngineOptions::num_threads OpenMP threads, so callers that run
-// N calls at once should give each engine cores / N threads.
+// Thread safety: Run and Validate may be called concurrently from several
+// threads; each Run uses up to EngineOptions::num_threads OpenMP threads, so
+// callers that run N calls at once should give each engine cores / N threads.
 class AttentionEngine {
  public:
-  // InvalidArgument for bad options (negative threads or blocks, an ISA the CPU lacks).
+  // InvalidArgument for bad options (negative threads or blocks, an ISA the CPU
+  // lacks).
   static absl::StatusOr<std::unique_ptr<AttentionEngine>> Create(
       const EngineOptions& options);
 
@@ -116,15 +120,16 @@ class AttentionEngine {
   AttentionEngine(const AttentionEngine&) = delete;
   AttentionEngine& operator=(const AttentionEngine&) = delete;
 
-  // Checks every input (dtypes, ranks, shapes, Hq % Hkv, masks, scale) and returns
-  // the call's dimensions. InvalidArgument naming the tensor or field, with expected
-  // and actual values, on the first problem found.
+  // Checks every input (dtypes, ranks, shapes, Hq % Hkv, masks, scale) and
+  // returns the call's dimensions. InvalidArgument naming the tensor or field,
+  // with expected and actual values, on the first problem found.
   virtual absl::StatusOr<AttentionShape> Validate(
       const AttentionInputs& inputs) const = 0;
 
-  // Validates inputs and outputs, then computes. On error nothing is guaranteed about
-  // the output memory. InvalidArgument for bad inputs or outputs (including a kernel
-  // that cannot serve the request, e.g. kFlash with weights), Internal if oneDNN fails.
+  // Validates inputs and outputs, then computes. On error nothing is guaranteed
+  // about the output memory. InvalidArgument for bad inputs or outputs
+  // (including a kernel that cannot serve the request, e.g. kFlash with
+  // weights), Internal if oneDNN fails.
   virtual absl::Status Run(const AttentionInputs& inputs,
                            const AttentionOutputs& outputs) = 0;
 
@@ -140,7 +145,8 @@ class AttentionEngine {
 };
 
 // The kernel Run uses for a call of `shape`: `requested` unless kAuto, else
-// materialized with weights, decode for Lq <= 8 against Lk >= 1024, flash otherwise.
+// materialized with weights, decode for Lq <= 8 against Lk >= 1024, flash
+// otherwise.
 KernelPath ChooseKernel(const AttentionShape& shape, KernelPath requested,
                         bool weights);
 absl::string_view KernelPathName(KernelPath path);  // "flash", "decode", ...

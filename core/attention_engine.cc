@@ -32,7 +32,8 @@ int64_t AutoQueryBlock(int64_t q_len) {
 // block's rows (rows × Lk floats) within about half of a 1 MiB L2.
 int64_t MaterializedQueryBlock(int64_t q_len, int64_t k_len) {
   int64_t rows = AutoQueryBlock(q_len);
-  while (rows > 32 && rows * k_len * int64_t{sizeof(float)} > (512 << 10)) rows /= 2;
+  while (rows > 32 && rows * k_len * int64_t{sizeof(float)} > (512 << 10))
+    rows /= 2;
   return rows;
 }
 
@@ -45,7 +46,8 @@ class Engine final : public AttentionEngine {
         ops_(ops),
         matmuls_(std::move(matmuls)) {}
 
-  absl::StatusOr<AttentionShape> Validate(const AttentionInputs& inputs) const override {
+  absl::StatusOr<AttentionShape> Validate(
+      const AttentionInputs& inputs) const override {
     ASSIGN_OR_RETURN(Problem problem, ResolveProblem(inputs));
     return problem.shape;
   }
@@ -70,11 +72,13 @@ class Engine final : public AttentionEngine {
     args.out = outputs.output.data;
     args.out_dtype = outputs.output.dtype;
     args.out_strides = out_strides;
-    args.weights = weights ? static_cast<float*>(outputs.weights->data) : nullptr;
+    args.weights =
+        weights ? static_cast<float*>(outputs.weights->data) : nullptr;
     args.ops = ops_;
-    args.gemm_dtype = problem.dtype == DType::kBFloat16 && matmuls_->bf16_supported()
-                          ? DType::kBFloat16
-                          : DType::kFloat32;
+    args.gemm_dtype =
+        problem.dtype == DType::kBFloat16 && matmuls_->bf16_supported()
+            ? DType::kBFloat16
+            : DType::kFloat32;
     args.q_block = options_.q_block > 0 ? options_.q_block
                    : path == KernelPath::kMaterialized
                        ? MaterializedQueryBlock(s.q_len, s.k_len)
@@ -106,8 +110,8 @@ class Engine final : public AttentionEngine {
   bool bf16_gemm() const override { return matmuls_->bf16_supported(); }
 
  private:
-  // One workspace per thread of this call, reused across calls; concurrent calls
-  // each take their own.
+  // One workspace per thread of this call, reused across calls; concurrent
+  // calls each take their own.
   std::vector<std::unique_ptr<Workspace>> AcquireWorkspaces() {
     std::vector<std::unique_ptr<Workspace>> ws;
     {
@@ -144,7 +148,8 @@ KernelPath ChooseKernel(const AttentionShape& shape, KernelPath requested,
                         bool weights) {
   if (requested != KernelPath::kAuto) return requested;
   if (weights) return KernelPath::kMaterialized;
-  // Few query rows against many keys: per-head parallelism starves, split the keys.
+  // Few query rows against many keys: per-head parallelism starves, split the
+  // keys.
   if (shape.q_len <= 8 && shape.k_len >= 1024) return KernelPath::kDecode;
   return KernelPath::kFlash;
 }
@@ -182,8 +187,9 @@ absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
         absl::StrCat("num_threads: must be >= 0, got ", options.num_threads));
   }
   if (options.q_block < 0 || options.q_block > kMaxQueryBlock) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "q_block: must be in [0, ", kMaxQueryBlock, "], got ", options.q_block));
+    return absl::InvalidArgumentError(absl::StrCat("q_block: must be in [0, ",
+                                                   kMaxQueryBlock, "], got ",
+                                                   options.q_block));
   }
   if (options.k_block < 1 || options.k_block > 65536) {
     return absl::InvalidArgumentError(
@@ -199,7 +205,8 @@ absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
     return absl::InvalidArgumentError("max_isa: this CPU has no AVX-512F");
   }
   const VecOps* ops = isa == Isa::kAvx512 ? &Avx512VecOps() : &Avx2VecOps();
-  const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  const int threads =
+      options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
   ASSIGN_OR_RETURN(std::unique_ptr<MatmulCache> matmuls, MatmulCache::Create());
   return std::unique_ptr<AttentionEngine>(
       new Engine(options, threads, ops, std::move(matmuls)));

@@ -33,7 +33,7 @@ uint16_t FloatToFloat16(float f) {
   std::memcpy(&bits, &f, sizeof bits);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: inf
   if (abs >= 0x38800000u) {                       // normal half
     const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);

@@ -2,8 +2,8 @@
 #define ATTNSERVE_CORE_CONVERT_H_
 
 // Scalar conversions between f32 and the 16-bit float formats (round to nearest
-// even), and whole-buffer helpers. The kernels have vectorized versions of their own;
-// these are for the reference, tests, tools and edges.
+// even), and whole-buffer helpers. The kernels have vectorized versions of
+// their own; these are for the reference, tests, tools and edges.
 
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +23,8 @@ inline float BFloat16ToFloat(uint16_t h) {
 inline uint16_t FloatToBFloat16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40);
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>(bits >> 16);
 }

@@ -1,11 +1,12 @@
 // The flash and decode kernels: online softmax over key blocks, O(tile) memory.
 //
-// Both process a "row set" (query rows that share one kv head) against a range of
-// keys, block by block: S = Q·Kᵀ for the block, scale + mask + row max, rescale the
-// running accumulator when the max grew, P = exp(S - max), acc += P·V. Flash takes
-// consecutive rows of one query head over all keys; decode takes the rows of all
-// query heads of a GQA group together (so K and V are read once per group) and
-// splits the keys across threads, merging the partial (max, sum, acc) at the end.
+// Both process a "row set" (query rows that share one kv head) against a range
+// of keys, block by block: S = Q·Kᵀ for the block, scale + mask + row max,
+// rescale the running accumulator when the max grew, P = exp(S - max), acc +=
+// P·V. Flash takes consecutive rows of one query head over all keys; decode
+// takes the rows of all query heads of a GQA group together (so K and V are
+// read once per group) and splits the keys across threads, merging the partial
+// (max, sum, acc) at the end.
 
 #include <algorithm>
 #include <cmath>
@@ -29,10 +30,11 @@ struct RowSet {
   int64_t ldq = 0;
 };
 
-// Sets each row's allowed key interval from causal/window/key_lengths, clipped to
-// [k_begin, k_end), and returns the union's block-aligned bounds.
-void RowRanges(const Problem& p, const RowSet& rows, Workspace* ws, int64_t k_begin,
-               int64_t k_end, int64_t* lo_all, int64_t* hi_all) {
+// Sets each row's allowed key interval from causal/window/key_lengths, clipped
+// to [k_begin, k_end), and returns the union's block-aligned bounds.
+void RowRanges(const Problem& p, const RowSet& rows, Workspace* ws,
+               int64_t k_begin, int64_t k_end, int64_t* lo_all,
+               int64_t* hi_all) {
   *lo_all = k_end;
   *hi_all = k_begin;
   for (int64_t r = 0; r < rows.count; ++r) {
@@ -66,10 +68,11 @@ struct BlockContext {
   float* bias;        // elementwise masks only
 };
 
-// Rows [r0, r1) of the set against keys [k0, k0 + n) whose operands are kp / vp.
-absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1, int64_t k0,
-                          int64_t n, const void* kp, int64_t ldk, const void* vp,
-                          int64_t ldv) {
+// Rows [r0, r1) of the set against keys [k0, k0 + n) whose operands are kp /
+// vp.
+absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
+                          int64_t k0, int64_t n, const void* kp, int64_t ldk,
+                          const void* vp, int64_t ldv) {
   const KernelArgs& args = c.args;
   const Problem& p = *args.p;
   const VecOps& ops = *args.ops;
@@ -78,18 +81,20 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1, int64_t
   const int64_t dv = p.shape.value_dim;
   const bool bf16 = args.gemm_dtype == DType::kBFloat16;
   const int64_t m = r1 - r0;
-  const char* q = static_cast<const char*>(c.rows.q) +
-                  r0 * c.rows.ldq * static_cast<int64_t>(DTypeSize(args.gemm_dtype));
+  const char* q =
+      static_cast<const char*>(c.rows.q) +
+      r0 * c.rows.ldq * static_cast<int64_t>(DTypeSize(args.gemm_dtype));
   float* scores = c.scores + r0 * kb;
-  MatmulShape qk{m, n, p.shape.head_dim, c.rows.ldq, ldk, kb, true, args.gemm_dtype,
-                 false};
+  MatmulShape qk{m,  n,    p.shape.head_dim, c.rows.ldq, ldk,
+                 kb, true, args.gemm_dtype,  false};
   absl::Status st = ws->matmul->Run(qk, q, kp, scores);
   if (!st.ok()) return st;
 
   for (int64_t r = r0; r < r1; ++r) {
     float* s = c.scores + r * kb;
     if (c.bias != nullptr) {
-      FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, c.bias);
+      FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n,
+               c.bias);
     }
     const float tile_max = ops.scale_mask_max(s, n, p.scale, ws->row_lo[r] - k0,
                                               ws->row_hi[r] - k0, c.bias);
@@ -117,15 +122,17 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1, int64_t
   }
 
   MatmulShape pv{m, dv, n, kb, ldv, dv, false, args.gemm_dtype, true};
-  const void* probs = bf16 ? static_cast<const void*>(c.probs16 + r0 * kb) : scores;
+  const void* probs =
+      bf16 ? static_cast<const void*>(c.probs16 + r0 * kb) : scores;
   return ws->matmul->Run(pv, probs, vp, c.acc + r0 * dv);
 }
 
-// Runs the online softmax of `rows` over keys [k_begin, k_end) (block aligned at
-// k_begin). On return the workspace holds, per row, the running max (row_max), the
-// sum of exp(s - max) (row_sum) and the unnormalized output (acc, ld = Dv).
-absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_begin,
-                        int64_t k_end, Workspace* ws) {
+// Runs the online softmax of `rows` over keys [k_begin, k_end) (block aligned
+// at k_begin). On return the workspace holds, per row, the running max
+// (row_max), the sum of exp(s - max) (row_sum) and the unnormalized output
+// (acc, ld = Dv).
+absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
+                        int64_t k_begin, int64_t k_end, Workspace* ws) {
   const Problem& p = *args.p;
   const int64_t m = rows.count;
   const int64_t dim = p.shape.head_dim;
@@ -133,15 +140,16 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_be
   const int64_t kb = args.k_block;
   const bool bf16 = args.gemm_dtype == DType::kBFloat16;
 
-  const BlockContext c{args,
-                       rows,
-                       ws,
-                       ws->row_max.Get<float>(m),
-                       ws->row_sum.Get<float>(m),
-                       ws->acc.Get<float>(m * dv),
-                       ws->scores.Get<float>(m * kb),
-                       bf16 ? ws->probs.Get<uint16_t>(m * kb) : nullptr,
-                       p.has_elementwise_mask() ? ws->bias.Get<float>(kb) : nullptr};
+  const BlockContext c{
+      args,
+      rows,
+      ws,
+      ws->row_max.Get<float>(m),
+      ws->row_sum.Get<float>(m),
+      ws->acc.Get<float>(m * dv),
+      ws->scores.Get<float>(m * kb),
+      bf16 ? ws->probs.Get<uint16_t>(m * kb) : nullptr,
+      p.has_elementwise_mask() ? ws->bias.Get<float>(kb) : nullptr};
   std::fill(c.row_max, c.row_max + m, kNegInf);
   std::fill(c.row_sum, c.row_sum + m, 0.0f);
   std::fill(c.acc, c.acc + m * dv, 0.0f);
@@ -161,7 +169,8 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_be
     bool any = false, ragged = false;
     for (int64_t g = 0; g < groups; ++g) {
       int64_t hi = k0;
-      for (int64_t r = g * kRowGranule; r < std::min(m, (g + 1) * kRowGranule); ++r) {
+      for (int64_t r = g * kRowGranule; r < std::min(m, (g + 1) * kRowGranule);
+           ++r) {
         if (ws->row_lo[r] < k0 + n && ws->row_hi[r] > k0) {
           hi = std::max(hi, ws->row_hi[r]);
         }
@@ -174,11 +183,11 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_be
 
     int64_t ldk, ldv;
     const void* kp = OperandRows(
-        args, ElementPtr(p.k, ks.offset(rows.batch, rows.kv_head, k0), p.dtype), ks.row,
-        n, dim, &ws->k, &ldk);
+        args, ElementPtr(p.k, ks.offset(rows.batch, rows.kv_head, k0), p.dtype),
+        ks.row, n, dim, &ws->k, &ldk);
     const void* vp = OperandRows(
-        args, ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype), vs.row,
-        n, dv, &ws->v, &ldv);
+        args, ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
+        vs.row, n, dv, &ws->v, &ldv);
     if (!ragged) {
       absl::Status st = ProcessBlock(c, 0, m, k0, n, kp, ldk, vp, ldv);
       if (!st.ok()) return st;
@@ -187,8 +196,8 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_be
     for (int64_t g = 0; g < groups; ++g) {
       if (group_n[g] == 0) continue;
       absl::Status st =
-          ProcessBlock(c, g * kRowGranule, std::min(m, (g + 1) * kRowGranule), k0,
-                       group_n[g], kp, ldk, vp, ldv);
+          ProcessBlock(c, g * kRowGranule, std::min(m, (g + 1) * kRowGranule),
+                       k0, group_n[g], kp, ldk, vp, ldv);
       if (!st.ok()) return st;
     }
   }
@@ -197,15 +206,16 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows, int64_t k_be
 
 void* OutputRow(const KernelArgs& args, int64_t b, int64_t h, int64_t i) {
   return static_cast<char*>(args.out) +
-         args.out_strides.offset(b, h, i) * static_cast<int64_t>(DTypeSize(args.out_dtype));
+         args.out_strides.offset(b, h, i) *
+             static_cast<int64_t>(DTypeSize(args.out_dtype));
 }
 
 // Writes acc row / sum (or zeros when nothing was allowed) to the output.
-void StoreRow(const KernelArgs& args, const float* acc, float sum, int64_t b, int64_t h,
-              int64_t i) {
+void StoreRow(const KernelArgs& args, const float* acc, float sum, int64_t b,
+              int64_t h, int64_t i) {
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  args.ops->store_scaled(acc, args.p->shape.value_dim, inv, OutputRow(args, b, h, i),
-                         args.out_dtype);
+  args.ops->store_scaled(acc, args.p->shape.value_dim, inv,
+                         OutputRow(args, b, h, i), args.out_dtype);
 }
 
 }  // namespace
@@ -216,34 +226,37 @@ absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws) {
   const int64_t qb = args.q_block;
   const int64_t q_blocks = (s.q_len + qb - 1) / qb;
   const int64_t items = s.batch * s.q_heads * q_blocks;
-  return ParallelFor(args.num_threads, ws, items, [&](Workspace* w, int64_t item) {
-    const int64_t block = item % q_blocks;
-    const int64_t h = (item / q_blocks) % s.q_heads;
-    const int64_t b = item / (q_blocks * s.q_heads);
-    const int64_t i0 = block * qb;
-    RowSet rows;
-    rows.batch = b;
-    rows.kv_head = h / p.group;
-    rows.count = std::min(qb, s.q_len - i0);
-    w->row_head.assign(rows.count, h);
-    w->row_index.resize(rows.count);
-    w->row_lo.resize(rows.count);
-    w->row_hi.resize(rows.count);
-    for (int64_t r = 0; r < rows.count; ++r) w->row_index[r] = i0 + r;
-    rows.q = OperandRows(args, ElementPtr(p.q, p.q_strides.offset(b, h, i0), p.dtype),
-                         p.q_strides.row, rows.count, s.head_dim, &w->q, &rows.ldq);
-    absl::Status st = Accumulate(args, rows, 0, s.k_len, w);
-    if (!st.ok()) return st;
-    const float* acc = w->acc.Get<float>(0);
-    const float* sum = w->row_sum.Get<float>(0);
-    for (int64_t r = 0; r < rows.count; ++r) {
-      StoreRow(args, acc + r * s.value_dim, sum[r], b, h, i0 + r);
-    }
-    return absl::OkStatus();
-  });
+  return ParallelFor(
+      args.num_threads, ws, items, [&](Workspace* w, int64_t item) {
+        const int64_t block = item % q_blocks;
+        const int64_t h = (item / q_blocks) % s.q_heads;
+        const int64_t b = item / (q_blocks * s.q_heads);
+        const int64_t i0 = block * qb;
+        RowSet rows;
+        rows.batch = b;
+        rows.kv_head = h / p.group;
+        rows.count = std::min(qb, s.q_len - i0);
+        w->row_head.assign(rows.count, h);
+        w->row_index.resize(rows.count);
+        w->row_lo.resize(rows.count);
+        w->row_hi.resize(rows.count);
+        for (int64_t r = 0; r < rows.count; ++r) w->row_index[r] = i0 + r;
+        rows.q = OperandRows(
+            args, ElementPtr(p.q, p.q_strides.offset(b, h, i0), p.dtype),
+            p.q_strides.row, rows.count, s.head_dim, &w->q, &rows.ldq);
+        absl::Status st = Accumulate(args, rows, 0, s.k_len, w);
+        if (!st.ok()) return st;
+        const float* acc = w->acc.Get<float>(0);
+        const float* sum = w->row_sum.Get<float>(0);
+        for (int64_t r = 0; r < rows.count; ++r) {
+          StoreRow(args, acc + r * s.value_dim, sum[r], b, h, i0 + r);
+        }
+        return absl::OkStatus();
+      });
 }
 
-absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws) {
+absl::Status RunDecode(const KernelArgs& args,
+                       absl::Span<Workspace* const> ws) {
   const Problem& p = *args.p;
   const AttentionShape& s = p.shape;
   const int64_t dv = s.value_dim;
@@ -254,9 +267,11 @@ absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws) 
   const int64_t chunks = (group_rows + chunk - 1) / chunk;
   const int64_t sets = s.batch * s.kv_heads * chunks;
   const int64_t k_blocks = std::max<int64_t>(1, (s.k_len + kb - 1) / kb);
-  // Enough key splits to give every thread two items, never below one block each.
+  // Enough key splits to give every thread two items, never below one block
+  // each.
   const int64_t splits = std::clamp<int64_t>(
-      (2 * args.num_threads + sets - 1) / std::max<int64_t>(sets, 1), 1, k_blocks);
+      (2 * args.num_threads + sets - 1) / std::max<int64_t>(sets, 1), 1,
+      k_blocks);
   const int64_t blocks_per_split = (k_blocks + splits - 1) / splits;
 
   // Partial results per (set, split): max and sum per row, acc per row.
@@ -287,18 +302,21 @@ absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws) 
           const int64_t i = (r0 + r) / p.group;
           w->row_head[r] = h;
           w->row_index[r] = i;
-          const char* src = ElementPtr(p.q, p.q_strides.offset(b, h, i), p.dtype);
+          const char* src =
+              ElementPtr(p.q, p.q_strides.offset(b, h, i), p.dtype);
           char* dst = q + r * s.head_dim * esize;
           if (p.dtype == args.gemm_dtype) {
             std::memcpy(dst, src, s.head_dim * esize);
           } else {
-            args.ops->load(src, p.dtype, s.head_dim, reinterpret_cast<float*>(dst));
+            args.ops->load(src, p.dtype, s.head_dim,
+                           reinterpret_cast<float*>(dst));
           }
         }
         rows.q = q;
         rows.ldq = s.head_dim;
         const int64_t k_begin = split * blocks_per_split * kb;
-        const int64_t k_end = std::min(s.k_len, k_begin + blocks_per_split * kb);
+        const int64_t k_end =
+            std::min(s.k_len, k_begin + blocks_per_split * kb);
         float* out = partial.data() + item * stride;
         if (k_begin >= k_end) {
           std::fill(out, out + rows.count, kNegInf);
@@ -309,7 +327,8 @@ absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws) 
         absl::Status st = Accumulate(args, rows, k_begin, k_end, w);
         if (!st.ok()) return st;
         std::memcpy(out, w->row_max.Get<float>(0), rows.count * sizeof(float));
-        std::memcpy(out + chunk, w->row_sum.Get<float>(0), rows.count * sizeof(float));
+        std::memcpy(out + chunk, w->row_sum.Get<float>(0),
+                    rows.count * sizeof(float));
         std::memcpy(out + 2 * chunk, w->acc.Get<float>(0),
                     rows.count * dv * sizeof(float));
         return absl::OkStatus();
@@ -317,36 +336,37 @@ absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws) 
   if (!st.ok()) return st;
 
   // Merge the splits of each set: rescale each partial to the common max.
-  return ParallelFor(args.num_threads, ws, sets, [&](Workspace* w, int64_t set) {
-    const int64_t c = set % chunks;
-    const int64_t hkv = (set / chunks) % s.kv_heads;
-    const int64_t b = set / (chunks * s.kv_heads);
-    const int64_t r0 = c * chunk;
-    const int64_t count = std::min(chunk, group_rows - r0);
-    float* merged = w->acc.Get<float>(dv);
-    for (int64_t r = 0; r < count; ++r) {
-      float max = kNegInf;
-      for (int64_t sp = 0; sp < splits; ++sp) {
-        max = std::max(max, partial[(set * splits + sp) * stride + r]);
-      }
-      float sum = 0.0f;
-      std::fill(merged, merged + dv, 0.0f);
-      if (max != kNegInf) {
-        for (int64_t sp = 0; sp < splits; ++sp) {
-          const float* part = partial.data() + (set * splits + sp) * stride;
-          if (part[r] == kNegInf) continue;
-          const float alpha = std::exp(part[r] - max);
-          sum += alpha * part[chunk + r];
-          const float* a = part + 2 * chunk + r * dv;
-          for (int64_t d = 0; d < dv; ++d) merged[d] += alpha * a[d];
+  return ParallelFor(
+      args.num_threads, ws, sets, [&](Workspace* w, int64_t set) {
+        const int64_t c = set % chunks;
+        const int64_t hkv = (set / chunks) % s.kv_heads;
+        const int64_t b = set / (chunks * s.kv_heads);
+        const int64_t r0 = c * chunk;
+        const int64_t count = std::min(chunk, group_rows - r0);
+        float* merged = w->acc.Get<float>(dv);
+        for (int64_t r = 0; r < count; ++r) {
+          float max = kNegInf;
+          for (int64_t sp = 0; sp < splits; ++sp) {
+            max = std::max(max, partial[(set * splits + sp) * stride + r]);
+          }
+          float sum = 0.0f;
+          std::fill(merged, merged + dv, 0.0f);
+          if (max != kNegInf) {
+            for (int64_t sp = 0; sp < splits; ++sp) {
+              const float* part = partial.data() + (set * splits + sp) * stride;
+              if (part[r] == kNegInf) continue;
+              const float alpha = std::exp(part[r] - max);
+              sum += alpha * part[chunk + r];
+              const float* a = part + 2 * chunk + r * dv;
+              for (int64_t d = 0; d < dv; ++d) merged[d] += alpha * a[d];
+            }
+          }
+          const int64_t h = hkv * p.group + (r0 + r) % p.group;
+          const int64_t i = (r0 + r) / p.group;
+          StoreRow(args, merged, sum, b, h, i);
         }
-      }
-      const int64_t h = hkv * p.group + (r0 + r) % p.group;
-      const int64_t i = (r0 + r) / p.group;
-      StoreRow(args, merged, sum, b, h, i);
-    }
-    return absl::OkStatus();
-  });
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace attnserve

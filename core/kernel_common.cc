@@ -15,7 +15,8 @@ const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
     *ld_out = ld;
     return src;
   }
-  // Only widening to f32 happens here: bf16 products are used for bf16 inputs only.
+  // Only widening to f32 happens here: bf16 products are used for bf16 inputs
+  // only.
   float* dst = buffer->Get<float>(rows * cols);
   for (int64_t r = 0; r < rows; ++r) {
     args.ops->load(ElementPtr(src, r * ld, dtype), dtype, cols, dst + r * cols);
@@ -24,8 +25,8 @@ const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
   return dst;
 }
 
-void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0, int64_t n,
-              float* bias) {
+void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0,
+              int64_t n, float* bias) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t c = 0; c < n; ++c) bias[c] = 0.0f;
   if (p.mask != nullptr) {

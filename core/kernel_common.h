@@ -64,17 +64,19 @@ struct KernelArgs {
 
 absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws);
 absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws);
-absl::Status RunMaterialized(const KernelArgs& args, absl::Span<Workspace* const> ws);
+absl::Status RunMaterialized(const KernelArgs& args,
+                             absl::Span<Workspace* const> ws);
 
 // Helpers shared by the kernels.
 
 inline const char* ElementPtr(const void* base, int64_t offset, DType dtype) {
-  return static_cast<const char*>(base) + offset * static_cast<int64_t>(DTypeSize(dtype));
+  return static_cast<const char*>(base) +
+         offset * static_cast<int64_t>(DTypeSize(dtype));
 }
 
-// `rows` rows of `cols` elements at `src` (row stride `ld`, in `src_dtype`) as the
-// product operand type: returns src itself with *ld_out = ld when no conversion is
-// needed, else converts into `buffer` (dense, *ld_out = cols).
+// `rows` rows of `cols` elements at `src` (row stride `ld`, in `src_dtype`) as
+// the product operand type: returns src itself with *ld_out = ld when no
+// conversion is needed, else converts into `buffer` (dense, *ld_out = cols).
 const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
                         int64_t rows, int64_t cols, ScratchBuffer* buffer,
                         int64_t* ld_out);
@@ -82,13 +84,13 @@ const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
 // The largest EngineOptions::q_block (rows of one tile).
 inline constexpr int64_t kMaxQueryBlock = 4096;
 
-// Key blocks are cut short after the last allowed key, at a multiple of this many
-// keys: causal and padded rows skip most of a partly used block while the number of
-// distinct product shapes (each a cached primitive) stays small.
+// Key blocks are cut short after the last allowed key, at a multiple of this
+// many keys: causal and padded rows skip most of a partly used block while the
+// number of distinct product shapes (each a cached primitive) stays small.
 inline constexpr int64_t kKeyGranule = 64;
 
-// The end of a key block starting at k0: k0 + k_block, but not past k_end, and not
-// past `allowed_end` rounded up to kKeyGranule.
+// The end of a key block starting at k0: k0 + k_block, but not past k_end, and
+// not past `allowed_end` rounded up to kKeyGranule.
 inline int64_t KeyBlockEnd(int64_t k0, int64_t k_block, int64_t allowed_end,
                            int64_t k_end) {
   const int64_t trimmed =
@@ -101,11 +103,11 @@ inline int64_t KeyBlockEnd(int64_t k0, int64_t k_block, int64_t allowed_end,
 
 // Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi) for
 // query row i of (b, h) against keys [k0, k0 + n).
-void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0, int64_t n,
-              float* bias);
+void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0,
+              int64_t n, float* bias);
 
-// Splits [0, count) across OpenMP threads and calls fn(workspace, item) for each,
-// stopping early after the first error, which it returns.
+// Splits [0, count) across OpenMP threads and calls fn(workspace, item) for
+// each, stopping early after the first error, which it returns.
 template <typename Fn>
 absl::Status ParallelFor(int num_threads, absl::Span<Workspace* const> ws,
                          int64_t count, const Fn& fn);

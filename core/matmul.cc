@@ -36,8 +36,8 @@ struct MatmulCache::Impl {
       auto it = map.find(s);
       if (it != map.end()) return it->second;
     }
-    // Created outside the lock: creation takes 0.2-2 ms and other shapes should not
-    // wait for it. Two threads may race to create the same shape; one wins.
+    // Created outside the lock: creation takes 0.2-2 ms and other shapes should
+    // not wait for it. Two threads may race to create the same shape; one wins.
     auto created = Make(s);
     if (!created.ok()) return created.status();
     absl::MutexLock lock(&mu);
@@ -69,8 +69,8 @@ struct MatmulCache::Impl {
         ops.append_sum(1.0f);
         attr.set_post_ops(ops);
       }
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a_md, p->b_md, p->c_md),
-                                      attr, engine);
+      dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(p->a_md, p->b_md, p->c_md), attr, engine);
       p->scratch_md = pd.scratchpad_desc();
       p->impl = pd.impl_info_str();
       p->prim = dnnl::matmul(pd);
@@ -96,7 +96,8 @@ struct MatmulRunner::Impl {
     dnnl_exec_arg_t args[4];
   };
 
-  explicit Impl(MatmulCache::Impl* cache) : cache(cache), stream(cache->engine) {}
+  explicit Impl(MatmulCache::Impl* cache)
+      : cache(cache), stream(cache->engine) {}
 
   absl::StatusOr<Bound*> Bind(const MatmulShape& s) {
     auto it = bound.find(s);
@@ -131,7 +132,8 @@ struct MatmulRunner::Impl {
   absl::flat_hash_map<MatmulShape, std::unique_ptr<Bound>> bound;
 };
 
-MatmulRunner::MatmulRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MatmulRunner::MatmulRunner(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
 MatmulRunner::~MatmulRunner() = default;
 
 absl::Status MatmulRunner::Run(const MatmulShape& shape, const void* a,
@@ -140,14 +142,17 @@ absl::Status MatmulRunner::Run(const MatmulShape& shape, const void* a,
   auto bound = impl_->Bind(shape);
   if (!bound.ok()) return bound.status();
   Impl::Bound* x = *bound;
-  // The C API avoids building an argument map per call; handles are rebound in place.
-  dnnl_status_t st = dnnl_memory_set_data_handle(x->a.get(), const_cast<void*>(a));
+  // The C API avoids building an argument map per call; handles are rebound in
+  // place.
+  dnnl_status_t st =
+      dnnl_memory_set_data_handle(x->a.get(), const_cast<void*>(a));
   if (st == dnnl_success) {
     st = dnnl_memory_set_data_handle(x->b.get(), const_cast<void*>(b));
   }
   if (st == dnnl_success) st = dnnl_memory_set_data_handle(x->c.get(), c);
   if (st == dnnl_success) {
-    st = dnnl_primitive_execute(x->p->prim.get(), impl_->stream.get(), 4, x->args);
+    st = dnnl_primitive_execute(x->p->prim.get(), impl_->stream.get(), 4,
+                                x->args);
   }
   if (st != dnnl_success) {
     return absl::InternalError(
@@ -159,10 +164,12 @@ absl::Status MatmulRunner::Run(const MatmulShape& shape, const void* a,
 MatmulCache::MatmulCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MatmulCache::~MatmulCache() = default;
 
-absl::StatusOr<std::unique_ptr<MatmulCache>> MatmulCache::Create(size_t capacity) {
+absl::StatusOr<std::unique_ptr<MatmulCache>> MatmulCache::Create(
+    size_t capacity) {
   std::unique_ptr<MatmulCache> cache;
   try {
-    cache.reset(new MatmulCache(std::make_unique<Impl>(capacity < 2 ? 2 : capacity)));
+    cache.reset(
+        new MatmulCache(std::make_unique<Impl>(capacity < 2 ? 2 : capacity)));
   } catch (const dnnl::error& e) {
     return DnnlError("engine creation", e);
   }
@@ -179,7 +186,8 @@ std::unique_ptr<MatmulRunner> MatmulCache::NewRunner() {
       new MatmulRunner(std::make_unique<MatmulRunner::Impl>(impl_.get())));
 }
 
-absl::StatusOr<std::string> MatmulCache::ImplementationName(const MatmulShape& shape) {
+absl::StatusOr<std::string> MatmulCache::ImplementationName(
+    const MatmulShape& shape) {
   auto p = impl_->Get(shape);
   if (!p.ok()) return p.status();
   return (*p)->impl;

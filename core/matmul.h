@@ -1,8 +1,8 @@
 #ifndef ATTNSERVE_CORE_MATMUL_H_
 #define ATTNSERVE_CORE_MATMUL_H_
 
-// Internal: oneDNN matmul primitives cached by shape, and a per-thread runner that
-// keeps its memory objects bound so a tile product costs one execute call.
+// Internal: oneDNN matmul primitives cached by shape, and a per-thread runner
+// that keeps its memory objects bound so a tile product costs one execute call.
 // dnnl.hpp stays in matmul.cc.
 
 #include <cstdint>
@@ -16,8 +16,8 @@
 namespace attnserve {
 
 // C[m×n] (=|+=) A[m×k] · B[k×n], row-major with leading dimensions in elements.
-// A and B are f32 or bf16 (same type); C is f32. When b_is_nk, B is given as an n×k
-// matrix (rows of keys) and used transposed.
+// A and B are f32 or bf16 (same type); C is f32. When b_is_nk, B is given as an
+// n×k matrix (rows of keys) and used transposed.
 struct MatmulShape {
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0;
@@ -32,8 +32,8 @@ struct MatmulShape {
   }
   template <typename H>
   friend H AbslHashValue(H h, const MatmulShape& s) {
-    return H::combine(std::move(h), s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.b_is_nk,
-                      s.ab_dtype, s.accumulate);
+    return H::combine(std::move(h), s.m, s.n, s.k, s.lda, s.ldb, s.ldc,
+                      s.b_is_nk, s.ab_dtype, s.accumulate);
   }
 };
 
@@ -48,7 +48,8 @@ class MatmulRunner {
 
   // Computes the product; the primitive is created on first use of a shape.
   // Internal on a oneDNN failure.
-  absl::Status Run(const MatmulShape& shape, const void* a, const void* b, float* c);
+  absl::Status Run(const MatmulShape& shape, const void* a, const void* b,
+                   float* c);
 
  private:
   friend class MatmulCache;
@@ -57,11 +58,13 @@ class MatmulRunner {
   std::unique_ptr<Impl> impl_;
 };
 
-// The engine-wide primitive cache. Thread-safe. Holds at most `capacity` primitives;
-// past that the least recently created half is dropped (runners keep what they use).
+// The engine-wide primitive cache. Thread-safe. Holds at most `capacity`
+// primitives; past that the least recently created half is dropped (runners
+// keep what they use).
 class MatmulCache {
  public:
-  static absl::StatusOr<std::unique_ptr<MatmulCache>> Create(size_t capacity = 2048);
+  static absl::StatusOr<std::unique_ptr<MatmulCache>> Create(
+      size_t capacity = 2048);
   ~MatmulCache();
   MatmulCache(const MatmulCache&) = delete;
   MatmulCache& operator=(const MatmulCache&) = delete;

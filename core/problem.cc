@@ -14,9 +14,8 @@ bool IsFloatDType(DType d) { return d != DType::kBool; }
 
 std::string ExpectedShape(Layout layout, int64_t b, int64_t h, int64_t l,
                           int64_t d) {
-  return layout == Layout::kBHLD
-             ? ShapeString({b, h, l, d})
-             : ShapeString({b, l, h, d});
+  return layout == Layout::kBHLD ? ShapeString({b, h, l, d})
+                                 : ShapeString({b, l, h, d});
 }
 
 // Reads a [b][h][row][col] view of a rank-4 tensor in `layout` order.
@@ -34,7 +33,8 @@ Strides4 LayoutStrides(const TensorView& t, Layout layout) {
   return s;
 }
 
-absl::Status CheckOperand(absl::string_view name, const TensorView& t, DType dtype) {
+absl::Status CheckOperand(absl::string_view name, const TensorView& t,
+                          DType dtype) {
   if (t.rank != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": expected rank 4, got rank ", t.rank, " (shape ",
@@ -42,8 +42,8 @@ absl::Status CheckOperand(absl::string_view name, const TensorView& t, DType dty
   }
   if (t.dtype != dtype) {
     return absl::InvalidArgumentError(
-        absl::StrCat(name, ": dtype ", DTypeName(t.dtype), " differs from query dtype ",
-                     DTypeName(dtype)));
+        absl::StrCat(name, ": dtype ", DTypeName(t.dtype),
+                     " differs from query dtype ", DTypeName(dtype)));
   }
   for (int i = 0; i < 4; ++i) {
     if (t.shape[i] < 0) {
@@ -56,7 +56,8 @@ absl::Status CheckOperand(absl::string_view name, const TensorView& t, DType dty
   }
   if (t.shape[3] > 1 && t.strides[3] != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, ": last dimension must be dense (stride 1), got stride ", t.strides[3]));
+        name, ": last dimension must be dense (stride 1), got stride ",
+        t.strides[3]));
   }
   return absl::OkStatus();
 }
@@ -129,35 +130,37 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& in) {
         "query: head dimension D = ", s.head_dim, " is out of range [1, 256]"));
   }
   if (s.value_dim < 1 || s.value_dim > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "value: head dimension Dv = ", s.value_dim, " is out of range [1, 256]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("value: head dimension Dv = ", s.value_dim,
+                     " is out of range [1, 256]"));
   }
   if (s.kv_heads < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("key: number of kv heads must be at least 1, got ", s.kv_heads,
-                     " (shape ", ShapeString(in.key.dims()), ")"));
+        absl::StrCat("key: number of kv heads must be at least 1, got ",
+                     s.kv_heads, " (shape ", ShapeString(in.key.dims()), ")"));
   }
   const std::string expected_key =
       ExpectedShape(in.layout, s.batch, s.kv_heads, s.k_len, s.head_dim);
   if (in.key.shape[0] != s.batch || in.key.shape[3] != s.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "key: shape ", ShapeString(in.key.dims()), " does not match query shape ",
-        ShapeString(in.query.dims()), " in layout ", layout_name, " (expected ",
-        expected_key, ")"));
+        "key: shape ", ShapeString(in.key.dims()),
+        " does not match query shape ", ShapeString(in.query.dims()),
+        " in layout ", layout_name, " (expected ", expected_key, ")"));
   }
   const std::string expected_value =
       ExpectedShape(in.layout, s.batch, s.kv_heads, s.k_len, s.value_dim);
   if (in.value.shape[0] != s.batch || in.value.shape[h_axis] != s.kv_heads ||
       in.value.shape[l_axis] != s.k_len) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "value: shape ", ShapeString(in.value.dims()), " does not match key shape ",
-        ShapeString(in.key.dims()), " in layout ", layout_name, " (expected ",
-        expected_value, ")"));
+        "value: shape ", ShapeString(in.value.dims()),
+        " does not match key shape ", ShapeString(in.key.dims()), " in layout ",
+        layout_name, " (expected ", expected_value, ")"));
   }
   if (s.q_heads % s.kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "query heads Hq = ", s.q_heads, " is not a multiple of key/value heads Hkv = ",
-        s.kv_heads, " (Hq % Hkv must be 0)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("query heads Hq = ", s.q_heads,
+                     " is not a multiple of key/value heads Hkv = ", s.kv_heads,
+                     " (Hq % Hkv must be 0)"));
   }
   p.group = s.q_heads / s.kv_heads;
   if (bhld) {
@@ -183,20 +186,21 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& in) {
     }
     p.scale = *in.scale;
   } else {
-    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+    p.scale =
+        static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   }
 
   const MaskSpec& m = in.mask;
   p.causal = m.causal;
   p.diag_offset =
       m.alignment == CausalAlignment::kBottomRight ? s.k_len - s.q_len : 0;
-  // Windows wider than Lq + Lk allow as much as unbounded ones; clamping keeps the
-  // interval arithmetic far from overflow.
+  // Windows wider than Lq + Lk allow as much as unbounded ones; clamping keeps
+  // the interval arithmetic far from overflow.
   const int64_t max_window = s.q_len + s.k_len;
   if (m.window_left) {
     if (*m.window_left < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mask.window_left: must be >= 0, got ", *m.window_left));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mask.window_left: must be >= 0, got ", *m.window_left));
     }
     p.window_left = std::min(*m.window_left, max_window);
   }
@@ -210,29 +214,31 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& in) {
   if (!m.key_lengths.empty()) {
     if (static_cast<int64_t>(m.key_lengths.size()) != s.batch) {
       return absl::InvalidArgumentError(
-          absl::StrCat("mask.key_lengths: expected ", s.batch, " entries (one per batch), got ",
-                       m.key_lengths.size()));
+          absl::StrCat("mask.key_lengths: expected ", s.batch,
+                       " entries (one per batch), got ", m.key_lengths.size()));
     }
     for (int64_t b = 0; b < s.batch; ++b) {
       if (m.key_lengths[b] < 0 || m.key_lengths[b] > s.k_len) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mask.key_lengths[", b, "] = ", m.key_lengths[b],
-            " is out of range [0, Lk = ", s.k_len, "]"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("mask.key_lengths[", b, "] = ", m.key_lengths[b],
+                         " is out of range [0, Lk = ", s.k_len, "]"));
       }
     }
     p.key_lengths = m.key_lengths.data();
   }
-  if (m.explicit_mask) RETURN_IF_ERROR(ResolveExplicitMask(*m.explicit_mask, &p));
+  if (m.explicit_mask)
+    RETURN_IF_ERROR(ResolveExplicitMask(*m.explicit_mask, &p));
   if (!m.alibi_slopes.empty()) {
     if (static_cast<int64_t>(m.alibi_slopes.size()) != s.q_heads) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mask.alibi_slopes: expected ", s.q_heads,
-                       " entries (one per query head), got ", m.alibi_slopes.size()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mask.alibi_slopes: expected ", s.q_heads,
+          " entries (one per query head), got ", m.alibi_slopes.size()));
     }
     for (size_t h = 0; h < m.alibi_slopes.size(); ++h) {
       if (!std::isfinite(m.alibi_slopes[h])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mask.alibi_slopes[", h, "]: must be finite, got ", m.alibi_slopes[h]));
+        return absl::InvalidArgumentError(
+            absl::StrCat("mask.alibi_slopes[", h, "]: must be finite, got ",
+                         m.alibi_slopes[h]));
       }
     }
     p.alibi = m.alibi_slopes.data();
@@ -253,12 +259,13 @@ absl::StatusOr<Strides4> ResolveOutput(const Problem& p,
   if (o.rank != 4 || !std::equal(s.output_shape.begin(), s.output_shape.end(),
                                  o.shape.begin())) {
     return absl::InvalidArgumentError(
-        absl::StrCat("output: shape ", ShapeString(o.dims()), " does not match ",
-                     ShapeString(s.output_shape)));
+        absl::StrCat("output: shape ", ShapeString(o.dims()),
+                     " does not match ", ShapeString(s.output_shape)));
   }
   if (o.shape[3] > 1 && o.strides[3] != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "output: last dimension must be dense (stride 1), got stride ", o.strides[3]));
+        "output: last dimension must be dense (stride 1), got stride ",
+        o.strides[3]));
   }
   if (o.num_elements() > 0 && o.data == nullptr) {
     return absl::InvalidArgumentError("output: null data");
@@ -266,14 +273,15 @@ absl::StatusOr<Strides4> ResolveOutput(const Problem& p,
   if (outputs.weights) {
     const MutableTensorView& w = *outputs.weights;
     if (w.dtype != DType::kFloat32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "weights: dtype ", DTypeName(w.dtype), " is not supported (expected f32)"));
-    }
-    if (w.rank != 4 || !std::equal(s.weights_shape.begin(), s.weights_shape.end(),
-                                   w.shape.begin())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("weights: shape ", ShapeString(w.dims()), " does not match ",
-                       ShapeString(s.weights_shape)));
+          absl::StrCat("weights: dtype ", DTypeName(w.dtype),
+                       " is not supported (expected f32)"));
+    }
+    if (w.rank != 4 || !std::equal(s.weights_shape.begin(),
+                                   s.weights_shape.end(), w.shape.begin())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights: shape ", ShapeString(w.dims()),
+                       " does not match ", ShapeString(s.weights_shape)));
     }
     if (!w.is_contiguous()) {
       return absl::InvalidArgumentError("weights: must be dense (row-major)");

@@ -1,9 +1,9 @@
 #ifndef ATTNSERVE_CORE_PROBLEM_H_
 #define ATTNSERVE_CORE_PROBLEM_H_
 
-// Internal: a validated attention call in one canonical form, with every stride in
-// elements over (batch, head, row, column) whatever the layout. Shared by the
-// engine's kernels and the reference.
+// Internal: a validated attention call in one canonical form, with every stride
+// in elements over (batch, head, row, column) whatever the layout. Shared by
+// the engine's kernels and the reference.
 
 #include <cstdint>
 #include <limits>
@@ -15,8 +15,8 @@
 
 namespace attnserve {
 
-// Element strides of a 4-D operand seen as [b][h][row][col]; col stride is 1 for
-// q/k/v/output and may be 0 (broadcast) for the explicit mask.
+// Element strides of a 4-D operand seen as [b][h][row][col]; col stride is 1
+// for q/k/v/output and may be 0 (broadcast) for the explicit mask.
 struct Strides4 {
   int64_t b = 0, h = 0, row = 0, col = 1;
   int64_t offset(int64_t ib, int64_t ih, int64_t ir) const {
@@ -42,16 +42,18 @@ struct Problem {
   const int32_t* key_lengths = nullptr;  // [B] or null
   const void* mask = nullptr;            // explicit mask or null
   DType mask_dtype = DType::kBool;
-  Strides4 mask_strides;  // broadcast dims have stride 0
+  Strides4 mask_strides;         // broadcast dims have stride 0
   const float* alibi = nullptr;  // [Hq] or null
 
   KernelPath kernel = KernelPath::kAuto;
 
   // True when some part of the mask is decided per element (explicit, ALiBi).
-  bool has_elementwise_mask() const { return mask != nullptr || alibi != nullptr; }
+  bool has_elementwise_mask() const {
+    return mask != nullptr || alibi != nullptr;
+  }
 
-  // The half-open key interval [lo, hi) that causal, window and key_lengths allow
-  // for row i of batch b. Empty (lo >= hi) when no key is allowed.
+  // The half-open key interval [lo, hi) that causal, window and key_lengths
+  // allow for row i of batch b. Empty (lo >= hi) when no key is allowed.
   void KeyRange(int64_t b, int64_t i, int64_t* lo, int64_t* hi) const {
     const int64_t d = i + diag_offset;
     int64_t l = 0;
@@ -69,8 +71,8 @@ struct Problem {
 // tensor or field with expected and actual values.
 absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs);
 
-// Checks outputs against a resolved problem and returns the element strides of the
-// output over [b][h][row][col] (in the problem's layout).
+// Checks outputs against a resolved problem and returns the element strides of
+// the output over [b][h][row][col] (in the problem's layout).
 absl::StatusOr<Strides4> ResolveOutput(const Problem& problem,
                                        const AttentionOutputs& outputs);
 

@@ -6,12 +6,13 @@
 
 namespace attnserve {
 
-// The oracle: computes exactly the semantics of AttentionEngine::Run (see MaskSpec and
-// DESIGN.md "Wire API") plainly, one query row at a time, accumulating in double.
-// Inputs are read as the values their dtype holds; results are rounded once to the
-// output dtype. No rounding of P to bf16 is modelled. Validates like the engine and
-// returns the same InvalidArgument errors. Slow: O(B·Hq·Lq·Lk·(D + Dv)) scalar work,
-// single-threaded. Thread-safe.
+// The oracle: computes exactly the semantics of AttentionEngine::Run (see
+// MaskSpec and DESIGN.md "Wire API") plainly, one query row at a time,
+// accumulating in double. Inputs are read as the values their dtype holds;
+// results are rounded once to the output dtype. No rounding of P to bf16 is
+// modelled. Validates like the engine and returns the same InvalidArgument
+// errors. Slow: O(B·Hq·Lq·Lk·(D + Dv)) scalar work, single-threaded.
+// Thread-safe.
 absl::Status ReferenceAttention(const AttentionInputs& inputs,
                                 const AttentionOutputs& outputs);
 

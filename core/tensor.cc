@@ -35,7 +35,8 @@ absl::string_view DTypeName(DType dtype) {
   return "?";
 }
 
-std::array<int64_t, kMaxRank> ContiguousStrides(absl::Span<const int64_t> shape) {
+std::array<int64_t, kMaxRank> ContiguousStrides(
+    absl::Span<const int64_t> shape) {
   std::array<int64_t, kMaxRank> strides{};
   int64_t s = 1;
   for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
@@ -66,17 +67,16 @@ MutableTensorView MakeMutableTensorView(void* data, DType dtype,
   return MakeView<MutableTensorView>(data, dtype, shape);
 }
 
-absl::StatusOr<TensorView> TensorViewFromBytes(absl::string_view name,
-                                               const void* data,
-                                               size_t size_bytes, DType dtype,
-                                               absl::Span<const int64_t> shape) {
+absl::StatusOr<TensorView> TensorViewFromBytes(
+    absl::string_view name, const void* data, size_t size_bytes, DType dtype,
+    absl::Span<const int64_t> shape) {
   if (shape.size() > static_cast<size_t>(kMaxRank)) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": rank ", shape.size(), " exceeds the maximum ",
                      kMaxRank, " (shape ", ShapeString(shape), ")"));
   }
-  const int64_t max_elements =
-      std::numeric_limits<int64_t>::max() / static_cast<int64_t>(DTypeSize(dtype));
+  const int64_t max_elements = std::numeric_limits<int64_t>::max() /
+                               static_cast<int64_t>(DTypeSize(dtype));
   // The bound applies to the non-zero dimensions too: the strides of an empty
   // tensor are still their products.
   int64_t elements = 1;
@@ -99,9 +99,10 @@ absl::StatusOr<TensorView> TensorViewFromBytes(absl::string_view name,
   if (empty) elements = 0;
   const uint64_t expected = static_cast<uint64_t>(elements) * DTypeSize(dtype);
   if (expected != size_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": ", size_bytes, " bytes do not match shape ", ShapeString(shape),
-        " of ", DTypeName(dtype), " (expected ", expected, " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", size_bytes, " bytes do not match shape ",
+                     ShapeString(shape), " of ", DTypeName(dtype),
+                     " (expected ", expected, " bytes)"));
   }
   return MakeTensorView(data, dtype, shape);
 }

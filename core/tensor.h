@@ -5,15 +5,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace attnserve {
 
-// Element types of tensors that cross the core's boundary. kBool is one byte per
-// element (0 = false) and is accepted only for explicit masks.
+// Element types of tensors that cross the core's boundary. kBool is one byte
+// per element (0 = false) and is accepted only for explicit masks.
 enum class DType { kFloat32, kBFloat16, kFloat16, kBool };
 
 // Bytes per element.
@@ -23,9 +23,9 @@ absl::string_view DTypeName(DType dtype);
 
 inline constexpr int kMaxRank = 4;
 
-// A non-owning view of a row-major tensor of rank 0..4 with strides in elements.
-// `Data` is `const void` for inputs and `void` for outputs. The viewed memory must
-// outlive every use of the view; views are cheap to copy.
+// A non-owning view of a row-major tensor of rank 0..4 with strides in
+// elements. `Data` is `const void` for inputs and `void` for outputs. The
+// viewed memory must outlive every use of the view; views are cheap to copy.
 template <typename Data>
 struct BasicTensorView {
   Data* data = nullptr;
@@ -41,7 +41,9 @@ struct BasicTensorView {
     for (int i = 0; i < rank; ++i) n *= shape[i];
     return n;
   }
-  absl::Span<const int64_t> dims() const { return {shape.data(), size_t(rank)}; }
+  absl::Span<const int64_t> dims() const {
+    return {shape.data(), size_t(rank)};
+  }
   // True when the strides are those of a dense row-major tensor of this shape.
   bool is_contiguous() const {
     int64_t expected = 1;
@@ -57,7 +59,8 @@ using TensorView = BasicTensorView<const void>;
 using MutableTensorView = BasicTensorView<void>;
 
 // Row-major strides for `shape` (elements).
-std::array<int64_t, kMaxRank> ContiguousStrides(absl::Span<const int64_t> shape);
+std::array<int64_t, kMaxRank> ContiguousStrides(
+    absl::Span<const int64_t> shape);
 
 // A dense row-major view over `data`. The shape must have at most kMaxRank
 // non-negative dimensions (checked by the *FromBytes variants, assumed here).
@@ -66,11 +69,11 @@ TensorView MakeTensorView(const void* data, DType dtype,
 MutableTensorView MakeMutableTensorView(void* data, DType dtype,
                                         absl::Span<const int64_t> shape);
 
-// Views `size_bytes` bytes at `data` as a dense tensor of `shape`, checking what a
-// caller off the network can get wrong. InvalidArgument, with `name` in the message,
-// when the rank exceeds kMaxRank, a dimension is negative, the element count
-// overflows, or size_bytes != elements × DTypeSize(dtype). `data` may be unaligned:
-// the kernels accept any alignment.
+// Views `size_bytes` bytes at `data` as a dense tensor of `shape`, checking
+// what a caller off the network can get wrong. InvalidArgument, with `name` in
+// the message, when the rank exceeds kMaxRank, a dimension is negative, the
+// element count overflows, or size_bytes != elements × DTypeSize(dtype). `data`
+// may be unaligned: the kernels accept any alignment.
 absl::StatusOr<TensorView> TensorViewFromBytes(absl::string_view name,
                                                const void* data,
                                                size_t size_bytes, DType dtype,

@@ -16,7 +16,8 @@ bool HasF16c() {
 Isa DetectIsa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c()) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      HasF16c()) {
     return Isa::kAvx2;
   }
   return Isa::kAuto;

@@ -21,13 +21,15 @@ namespace {
 constexpr int kLanes = 8;
 constexpr float kNegInf = -__builtin_inff();
 
-// exp(x) as in the AVX-512 table: ~1 ulp, below ln(FLT_MIN) (and -inf) exactly 0.
+// exp(x) as in the AVX-512 table: ~1 ulp, below ln(FLT_MIN) (and -inf) exactly
+// 0.
 inline __m256 Exp(__m256 x) {
   const __m256 min_x = _mm256_set1_ps(-87.33654f);
   const __m256 underflow = _mm256_cmp_ps(x, min_x, _CMP_LT_OQ);
   x = _mm256_max_ps(min_x, x);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 p = _mm256_set1_ps(1.9875691500e-4f);
@@ -61,15 +63,16 @@ inline float ReduceAdd(__m256 v) {
 // f32 -> bf16 bits (round to nearest even, NaN kept quiet), 8 values.
 inline __m128i ToBFloat16(__m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i lsb =
+      _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
   __m256i rounded =
       _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
   rounded = _mm256_srli_epi32(rounded, 16);
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), nan);
   // Values fit in 16 bits, so unsigned saturation packs them unchanged.
-  const __m128i packed =
-      _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(rounded),
+                                          _mm256_extracti128_si256(rounded, 1));
   return packed;
 }
 
@@ -106,7 +109,8 @@ float ScaleMaskMax(float* s, int64_t n, float scale, int64_t lo, int64_t hi,
   for (int64_t c = lo; c < hi; c += kLanes) {
     const int64_t count = hi - c < kLanes ? hi - c : kLanes;
     __m256 v = _mm256_mul_ps(LoadPartial(s + c, count, kNegInf), vscale);
-    if (bias != nullptr) v = _mm256_add_ps(v, LoadPartial(bias + c, count, 0.0f));
+    if (bias != nullptr)
+      v = _mm256_add_ps(v, LoadPartial(bias + c, count, 0.0f));
     StorePartial(s + c, v, count);
     vmax = _mm256_max_ps(vmax, v);
   }
@@ -148,7 +152,8 @@ void Scale(float* x, int64_t n, float a) {
   const __m256 va = _mm256_set1_ps(a);
   for (int64_t c = 0; c < n; c += kLanes) {
     const int64_t count = n - c < kLanes ? n - c : kLanes;
-    StorePartial(x + c, _mm256_mul_ps(LoadPartial(x + c, count, 0.0f), va), count);
+    StorePartial(x + c, _mm256_mul_ps(LoadPartial(x + c, count, 0.0f), va),
+                 count);
   }
 }
 
@@ -168,9 +173,10 @@ void StoreScaled(const float* src, int64_t n, float a, void* dst, DType dtype) {
       }
       continue;
     }
-    const __m128i h = dtype == DType::kBFloat16
-                          ? ToBFloat16(v)
-                          : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i h =
+        dtype == DType::kBFloat16
+            ? ToBFloat16(v)
+            : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     if (count == kLanes) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * c), h);
     } else {
@@ -198,10 +204,10 @@ void LoadRow(const void* src, DType dtype, int64_t n, float* dst) {
       std::memcpy(tmp, in + 2 * c, count * sizeof(uint16_t));
       h = _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
     }
-    const __m256 v =
-        dtype == DType::kBFloat16
-            ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-            : _mm256_cvtph_ps(h);
+    const __m256 v = dtype == DType::kBFloat16
+                         ? _mm256_castsi256_ps(
+                               _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                         : _mm256_cvtph_ps(h);
     StorePartial(dst + c, v, count);
   }
 }
@@ -218,10 +224,12 @@ void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
 #pragma GCC pop_options
 #endif
 
-// The table is built outside the target region: taking it must not need the ISA.
+// The table is built outside the target region: taking it must not need the
+// ISA.
 const VecOps& Avx2VecOps() {
-  static const VecOps ops = {Isa::kAvx2, ScaleMaskMax, ExpSumF32, ExpSumBFloat16,
-                             Scale,      StoreScaled,  LoadRow,   ToBFloat16Row};
+  static const VecOps ops = {Isa::kAvx2,     ScaleMaskMax, ExpSumF32,
+                             ExpSumBFloat16, Scale,        StoreScaled,
+                             LoadRow,        ToBFloat16Row};
   return ops;
 }
 

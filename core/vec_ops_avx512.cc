@@ -5,7 +5,8 @@
 
 #include "core/vec_ops.h"
 
-// Everything below is compiled for AVX-512F; it runs only after DetectIsa() said so.
+// Everything below is compiled for AVX-512F; it runs only after DetectIsa()
+// said so.
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,fma"))), \
                              apply_to = function)
@@ -20,8 +21,8 @@ namespace {
 constexpr int kLanes = 16;
 constexpr float kNegInf = -__builtin_inff();
 
-// exp(x) with ~1 ulp error (Cody-Waite reduction, Cephes polynomial). Inputs below
-// ln(FLT_MIN), -inf included, give exactly 0; NaN propagates.
+// exp(x) with ~1 ulp error (Cody-Waite reduction, Cephes polynomial). Inputs
+// below ln(FLT_MIN), -inf included, give exactly 0; NaN propagates.
 inline __m512 Exp(__m512 x) {
   const __m512 min_x = _mm512_set1_ps(-87.33654f);
   const __mmask16 underflow = _mm512_cmp_ps_mask(x, min_x, _CMP_LT_OQ);
@@ -50,8 +51,10 @@ inline __mmask16 TailMask(int64_t n) {
 // f32 -> bf16 bits (round to nearest even, NaN kept quiet) in the low halves.
 inline __m256i ToBFloat16(__m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __m512i lsb =
+      _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i rounded =
+      _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
   rounded = _mm512_srli_epi32(rounded, 16);
   const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7fc0));
@@ -80,7 +83,8 @@ float ScaleMaskMax(float* s, int64_t n, float scale, int64_t lo, int64_t hi,
   if (c < hi) {
     const __mmask16 m = TailMask(hi - c);
     __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + c), vscale);
-    if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
+    if (bias != nullptr)
+      v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
     _mm512_mask_storeu_ps(s + c, m, v);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, v);
   }
@@ -135,7 +139,8 @@ void Scale(float* x, int64_t n, float a) {
   }
   if (c < n) {
     const __mmask16 m = TailMask(n - c);
-    _mm512_mask_storeu_ps(x + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), va));
+    _mm512_mask_storeu_ps(x + c, m,
+                          _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + c), va));
   }
 }
 
@@ -145,9 +150,10 @@ inline void StoreAs(__m512 v, void* dst, DType dtype, int64_t count) {
     _mm512_mask_storeu_ps(dst, TailMask(count), v);
     return;
   }
-  const __m256i h = dtype == DType::kBFloat16
-                        ? ToBFloat16(v)
-                        : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256i h =
+      dtype == DType::kBFloat16
+          ? ToBFloat16(v)
+          : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   if (count == kLanes) {
     _mm256_storeu_si256(static_cast<__m256i*>(dst), h);
   } else {
@@ -163,7 +169,8 @@ void StoreScaled(const float* src, int64_t n, float a, void* dst, DType dtype) {
   const int64_t esize = dtype == DType::kFloat32 ? 4 : 2;
   for (int64_t c = 0; c < n; c += kLanes) {
     const int64_t count = n - c < kLanes ? n - c : kLanes;
-    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(TailMask(count), src + c), va);
+    const __m512 v =
+        _mm512_mul_ps(_mm512_maskz_loadu_ps(TailMask(count), src + c), va);
     StoreAs(v, out + c * esize, dtype, count);
   }
 }
@@ -186,10 +193,10 @@ void LoadRow(const void* src, DType dtype, int64_t n, float* dst) {
       std::memcpy(tmp, in + 2 * c, count * sizeof(uint16_t));
       h = _mm256_load_si256(reinterpret_cast<const __m256i*>(tmp));
     }
-    const __m512 v =
-        dtype == DType::kBFloat16
-            ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-            : _mm512_cvtph_ps(h);
+    const __m512 v = dtype == DType::kBFloat16
+                         ? _mm512_castsi512_ps(
+                               _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                         : _mm512_cvtph_ps(h);
     _mm512_mask_storeu_ps(dst + c, TailMask(count), v);
   }
 }
@@ -206,10 +213,12 @@ void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
 #pragma GCC pop_options
 #endif
 
-// The table is built outside the target region: taking it must not need the ISA.
+// The table is built outside the target region: taking it must not need the
+// ISA.
 const VecOps& Avx512VecOps() {
-  static const VecOps ops = {Isa::kAvx512, ScaleMaskMax, ExpSumF32, ExpSumBFloat16,
-                             Scale,        StoreScaled,  LoadRow,   ToBFloat16Row};
+  static const VecOps ops = {Isa::kAvx512,   ScaleMaskMax, ExpSumF32,
+                             ExpSumBFloat16, Scale,        StoreScaled,
+                             LoadRow,        ToBFloat16Row};
   return ops;
 }
 

@@ -19,7 +19,8 @@ namespace {
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   const auto deadline = context.deadline();
   // No deadline is reported as the far end of system_clock.
-  if (deadline >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24)) {
+  if (deadline >=
+      std::chrono::system_clock::time_point::max() - std::chrono::hours(24)) {
     return absl::InfiniteFuture();
   }
   return absl::FromChrono(deadline);
@@ -30,7 +31,8 @@ int64_t Micros(absl::Duration d) { return absl::ToInt64Microseconds(d); }
 }  // namespace
 
 AttentionService::AttentionService(ServiceOptions options, Scheduler* scheduler,
-                                   Metrics* metrics, const AttentionEngine* validator)
+                                   Metrics* metrics,
+                                   const AttentionEngine* validator)
     : options_(std::move(options)),
       scheduler_(scheduler),
       metrics_(metrics),
@@ -57,8 +59,10 @@ bool AttentionService::WaitUntilIdle(absl::Time deadline) {
   return work_mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
 }
 
-absl::Status AttentionService::Admit(const grpc::CallbackServerContext& context) const {
-  if (draining_.load()) return absl::UnavailableError("server is shutting down");
+absl::Status AttentionService::Admit(
+    const grpc::CallbackServerContext& context) const {
+  if (draining_.load())
+    return absl::UnavailableError("server is shutting down");
   if (options_.auth_token.empty()) return absl::OkStatus();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
@@ -76,8 +80,10 @@ absl::Status AttentionService::Admit(const grpc::CallbackServerContext& context)
 }
 
 void AttentionService::Process(const v1::AttendRequest& request,
-                               v1::AttendResponse* response, absl::Time received,
-                               std::function<bool()> is_cancelled, absl::Time deadline,
+                               v1::AttendResponse* response,
+                               absl::Time received,
+                               std::function<bool()> is_cancelled,
+                               absl::Time deadline,
                                absl::AnyInvocable<void(absl::Status)> done) {
   absl::StatusOr<DecodedRequest> decoded =
       DecodeRequest(request, *validator_, options_.limits);
@@ -85,7 +91,8 @@ void AttentionService::Process(const v1::AttendRequest& request,
     done(decoded.status());
     return;
   }
-  // run and reject share the completion; the scheduler calls exactly one of them.
+  // run and reject share the completion; the scheduler calls exactly one of
+  // them.
   auto finish =
       std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
   Task task;
@@ -98,8 +105,9 @@ void AttentionService::Process(const v1::AttendRequest& request,
     const absl::Status status = engine.Run(d.inputs, outputs);
     const absl::Time end = absl::Now();
     if (status.ok()) {
-      metrics_->RecordCompute(ChooseKernel(d.shape, d.inputs.kernel, d.return_weights),
-                              absl::ToDoubleSeconds(end - start), d.shape.flops());
+      metrics_->RecordCompute(
+          ChooseKernel(d.shape, d.inputs.kernel, d.return_weights),
+          absl::ToDoubleSeconds(end - start), d.shape.flops());
       v1::Timing* timing = response->mutable_timing();
       timing->set_queue_us(Micros(start - received));
       timing->set_compute_us(Micros(end - start));
@@ -112,9 +120,9 @@ void AttentionService::Process(const v1::AttendRequest& request,
   if (!submitted.ok()) (*finish)(submitted);
 }
 
-// A unary call counts as work until gRPC is done with it, not merely until Finish:
-// shutdown cancels whatever is open once the service is idle, and a response
-// still being sent must not be cut off.
+// A unary call counts as work until gRPC is done with it, not merely until
+// Finish: shutdown cancels whatever is open once the service is idle, and a
+// response still being sent must not be cut off.
 class AttentionService::UnaryReactor : public grpc::ServerUnaryReactor {
  public:
   explicit UnaryReactor(AttentionService* service) : service_(service) {
@@ -129,9 +137,9 @@ class AttentionService::UnaryReactor : public grpc::ServerUnaryReactor {
   AttentionService* const service_;
 };
 
-grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
-                                                   const v1::AttendRequest* request,
-                                                   v1::AttendResponse* response) {
+grpc::ServerUnaryReactor* AttentionService::Attend(
+    grpc::CallbackServerContext* context, const v1::AttendRequest* request,
+    v1::AttendResponse* response) {
   grpc::ServerUnaryReactor* reactor = new UnaryReactor(this);
   const absl::Time received = absl::Now();
   const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
@@ -140,14 +148,16 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
     if (!status.ok()) response->Clear();
     response->set_request_id(request->request_id());
     const grpc::Status grpc_status = ToGrpcStatus(status);
-    const int64_t response_bytes = static_cast<int64_t>(response->ByteSizeLong());
+    const int64_t response_bytes =
+        static_cast<int64_t>(response->ByteSizeLong());
     metrics_->RecordRequest(Method::kAttend, grpc_status.error_code(),
-                            absl::ToDoubleSeconds(absl::Now() - received), request_bytes,
-                            response_bytes);
+                            absl::ToDoubleSeconds(absl::Now() - received),
+                            request_bytes, response_bytes);
     Answered();
     ATTNSERVE_LOG(LogLevel::kDebug, "Attend id=", request->request_id(),
-                  " code=", grpc_status.error_code(), " bytes_in=", request_bytes,
-                  " bytes_out=", response_bytes, " ", status.message());
+                  " code=", grpc_status.error_code(),
+                  " bytes_in=", request_bytes, " bytes_out=", response_bytes,
+                  " ", status.message());
     reactor->Finish(grpc_status);
   };
   const absl::Status admitted = Admit(*context);
@@ -156,8 +166,9 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
     return reactor;
   }
   Process(
-      *request, response, received, [context] { return context->IsCancelled(); },
-      DeadlineOf(*context), std::move(finish));
+      *request, response, received,
+      [context] { return context->IsCancelled(); }, DeadlineOf(*context),
+      std::move(finish));
   return reactor;
 }
 
@@ -200,7 +211,8 @@ class AttentionService::StreamReactor
       absl::MutexLock lock(&mu_);
       slots_.push_back(std::move(reading_));
       ++pending_;
-      read_more = static_cast<int>(slots_.size()) < service_->options_.max_stream_inflight;
+      read_more = static_cast<int>(slots_.size()) <
+                  service_->options_.max_stream_inflight;
       read_paused_ = !read_more;
     }
     service_->BeginWork();
@@ -210,7 +222,9 @@ class AttentionService::StreamReactor
       service_->Process(
           slot->request, &slot->response, slot->received,
           [this] { return cancelled_.load(); }, DeadlineOf(*context_),
-          [this, slot](absl::Status status) { Complete(slot, std::move(status)); });
+          [this, slot](absl::Status status) {
+            Complete(slot, std::move(status));
+          });
     }
     if (read_more) StartNextRead();
   }
@@ -276,11 +290,11 @@ class AttentionService::StreamReactor
       slot->response.set_error_message(std::string(status.message()));
     }
     slot->response.set_request_id(slot->request.request_id());
-    service_->metrics_->RecordRequest(Method::kAttendStream,
-                           static_cast<grpc::StatusCode>(status.code()),
-                           absl::ToDoubleSeconds(absl::Now() - slot->received),
-                           slot->request_bytes,
-                           static_cast<int64_t>(slot->response.ByteSizeLong()));
+    service_->metrics_->RecordRequest(
+        Method::kAttendStream, static_cast<grpc::StatusCode>(status.code()),
+        absl::ToDoubleSeconds(absl::Now() - slot->received),
+        slot->request_bytes,
+        static_cast<int64_t>(slot->response.ByteSizeLong()));
     service_->Answered();
     bool destroy;
     Actions actions;
@@ -300,9 +314,10 @@ class AttentionService::StreamReactor
     Perform(actions);  // last: after Finish, OnDone may delete this at any time
   }
 
-  // What to start once the lock is released: gRPC may run a reaction inline from
-  // StartWrite or Finish, and reactions take the lock. The flags that serialize
-  // the calls (writing_, finished_) are set under the lock when they are decided.
+  // What to start once the lock is released: gRPC may run a reaction inline
+  // from StartWrite or Finish, and reactions take the lock. The flags that
+  // serialize the calls (writing_, finished_) are set under the lock when they
+  // are decided.
   struct Actions {
     const v1::AttendResponse* write = nullptr;
     std::optional<grpc::Status> finish;
@@ -314,7 +329,8 @@ class AttentionService::StreamReactor
   }
 
   void MaybeWriteLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || broken_ || slots_.empty() || !slots_.front()->ready) {
+    if (writing_ || finished_ || broken_ || slots_.empty() ||
+        !slots_.front()->ready) {
       return;
     }
     writing_ = true;
@@ -325,7 +341,8 @@ class AttentionService::StreamReactor
     if (finished_ || writing_) return;
     if (broken_) {
       finished_ = true;
-      actions->finish = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
+      actions->finish =
+          grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
     } else if (reads_done_ && slots_.empty()) {
       finished_ = true;
       actions->finish = grpc::Status::OK;
@@ -353,8 +370,8 @@ AttentionService::AttendStream(grpc::CallbackServerContext* context) {
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetServerInfo(
-    grpc::CallbackServerContext* context, const v1::GetServerInfoRequest* request,
-    v1::ServerInfo* response) {
+    grpc::CallbackServerContext* context,
+    const v1::GetServerInfoRequest* request, v1::ServerInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time received = absl::Now();
   absl::Status status = Admit(*context);

@@ -1,8 +1,8 @@
 #ifndef ATTNSERVE_SERVER_ATTENTION_SERVICE_H_
 #define ATTNSERVE_SERVER_ATTENTION_SERVICE_H_
 
-// The AttentionService on gRPC's callback API. Handlers only validate and queue:
-// kernels run on the scheduler's workers, which finish the calls.
+// The AttentionService on gRPC's callback API. Handlers only validate and
+// queue: kernels run on the scheduler's workers, which finish the calls.
 
 #include <atomic>
 #include <memory>
@@ -23,8 +23,8 @@ struct ServiceOptions {
   RequestLimits limits;
   // When non-empty, every call must carry "authorization: Bearer <token>".
   std::string auth_token;
-  // Messages of one AttendStream being computed or waiting to be written; reading
-  // pauses beyond it (backpressure).
+  // Messages of one AttendStream being computed or waiting to be written;
+  // reading pauses beyond it (backpressure).
   int max_stream_inflight = 16;
   // Reported by GetServerInfo.
   v1::ServerInfo info;
@@ -32,16 +32,18 @@ struct ServiceOptions {
 
 class AttentionService final : public v1::AttentionService::CallbackService {
  public:
-  // `scheduler`, `metrics` and `validator` must outlive the service; `validator`
-  // only checks requests (AttentionEngine::Validate), it computes nothing.
-  AttentionService(ServiceOptions options, Scheduler* scheduler, Metrics* metrics,
-                   const AttentionEngine* validator);
+  // `scheduler`, `metrics` and `validator` must outlive the service;
+  // `validator` only checks requests (AttentionEngine::Validate), it computes
+  // nothing.
+  AttentionService(ServiceOptions options, Scheduler* scheduler,
+                   Metrics* metrics, const AttentionEngine* validator);
 
   // From now on new calls, and new messages on open streams, get UNAVAILABLE.
   void StartDraining() { draining_.store(true); }
 
-  // Waits until no call or stream message is being processed, or until `deadline`.
-  // True when idle. Open streams with nothing in flight count as idle.
+  // Waits until no call or stream message is being processed, or until
+  // `deadline`. True when idle. Open streams with nothing in flight count as
+  // idle.
   bool WaitUntilIdle(absl::Time deadline);
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
@@ -49,9 +51,10 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                                    v1::AttendResponse* response) override;
   grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>* AttendStream(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
-                                          const v1::GetServerInfoRequest* request,
-                                          v1::ServerInfo* response) override;
+  grpc::ServerUnaryReactor* GetServerInfo(
+      grpc::CallbackServerContext* context,
+      const v1::GetServerInfoRequest* request,
+      v1::ServerInfo* response) override;
 
  private:
   class StreamReactor;
@@ -60,19 +63,20 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   friend class UnaryReactor;
 
   // A call or stream message: BeginWork when it arrives (in-flight gauge up),
-  // Answered when its response is ready (gauge down), EndWork when gRPC no longer
-  // needs it (WaitUntilIdle).
+  // Answered when its response is ready (gauge down), EndWork when gRPC no
+  // longer needs it (WaitUntilIdle).
   void BeginWork();
   void Answered();
   void EndWork();
 
   // Checks draining and the bearer token.
   absl::Status Admit(const grpc::CallbackServerContext& context) const;
-  // Decodes and queues one request; `done` is called exactly once, on a worker or
-  // inline, with the final status (response filled when OK).
+  // Decodes and queues one request; `done` is called exactly once, on a worker
+  // or inline, with the final status (response filled when OK).
   void Process(const v1::AttendRequest& request, v1::AttendResponse* response,
                absl::Time received, std::function<bool()> is_cancelled,
-               absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done);
+               absl::Time deadline,
+               absl::AnyInvocable<void(absl::Status)> done);
 
   const ServiceOptions options_;
   Scheduler* const scheduler_;

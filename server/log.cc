@@ -45,7 +45,8 @@ bool LogEnabled(LogLevel level) {
 
 void WriteLog(LogLevel level, absl::string_view message) {
   const std::string line =
-      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
+      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
+                                    absl::UTCTimeZone()),
                    " ", std::string(1, LevelLetter(level)), " ", message, "\n");
   // One write per line keeps lines whole when several threads log.
   std::fwrite(line.data(), 1, line.size(), stderr);

@@ -1,8 +1,8 @@
 #ifndef ATTNSERVE_SERVER_LOG_H_
 #define ATTNSERVE_SERVER_LOG_H_
 
-// One-line logs to stderr: "2026-11-29T14:00:00.123Z I message". Abseil 20220623 has
-// no logging library; this is all the server needs.
+// One-line logs to stderr: "2026-11-29T14:00:00.123Z I message". Abseil
+// 20220623 has no logging library; this is all the server needs.
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -21,11 +21,11 @@ void WriteLog(LogLevel level, absl::string_view message);
 }  // namespace attnserve::server
 
 // Formats only when the level is enabled.
-#define ATTNSERVE_LOG(level, ...)                                      \
-  do {                                                                 \
-    if (::attnserve::server::LogEnabled(level)) {                      \
+#define ATTNSERVE_LOG(level, ...)                                        \
+  do {                                                                   \
+    if (::attnserve::server::LogEnabled(level)) {                        \
       ::attnserve::server::WriteLog(level, ::absl::StrCat(__VA_ARGS__)); \
-    }                                                                  \
+    }                                                                    \
   } while (0)
 
 #endif  // ATTNSERVE_SERVER_LOG_H_

@@ -16,26 +16,35 @@
 #include "server/log.h"
 #include "server/server.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address (host:port; port 0 picks one)");
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "gRPC address (host:port; port 0 picks one)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "HTTP address of /metrics; empty disables it");
 ABSL_FLAG(int, workers, 1, "scheduler workers (concurrent kernels)");
 ABSL_FLAG(int, threads_per_worker, 0,
-          "OpenMP threads per worker; 0 = available CPUs (cgroup limit aware) / workers");
-ABSL_FLAG(int, max_queue, 256, "requests waiting for a worker before RESOURCE_EXHAUSTED");
-ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20, "largest request message");
-ABSL_FLAG(int64_t, max_response_bytes, int64_t{256} << 20, "largest response message");
+          "OpenMP threads per worker; 0 = available CPUs (cgroup limit aware) "
+          "/ workers");
+ABSL_FLAG(int, max_queue, 256,
+          "requests waiting for a worker before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
+          "largest request message");
+ABSL_FLAG(int64_t, max_response_bytes, int64_t{256} << 20,
+          "largest response message");
 ABSL_FLAG(double, max_request_flops, 1e12,
           "largest attention FLOP count (2*B*Hq*Lq*Lk*(D+Dv)) of one request");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "time in-flight calls get to finish after SIGTERM/SIGINT");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain; enables TLS with --tls_key");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain; enables TLS with --tls_key");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
-ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA that client certificates must chain to (mTLS)");
-ABSL_FLAG(std::string, auth_token_file, "",
-          "file holding a bearer token every call must send (health stays open)");
-ABSL_FLAG(std::string, max_isa, "auto", "cap the kernels' own ISA: auto, avx512 or avx2");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA that client certificates must chain to (mTLS)");
+ABSL_FLAG(
+    std::string, auth_token_file, "",
+    "file holding a bearer token every call must send (health stays open)");
+ABSL_FLAG(std::string, max_isa, "auto",
+          "cap the kernels' own ISA: auto, avx512 or avx2");
 
 namespace {
 
@@ -50,16 +59,18 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   // libgomp reads OMP_WAIT_POLICY once, when it loads, before main. Its default
-  // spins idle OpenMP threads for milliseconds after every kernel, taking a core
-  // from gRPC's I/O threads (docs/benchmarks.md, "RPC benchmark": B1 H8 L128 went
-  // from 131 to 289 calls/s). Restart once with PASSIVE unless the operator chose.
+  // spins idle OpenMP threads for milliseconds after every kernel, taking a
+  // core from gRPC's I/O threads (docs/benchmarks.md, "RPC benchmark": B1 H8
+  // L128 went from 131 to 289 calls/s). Restart once with PASSIVE unless the
+  // operator chose.
   if (std::getenv("OMP_WAIT_POLICY") == nullptr &&
       setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0) {
-    execv("/proc/self/exe", argv);  // returns only on failure: carry on spinning
+    execv("/proc/self/exe",
+          argv);  // returns only on failure: carry on spinning
   }
   // Keep freed memory for the next call: glibc otherwise unmaps every multi-MB
-  // request and response buffer and page-faults it back in on the next call. The
-  // cost: the process stays at its peak memory use (docs/operations.md).
+  // request and response buffer and page-faults it back in on the next call.
+  // The cost: the process stays at its peak memory use (docs/operations.md).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);
@@ -75,7 +86,8 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.scheduler.workers = absl::GetFlag(FLAGS_workers);
-  options.scheduler.threads_per_worker = absl::GetFlag(FLAGS_threads_per_worker);
+  options.scheduler.threads_per_worker =
+      absl::GetFlag(FLAGS_threads_per_worker);
   options.scheduler.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_response_bytes = absl::GetFlag(FLAGS_max_response_bytes);
@@ -94,8 +106,8 @@ int main(int argc, char** argv) {
     return Fail("--max_isa must be auto, avx512 or avx2, got \"" + isa + "\"");
   }
 
-  // Block the shutdown signals in every thread (the ones started below inherit the
-  // mask) and take them synchronously here.
+  // Block the shutdown signals in every thread (the ones started below inherit
+  // the mask) and take them synchronously here.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -108,9 +120,10 @@ int main(int argc, char** argv) {
 
   int signal = 0;
   sigwait(&signals, &signal);
-  attnserve::server::WriteLog(
-      LogLevel::kInfo, std::string("received ") + (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
-                           ", draining");
+  attnserve::server::WriteLog(LogLevel::kInfo,
+                              std::string("received ") +
+                                  (signal == SIGTERM ? "SIGTERM" : "SIGINT") +
+                                  ", draining");
   (*server)->Shutdown();
   attnserve::server::WriteLog(LogLevel::kInfo, "stopped");
   return 0;

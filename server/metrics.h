@@ -1,9 +1,9 @@
 #ifndef ATTNSERVE_SERVER_METRICS_H_
 #define ATTNSERVE_SERVER_METRICS_H_
 
-// The Prometheus metrics of the server (names per DESIGN.md "Server"). Every family
-// and every label child is created in the constructor and held by pointer; recording
-// a request does no label lookup.
+// The Prometheus metrics of the server (names per DESIGN.md "Server"). Every
+// family and every label child is created in the constructor and held by
+// pointer; recording a request does no label lookup.
 
 #include <array>
 #include <cstdint>
@@ -41,14 +41,15 @@ class Metrics {
   // Returns the bound port. Unavailable when the address cannot be bound.
   absl::StatusOr<int> Expose(const std::string& listen);
 
-  // attnserve_requests_total{method,code}, attnserve_request_duration_seconds{method},
-  // attnserve_request_bytes_total, attnserve_response_bytes_total. For AttendStream,
-  // once per message.
+  // attnserve_requests_total{method,code},
+  // attnserve_request_duration_seconds{method}, attnserve_request_bytes_total,
+  // attnserve_response_bytes_total. For AttendStream, once per message.
   void RecordRequest(Method method, grpc::StatusCode code, double seconds,
                      int64_t request_bytes, int64_t response_bytes);
   // attnserve_queue_duration_seconds.
   void RecordQueue(double seconds);
-  // attnserve_compute_duration_seconds{kernel}, attnserve_attention_flops_total.
+  // attnserve_compute_duration_seconds{kernel},
+  // attnserve_attention_flops_total.
   void RecordCompute(KernelPath kernel, double seconds, double flops);
   // attnserve_rejected_total{reason}.
   void RecordRejection(Rejection reason);

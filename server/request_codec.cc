@@ -274,12 +274,14 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
         " bytes (the server's --max_response_bytes flag)"));
   }
   decoded.response_payload_bytes = output_bytes + weights_bytes;
-  // A small request can ask for hours of compute (Lq = Lk = 1e5, D = 1 is 400 KB per
-  // tensor); the limit keeps one call from holding a worker indefinitely.
+  // A small request can ask for hours of compute (Lq = Lk = 1e5, D = 1 is 400
+  // KB per tensor); the limit keeps one call from holding a worker
+  // indefinitely.
   if (decoded.shape.flops() > limits.max_flops) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "request: ", decoded.shape.flops(), " FLOPs of attention exceed the limit of ",
-        limits.max_flops, " (the server's --max_request_flops flag)"));
+        "request: ", decoded.shape.flops(),
+        " FLOPs of attention exceed the limit of ", limits.max_flops,
+        " (the server's --max_request_flops flag)"));
   }
   return decoded;
 }

@@ -1,9 +1,9 @@
 #ifndef ATTNSERVE_SERVER_REQUEST_CODEC_H_
 #define ATTNSERVE_SERVER_REQUEST_CODEC_H_
 
-// Converts between the wire messages and the core's views, in one place. Decoding
-// checks every field and makes no copy of tensor data: the views point into the
-// request's bytes (the kernels accept any alignment).
+// Converts between the wire messages and the core's views, in one place.
+// Decoding checks every field and makes no copy of tensor data: the views point
+// into the request's bytes (the kernels accept any alignment).
 
 #include <cstdint>
 
@@ -17,8 +17,8 @@ namespace attnserve::server {
 struct RequestLimits {
   // Largest response payload (output + weights bytes) a request may ask for.
   int64_t max_response_bytes = int64_t{256} << 20;
-  // Largest dense attention FLOP count (AttentionShape::flops()) a request may ask
-  // for; about 10 s on one core at 1e12.
+  // Largest dense attention FLOP count (AttentionShape::flops()) a request may
+  // ask for; about 10 s on one core at 1e12.
   double max_flops = 1e12;
 };
 
@@ -33,23 +33,25 @@ struct DecodedRequest {
   int64_t response_payload_bytes = 0;
 };
 
-// InvalidArgument naming the field ("query.data", "mask.key_lengths", ...) with the
-// expected and actual shape or size; ResourceExhausted when the response would
-// exceed limits.max_response_bytes or the work limits.max_flops (the message names
-// the limit and the flag that raises it). `engine` validates the attention semantics (shapes, masks).
+// InvalidArgument naming the field ("query.data", "mask.key_lengths", ...) with
+// the expected and actual shape or size; ResourceExhausted when the response
+// would exceed limits.max_response_bytes or the work limits.max_flops (the
+// message names the limit and the flag that raises it). `engine` validates the
+// attention semantics (shapes, masks).
 absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
                                              const AttentionEngine& engine,
                                              const RequestLimits& limits);
 
-// Sets the output (and weights) tensors of `response` — dtype, shape and data of
-// the right size (zero-filled by std::string; the kernels overwrite every element) —
-// and returns views of them for the engine to fill.
+// Sets the output (and weights) tensors of `response` — dtype, shape and data
+// of the right size (zero-filled by std::string; the kernels overwrite every
+// element) — and returns views of them for the engine to fill.
 AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
                                  v1::AttendResponse* response);
 
-// Wire dtype <-> core dtype. InvalidArgument (naming `field`) for UNSPECIFIED or
-// unknown values.
-absl::StatusOr<DType> FromWireDType(v1::DataType dtype, absl::string_view field);
+// Wire dtype <-> core dtype. InvalidArgument (naming `field`) for UNSPECIFIED
+// or unknown values.
+absl::StatusOr<DType> FromWireDType(v1::DataType dtype,
+                                    absl::string_view field);
 v1::DataType ToWireDType(DType dtype);
 
 }  // namespace attnserve::server

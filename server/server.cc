@@ -27,10 +27,12 @@
 namespace attnserve::server {
 namespace {
 
-// Room for a response's non-tensor fields beyond --max_response_bytes of tensors.
+// Room for a response's non-tensor fields beyond --max_response_bytes of
+// tensors.
 constexpr int64_t kResponseEnvelopeBytes = 64 * 1024;
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     absl::string_view flag) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(
@@ -44,11 +46,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     const ServerOptions& o) {
   if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key must be given together");
   }
   if (o.tls_cert_file.empty()) {
     if (!o.tls_client_ca_file.empty()) {
-      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+      return absl::InvalidArgumentError(
+          "--tls_client_ca needs --tls_cert and --tls_key");
     }
     return grpc::InsecureServerCredentials();
   }
@@ -58,7 +62,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(o.tls_cert_file, "--tls_cert"));
   ssl.pem_key_cert_pairs.push_back(std::move(pair));
   if (!o.tls_client_ca_file.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(o.tls_client_ca_file, "--tls_client_ca"));
+    ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                     ReadFile(o.tls_client_ca_file, "--tls_client_ca"));
     ssl.client_certificate_request =
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
@@ -86,8 +91,9 @@ AttnServer::~AttnServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     const ServerOptions& options) {
-  for (auto [value, flag] : {std::pair{options.max_request_bytes, "--max_request_bytes"},
-                             std::pair{options.max_response_bytes, "--max_response_bytes"}}) {
+  for (auto [value, flag] :
+       {std::pair{options.max_request_bytes, "--max_request_bytes"},
+        std::pair{options.max_response_bytes, "--max_response_bytes"}}) {
     if (value < 1 || value > INT_MAX) {
       return absl::InvalidArgumentError(absl::StrCat(
           flag, " must be in [1, ", INT_MAX, "] (gRPC's limit), got ", value));
@@ -105,21 +111,25 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
                    Credentials(options));
   std::string token;
   if (!options.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(token, ReadFile(options.auth_token_file, "--auth_token_file"));
+    ASSIGN_OR_RETURN(token,
+                     ReadFile(options.auth_token_file, "--auth_token_file"));
     token = std::string(absl::StripAsciiWhitespace(token));
     if (token.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--auth_token_file: \"", options.auth_token_file, "\" holds no token"));
+      return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: \"",
+                                                     options.auth_token_file,
+                                                     "\" holds no token"));
     }
   }
 
   EngineOptions validator_options = options.scheduler.engine;
   validator_options.num_threads = 1;
   ASSIGN_OR_RETURN(impl->validator, AttentionEngine::Create(validator_options));
-  impl->metrics = std::make_unique<Metrics>(BuildInfo{
-      ATTNSERVE_VERSION, OneDnnVersion(), std::string(IsaName(impl->validator->isa()))});
+  impl->metrics = std::make_unique<Metrics>(
+      BuildInfo{ATTNSERVE_VERSION, OneDnnVersion(),
+                std::string(IsaName(impl->validator->isa()))});
   if (!options.metrics_listen.empty()) {
-    ASSIGN_OR_RETURN(impl->metrics_port, impl->metrics->Expose(options.metrics_listen));
+    ASSIGN_OR_RETURN(impl->metrics_port,
+                     impl->metrics->Expose(options.metrics_listen));
   }
   ASSIGN_OR_RETURN(impl->scheduler,
                    Scheduler::Create(options.scheduler, impl->metrics.get()));
@@ -147,21 +157,25 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   builder.AddListeningPort(options.listen, credentials, &impl->port);
   builder.RegisterService(impl->service.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
-  // The codec limits the tensor payload to max_response_bytes; the message around it
-  // (ids, shapes, timing) must still fit through gRPC's own limit.
-  builder.SetMaxSendMessageSize(static_cast<int>(
-      std::min<int64_t>(INT_MAX, options.max_response_bytes + kResponseEnvelopeBytes)));
-  // Large frames and windows: tensors of a few MB otherwise cross loopback in 16 KB
-  // frames with many window updates (docs/operations.md has the measurements).
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 * 1024 * 1024 - 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024 * 1024);
+  // The codec limits the tensor payload to max_response_bytes; the message
+  // around it (ids, shapes, timing) must still fit through gRPC's own limit.
+  builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(
+      INT_MAX, options.max_response_bytes + kResponseEnvelopeBytes)));
+  // Large frames and windows: tensors of a few MB otherwise cross loopback in
+  // 16 KB frames with many window updates (docs/operations.md has the
+  // measurements).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE,
+                             16 * 1024 * 1024 - 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                             64 * 1024 * 1024);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     impl->scheduler->Shutdown(absl::Now());
     return absl::UnavailableError(
         absl::StrCat("cannot listen on \"", options.listen, "\" (--listen)"));
   }
-  grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService();
+  grpc::HealthCheckServiceInterface* health =
+      impl->server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(v1::AttentionService::service_full_name(), true);
   return std::unique_ptr<AttnServer>(new AttnServer(std::move(impl)));
@@ -173,17 +187,21 @@ int AttnServer::metrics_port() const { return impl_->metrics_port; }
 std::string AttnServer::ConfigSummary() const {
   const ServerOptions& o = impl_->options;
   return absl::StrCat(
-      "attnserve ", ATTNSERVE_VERSION, " listen=", o.listen, " port=", impl_->port,
-      " metrics_listen=", o.metrics_listen.empty() ? "(disabled)" : o.metrics_listen,
-      " metrics_port=", impl_->metrics_port, " workers=", impl_->scheduler->workers(),
+      "attnserve ", ATTNSERVE_VERSION, " listen=", o.listen,
+      " port=", impl_->port, " metrics_listen=",
+      o.metrics_listen.empty() ? "(disabled)" : o.metrics_listen,
+      " metrics_port=", impl_->metrics_port,
+      " workers=", impl_->scheduler->workers(),
       " threads_per_worker=", impl_->scheduler->threads_per_worker(),
-      " max_queue=", o.scheduler.max_queue, " max_request_bytes=", o.max_request_bytes,
+      " max_queue=", o.scheduler.max_queue,
+      " max_request_bytes=", o.max_request_bytes,
       " max_response_bytes=", o.max_response_bytes,
       " max_request_flops=", o.max_request_flops,
-      " shutdown_grace=", absl::FormatDuration(o.shutdown_grace),
-      " tls=", o.tls_cert_file.empty() ? "off" : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
-      " auth=", o.auth_token_file.empty() ? "off" : "bearer", " isa=",
-      IsaName(impl_->validator->isa()), " onednn=", OneDnnVersion());
+      " shutdown_grace=", absl::FormatDuration(o.shutdown_grace), " tls=",
+      o.tls_cert_file.empty() ? "off"
+                              : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
+      " auth=", o.auth_token_file.empty() ? "off" : "bearer",
+      " isa=", IsaName(impl_->validator->isa()), " onednn=", OneDnnVersion());
 }
 
 void AttnServer::Shutdown() {
@@ -194,14 +212,16 @@ void AttnServer::Shutdown() {
   }
   impl_->server->GetHealthCheckService()->SetServingStatus(false);
   impl_->service->StartDraining();
-  // In-flight work gets the grace; the listener stays open meanwhile so that health
-  // checks see NOT_SERVING and new calls a clear UNAVAILABLE. Then whatever is
-  // still open (idle streams, health watches, calls past the grace) is cancelled:
-  // gRPC's own Shutdown would otherwise wait the whole grace for streams that never
-  // end by themselves. Queued work of cancelled calls is rejected by the scheduler.
+  // In-flight work gets the grace; the listener stays open meanwhile so that
+  // health checks see NOT_SERVING and new calls a clear UNAVAILABLE. Then
+  // whatever is still open (idle streams, health watches, calls past the grace)
+  // is cancelled: gRPC's own Shutdown would otherwise wait the whole grace for
+  // streams that never end by themselves. Queued work of cancelled calls is
+  // rejected by the scheduler.
   const absl::Time deadline = absl::Now() + impl_->options.shutdown_grace;
   if (!impl_->service->WaitUntilIdle(deadline)) {
-    ATTNSERVE_LOG(LogLevel::kWarning, "shutdown grace ended with calls in flight; cancelling them");
+    ATTNSERVE_LOG(LogLevel::kWarning,
+                  "shutdown grace ended with calls in flight; cancelling them");
   }
   impl_->server->Shutdown(absl::ToChronoTime(absl::Now()));
   impl_->scheduler->Shutdown(absl::Now());

@@ -38,7 +38,8 @@ class AttnServer {
  public:
   // Starts serving. InvalidArgument for bad options or unreadable files;
   // Unavailable when an address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<AttnServer>> Start(const ServerOptions& options);
+  static absl::StatusOr<std::unique_ptr<AttnServer>> Start(
+      const ServerOptions& options);
   ~AttnServer();  // Shutdown() if not yet done.
   AttnServer(const AttnServer&) = delete;
   AttnServer& operator=(const AttnServer&) = delete;
@@ -50,7 +51,8 @@ class AttnServer {
   std::string ConfigSummary() const;
 
   // Health goes NOT_SERVING, new calls get UNAVAILABLE, in-flight calls finish
-  // within the grace period (later ones are cancelled), workers stop. Idempotent.
+  // within the grace period (later ones are cancelled), workers stop.
+  // Idempotent.
   void Shutdown();
 
  private:

@@ -5,9 +5,9 @@
 
 namespace attnserve::testing {
 
-// The ISA cap of this test run: ATTNSERVE_TEST_MAX_ISA=avx2 forces the AVX2 path in
-// every engine the tests create (read once in test_main.cc; library code never reads
-// the environment).
+// The ISA cap of this test run: ATTNSERVE_TEST_MAX_ISA=avx2 forces the AVX2
+// path in every engine the tests create (read once in test_main.cc; library
+// code never reads the environment).
 Isa MaxTestIsa();
 
 // `isa` limited by MaxTestIsa().
