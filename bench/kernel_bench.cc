@@ -33,6 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "bench/baselines.h"
 #include "bench/cases.h"
+#include "bench/machine.h"
 #include "bench/peak_rss.h"
 #include "bench/report.h"
 #include "bench/timing.h"
@@ -85,56 +86,8 @@ struct Options {
   RepPolicy policy;
 };
 
-double Round(double x, int decimals) {
-  const double f = std::pow(10.0, decimals);
-  return std::round(x * f) / f;
-}
-
 double RoundSignificant(double x, int digits) {
   return std::strtod(absl::StrFormat("%.*g", digits, x).c_str(), nullptr);
-}
-
-std::string CpuModel() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (absl::StartsWith(line, "model name")) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
-
-// CPU time used by every process on the machine (from /proc/stat) and by this
-// process and its finished children, in seconds.
-struct CpuTimes {
-  double all = 0;
-  double self = 0;
-};
-
-CpuTimes ReadCpuTimes() {
-  CpuTimes t;
-  std::ifstream stat("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0,
-         softirq = 0, steal = 0;
-  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >>
-      steal;
-  t.all = (user + nice + system + irq + softirq + steal) / sysconf(_SC_CLK_TCK);
-  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
-    rusage u;
-    getrusage(who, &u);
-    t.self += u.ru_utime.tv_sec + u.ru_stime.tv_sec +
-              1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-  }
-  return t;
-}
-
-// `status` with `context` before its message, same code.
-absl::Status WithContext(absl::string_view context,
-                         const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(context, status.message()));
 }
 
 // The cases the summaries compare (names as cases.cc builds them).

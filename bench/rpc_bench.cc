@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "bench/cases.h"
 #include "bench/echo_service.h"
+#include "bench/machine.h"
 #include "bench/report.h"
 #include "bench/rpc_load.h"
 #include "bench/timing.h"
@@ -143,62 +144,6 @@ void StartOpenMpTeam(int threads) {
   (void)started;
 }
 
-double Round(double x, int decimals) {
-  const double f = std::pow(10.0, decimals);
-  return std::round(x * f) / f;
-}
-
-absl::Status WithContext(absl::string_view context,
-                         const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat(context, status.message()));
-}
-
-std::string CpuModel() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (absl::StartsWith(line, "model name")) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  double one = 0, five = 0, fifteen = 0;
-  in >> one >> five >> fifteen;
-  return absl::StrFormat("%.2f %.2f %.2f", one, five, fifteen);
-}
-
-// CPU seconds of every process on the machine (/proc/stat) and of this one.
-struct CpuTimes {
-  double all = 0;
-  double self = 0;
-};
-
-CpuTimes ReadCpuTimes() {
-  CpuTimes t;
-  std::ifstream stat("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0,
-         softirq = 0, steal = 0;
-  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >>
-      steal;
-  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  t.all = (user + nice + system + irq + softirq + steal) / tick;
-  std::ifstream self("/proc/self/stat");
-  std::string field;
-  // Fields 14 and 15 of /proc/self/stat: utime and stime of all threads.
-  for (int i = 1; i <= 15 && self >> field; ++i) {
-    if (i == 14 || i == 15)
-      t.self += std::strtod(field.c_str(), nullptr) / tick;
-  }
-  return t;
-}
-
-// One side's figures in one repetition.
 struct SideRep {
   double p10_us = 0, p50_us = 0, p99_us = 0, rps = 0;
   int64_t calls = 0;

@@ -1,0 +1,63 @@
+#include "bench/machine.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace attnserve::bench {
+
+std::string CpuModel() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double one = 0, five = 0, fifteen = 0;
+  in >> one >> five >> fifteen;
+  return absl::StrFormat("%.2f %.2f %.2f", one, five, fifteen);
+}
+
+CpuTimes ReadCpuTimes() {
+  CpuTimes t;
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0,
+         softirq = 0, steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >>
+      steal;
+  t.all = (user + nice + system + irq + softirq + steal) /
+          static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage u;
+    getrusage(who, &u);
+    t.self += u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+              1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  }
+  return t;
+}
+
+double Round(double x, int decimals) {
+  const double f = std::pow(10.0, decimals);
+  return std::round(x * f) / f;
+}
+
+absl::Status WithContext(absl::string_view context,
+                         const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(context, status.message()));
+}
+
+}  // namespace attnserve::bench
