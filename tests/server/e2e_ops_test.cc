@@ -62,6 +62,7 @@ using ::attnserve::testing::HttpGet;
 using ::attnserve::testing::MetricValue;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::StatusIs;
+using ::attnserve::testing::TempDir;
 using ::attnserve::testing::TestTensor;
 using ::grpc::health::v1::Health;
 using ::grpc::health::v1::HealthCheckRequest;
@@ -422,36 +423,6 @@ class ConcurrentCalls {
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   int done_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// A fresh directory under the test temp dir, removed with its files.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "attnserve_e2e_XXXXXX";
-    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  bool ok() const { return !path_.empty(); }
-  std::string Path(const std::string& name) const { return path_ + "/" + name; }
-  void Write(const std::string& name, const std::string& contents) const {
-    std::ofstream(Path(name), std::ios::binary) << contents;
-  }
-  std::string Read(const std::string& name) const {
-    std::ifstream in(Path(name), std::ios::binary);
-    std::stringstream contents;
-    contents << in.rdbuf();
-    return contents.str();
-  }
-
- private:
-  std::string path_;
 };
 
 // ---------------------------------------------------------------------------

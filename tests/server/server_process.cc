@@ -9,12 +9,15 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gtest/gtest.h"
 
 #ifndef ATTNSERVE_SERVER_BINARY
 #error "ATTNSERVE_SERVER_BINARY must name the attnserve binary"
@@ -153,6 +156,28 @@ absl::StatusOr<int> ServerProcess::WaitForExit(absl::Duration timeout) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   return absl::DeadlineExceededError("attnserve did not exit in time");
+}
+
+TempDir::TempDir() {
+  std::string pattern = ::testing::TempDir() + "attnserve_test_XXXXXX";
+  if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+}
+
+void TempDir::Write(const std::string& name,
+                    const std::string& contents) const {
+  std::ofstream(Path(name), std::ios::binary) << contents;
+}
+
+std::string TempDir::Read(const std::string& name) const {
+  std::ifstream in(Path(name), std::ios::binary);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
 }
 
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {

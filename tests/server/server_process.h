@@ -63,6 +63,24 @@ class ServerProcess {
   std::string log_ ABSL_GUARDED_BY(mu_);
 };
 
+// A fresh directory under the test temp dir (certificates, token files, .npy
+// files), removed with its files.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  bool ok() const { return !path_.empty(); }
+  std::string Path(const std::string& name) const { return path_ + "/" + name; }
+  void Write(const std::string& name, const std::string& contents) const;
+  std::string Read(const std::string& name) const;
+
+ private:
+  std::string path_;
+};
+
 // GET http://127.0.0.1:port/path over a plain socket; the body on 200.
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
 
