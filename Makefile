@@ -20,11 +20,12 @@ all: build
 deps:
 	@bash scripts/install-deps.sh
 
+# scripts/build-release.sh is the one Release recipe; the Dockerfile runs it too.
 configure: deps
-	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@CMAKE_FLAGS="$(CMAKE_FLAGS)" bash scripts/build-release.sh --configure-only $(BUILD_DIR)
 
-build: configure
-	@cmake --build $(BUILD_DIR) -j $(JOBS)
+build: deps
+	@CMAKE_FLAGS="$(CMAKE_FLAGS)" JOBS=$(JOBS) bash scripts/build-release.sh $(BUILD_DIR)
 
 run: build
 	$(BUILD_DIR)/server/attnserve $(ARGS)
