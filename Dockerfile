@@ -1,0 +1,59 @@
+# attnserve image: the gRPC attention server and the attnctl client.
+#
+#   docker build -t attnserve:0.1.0 .
+#   docker run --rm -p 50051:50051 -p 9464:9464 --cpus=4 attnserve:0.1.0 --workers=1
+#
+# The build stage runs exactly what CI runs (scripts/install-deps.sh, then
+# scripts/build-release.sh, the recipe behind `make build`), and only those: the test
+# deploy_image_build_steps runs these RUN lines outside Docker on every `make test`, so
+# keep this stage to FROM, WORKDIR, COPY and RUN.
+FROM debian:bookworm AS build
+WORKDIR /src
+COPY scripts/install-deps.sh scripts/install-deps.sh
+RUN bash scripts/install-deps.sh
+COPY . .
+RUN bash scripts/build-release.sh build attnserve attnctl
+
+# The runtime stage: the shared libraries of the two binaries and nothing else. The
+# test deploy_runtime_libs checks that this list covers `ldd` of both binaries (libc6
+# comes with the base image).
+FROM debian:bookworm-slim AS runtime
+ARG VERSION=0.1.0
+ARG REVISION=""
+ARG SOURCE=""
+LABEL org.opencontainers.image.title="attnserve" \
+      org.opencontainers.image.description="Attention on the CPU (oneDNN) as a gRPC microservice, with Prometheus metrics" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.documentation="docs/operations.md in the source" \
+      org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim"
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      libabsl20220623 \
+      libc-ares2 \
+      libcivetweb1 \
+      libdnnl2 \
+      libgcc-s1 \
+      libgomp1 \
+      libgrpc++1.51 \
+      libgrpc29 \
+      libprometheus-cpp-core1.0 \
+      libprometheus-cpp-pull1.0 \
+      libprotobuf32 \
+      libre2-9 \
+      libssl3 \
+      libstdc++6 \
+      ocl-icd-libopencl1 \
+      zlib1g \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin attnserve
+COPY --from=build /src/build/server/attnserve /src/build/client/attnctl /usr/local/bin/
+# Numeric, so that Kubernetes' runAsNonRoot can verify it without /etc/passwd.
+USER 10001:10001
+EXPOSE 50051 9464
+HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
+  CMD ["attnctl", "health", "--target=127.0.0.1:50051", "--timeout=3s"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["attnserve"]

@@ -1,0 +1,151 @@
+"""The Dockerfile's promises, checked without a Docker engine:
+- the runtime stage's apt packages cover `ldd` of attnserve and attnctl (each library
+  mapped to its Debian package with dpkg -S; libc6 comes with the base image), and
+  it installs no package that neither binary needs;
+- non-root numeric USER, EXPOSE 50051 9464, ENTRYPOINT ["attnserve"], OCI labels,
+  no -march=native, a .dockerignore that keeps .git and build trees out;
+- its HEALTHCHECK command succeeds against a live server (and fails against a
+  stopped one).
+
+usage: dockerfile_test.py ATTNSERVE ATTNCTL
+"""
+
+import json
+import os
+import re
+import shlex
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from deploy_lib import (SOURCE_DIR, Server, apt_install_packages,  # noqa: E402
+                        dockerfile_stages, fail, run)
+
+BASE_IMAGE_PACKAGES = {"libc6"}
+
+
+def library_packages(binary):
+    out = run(["ldd", binary])
+    if out.returncode != 0:
+        fail(f"ldd {binary}: {out.stderr}")
+    packages = {}
+    for line in out.stdout.splitlines():
+        if "not found" in line:
+            fail(f"ldd {binary}: {line.strip()}")
+        m = re.match(r"\s*(\S+) => (\S+)", line)
+        if not m:
+            continue  # linux-vdso, the dynamic loader
+        soname, path = m.groups()
+        candidates = [path, os.path.realpath(path)]
+        for p in list(candidates):  # merged /usr: dpkg may know either spelling
+            if p.startswith("/usr/lib/"):
+                candidates.append(p[len("/usr"):])
+            elif p.startswith("/lib/"):
+                candidates.append("/usr" + p)
+        for p in candidates:
+            q = run(["dpkg", "-S", p])
+            if q.returncode == 0:
+                package = q.stdout.split(": ", 1)[0].split(":")[0].split(",")[0].strip()
+                packages.setdefault(package, []).append(soname)
+                break
+        else:
+            fail(f"{binary} needs {soname} ({path}), which no Debian package provides: "
+                 "a library built by hand cannot be installed in the runtime stage")
+    return packages
+
+
+def main():
+    attnserve, attnctl = sys.argv[1], sys.argv[2]
+    dockerfile = os.path.join(SOURCE_DIR, "Dockerfile")
+    stages = dockerfile_stages(dockerfile)
+    if list(stages)[:1] != ["build"] or "runtime" not in stages:
+        fail(f"Dockerfile: expected stages build, runtime; got {list(stages)}")
+    runtime = stages["runtime"]
+    if list(stages)[-1] != "runtime":
+        fail("Dockerfile: the runtime stage must be the last one (the default target)")
+    if not runtime[0][1].startswith("debian:bookworm-slim"):
+        fail(f"runtime stage FROM {runtime[0][1]}, expected debian:bookworm-slim")
+
+    # Shared libraries.
+    installed = []
+    for ins, args in runtime:
+        if ins == "RUN":
+            installed += apt_install_packages(args)
+    needed = {}
+    for binary in (attnserve, attnctl):
+        for package, sonames in library_packages(binary).items():
+            needed.setdefault(package, set()).update(sonames)
+    missing = sorted(set(needed) - set(installed) - BASE_IMAGE_PACKAGES)
+    extra = sorted(set(installed) - set(needed))
+    if missing:
+        fail("the runtime stage does not install " + ", ".join(
+            f"{p} ({', '.join(sorted(needed[p]))})" for p in missing)
+             + ": add them to its apt-get install list")
+    if extra:
+        fail(f"the runtime stage installs {', '.join(extra)}, which neither binary "
+             "links: remove them")
+    print(f"runtime libraries: {len(needed)} packages cover ldd of both binaries")
+
+    # The image's shape.
+    def args_of(ins):
+        return [a for i, a in runtime if i == ins]
+    users = args_of("USER")
+    if not users or not re.fullmatch(r"[1-9][0-9]*(:[0-9]+)?", users[-1]):
+        fail(f"runtime USER must be a numeric non-root uid (runAsNonRoot), got {users}")
+    exposed = set(" ".join(args_of("EXPOSE")).split())
+    if not {"50051", "9464"} <= exposed:
+        fail(f"EXPOSE {sorted(exposed)}: expected 50051 and 9464")
+    entry = args_of("ENTRYPOINT")
+    if not entry or json.loads(entry[-1]) != ["attnserve"]:
+        fail(f'ENTRYPOINT must be ["attnserve"], got {entry}')
+    labels = " ".join(args_of("LABEL"))
+    for key in ("title", "description", "version", "revision", "source"):
+        if f"org.opencontainers.image.{key}=" not in labels:
+            fail(f"runtime stage lacks the OCI label org.opencontainers.image.{key}")
+    for ins, args in runtime:
+        if ins == "COPY" and "--from=build" in args:
+            for src in args.split()[1:-1]:
+                if src.startswith("/src/build/") and not os.path.basename(src) in (
+                        "attnserve", "attnctl"):
+                    fail(f"the runtime stage copies {src}: only the two binaries belong")
+    health = args_of("HEALTHCHECK")
+    if len(health) != 1 or " CMD " not in f" {health[0]} ":
+        fail(f"expected one HEALTHCHECK ... CMD [...], got {health}")
+    health_cmd = json.loads(health[0].split(" CMD ", 1)[1] if " CMD " in health[0]
+                            else health[0].split("CMD ", 1)[1])
+    if health_cmd[:2] != ["attnctl", "health"]:
+        fail(f"HEALTHCHECK must run attnctl health, got {health_cmd}")
+    with open(dockerfile) as f:
+        if "march=native" in f.read():
+            fail("the Dockerfile mentions -march=native: the image must run on any x86-64")
+    for script in ("scripts/build-release.sh", "scripts/install-deps.sh"):
+        with open(os.path.join(SOURCE_DIR, script)) as f:
+            if re.search(r"-march=(?!x86-64\b)", f.read()):
+                fail(f"{script} sets -march")
+    with open(os.path.join(SOURCE_DIR, ".dockerignore")) as f:
+        ignored = {line.strip() for line in f if line.strip() and not line.startswith("#")}
+    for pattern in (".git", "build*"):
+        if pattern not in ignored:
+            fail(f".dockerignore lacks {pattern}")
+
+    # The HEALTHCHECK, as Docker runs it, against a live server: only --target changes.
+    def health_argv(target):
+        argv = [attnctl] + [a for a in health_cmd[1:] if not a.startswith("--target")]
+        return argv + [f"--target={target}"]
+    with Server(attnserve, ["--workers=1", "--threads_per_worker=1"]) as server:
+        r = run(health_argv(server.target), timeout=30)
+        if r.returncode != 0 or r.stdout.strip() != "SERVING":
+            fail(f"HEALTHCHECK {shlex.join(health_argv(server.target))}: exit "
+                 f"{r.returncode}, {r.stdout!r} {r.stderr!r}")
+        target = server.target
+        if server.stop() != 0:
+            fail(f"attnserve exited {server.proc.returncode} after SIGTERM:\n{server.log_text()}")
+    r = run(health_argv(target), timeout=30)
+    if r.returncode == 0:
+        fail("HEALTHCHECK succeeded against a stopped server")
+    print(f"HEALTHCHECK {shlex.join(health_cmd)}: SERVING on a live server, "
+          f"exit {r.returncode} on a stopped one")
+    print("dockerfile: ok")
+
+
+if __name__ == "__main__":
+    main()
