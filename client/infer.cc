@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "client/check.h"
+#include "client/input_files.h"
 #include "client/npy.h"
 #include "client/wire_names.h"
 #include "client/wire_tensor.h"
@@ -22,50 +23,6 @@ namespace {
 ExitCode Fail(std::ostream& err, const absl::Status& status, ExitCode code) {
   err << "error: " << status.message() << "\n";
   return code;
-}
-
-// Reads one input tensor file into `tensor`.
-absl::Status LoadInput(const std::string& path, absl::string_view role,
-                       const std::optional<v1::DataType>& file_dtype,
-                       v1::Tensor* tensor) {
-  // '<u2' is read as bfloat16 here and refused below unless --dtype=bf16 says
-  // so, which gives a message that names the flag.
-  NpyReadOptions read_options;
-  read_options.u2_as_bfloat16 = true;
-  absl::StatusOr<NpyArray> array = ReadNpyFile(path, read_options);
-  if (!array.ok()) return array.status();
-  if (array->dtype == NpyDType::kBFloat16 && file_dtype != v1::BFLOAT16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path,
-        ": dtype '<u2' (uint16) is read as bfloat16 bits only with "
-        "--dtype=bf16"));
-  }
-  if (array->dtype == NpyDType::kBool || array->dtype == NpyDType::kUInt8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": dtype '", NpyDescr(array->dtype), "' cannot be the ", role,
-        " (expected '<f4', '<f2', or '<u2' bfloat16 bits with --dtype=bf16)"));
-  }
-  *tensor = TensorFromNpy(*std::move(array));
-  if (file_dtype && tensor->dtype() != *file_dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " holds ", DataTypeName(tensor->dtype()), " but --dtype is ",
-        DataTypeName(*file_dtype), " (bf16 files are stored as '<u2')"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status LoadMask(const std::string& path, v1::Tensor* tensor) {
-  absl::StatusOr<NpyArray> array = ReadNpyFile(path);
-  if (!array.ok()) return array.status();
-  if (array->dtype != NpyDType::kBool && array->dtype != NpyDType::kUInt8 &&
-      array->dtype != NpyDType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": dtype '", NpyDescr(array->dtype),
-        "' cannot be a mask (expected '|b1' or '|u1', true = attend, or '<f4', "
-        "added to the scores)"));
-  }
-  *tensor = TensorFromNpy(*std::move(array));
-  return absl::OkStatus();
 }
 
 std::string MaskText(const v1::Mask& mask, bool has_mask) {
@@ -160,7 +117,7 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
         {&options.value_file, request.mutable_value()}};
     const char* roles[] = {"query", "key", "value"};
     for (int i = 0; i < 3; ++i) {
-      const absl::Status status = LoadInput(
+      const absl::Status status = LoadInputFile(
           *inputs[i].first, roles[i], options.file_dtype, inputs[i].second);
       if (!status.ok()) return Fail(err, status, kExitFileError);
     }
@@ -177,7 +134,7 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
                 kExitUsage);
   }
   if (!options.mask_file.empty()) {
-    const absl::Status status = LoadMask(
+    const absl::Status status = LoadMaskFile(
         options.mask_file, request.mutable_mask()->mutable_explicit_mask());
     if (!status.ok()) return Fail(err, status, kExitFileError);
   }

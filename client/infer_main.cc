@@ -10,14 +10,6 @@
 #include "client/request_flags.h"
 #include "client/subcommands.h"
 
-ABSL_FLAG(std::string, q, "",
-          "query .npy file ('<f4', '<f2', or '<u2' bf16 bits with "
-          "--dtype=bf16); with --k and --v replaces the random inputs");
-ABSL_FLAG(std::string, k, "", "key .npy file (see --q)");
-ABSL_FLAG(std::string, v, "", "value .npy file (see --q)");
-ABSL_FLAG(std::string, mask, "",
-          ".npy explicit mask broadcastable to [B, Hq, Lq, Lk]: '|b1' (true = "
-          "attend) or '<f4' (added to the scores)");
 ABSL_FLAG(std::string, out, "",
           "write the output here as .npy (bf16 as '<u2' bits)");
 ABSL_FLAG(std::string, weights_out, "",
@@ -58,10 +50,11 @@ int InferMain(absl::Span<char* const> args) {
   InferOptions options;
   options.connection = *std::move(connection);
   options.spec = *std::move(spec);
-  options.query_file = absl::GetFlag(FLAGS_q);
-  options.key_file = absl::GetFlag(FLAGS_k);
-  options.value_file = absl::GetFlag(FLAGS_v);
-  options.mask_file = absl::GetFlag(FLAGS_mask);
+  const InputFiles files = InputFilesFromFlags();
+  options.query_file = files.query;
+  options.key_file = files.key;
+  options.value_file = files.value;
+  options.mask_file = files.mask;
   options.output_file = absl::GetFlag(FLAGS_out);
   options.weights_file = absl::GetFlag(FLAGS_weights_out);
   options.check = absl::GetFlag(FLAGS_check);

@@ -31,6 +31,9 @@ constexpr Subcommand kSubcommands[] = {
     {"infer",
      "one attention call with random or .npy inputs, checked on request",
      attnserve::client::InferMain},
+    {"heatmap",
+     "the weights of a small call as a PNG or text, one panel per head",
+     attnserve::client::HeatmapMain},
 };
 
 std::string Usage() {

@@ -25,6 +25,14 @@ ABSL_FLAG(std::string, dtype, "",
 ABSL_FLAG(uint64_t, seed, 0,
           "seed of the random inputs (uniform in [-1, 1); the same on every "
           "machine)");
+ABSL_FLAG(std::string, q, "",
+          "query .npy file ('<f4', '<f2', or '<u2' bf16 bits with "
+          "--dtype=bf16); with --k (and --v) replaces the random inputs");
+ABSL_FLAG(std::string, k, "", "key .npy file (see --q)");
+ABSL_FLAG(std::string, v, "", "value .npy file (see --q)");
+ABSL_FLAG(std::string, mask, "",
+          ".npy explicit mask broadcastable to [B, Hq, Lq, Lk]: '|b1' (true = "
+          "attend) or '<f4' (added to the scores)");
 ABSL_FLAG(std::string, layout, "bhld",
           "bhld ([B, H, L, D]) or blhd ([B, L, H, D]) for query/key/value "
           "and output");
@@ -97,6 +105,15 @@ FlagGroup CallFlagGroup() {
   return {"call",
           {"layout", "causal", "alignment", "window_left", "window_right",
            "key_lengths", "scale", "return_weights", "output_dtype"}};
+}
+
+FlagGroup InputFileFlagGroup() {
+  return {"input file", {"q", "k", "v", "mask"}};
+}
+
+InputFiles InputFilesFromFlags() {
+  return {absl::GetFlag(FLAGS_q), absl::GetFlag(FLAGS_k),
+          absl::GetFlag(FLAGS_v), absl::GetFlag(FLAGS_mask)};
 }
 
 absl::StatusOr<RequestSpec> RequestSpecFromFlags() {

@@ -5,6 +5,8 @@
 // and heatmap): the random inputs' shape and the call options. Part of the
 // attnctl binary, not of the library: only entry files read flags.
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "client/help.h"
 #include "client/request_builder.h"
@@ -17,8 +19,21 @@ FlagGroup RandomInputFlagGroup();
 // --scale --return_weights --output_dtype
 FlagGroup CallFlagGroup();
 
-// What those flags hold. InvalidArgument (a usage error) for unknown names,
-// a window below -1, a malformed --key_lengths or --scale.
+// --q --k --v --mask: .npy inputs instead of random ones, and an explicit
+// mask.
+FlagGroup InputFileFlagGroup();
+
+// What --q --k --v --mask hold (empty = not given).
+struct InputFiles {
+  std::string query;
+  std::string key;
+  std::string value;
+  std::string mask;
+};
+InputFiles InputFilesFromFlags();
+
+// What the random input and call flags hold. InvalidArgument (a usage error)
+// for unknown names, a window below -1, a malformed --key_lengths or --scale.
 absl::StatusOr<RequestSpec> RequestSpecFromFlags();
 
 // True when --dtype names a dtype (rather than the default "").

@@ -11,6 +11,7 @@ namespace attnserve::client {
 int HealthMain(absl::Span<char* const> args);
 int InfoMain(absl::Span<char* const> args);
 int InferMain(absl::Span<char* const> args);
+int HeatmapMain(absl::Span<char* const> args);
 
 }  // namespace attnserve::client
 
