@@ -57,7 +57,11 @@ absl::Status ValidateConnectionOptions(const ConnectionOptions& options) {
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
-    const ConnectionOptions& options) {
+    const ConnectionOptions& options, int connections_per_target) {
+  if (connections_per_target < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--connections must be >= 1, got ", connections_per_target));
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       grpc::InsecureChannelCredentials();
   if (options.tls) {
@@ -77,9 +81,18 @@ absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
               kHttp2StreamLookaheadBytes);
 
+  // Channels with equal arguments share one subchannel, hence one TCP
+  // connection: a local pool and an argument naming the connection keep them
+  // apart.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::vector<std::shared_ptr<grpc::Channel>> channels;
-  for (const std::string& target : options.targets) {
-    channels.push_back(grpc::CreateCustomChannel(target, credentials, args));
+  for (int connection = 0; connection < connections_per_target; ++connection) {
+    grpc::ChannelArguments connection_args = args;
+    connection_args.SetInt("attnctl.connection", connection);
+    for (const std::string& target : options.targets) {
+      channels.push_back(
+          grpc::CreateCustomChannel(target, credentials, connection_args));
+    }
   }
   return channels;
 }

@@ -63,12 +63,14 @@ absl::StatusOr<std::vector<std::string>> ParseTargets(absl::string_view list);
 // limit outside [1, INT_MAX], or a CA file without TLS.
 absl::Status ValidateConnectionOptions(const ConnectionOptions& options);
 
-// One channel per target, in order, with the message limits and HTTP/2
-// settings applied. Channels connect lazily: an unreachable server shows as
-// UNAVAILABLE on the first call. NotFound or PermissionDenied when the CA file
-// cannot be read.
+// `connections_per_target` channels per target (default 1), each with a TCP
+// connection of its own, with the message limits and HTTP/2 settings applied.
+// Channel i goes to target i % targets.size(), so consecutive channels take
+// turns over the targets. Channels connect lazily: an unreachable server
+// shows as UNAVAILABLE on the first call. NotFound or PermissionDenied when
+// the CA file cannot be read; InvalidArgument for connections_per_target < 1.
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
-    const ConnectionOptions& options);
+    const ConnectionOptions& options, int connections_per_target = 1);
 
 // Starts connecting `channel` and waits until it is ready, has failed to
 // connect, or `timeout` has passed, so that a timed call that follows does not

@@ -25,30 +25,6 @@ ExitCode Fail(std::ostream& err, const absl::Status& status, ExitCode code) {
   return code;
 }
 
-std::string MaskText(const v1::Mask& mask, bool has_mask) {
-  std::vector<std::string> parts;
-  if (mask.causal()) {
-    parts.push_back(absl::StrCat("causal ", AlignmentName(mask.alignment())));
-  }
-  if (mask.has_window_left() || mask.has_window_right()) {
-    parts.push_back(absl::StrCat(
-        "window left ",
-        mask.has_window_left() ? absl::StrCat(mask.window_left()) : "inf",
-        " right ",
-        mask.has_window_right() ? absl::StrCat(mask.window_right()) : "inf"));
-  }
-  if (!mask.key_lengths().empty()) {
-    parts.push_back(absl::StrCat("key_lengths [",
-                                 absl::StrJoin(mask.key_lengths(), ", "), "]"));
-  }
-  if (has_mask) {
-    parts.push_back(absl::StrCat("explicit ",
-                                 DataTypeName(mask.explicit_mask().dtype()),
-                                 " ", ShapeText(mask.explicit_mask())));
-  }
-  return parts.empty() ? "none" : absl::StrJoin(parts, "; ");
-}
-
 void PrintTensorLine(absl::string_view name, const v1::Tensor& tensor,
                      bool stats, std::ostream& out) {
   out << absl::StrFormat("%-8s %s %s", name, DataTypeName(tensor.dtype()),
@@ -66,9 +42,7 @@ void PrintRequest(const v1::AttendRequest& request, std::ostream& out) {
   PrintTensorLine("query", request.query(), false, out);
   PrintTensorLine("key", request.key(), false, out);
   PrintTensorLine("value", request.value(), false, out);
-  out << absl::StrFormat(
-      "%-8s %s\n", "mask",
-      MaskText(request.mask(), request.mask().has_explicit_mask()));
+  out << absl::StrFormat("%-8s %s\n", "mask", MaskText(request.mask()));
   out << absl::StrFormat("%-8s %s\n", "scale",
                          request.has_scale()
                              ? absl::StrCat(request.scale())

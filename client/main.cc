@@ -34,6 +34,8 @@ constexpr Subcommand kSubcommands[] = {
     {"heatmap",
      "the weights of a small call as a PNG or text, one panel per head",
      attnserve::client::HeatmapMain},
+    {"bench", "load test: closed or open loop, sweeps, percentiles, CSV/JSON",
+     attnserve::client::BenchMain},
 };
 
 std::string Usage() {

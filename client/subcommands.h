@@ -12,6 +12,7 @@ int HealthMain(absl::Span<char* const> args);
 int InfoMain(absl::Span<char* const> args);
 int InferMain(absl::Span<char* const> args);
 int HeatmapMain(absl::Span<char* const> args);
+int BenchMain(absl::Span<char* const> args);
 
 }  // namespace attnserve::client
 

@@ -131,4 +131,28 @@ absl::StatusOr<NpyArray> NpyFromTensor(const v1::Tensor& tensor) {
   return array;
 }
 
+std::string MaskText(const v1::Mask& mask) {
+  std::vector<std::string> parts;
+  if (mask.causal()) {
+    parts.push_back(absl::StrCat("causal ", AlignmentName(mask.alignment())));
+  }
+  if (mask.has_window_left() || mask.has_window_right()) {
+    parts.push_back(absl::StrCat(
+        "window left ",
+        mask.has_window_left() ? absl::StrCat(mask.window_left()) : "inf",
+        " right ",
+        mask.has_window_right() ? absl::StrCat(mask.window_right()) : "inf"));
+  }
+  if (!mask.key_lengths().empty()) {
+    parts.push_back(absl::StrCat("key_lengths [",
+                                 absl::StrJoin(mask.key_lengths(), ", "), "]"));
+  }
+  if (mask.has_explicit_mask()) {
+    parts.push_back(absl::StrCat("explicit ",
+                                 DataTypeName(mask.explicit_mask().dtype()),
+                                 " ", ShapeText(mask.explicit_mask())));
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, "; ");
+}
+
 }  // namespace attnserve::client

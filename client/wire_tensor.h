@@ -27,6 +27,10 @@ std::string ShapeText(const v1::Tensor& tensor);
 // more than i elements.
 float ElementAsFloat(const v1::Tensor& tensor, int64_t i);
 
+// "causal top_left; window left 2 right inf; key_lengths [3, 5]; explicit
+// bool [1, 1, 4, 4]", or "none".
+std::string MaskText(const v1::Mask& mask);
+
 // Mean and largest magnitude of a tensor's elements, and how many are NaN or
 // infinite (left out of the other two).
 struct TensorStats {

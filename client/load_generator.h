@@ -1,0 +1,69 @@
+#ifndef ATTNSERVE_CLIENT_LOAD_GENERATOR_H_
+#define ATTNSERVE_CLIENT_LOAD_GENERATOR_H_
+
+// The load generator of attnctl bench: sends one pre-serialized AttendRequest
+// over and over on a pool of channels, closed loop (a fixed number of
+// requests outstanding) or open loop (a schedule of send times, constant or
+// Poisson), as unary Attend calls or as messages on AttendStream streams, and
+// tallies every measured request.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "attnserve/v1/attention.pb.h"
+#include "client/common.h"
+#include "client/load_tally.h"
+#include "grpcpp/channel.h"
+
+namespace attnserve::client {
+
+enum class Arrival { kConstant, kPoisson };
+
+struct LoadSpec {
+  // Closed loop (rate == 0, the default): this many requests outstanding at
+  // all times, each answer sending the next. Default 1.
+  int concurrency = 1;
+  // Open loop: requests per second (> 0), sent at their scheduled times
+  // whatever the answers do. Latency is measured from the scheduled time, so
+  // a slow server cannot hide its queue (no coordinated omission).
+  double rate = 0;
+  Arrival arrival = Arrival::kConstant;
+  // Open loop: at most this many requests outstanding; a send beyond it waits
+  // (and counts as late). Default 1024.
+  int max_outstanding = 1024;
+  // Messages on AttendStream instead of unary Attend calls (default off).
+  // Closed loop: `concurrency` streams, one message in flight on each. Open
+  // loop: one stream per channel, messages round-robin.
+  bool stream = false;
+  // Requests scheduled during the warm-up are sent but not measured; then
+  // the measurement window lasts `duration`. Defaults 1 s and 5 s.
+  absl::Duration warmup = absl::Seconds(1);
+  absl::Duration duration = absl::Seconds(5);
+  // Seeds the Poisson arrivals.
+  uint64_t seed = 0;
+  // Every OK response's output must hold this many bytes.
+  int64_t expected_output_bytes = 0;
+};
+
+// Called about once a second while the level runs, with the time since the
+// measurement window opened (negative during the warm-up) and the tally so
+// far.
+using ProgressFn =
+    std::function<void(absl::Duration since_start, const LoadResult& so_far)>;
+
+// Runs one level on `channels` (at least one; requests go round-robin over
+// them) with the deadline and token of `connection`, and returns what the
+// measurement window saw once every measured request has been answered.
+// InvalidArgument for a spec outside its ranges.
+absl::StatusOr<LoadResult> RunLoad(
+    const std::vector<std::shared_ptr<grpc::Channel>>& channels,
+    const ConnectionOptions& connection, const v1::AttendRequest& request,
+    const LoadSpec& spec, const ProgressFn& progress);
+
+}  // namespace attnserve::client
+
+#endif  // ATTNSERVE_CLIENT_LOAD_GENERATOR_H_

@@ -1,0 +1,324 @@
+// attnctl bench against real attnserve processes: counts that add up and
+// agree with the servers' own metrics, ordered percentiles, open-loop rates,
+// sweeps, streams, round-robin over two servers, and the exit codes of what
+// goes wrong.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/client/attnctl_runner.h"
+#include "tests/server/server_process.h"
+
+namespace attnserve::client {
+namespace {
+
+using ::attnserve::testing::CommandResult;
+using ::attnserve::testing::HttpGet;
+using ::attnserve::testing::MetricValue;
+using ::attnserve::testing::RunAttnctl;
+using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::TempDir;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using Json = nlohmann::json;
+
+constexpr char kOkAttend[] =
+    R"(attnserve_requests_total{code="OK",method="Attend"})";
+constexpr char kOkStream[] =
+    R"(attnserve_requests_total{code="OK",method="AttendStream"})";
+
+std::string Describe(const CommandResult& r) {
+  return absl::StrCat("exit ", r.exit_code, "\nstdout:\n", r.out, "\nstderr:\n",
+                      r.err);
+}
+
+// `series` of the server's /metrics; -1 when it cannot be read.
+double Sample(const ServerProcess& server, const std::string& series) {
+  absl::StatusOr<std::string> body = HttpGet(server.metrics_port(), "/metrics");
+  if (!body.ok()) return -1;
+  return MetricValue(*body, series).value_or(0);
+}
+
+// The server records a request's metrics just after answering it: waits
+// (up to 10 s) for `series` to reach `expected` and returns its value then.
+double AwaitSample(const ServerProcess& server, const std::string& series,
+                   double expected) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  double value = Sample(server, series);
+  while (value < expected && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    value = Sample(server, series);
+  }
+  return value;
+}
+
+Json ParseJson(const CommandResult& r) {
+  Json j = Json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << Describe(r);
+  return j;
+}
+
+void ExpectConsistent(const Json& level) {
+  int64_t errors = 0;
+  for (const auto& [code, count] : level["errors"].items()) {
+    errors += count.get<int64_t>();
+  }
+  EXPECT_EQ(level["requests"].get<int64_t>(),
+            level["ok"].get<int64_t>() + errors)
+      << level.dump(2);
+  const Json& l = level["latency_us"];
+  double previous = 0;
+  for (const char* key : {"p50", "p90", "p95", "p99", "p999", "max"}) {
+    ASSERT_TRUE(l.contains(key)) << key << " in " << level.dump(2);
+    EXPECT_GE(l[key].get<double>(), previous) << key << " in " << l.dump();
+    previous = l[key].get<double>();
+  }
+}
+
+class AttnctlBenchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto server =
+        ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(server_, nullptr); }
+
+  // `attnctl bench <small request> args... --target=<the server>`.
+  static CommandResult Bench(std::vector<std::string> args) {
+    std::vector<std::string> all = {"bench", "--heads=2", "--lq=16", "--dim=16",
+                                    "--warmup=0s"};
+    all.insert(all.end(), args.begin(), args.end());
+    if (!absl::c_any_of(all, [](const std::string& a) {
+          return absl::StartsWith(a, "--target");
+        })) {
+      all.push_back("--target=" + server_->target());
+    }
+    return RunAttnctl(all);
+  }
+
+  static ServerProcess* server_;
+};
+
+ServerProcess* AttnctlBenchTest::server_ = nullptr;
+
+TEST_F(AttnctlBenchTest, ClosedLoopCountsAgreeWithTheServersMetrics) {
+  const double before = Sample(*server_, kOkAttend);
+  const CommandResult r =
+      Bench({"--concurrency=2", "--duration=1s", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  EXPECT_EQ(j["mode"], "closed_loop");
+  EXPECT_EQ(j["concurrency"], 2);
+  EXPECT_TRUE(j["errors"].empty()) << j.dump(2);
+  const int64_t ok = j["ok"].get<int64_t>();
+  EXPECT_GT(ok, 10);
+  EXPECT_GT(j["throughput_rps"].get<double>(), 0);
+  EXPECT_GT(j["gflops"].get<double>(), 0);
+  EXPECT_GT(j["latency_us"]["p50"].get<double>(), 0);
+  EXPECT_GT(j["server_us"]["compute_p50"].get<double>(), 0);
+  EXPECT_EQ(j["targets"][server_->target()], ok);
+  // No warm-up and a GetServerInfo pre-flight: the server saw exactly these.
+  EXPECT_EQ(AwaitSample(*server_, kOkAttend, before + ok), before + ok);
+}
+
+TEST_F(AttnctlBenchTest, WarmupRequestsAreSentButNotCounted) {
+  const double before = Sample(*server_, kOkAttend);
+  const CommandResult r =
+      Bench({"--warmup=500ms", "--duration=500ms", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  const int64_t ok = j["ok"].get<int64_t>();
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(AwaitSample(*server_, kOkAttend, before + ok + 1), before + ok);
+}
+
+TEST_F(AttnctlBenchTest, OpenLoopReachesItsRate) {
+  const CommandResult r =
+      Bench({"--rate=50", "--duration=2s", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  EXPECT_EQ(j["mode"], "open_loop");
+  EXPECT_EQ(j["arrival"], "constant");
+  // Sends at 0, 20, ..., 1980 ms.
+  EXPECT_EQ(j["requests"], 100);
+  EXPECT_NEAR(j["throughput_rps"].get<double>(), 50, 5);
+}
+
+TEST_F(AttnctlBenchTest, PoissonArrivalsReachTheirMeanRate) {
+  const CommandResult r = Bench({"--rate=100", "--arrival=poisson",
+                                 "--duration=2s", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  // A Poisson count of mean 200 lies within ±25 % with near certainty.
+  EXPECT_NEAR(j["requests"].get<double>(), 200, 50);
+  EXPECT_NEAR(j["throughput_rps"].get<double>(), 100, 25);
+}
+
+TEST_F(AttnctlBenchTest, ASweepReportsEveryLevel) {
+  const CommandResult r = Bench(
+      {"--concurrency=1:4:x2", "--duration=300ms", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ASSERT_EQ(j["levels"].size(), 3u) << j.dump(2);
+  int64_t requests = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["levels"][i]["concurrency"], 1 << i);
+    ExpectConsistent(j["levels"][i]);
+    requests += j["levels"][i]["requests"].get<int64_t>();
+  }
+  EXPECT_EQ(j["requests"], requests);
+}
+
+TEST_F(AttnctlBenchTest, CsvGoesToTheOutputFileAndATableToStdout) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const CommandResult r =
+      Bench({"--concurrency=1,2", "--duration=300ms", "--output_format=csv",
+             "--output=" + dir.Path("bench.csv")});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("closed loop, 2 levels"));
+  EXPECT_THAT(r.out, HasSubstr("wrote " + dir.Path("bench.csv")));
+  const std::vector<std::string> lines =
+      absl::StrSplit(dir.Read("bench.csv"), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[0], StartsWith("concurrency,requests,ok,errors,"));
+  EXPECT_THAT(lines[1], StartsWith("1,"));
+  EXPECT_THAT(lines[2], StartsWith("2,"));
+}
+
+TEST_F(AttnctlBenchTest, TableIsTheDefault) {
+  const CommandResult r = Bench({"--duration=300ms"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, StartsWith("load        closed loop, concurrency 1, "
+                                "unary Attend, 0.3 s measured"));
+  EXPECT_THAT(r.out, HasSubstr("\nlatency     p50 "));
+  EXPECT_THAT(r.out, HasSubstr("\nserver      queue p50 "));
+  // stderr is not a terminal here: no progress line.
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(AttnctlBenchTest, StreamMessagesAreCountedByTheServer) {
+  const double before = Sample(*server_, kOkStream);
+  const CommandResult r = Bench({"--stream", "--concurrency=2",
+                                 "--duration=500ms", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  EXPECT_EQ(j["method"], "AttendStream");
+  const int64_t ok = j["ok"].get<int64_t>();
+  EXPECT_GT(ok, 0);
+  EXPECT_EQ(AwaitSample(*server_, kOkStream, before + ok), before + ok);
+}
+
+TEST_F(AttnctlBenchTest, OpenLoopOverAStream) {
+  const CommandResult r = Bench({"--stream", "--rate=40", "--duration=1s",
+                                 "--connections=2", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  EXPECT_EQ(j["requests"], 40);
+  EXPECT_EQ(j["ok"], 40);
+}
+
+TEST_F(AttnctlBenchTest, RefusedRequestsAreCountedByCode) {
+  // Hq = 3 is not a multiple of Hkv = 2: the server refuses every call.
+  const CommandResult r = Bench({"--heads=3", "--kv_heads=2",
+                                 "--duration=300ms", "--output_format=json"});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  const int64_t requests = j["requests"].get<int64_t>();
+  EXPECT_GT(requests, 0);
+  EXPECT_EQ(j["ok"], 0);
+  EXPECT_EQ(j["errors"]["INVALID_ARGUMENT"], requests);
+  EXPECT_THAT(j["error_messages"]["INVALID_ARGUMENT"].get<std::string>(),
+              HasSubstr("multiple"));
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("error: ", requests, " of ",
+                                            requests, " requests failed")));
+}
+
+TEST_F(AttnctlBenchTest, AnUnreachableTargetFailsBeforeTheLoad) {
+  const CommandResult r =
+      Bench({"--target=127.0.0.1:1", "--timeout=2s", "--duration=300ms"});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_THAT(r.err, StartsWith("error: 127.0.0.1:1: UNAVAILABLE: "));
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(AttnctlBenchTest, UsageErrorsExitWith2) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--concurrency=0"}, "--concurrency \"0\": 0 is not positive"},
+      {{"--concurrency=2", "--rate=10"}, "do not go together"},
+      {{"--arrival=poisson"}, "--arrival applies to --rate only"},
+      {{"--rate=10", "--arrival=bursty"}, "is not constant or poisson"},
+      {{"--output_format=xml"}, "is not table, csv or json"},
+      {{"--duration=0s"}, "--duration must be positive"},
+      {{"--connections=0"}, "--connections must be in [1, 256]"},
+      {{"--q=x.npy"}, "unknown flag"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CommandResult r = Bench(args);
+    EXPECT_EQ(r.exit_code, 2) << Describe(r);
+    EXPECT_THAT(r.err, HasSubstr(message)) << Describe(r);
+  }
+}
+
+TEST_F(AttnctlBenchTest, AnUnwritableOutputIsAFileError) {
+  const CommandResult r =
+      Bench({"--duration=200ms", "--output=/nonexistent-dir/bench.json"});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent-dir/bench.json"));
+}
+
+TEST_F(AttnctlBenchTest, HelpListsTheLoadFlags) {
+  const CommandResult r = RunAttnctl({"bench", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  for (const char* flag : {"--concurrency", "--rate", "--arrival", "--stream",
+                           "--output_format", "--connections", "--target"}) {
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  }
+}
+
+TEST(AttnctlBenchRoundRobinTest, EveryServerAnswersItsShare) {
+  auto a = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  auto b = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const ServerProcess& sa = **a;
+  const ServerProcess& sb = **b;
+  const CommandResult r =
+      RunAttnctl({"bench", "--heads=2", "--lq=16", "--dim=16", "--warmup=0s",
+                  "--concurrency=2", "--duration=1s", "--output_format=json",
+                  "--target=" + sa.target() + "," + sb.target()});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  const int64_t on_a = j["targets"][sa.target()].get<int64_t>();
+  const int64_t on_b = j["targets"][sb.target()].get<int64_t>();
+  EXPECT_GT(on_a, 0);
+  EXPECT_GT(on_b, 0);
+  EXPECT_EQ(on_a + on_b, j["ok"].get<int64_t>());
+  EXPECT_EQ(AwaitSample(sa, kOkAttend, on_a), on_a);
+  EXPECT_EQ(AwaitSample(sb, kOkAttend, on_b), on_b);
+}
+
+}  // namespace
+}  // namespace attnserve::client
