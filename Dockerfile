@@ -38,6 +38,7 @@ RUN apt-get update \
       libgomp1 \
       libgrpc++1.51 \
       libgrpc29 \
+      libpng16-16 \
       libprometheus-cpp-core1.0 \
       libprometheus-cpp-pull1.0 \
       libprotobuf32 \

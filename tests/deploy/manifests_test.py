@@ -11,6 +11,7 @@ say what docs/operations.md promises:
   the stop grace exceeds --shutdown_grace.
 - The flags in both are real: a live attnserve starts with each set of arguments
   (addresses swapped for loopback ephemeral ports) and stops cleanly on SIGTERM.
+Every alert has a promtool case where it fires and one where it does not.
 With kubectl on PATH, `kubectl kustomize deploy/k8s` must also render.
 
 usage: manifests_test.py ATTNSERVE
@@ -249,10 +250,28 @@ def check_compose(docs, attnserve):
     print(f"compose: {len(services)} services ok")
 
 
+def check_rule_tests(docs):
+    """Every alert has a promtool case where it fires and one where it stays quiet."""
+    alerts = {r["alert"] for path, d in docs.items() if path.startswith("deploy/prometheus/rules/")
+              for g in d[0]["groups"] for r in g["rules"] if "alert" in r}
+    fires, quiet = set(), set()
+    for path, d in docs.items():
+        if path.startswith("deploy/prometheus/tests/"):
+            for t in d[0]["tests"]:
+                for a in t.get("alert_rule_test", []):
+                    (fires if a.get("exp_alerts") else quiet).add(a["alertname"])
+    for alert in sorted(alerts):
+        if alert not in fires or alert not in quiet:
+            fail(f"deploy/prometheus/tests: {alert} needs a case where it fires and one "
+                 "where it does not")
+    print(f"prometheus rule tests: each of {len(alerts)} alerts fires and stays quiet")
+
+
 def main():
     attnserve = sys.argv[1]
     docs = load_all_yaml()
     print(f"{len(docs)} YAML files parse")
+    check_rule_tests(docs)
     check_kubernetes(docs, attnserve)
     check_compose(docs, attnserve)
     print("manifests: ok")
