@@ -131,8 +131,8 @@ def dockerfile_instructions(path):
             line = raw.rstrip("\n")
             if not pending and (not line.strip() or line.lstrip().startswith("#")):
                 continue
-            if pending and line.lstrip().startswith("#"):
-                continue  # a comment inside a continued instruction
+            if pending and (not line.strip() or line.lstrip().startswith("#")):
+                continue  # Docker skips comments and blank lines inside continuations
             if line.rstrip().endswith("\\"):
                 pending += line.rstrip()[:-1] + " "
                 continue

@@ -24,32 +24,38 @@ BASE_IMAGE_PACKAGES = {"libc6"}
 
 
 def library_packages(binary):
+    """{Debian package: [sonames]} of every library `ldd binary` resolves."""
     out = run(["ldd", binary])
     if out.returncode != 0:
         fail(f"ldd {binary}: {out.stderr}")
-    packages = {}
+    libraries = []
     for line in out.stdout.splitlines():
         if "not found" in line:
             fail(f"ldd {binary}: {line.strip()}")
         m = re.match(r"\s*(\S+) => (\S+)", line)
-        if not m:
-            continue  # linux-vdso, the dynamic loader
-        soname, path = m.groups()
-        candidates = [path, os.path.realpath(path)]
-        for p in list(candidates):  # merged /usr: dpkg may know either spelling
-            if p.startswith("/usr/lib/"):
-                candidates.append(p[len("/usr"):])
-            elif p.startswith("/lib/"):
-                candidates.append("/usr" + p)
-        for p in candidates:
-            q = run(["dpkg", "-S", p])
-            if q.returncode == 0:
-                package = q.stdout.split(": ", 1)[0].split(":")[0].split(",")[0].strip()
-                packages.setdefault(package, []).append(soname)
-                break
-        else:
+        if m:  # linux-vdso and the dynamic loader have no "=>"
+            soname, path = m.groups()
+            candidates = {path, os.path.realpath(path)}
+            for p in list(candidates):  # merged /usr: dpkg may know either spelling
+                if p.startswith("/usr/lib/"):
+                    candidates.add(p[len("/usr"):])
+                elif p.startswith("/lib/"):
+                    candidates.add("/usr" + p)
+            libraries.append((soname, path, candidates))
+    # One dpkg call for every path: it prints "package[:arch]: path" for the known
+    # ones (and complains about the others, which is fine).
+    every = sorted({c for _, _, cs in libraries for c in cs})
+    owner = {}
+    for line in run(["dpkg", "-S"] + every).stdout.splitlines():
+        package, _, path = line.partition(": ")
+        owner[path.strip()] = package.split(",")[0].split(":")[0].strip()
+    packages = {}
+    for soname, path, candidates in libraries:
+        found = [owner[c] for c in sorted(candidates) if c in owner]
+        if not found:
             fail(f"{binary} needs {soname} ({path}), which no Debian package provides: "
                  "a library built by hand cannot be installed in the runtime stage")
+        packages.setdefault(found[0], []).append(soname)
     return packages
 
 

@@ -123,8 +123,12 @@ def check_kubernetes(docs, attnserve):
     if ref.get("resource") != "limits.cpu" or str(ref.get("divisor", "1")) != "1":
         fail(f"${m.group(1)} must be resourceFieldRef limits.cpu with divisor 1, got {ref}")
     workers = int(flag(args, "workers", "1"))
-    limit = res["limits"]["cpu"]
-    cores = int(limit[:-1]) / 1000 if str(limit).endswith("m") else float(limit)
+    limit = str(res["limits"]["cpu"])
+    cores = int(limit[:-1]) / 1000 if limit.endswith("m") else float(limit)
+    if cores != int(cores):
+        # The downward API rounds a fractional limit up: 2500m would read as 3 threads
+        # on 2.5 CPUs of quota (oversubscribed and throttled).
+        fail(f"limits.cpu {limit} is not a whole number of CPUs")
     if workers > max(1, int(cores)):
         fail(f"--workers={workers} exceeds the CPU limit {limit}")
 
