@@ -94,7 +94,7 @@ int HeatmapMain(absl::Span<char* const> args) {
             kDefaultHeatmapLength,
             " unless --lq or tokens say otherwise.\nLimits: Lq, Lk <= ",
             kMaxHeatmapLength, "; <= ", kMaxHeatmapPanels, " panels; <= ",
-            kMaxHeatmapTokens, " tokens; --ascii: Lk <= ", kMaxTextKeys,
+            kMaxHeatmapTokens, " tokens;\n--ascii: Lk <= ", kMaxTextKeys,
             ", Lq <= ", kMaxTextQueries, "."),
         groups);
     return kExitOk;
