@@ -7,7 +7,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -230,18 +229,16 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
     if (!options.value_file.empty()) {
       return Usage(err, "--v needs --q and --k");
     }
+    const absl::Status status = ValidateRandomInputs(
+        options.spec.random, options.connection.max_message_bytes);
+    if (!status.ok()) return Usage(err, status.message());
     const RandomInputs random = ResolveDefaults(options.spec.random);
     dims = {random.batch, random.heads, random.kv_heads, random.q_len,
             random.k_len};
   }
   absl::Status status = CheckDims(options, dims);
   if (!status.ok()) return Usage(err, status.message());
-  if (!files) {
-    status = ValidateRandomInputs(options.spec.random,
-                                  options.connection.max_message_bytes);
-    if (!status.ok()) return Usage(err, status.message());
-    FillRandomInputs(options.spec.random, call.layout, &request);
-  }
+  if (!files) FillRandomInputs(options.spec.random, call.layout, &request);
   if (!options.mask_file.empty()) {
     status = LoadMaskFile(options.mask_file,
                           request.mutable_mask()->mutable_explicit_mask());
