@@ -1,0 +1,264 @@
+#include "model/model_config.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "model/json_util.h"
+#include "nlohmann/json.hpp"
+
+namespace attnserve::model {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxDimension = 65536;
+
+const std::set<std::string, std::less<>>& KnownKeys() {
+  static const auto* const keys = new std::set<std::string, std::less<>>{
+      "kind",    "d_model",      "num_heads", "num_kv_heads", "head_dim",
+      "bias",    "norm",         "norm_eps",  "positional",   "rope_theta",
+      "scoring", "additive_dim", "dtype"};
+  return *keys;
+}
+
+absl::Status KeyError(absl::string_view key, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("key \"", key, "\": ", what));
+}
+
+absl::Status TypeError(absl::string_view key, absl::string_view expected,
+                       const json& value) {
+  return KeyError(
+      key, absl::StrCat("expected ", expected, ", got ", JsonTypeName(value)));
+}
+
+// Reads an integer key into `out` when present (`out` keeps its default
+// otherwise). `min` and kMaxDimension bound it.
+absl::Status ReadDimension(const json& object, absl::string_view key,
+                           int64_t min, bool required, int64_t* out) {
+  const auto it = object.find(key);
+  if (it == object.end()) {
+    if (required) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("missing required key \"", key, "\""));
+    }
+    return absl::OkStatus();
+  }
+  if (!it->is_number_integer()) return TypeError(key, "an integer", *it);
+  // Integers beyond int64 arrive as number_unsigned; they are out of range
+  // whatever the bounds.
+  const bool too_large =
+      it->is_number_unsigned() &&
+      it->get<uint64_t>() > static_cast<uint64_t>(kMaxDimension);
+  const int64_t value = too_large ? kMaxDimension + 1 : it->get<int64_t>();
+  if (value < min || value > kMaxDimension) {
+    return KeyError(
+        key, absl::StrCat(JsonShortDump(*it), " is out of range (expected ",
+                          min, " to ", kMaxDimension, ")"));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadPositiveNumber(const json& object, absl::string_view key,
+                                double* out) {
+  const auto it = object.find(key);
+  if (it == object.end()) return absl::OkStatus();
+  if (!it->is_number()) return TypeError(key, "a number", *it);
+  const double value = it->get<double>();
+  if (!std::isfinite(value) || value <= 0) {
+    return KeyError(
+        key, absl::StrCat(JsonShortDump(*it), " must be positive and finite"));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadBool(const json& object, absl::string_view key, bool* out) {
+  const auto it = object.find(key);
+  if (it == object.end()) return absl::OkStatus();
+  if (!it->is_boolean()) return TypeError(key, "a boolean", *it);
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+
+// Maps a string key through `names` (value → enumerator) when present.
+template <typename Enum>
+absl::Status ReadEnum(
+    const json& object, absl::string_view key,
+    const std::vector<std::pair<absl::string_view, Enum>>& names, Enum* out) {
+  const auto it = object.find(key);
+  if (it == object.end()) return absl::OkStatus();
+  if (!it->is_string()) return TypeError(key, "a string", *it);
+  const std::string& value = it->get_ref<const std::string&>();
+  std::vector<std::string> quoted;
+  for (const auto& [name, enumerator] : names) {
+    if (name == value) {
+      *out = enumerator;
+      return absl::OkStatus();
+    }
+    quoted.push_back(absl::StrCat("\"", name, "\""));
+  }
+  return KeyError(
+      key, absl::StrCat("unknown value ", JsonShortDump(*it), " (expected ",
+                        absl::StrJoin(quoted, ", "), ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
+  ASSIGN_OR_RETURN(const json object, ParseStrictJson(text));
+  if (!object.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config must be a JSON object, got ", JsonTypeName(object)));
+  }
+  for (const auto& [key, value] : object.items()) {
+    if (KnownKeys().count(key) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown key \"", key, "\" (expected ",
+                       absl::StrJoin(KnownKeys(), ", "), ")"));
+    }
+  }
+
+  ModelConfig config;
+  if (const auto it = object.find("kind"); it != object.end()) {
+    if (!it->is_string()) return TypeError("kind", "a string", *it);
+    if (it->get_ref<const std::string&>() != "multi_head_attention") {
+      return KeyError("kind", absl::StrCat("unknown value ", JsonShortDump(*it),
+                                           " (expected "
+                                           "\"multi_head_attention\")"));
+    }
+  }
+  RETURN_IF_ERROR(
+      ReadDimension(object, "d_model", 1, /*required=*/true, &config.d_model));
+  RETURN_IF_ERROR(ReadDimension(object, "num_heads", 1, /*required=*/true,
+                                &config.num_heads));
+  config.num_kv_heads = config.num_heads;
+  RETURN_IF_ERROR(ReadDimension(object, "num_kv_heads", 1, /*required=*/false,
+                                &config.num_kv_heads));
+  RETURN_IF_ERROR(ReadDimension(object, "head_dim", 1, /*required=*/false,
+                                &config.head_dim));
+  RETURN_IF_ERROR(ReadBool(object, "bias", &config.bias));
+  RETURN_IF_ERROR(ReadEnum<NormPlacement>(object, "norm",
+                                          {{"post", NormPlacement::kPost},
+                                           {"pre", NormPlacement::kPre},
+                                           {"none", NormPlacement::kNone}},
+                                          &config.norm));
+  RETURN_IF_ERROR(ReadPositiveNumber(object, "norm_eps", &config.norm_eps));
+  RETURN_IF_ERROR(ReadEnum<Positional>(object, "positional",
+                                       {{"none", Positional::kNone},
+                                        {"sinusoidal", Positional::kSinusoidal},
+                                        {"rope", Positional::kRope}},
+                                       &config.positional));
+  RETURN_IF_ERROR(ReadPositiveNumber(object, "rope_theta", &config.rope_theta));
+  RETURN_IF_ERROR(ReadEnum<Scoring>(object, "scoring",
+                                    {{"scaled_dot", Scoring::kScaledDot},
+                                     {"general", Scoring::kGeneral},
+                                     {"additive", Scoring::kAdditive}},
+                                    &config.scoring));
+  RETURN_IF_ERROR(ReadDimension(object, "additive_dim", 0, /*required=*/false,
+                                &config.additive_dim));
+  RETURN_IF_ERROR(ReadEnum<ModelDType>(
+      object, "dtype",
+      {{"float32", ModelDType::kFloat32}, {"bfloat16", ModelDType::kBFloat16}},
+      &config.dtype));
+
+  if (config.num_kv_heads > config.num_heads ||
+      config.num_heads % config.num_kv_heads != 0) {
+    return KeyError("num_kv_heads",
+                    absl::StrCat(config.num_kv_heads, " must divide num_heads ",
+                                 config.num_heads));
+  }
+  if (config.head_dim == 0) {
+    if (config.d_model % config.num_heads != 0) {
+      return KeyError(
+          "num_heads",
+          absl::StrCat("d_model ", config.d_model,
+                       " is not a multiple of num_heads ", config.num_heads,
+                       " (set head_dim to choose the head size)"));
+    }
+    config.head_dim = config.d_model / config.num_heads;
+  }
+  if (config.positional == Positional::kRope && config.head_dim % 2 != 0) {
+    return KeyError("head_dim",
+                    absl::StrCat("positional \"rope\" needs an even head_dim, "
+                                 "got ",
+                                 config.head_dim));
+  }
+  return config;
+}
+
+std::string ModelConfigToJson(const ModelConfig& config) {
+  // ordered_json keeps the keys in the order of the struct (and the docs).
+  nlohmann::ordered_json out;
+  out["kind"] = config.kind;
+  out["d_model"] = config.d_model;
+  out["num_heads"] = config.num_heads;
+  out["num_kv_heads"] = config.num_kv_heads;
+  out["head_dim"] = config.head_dim;
+  out["bias"] = config.bias;
+  out["norm"] = std::string(NormPlacementName(config.norm));
+  out["norm_eps"] = config.norm_eps;
+  out["positional"] = std::string(PositionalName(config.positional));
+  out["rope_theta"] = config.rope_theta;
+  out["scoring"] = std::string(ScoringName(config.scoring));
+  out["additive_dim"] = config.additive_dim;
+  out["dtype"] = std::string(ModelDTypeName(config.dtype));
+  return out.dump(-1, ' ', false,
+                  nlohmann::ordered_json::error_handler_t::replace);
+}
+
+absl::string_view NormPlacementName(NormPlacement norm) {
+  switch (norm) {
+    case NormPlacement::kPost:
+      return "post";
+    case NormPlacement::kPre:
+      return "pre";
+    case NormPlacement::kNone:
+      return "none";
+  }
+  return "unknown";
+}
+
+absl::string_view PositionalName(Positional positional) {
+  switch (positional) {
+    case Positional::kNone:
+      return "none";
+    case Positional::kSinusoidal:
+      return "sinusoidal";
+    case Positional::kRope:
+      return "rope";
+  }
+  return "unknown";
+}
+
+absl::string_view ScoringName(Scoring scoring) {
+  switch (scoring) {
+    case Scoring::kScaledDot:
+      return "scaled_dot";
+    case Scoring::kGeneral:
+      return "general";
+    case Scoring::kAdditive:
+      return "additive";
+  }
+  return "unknown";
+}
+
+absl::string_view ModelDTypeName(ModelDType dtype) {
+  switch (dtype) {
+    case ModelDType::kFloat32:
+      return "float32";
+    case ModelDType::kBFloat16:
+      return "bfloat16";
+  }
+  return "unknown";
+}
+
+}  // namespace attnserve::model
