@@ -14,6 +14,8 @@ packages=(
   prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libpng-dev zlib1g-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # examples/make_model_repository and its test (standard library only)
+  python3
   # deployment checks (tests/deploy): promtool, YAML parsing with /usr/bin/python3
   prometheus python3-yaml
 )

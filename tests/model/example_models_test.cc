@@ -1,0 +1,199 @@
+// examples/make_model_repository, run as `make run` runs it, and its models
+// loaded as the server loads them.
+
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/model_config.h"
+#include "model/model_repository.h"
+#include "model/safetensors.h"
+#include "tests/model/model_test_util.h"
+
+namespace attnserve::model {
+namespace {
+
+using ::attnserve::testing::TempDir;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+using ::testing::StartsWith;
+
+struct ScriptRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+// The script with Debian's python3 or whichever is first on PATH, as a user
+// would run it; stdout and stderr together.
+ScriptRun RunScript(const std::string& dir) {
+  const std::string command =
+      absl::StrCat("/usr/bin/env python3 '", ATTNSERVE_MAKE_MODEL_REPOSITORY,
+                   "' '", dir, "' 2>&1");
+  ScriptRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) {
+    run.output.append(buffer, n);
+  }
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+std::string ReadAll(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+// The configs the script writes, with the documented defaults filled in.
+std::vector<std::pair<std::string, ModelConfig>> ExpectedModels() {
+  std::vector<std::pair<std::string, ModelConfig>> models;
+  ModelConfig c;
+  c.d_model = 64, c.num_heads = 4, c.num_kv_heads = 4, c.head_dim = 16;
+  models.push_back({"mha_post", c});
+
+  c = ModelConfig();
+  c.d_model = 64, c.num_heads = 8, c.num_kv_heads = 2, c.head_dim = 8;
+  c.bias = false, c.norm = NormPlacement::kPre, c.norm_eps = 1e-6;
+  c.positional = Positional::kRope, c.rope_theta = 50000.0;
+  c.dtype = ModelDType::kBFloat16;
+  models.push_back({"gqa_rope_pre", c});
+
+  c = ModelConfig();
+  c.d_model = 32, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 8;
+  c.norm = NormPlacement::kNone, c.positional = Positional::kSinusoidal;
+  c.scoring = Scoring::kGeneral;
+  models.push_back({"general_sinusoidal", c});
+
+  c = ModelConfig();
+  c.d_model = 32, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 12;
+  c.scoring = Scoring::kAdditive;
+  models.push_back({"additive", c});
+
+  c = ModelConfig();
+  c.d_model = 64, c.num_heads = 4, c.num_kv_heads = 1, c.head_dim = 16;
+  models.push_back({"mqa_bf16_tensors", c});
+
+  c = ModelConfig();
+  c.d_model = 512, c.num_heads = 8, c.num_kv_heads = 8, c.head_dim = 64;
+  models.push_back({"encoder_512", c});
+  return models;
+}
+
+TEST(ExampleModelsTest, ScriptWritesModelsThatLoad) {
+  TempDir dir;
+  const ScriptRun run = RunScript(dir.path());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::vector<std::string> lines =
+      absl::StrSplit(run.output, '\n', absl::SkipEmpty());
+  const auto expected = ExpectedModels();
+  ASSERT_THAT(lines, SizeIs(expected.size())) << run.output;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_THAT(lines[i], StartsWith(expected[i].first + ": ")) << run.output;
+  }
+
+  absl::StatusOr<RepositoryContents> contents =
+      LoadModelRepository(dir.path(), /*skip_bad_models=*/false);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_THAT(contents->skipped, IsEmpty());
+  std::map<std::string, const LoadedModel*> loaded;
+  for (const LoadedModel& model : contents->models) {
+    loaded[model.name] = &model;
+  }
+  ASSERT_EQ(loaded.size(), expected.size());
+  for (const auto& [name, config] : expected) {
+    ASSERT_EQ(loaded.count(name), 1u) << name;
+    EXPECT_EQ(ModelConfigToJson(loaded[name]->config),
+              ModelConfigToJson(config))
+        << name;
+  }
+  EXPECT_EQ(loaded["additive"]->weights.additive_dim, 16);
+  EXPECT_THAT(loaded["additive"]->weights.additive_v, SizeIs(4 * 16));
+}
+
+TEST(ExampleModelsTest, WeightsLookInitialised) {
+  TempDir dir;
+  const ScriptRun run = RunScript(dir.path());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  absl::StatusOr<RepositoryContents> contents =
+      LoadModelRepository(dir.path(), false);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  for (const LoadedModel& model : contents->models) {
+    const LayerWeights& w = model.weights;
+    const float bound =
+        1.0f / std::sqrt(static_cast<float>(model.config.d_model));
+    float max_abs = 0;
+    for (float v : w.q_proj_weight) max_abs = std::max(max_abs, std::abs(v));
+    EXPECT_LE(max_abs, bound * 1.01f) << model.name;
+    EXPECT_GT(max_abs, bound * 0.9f) << model.name;
+    // 1 ± 0.1 and ± 0.02, plus rounding to bf16 in gqa_rope_pre.
+    for (float v : w.norm_weight) {
+      ASSERT_NEAR(v, 1.0f, 0.11f) << model.name;
+    }
+    for (float v : w.norm_bias) {
+      ASSERT_NEAR(v, 0.0f, 0.021f) << model.name;
+    }
+  }
+}
+
+TEST(ExampleModelsTest, FilesHoldTheDocumentedDTypes) {
+  TempDir dir;
+  const ScriptRun run = RunScript(dir.path());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto dtypes = [&](const std::string& name) {
+    std::set<std::string> out;
+    absl::StatusOr<SafetensorsFile> file =
+        SafetensorsFile::Read(dir.Path(name + "/model.safetensors"));
+    EXPECT_TRUE(file.ok()) << file.status();
+    if (!file.ok()) return out;
+    for (const auto& [tensor_name, tensor] : file->tensors()) {
+      out.insert(std::string(SafetensorsDTypeName(tensor.dtype)));
+    }
+    return out;
+  };
+  EXPECT_THAT(dtypes("mqa_bf16_tensors"), ElementsAre("BF16", "F16", "F32"));
+  EXPECT_THAT(dtypes("gqa_rope_pre"), ElementsAre("BF16"));
+  EXPECT_THAT(dtypes("encoder_512"), ElementsAre("F32"));
+}
+
+TEST(ExampleModelsTest, OutputIsByteForByteDeterministic) {
+  TempDir first;
+  TempDir second;
+  const ScriptRun run1 = RunScript(first.path());
+  const ScriptRun run2 = RunScript(second.path());
+  ASSERT_EQ(run1.exit_code, 0) << run1.output;
+  ASSERT_EQ(run2.exit_code, 0) << run2.output;
+  EXPECT_EQ(run1.output, run2.output);
+  int files = 0;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(first.path())) {
+    if (!entry.is_regular_file()) continue;
+    const auto relative = std::filesystem::relative(entry.path(), first.path());
+    EXPECT_TRUE(ReadAll(entry.path()) ==
+                ReadAll(std::filesystem::path(second.path()) / relative))
+        << relative << " differs between runs";
+    ++files;
+  }
+  EXPECT_EQ(files, 12);
+}
+
+}  // namespace
+}  // namespace attnserve::model
