@@ -36,6 +36,9 @@ struct VecOps {
   void (*load)(const void* src, DType dtype, int64_t n, float* dst);
   // dst[c] = src[c] rounded to bf16; dst may be unaligned.
   void (*to_bf16)(const float* src, int64_t n, uint16_t* dst);
+  // Sum over c in [0, n) of v[c] * tanh(a[c] + b[c]) (additive scoring);
+  // tanh within a few 1e-7 absolute, exactly ±1 for large arguments.
+  float (*tanh_dot)(const float* a, const float* b, const float* v, int64_t n);
 };
 
 // The tables; the AVX-512 one needs AVX512F, the AVX2 one AVX2, FMA and F16C.

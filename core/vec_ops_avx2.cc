@@ -108,10 +108,18 @@ float ScaleMaskMax(float* s, int64_t n, float scale, int64_t lo, int64_t hi,
   __m256 vmax = _mm256_set1_ps(kNegInf);
   for (int64_t c = lo; c < hi; c += kLanes) {
     const int64_t count = hi - c < kLanes ? hi - c : kLanes;
-    __m256 v = _mm256_mul_ps(LoadPartial(s + c, count, kNegInf), vscale);
+    // Padding with 0, not -inf: -inf * scale is NaN for scale 0 and +inf for
+    // a negative scale. The padded lanes are set to -inf after scaling.
+    __m256 v = _mm256_mul_ps(LoadPartial(s + c, count, 0.0f), vscale);
     if (bias != nullptr)
       v = _mm256_add_ps(v, LoadPartial(bias + c, count, 0.0f));
     StorePartial(s + c, v, count);
+    if (count < kLanes) {
+      const __m256 lanes = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+      const __m256 valid = _mm256_cmp_ps(
+          lanes, _mm256_set1_ps(static_cast<float>(count)), _CMP_LT_OQ);
+      v = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), v, valid);
+    }
     vmax = _mm256_max_ps(vmax, v);
   }
   return ReduceMax(vmax);
@@ -216,6 +224,37 @@ void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
   StoreScaled(src, n, 1.0f, dst, DType::kBFloat16);
 }
 
+// tanh(x) = sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|): no overflow,
+// and e underflows to 0 (tanh = ±1) for |x| > 43.
+inline __m256 Tanh(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 ax = _mm256_andnot_ps(sign, x);
+  const __m256 e = Exp(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  return _mm256_or_ps(t, _mm256_and_ps(sign, x));
+}
+
+float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    const __m256 x =
+        _mm256_add_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(b + c));
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(v + c), Tanh(x), acc);
+  }
+  if (c < n) {
+    alignas(32) float ta[kLanes] = {}, tb[kLanes] = {}, tv[kLanes] = {};
+    const size_t rest = static_cast<size_t>(n - c) * sizeof(float);
+    std::memcpy(ta, a + c, rest);
+    std::memcpy(tb, b + c, rest);
+    std::memcpy(tv, v + c, rest);
+    const __m256 x = _mm256_add_ps(_mm256_load_ps(ta), _mm256_load_ps(tb));
+    acc = _mm256_fmadd_ps(_mm256_load_ps(tv), Tanh(x), acc);
+  }
+  return ReduceAdd(acc);
+}
+
 }  // namespace
 
 #if defined(__clang__)
@@ -227,9 +266,9 @@ void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx2VecOps() {
-  static const VecOps ops = {Isa::kAvx2,     ScaleMaskMax, ExpSumF32,
-                             ExpSumBFloat16, Scale,        StoreScaled,
-                             LoadRow,        ToBFloat16Row};
+  static const VecOps ops = {Isa::kAvx2,     ScaleMaskMax,  ExpSumF32,
+                             ExpSumBFloat16, Scale,         StoreScaled,
+                             LoadRow,        ToBFloat16Row, TanhDot};
   return ops;
 }
 

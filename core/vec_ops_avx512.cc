@@ -205,6 +205,32 @@ void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
   StoreScaled(src, n, 1.0f, dst, DType::kBFloat16);
 }
 
+// tanh(x) = sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|): no overflow,
+// and e underflows to 0 (tanh = ±1) for |x| > 43.
+inline __m512 Tanh(__m512 x) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 e = Exp(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(-2.0f)));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
+  // -t where x < 0.
+  return _mm512_mask_sub_ps(t, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), zero,
+                            t);
+}
+
+float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c = 0; c < n; c += kLanes) {
+    const __mmask16 mask = n - c >= kLanes
+                               ? __mmask16(0xFFFF)
+                               : static_cast<__mmask16>((1u << (n - c)) - 1);
+    const __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, a + c),
+                                   _mm512_maskz_loadu_ps(mask, b + c));
+    // Masked-off lanes have v = 0 and x = 0 (tanh 0 = 0): they add nothing.
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, v + c), Tanh(x), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
 }  // namespace
 
 #if defined(__clang__)
@@ -216,9 +242,9 @@ void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx512VecOps() {
-  static const VecOps ops = {Isa::kAvx512,   ScaleMaskMax, ExpSumF32,
-                             ExpSumBFloat16, Scale,        StoreScaled,
-                             LoadRow,        ToBFloat16Row};
+  static const VecOps ops = {Isa::kAvx512,   ScaleMaskMax,  ExpSumF32,
+                             ExpSumBFloat16, Scale,         StoreScaled,
+                             LoadRow,        ToBFloat16Row, TanhDot};
   return ops;
 }
 

@@ -76,6 +76,7 @@ struct Case {
   DType out_dtype = DType::kFloat32;
   Layout layout = Layout::kBHLD;
   MaskKind mask = MaskKind::kNone;
+  std::optional<float> scale;
 
   TestTensor q, k, v, explicit_mask;
   std::vector<int32_t> key_lengths;
@@ -129,6 +130,7 @@ struct Case {
     in.value = v.view();
     in.layout = layout;
     in.kernel = path;
+    in.scale = scale;
     MaskSpec& m = in.mask;
     const bool all = mask == MaskKind::kAll;
     if (mask == MaskKind::kCausalTopLeft ||
@@ -377,6 +379,31 @@ TEST(EngineTest, DegenerateShapes) {
     if (path == KernelPath::kMaterialized) outputs.weights = w.mutable_view();
     ASSERT_TRUE(engine->Run(c.Inputs(path), outputs).ok());
     for (int64_t i = 0; i < out.size(); ++i) EXPECT_EQ(out.at(i), 0.0f);
+  }
+}
+
+// Regression: the AVX2 softmax padded ragged rows with -inf before scaling, so
+// a scale of 0 (hosted additive scoring passes its scores as a float mask with
+// scale 0) gave NaN (-inf * 0) and a negative scale gave +inf maxima.
+TEST(EngineTest, ZeroAndNegativeScalesMatchTheReference) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAuto}) {
+    auto engine = MakeEngine(isa);
+    ASSERT_NE(engine, nullptr);
+    for (float scale : {0.0f, -0.7f}) {
+      for (MaskKind mask : {MaskKind::kNone, MaskKind::kFloatMask}) {
+        Case c;
+        c.shape = Shape{1, 2, 1, 5, 13, 8, 8};
+        c.mask = mask;
+        c.scale = scale;
+        c.Build(7);
+        SCOPED_TRACE(absl::StrCat("isa ", IsaName(engine->isa()), " scale ",
+                                  scale, " mask ", static_cast<int>(mask)));
+        for (KernelPath path : {KernelPath::kFlash, KernelPath::kMaterialized,
+                                KernelPath::kDecode}) {
+          ExpectMatchesReference(*engine, c, path);
+        }
+      }
+    }
   }
 }
 
