@@ -1,0 +1,384 @@
+#include "model/attention_layer.h"
+
+#include <omp.h>
+
+#include <array>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/convert.h"
+#include "core/scoring.h"
+#include "core/status_macros.h"
+#include "model/layer_ops.h"
+#include "model/packed_matmul.h"
+
+namespace attnserve::model {
+namespace {
+
+bool IsFloat(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat16;
+}
+
+// `rows` × `cols` f32 values as product operands: themselves, or rounded to
+// bf16 into `buffer` for a bf16 model.
+const void* Operand(const float* values, int64_t count, bool bf16,
+                    std::vector<uint16_t>* buffer) {
+  if (!bf16) return values;
+  buffer->resize(static_cast<size_t>(count));
+  ConvertFromFloat(values, buffer->data(), DType::kBFloat16,
+                   static_cast<size_t>(count));
+  return buffer->data();
+}
+
+// The element offset of `offset` elements into an operand of either type.
+const void* Advance(const void* operand, int64_t offset, bool bf16) {
+  return static_cast<const char*>(operand) + offset * (bf16 ? 2 : 4);
+}
+
+// scores[b, h, i, j] += the explicit mask broadcast to [B, H, Lq, Lk]: a bool
+// mask adds -inf where false, a float mask its value.
+void AddExplicitMask(const TensorView& mask, const std::array<int64_t, 4>& dims,
+                     float* scores) {
+  // Strides of the mask aligned to the right, 0 along broadcast axes.
+  std::array<int64_t, 4> strides{};
+  for (int a = 0; a < mask.rank; ++a) {
+    const int axis = 4 - mask.rank + a;
+    strides[axis] = mask.shape[a] == 1 ? 0 : mask.strides[a];
+  }
+  int64_t index = 0;
+  for (int64_t b = 0; b < dims[0]; ++b) {
+    for (int64_t h = 0; h < dims[1]; ++h) {
+      for (int64_t i = 0; i < dims[2]; ++i) {
+        for (int64_t j = 0; j < dims[3]; ++j, ++index) {
+          const int64_t m =
+              b * strides[0] + h * strides[1] + i * strides[2] + j * strides[3];
+          if (mask.dtype == DType::kBool) {
+            if (static_cast<const uint8_t*>(mask.data)[m] == 0) {
+              scores[index] = -INFINITY;
+            }
+          } else {
+            scores[index] += static_cast<const float*>(mask.data)[m];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+struct AttentionLayer::Impl {
+  ModelConfig config;
+  int64_t additive_dim = 0;
+  std::vector<float> norm_weight, norm_bias, additive_v;
+  std::unique_ptr<PackedMatmul> q_proj, k_proj, v_proj, o_proj;
+  // Per query head: q·W_h (general); q·W1_hᵀ and k·W2_hᵀ (additive).
+  std::vector<std::unique_ptr<PackedMatmul>> general, additive_q, additive_k;
+
+  bool bf16() const { return config.dtype == ModelDType::kBFloat16; }
+  int64_t q_width() const { return config.num_heads * config.head_dim; }
+  int64_t kv_width() const { return config.num_kv_heads * config.head_dim; }
+};
+
+AttentionLayer::AttentionLayer(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+AttentionLayer::~AttentionLayer() = default;
+
+const ModelConfig& AttentionLayer::config() const { return impl_->config; }
+
+absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
+    const ModelConfig& config, const LayerWeights& w) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->norm_weight = w.norm_weight;
+  impl->norm_bias = w.norm_bias;
+  impl->additive_v = w.additive_v;
+  impl->additive_dim = w.additive_dim;
+  const int64_t d = config.d_model, hd = config.head_dim;
+  const int64_t hq = config.num_heads;
+  const bool bf16 = impl->bf16();
+  auto linear = [&](int64_t out, int64_t in, const std::vector<float>& weight,
+                    const std::vector<float>& bias)
+      -> absl::StatusOr<std::unique_ptr<PackedMatmul>> {
+    PackedMatmulSpec spec;
+    spec.k = in;
+    spec.n = out;
+    spec.bf16 = bf16;
+    return PackedMatmul::Create(spec, weight.data(),
+                                config.bias ? bias.data() : nullptr);
+  };
+  ASSIGN_OR_RETURN(impl->q_proj,
+                   linear(impl->q_width(), d, w.q_proj_weight, w.q_proj_bias));
+  ASSIGN_OR_RETURN(impl->k_proj,
+                   linear(impl->kv_width(), d, w.k_proj_weight, w.k_proj_bias));
+  ASSIGN_OR_RETURN(impl->v_proj,
+                   linear(impl->kv_width(), d, w.v_proj_weight, w.v_proj_bias));
+  ASSIGN_OR_RETURN(impl->o_proj,
+                   linear(d, impl->q_width(), w.o_proj_weight, w.o_proj_bias));
+  if (config.scoring == Scoring::kGeneral) {
+    for (int64_t h = 0; h < hq; ++h) {
+      // q'·k with q' = q·W_h: W_h [hd, hd] is [k, n] as stored.
+      PackedMatmulSpec spec;
+      spec.k = spec.n = hd;
+      spec.lda = spec.ldc = impl->q_width();
+      spec.weights_kn = true;
+      spec.bf16 = bf16;
+      ASSIGN_OR_RETURN(
+          auto product,
+          PackedMatmul::Create(spec, w.general_weight.data() + h * hd * hd,
+                               nullptr));
+      impl->general.push_back(std::move(product));
+    }
+  }
+  if (config.scoring == Scoring::kAdditive) {
+    const int64_t a = w.additive_dim;
+    for (int64_t h = 0; h < hq; ++h) {
+      // W1_h, W2_h [A, hd]: Linear's [n, k].
+      PackedMatmulSpec q_spec;
+      q_spec.k = hd;
+      q_spec.n = a;
+      q_spec.lda = impl->q_width();
+      q_spec.ldc = hq * a;
+      q_spec.bf16 = bf16;
+      ASSIGN_OR_RETURN(
+          auto q_product,
+          PackedMatmul::Create(q_spec, w.additive_w_query.data() + h * a * hd,
+                               nullptr));
+      PackedMatmulSpec k_spec = q_spec;
+      k_spec.lda = impl->kv_width();
+      ASSIGN_OR_RETURN(
+          auto k_product,
+          PackedMatmul::Create(k_spec, w.additive_w_key.data() + h * a * hd,
+                               nullptr));
+      impl->additive_q.push_back(std::move(q_product));
+      impl->additive_k.push_back(std::move(k_product));
+    }
+  }
+  return std::unique_ptr<AttentionLayer>(new AttentionLayer(std::move(impl)));
+}
+
+absl::StatusOr<LayerShape> AttentionLayer::Validate(
+    const LayerInputs& in) const {
+  const int64_t d = impl_->config.d_model;
+  auto check_states = [d](absl::string_view name,
+                          const TensorView& t) -> absl::Status {
+    if (!IsFloat(t.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must be f32, bf16 or f16, got ", DTypeName(t.dtype)));
+    }
+    if (t.rank != 3 || t.shape[2] != d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be [B, L, d_model = ", d, "], got ",
+                       ShapeString(t.dims())));
+    }
+    if (!t.is_contiguous()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be dense (row-major)"));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(check_states("hidden", in.hidden));
+  LayerShape shape;
+  shape.batch = in.hidden.shape[0];
+  shape.q_len = in.hidden.shape[1];
+  shape.k_len = shape.q_len;
+  if (in.memory) {
+    RETURN_IF_ERROR(check_states("memory", *in.memory));
+    if (in.memory->dtype != in.hidden.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "memory dtype ", DTypeName(in.memory->dtype),
+          " differs from hidden dtype ", DTypeName(in.hidden.dtype)));
+    }
+    if (in.memory->shape[0] != shape.batch) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("memory batch ", in.memory->shape[0],
+                       " differs from hidden batch ", shape.batch));
+    }
+    shape.k_len = in.memory->shape[1];
+  }
+  if (!in.positions.empty()) {
+    if (static_cast<int64_t>(in.positions.size()) !=
+        shape.batch * shape.q_len) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions must be [B, Lq] = [", shape.batch, ", ",
+                       shape.q_len, "] (", shape.batch * shape.q_len,
+                       " values), got ", in.positions.size(), " values"));
+    }
+    for (size_t i = 0; i < in.positions.size(); ++i) {
+      if (in.positions[i] < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "positions[", i, "] = ", in.positions[i], " is negative"));
+      }
+    }
+  }
+  return shape;
+}
+
+double AttentionLayer::Flops(const LayerShape& s) const {
+  const ModelConfig& c = impl_->config;
+  const double q_rows = double(s.batch) * s.q_len;
+  const double k_rows = double(s.batch) * s.k_len;
+  const double hq_hd = double(c.num_heads) * c.head_dim;
+  const double hkv_hd = double(c.num_kv_heads) * c.head_dim;
+  double flops = 2 * q_rows * c.d_model * hq_hd     // q
+                 + 4 * k_rows * c.d_model * hkv_hd  // k, v
+                 + 2 * q_rows * hq_hd * c.d_model;  // o
+  const double pairs = double(s.batch) * c.num_heads * s.q_len * s.k_len;
+  flops += 4 * pairs * c.head_dim;  // scores and P·V
+  if (c.scoring == Scoring::kGeneral) flops += 2 * q_rows * hq_hd * c.head_dim;
+  if (c.scoring == Scoring::kAdditive) {
+    const double a = double(impl_->additive_dim);
+    flops += 2 * (q_rows + k_rows) * c.num_heads * c.head_dim * a;
+    flops += 2 * pairs * a;
+  }
+  return flops;
+}
+
+absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
+                                 AttentionEngine& engine) const {
+  ASSIGN_OR_RETURN(const LayerShape shape, Validate(in));
+  const Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  const int64_t b = shape.batch, lq = shape.q_len, lk = shape.k_len;
+  const int64_t d = c.d_model, hd = c.head_dim;
+  const int64_t hq = c.num_heads, hkv = c.num_kv_heads;
+  const int64_t q_rows = b * lq, k_rows = b * lk;
+  const std::array<int64_t, 3> out_shape = {b, lq, d};
+  if (out.output.dims() != absl::MakeConstSpan(out_shape) ||
+      !IsFloat(out.output.dtype) || !out.output.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output must be dense float ", ShapeString(out_shape), ", got ",
+        DTypeName(out.output.dtype), " ", ShapeString(out.output.dims())));
+  }
+  const bool bf16 = m.bf16();
+  omp_set_num_threads(engine.num_threads());
+
+  // The hidden states (and memory) in f32, with the sinusoidal encoding.
+  std::vector<float> x(static_cast<size_t>(q_rows * d));
+  ConvertToFloat(in.hidden.data, in.hidden.dtype, x.data(), x.size());
+  std::vector<float> memory;
+  if (in.memory) {
+    memory.resize(static_cast<size_t>(k_rows * d));
+    ConvertToFloat(in.memory->data, in.memory->dtype, memory.data(),
+                   memory.size());
+  }
+  const int32_t* positions =
+      in.positions.empty() ? nullptr : in.positions.data();
+  if (c.positional == Positional::kSinusoidal) {
+    AddSinusoidal(x.data(), q_rows, d, positions, lq);
+    if (in.memory) AddSinusoidal(memory.data(), k_rows, d, nullptr, lk);
+  }
+  std::vector<float> normed;
+  const float* queries_from = x.data();
+  if (c.norm == NormPlacement::kPre) {
+    normed.resize(x.size());
+    LayerNorm(x.data(), q_rows, d, m.norm_weight.data(), m.norm_bias.data(),
+              c.norm_eps, normed.data());
+    queries_from = normed.data();
+  }
+
+  // Projections.
+  std::vector<float> q(static_cast<size_t>(q_rows * m.q_width()));
+  std::vector<float> k(static_cast<size_t>(k_rows * m.kv_width()));
+  std::vector<float> v(k.size());
+  std::vector<uint16_t> q_src_bits, kv_src_bits;
+  const void* q_src = Operand(queries_from, q_rows * d, bf16, &q_src_bits);
+  const void* kv_src =
+      in.memory ? Operand(memory.data(), k_rows * d, bf16, &kv_src_bits)
+                : q_src;
+  RETURN_IF_ERROR(m.q_proj->Run(q_src, q_rows, q.data()));
+  RETURN_IF_ERROR(m.k_proj->Run(kv_src, k_rows, k.data()));
+  RETURN_IF_ERROR(m.v_proj->Run(kv_src, k_rows, v.data()));
+  if (c.positional == Positional::kRope) {
+    ApplyRope(q.data(), q_rows, hq, hd, m.q_width(), positions, lq,
+              c.rope_theta);
+    ApplyRope(k.data(), k_rows, hkv, hd, m.kv_width(),
+              in.memory ? nullptr : positions, in.memory ? lk : lq,
+              c.rope_theta);
+  }
+
+  // The engine's operands: [B, L, H, hd] (BLHD), f32 or bf16.
+  std::vector<uint16_t> q_bits, k_bits, v_bits;
+  const DType operand_dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
+  std::vector<float> a(static_cast<size_t>(q_rows * m.q_width()));
+  AttentionInputs attention;
+  attention.layout = Layout::kBLHD;
+  attention.mask = in.mask;
+  attention.query =
+      MakeTensorView(Operand(q.data(), q_rows * m.q_width(), bf16, &q_bits),
+                     operand_dtype, {b, lq, hq, hd});
+  attention.key =
+      MakeTensorView(Operand(k.data(), k_rows * m.kv_width(), bf16, &k_bits),
+                     operand_dtype, {b, lk, hkv, hd});
+  attention.value =
+      MakeTensorView(Operand(v.data(), k_rows * m.kv_width(), bf16, &v_bits),
+                     operand_dtype, {b, lk, hkv, hd});
+  // Mask problems show before any score is computed.
+  RETURN_IF_ERROR(engine.Validate(attention).status());
+
+  std::vector<float> general_q;
+  std::vector<float> scores;
+  if (c.scoring == Scoring::kGeneral) {
+    general_q.resize(q.size());
+    for (int64_t h = 0; h < hq; ++h) {
+      RETURN_IF_ERROR(m.general[static_cast<size_t>(h)]->Run(
+          Advance(attention.query.data, h * hd, bf16), q_rows,
+          general_q.data() + h * hd));
+    }
+    attention.query = MakeTensorView(
+        Operand(general_q.data(), q_rows * m.q_width(), bf16, &q_bits),
+        operand_dtype, {b, lq, hq, hd});
+    attention.scale = 1.0f;
+  } else if (c.scoring == Scoring::kAdditive) {
+    const int64_t ad = m.additive_dim;
+    std::vector<float> qa(static_cast<size_t>(q_rows * hq * ad));
+    std::vector<float> ka(static_cast<size_t>(k_rows * hq * ad));
+    const int64_t group = hq / hkv;
+    for (int64_t h = 0; h < hq; ++h) {
+      RETURN_IF_ERROR(m.additive_q[static_cast<size_t>(h)]->Run(
+          Advance(attention.query.data, h * hd, bf16), q_rows,
+          qa.data() + h * ad));
+      RETURN_IF_ERROR(m.additive_k[static_cast<size_t>(h)]->Run(
+          Advance(attention.key.data, (h / group) * hd, bf16), k_rows,
+          ka.data() + h * ad));
+    }
+    scores.resize(static_cast<size_t>(b * hq * lq * lk));
+    RETURN_IF_ERROR(AdditiveScores(qa.data(), ka.data(), m.additive_v.data(), b,
+                                   hq, lq, lk, ad, engine.num_threads(),
+                                   engine.isa(), scores.data()));
+    if (in.mask.explicit_mask) {
+      AddExplicitMask(*in.mask.explicit_mask, {b, hq, lq, lk}, scores.data());
+    }
+    // The engine adds the scores as a float mask to 0·(q·k) and applies the
+    // other mask parts, the softmax and P·V.
+    attention.mask.explicit_mask =
+        MakeTensorView(scores.data(), DType::kFloat32, {b, hq, lq, lk});
+    attention.scale = 0.0f;
+  }
+  AttentionOutputs attention_out;
+  attention_out.output =
+      MakeMutableTensorView(a.data(), DType::kFloat32, {b, lq, hq, hd});
+  attention_out.weights = out.weights;
+  RETURN_IF_ERROR(engine.Run(attention, attention_out));
+
+  // Output projection, residual and norm.
+  std::vector<float> y(static_cast<size_t>(q_rows * d));
+  std::vector<uint16_t> a_bits;
+  RETURN_IF_ERROR(
+      m.o_proj->Run(Operand(a.data(), q_rows * m.q_width(), bf16, &a_bits),
+                    q_rows, y.data()));
+  if (c.norm != NormPlacement::kNone) {
+    for (size_t i = 0; i < y.size(); ++i) y[i] += x[i];
+  }
+  if (c.norm == NormPlacement::kPost) {
+    LayerNorm(y.data(), q_rows, d, m.norm_weight.data(), m.norm_bias.data(),
+              c.norm_eps, y.data());
+  }
+  ConvertFromFloat(y.data(), out.output.data, out.output.dtype, y.size());
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::model

@@ -1,0 +1,80 @@
+#ifndef ATTNSERVE_MODEL_ATTENTION_LAYER_H_
+#define ATTNSERVE_MODEL_ATTENTION_LAYER_H_
+
+// A hosted multi-head attention layer (docs/models.md): projections,
+// positional encoding, attention through the core engine (or the general and
+// additive score functions), output projection, residual and layer norm.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/attention.h"
+#include "core/tensor.h"
+#include "model/model_config.h"
+#include "model/model_weights.h"
+
+namespace attnserve::model {
+
+struct LayerInputs {
+  // [B, Lq, d_model], f32, bf16 or f16, dense last dimension.
+  TensorView hidden;
+  // Cross-attention: [B, Lk, d_model], the hidden's dtype. Unset =
+  // self-attention (keys and values from the hidden states).
+  std::optional<TensorView> memory;
+  // The core's mask parts over [B, Hq, Lq, Lk] (an explicit mask of any
+  // broadcastable shape, causal, window, key_lengths, ALiBi).
+  MaskSpec mask;
+  // Empty, or [B·Lq] int32 >= 0: the positions of the hidden tokens (queries,
+  // and keys in self-attention); default 0..Lq-1. Memory tokens sit at
+  // 0..Lk-1.
+  absl::Span<const int32_t> positions;
+};
+
+struct LayerOutputs {
+  // [B, Lq, d_model] in any float dtype, dense.
+  MutableTensorView output;
+  // f32 [B, Hq, Lq, Lk], dense, when requested.
+  std::optional<MutableTensorView> weights;
+};
+
+struct LayerShape {
+  int64_t batch = 0, q_len = 0, k_len = 0;
+};
+
+class AttentionLayer {
+ public:
+  // Packs the weights (the config must be the one they were loaded for).
+  // Internal when oneDNN fails.
+  static absl::StatusOr<std::unique_ptr<AttentionLayer>> Create(
+      const ModelConfig& config, const LayerWeights& weights);
+  ~AttentionLayer();
+  AttentionLayer(const AttentionLayer&) = delete;
+  AttentionLayer& operator=(const AttentionLayer&) = delete;
+
+  // InvalidArgument naming the field (hidden, memory, positions, mask) with
+  // the expected and actual values.
+  absl::StatusOr<LayerShape> Validate(const LayerInputs& inputs) const;
+
+  // Validates and computes with `engine` (and its thread count and ISA for
+  // the projections and score functions, which sets the calling thread's
+  // omp_set_num_threads). Thread-safe: concurrent Runs need their own engines.
+  absl::Status Run(const LayerInputs& inputs, const LayerOutputs& outputs,
+                   AttentionEngine& engine) const;
+
+  // FLOPs of a call of `shape`: projections, scores (dense) and P·V.
+  double Flops(const LayerShape& shape) const;
+
+  const ModelConfig& config() const;
+
+ private:
+  struct Impl;
+  explicit AttentionLayer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attnserve::model
+
+#endif  // ATTNSERVE_MODEL_ATTENTION_LAYER_H_

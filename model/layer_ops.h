@@ -1,0 +1,35 @@
+#ifndef ATTNSERVE_MODEL_LAYER_OPS_H_
+#define ATTNSERVE_MODEL_LAYER_OPS_H_
+
+// Internal: the elementwise steps of a hosted layer, on f32 rows: layer
+// norm, sinusoidal positional encoding, rotary embedding.
+
+#include <cstdint>
+
+namespace attnserve::model {
+
+// y[r] = (x[r] - mean) / sqrt(var + eps) * gamma + beta for each of `rows`
+// rows of `dim` (biased variance, as PyTorch's LayerNorm). y may be x.
+void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* gamma,
+               const float* beta, double eps, float* y);
+
+// x[r] += PE(position(r)) with PE(p, 2i) = sin(p / 10000^(2i/dim)),
+// PE(p, 2i+1) = cos(p / 10000^(2i/dim)) (Vaswani et al.). position(r) is
+// positions[r] when given, else r % period (rows of sequences of `period`
+// tokens).
+void AddSinusoidal(float* x, int64_t rows, int64_t dim,
+                   const int32_t* positions, int64_t period);
+
+// Rotates each head of each row in place, rotate-half convention: for i in
+// [0, head_dim/2), with angle = position(r) * theta^(-2i/head_dim),
+//   (x[i], x[i + head_dim/2]) <- (x[i] cos - x[i+h] sin, x[i+h] cos + x[i]
+//   sin).
+// A row holds `heads` heads of head_dim (even) at a stride of `row_stride`.
+// position(r) as for AddSinusoidal.
+void ApplyRope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
+               int64_t row_stride, const int32_t* positions, int64_t period,
+               double theta);
+
+}  // namespace attnserve::model
+
+#endif  // ATTNSERVE_MODEL_LAYER_OPS_H_

@@ -1,0 +1,221 @@
+#include "tests/model/reference_layer.h"
+
+#include <cmath>
+
+#include "core/convert.h"
+#include "core/reference.h"
+
+namespace attnserve::model::testing {
+namespace {
+
+using Rows = std::vector<double>;
+
+double Round(double v, bool bf16) {
+  return bf16 ? BFloat16ToFloat(FloatToBFloat16(static_cast<float>(v))) : v;
+}
+
+// y[r, o] = sum_i x[r, i] * w[o, i] (+ b[o]), w [out, in] (Linear).
+Rows Linear(const Rows& x, int64_t rows, int64_t in, int64_t out,
+            const std::vector<float>& w, const std::vector<float>* b,
+            bool bf16) {
+  Rows y(static_cast<size_t>(rows * out));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double s = b != nullptr ? (*b)[static_cast<size_t>(o)] : 0.0;
+      for (int64_t i = 0; i < in; ++i) {
+        s += Round(x[static_cast<size_t>(r * in + i)], bf16) *
+             Round(w[static_cast<size_t>(o * in + i)], bf16);
+      }
+      y[static_cast<size_t>(r * out + o)] = s;
+    }
+  }
+  return y;
+}
+
+void Norm(Rows* x, int64_t rows, int64_t dim, const LayerWeights& w,
+          double eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double* v = x->data() + r * dim;
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < dim; ++c) mean += v[c];
+    mean /= dim;
+    for (int64_t c = 0; c < dim; ++c) var += (v[c] - mean) * (v[c] - mean);
+    var /= dim;
+    for (int64_t c = 0; c < dim; ++c) {
+      v[c] = (v[c] - mean) / std::sqrt(var + eps) * w.norm_weight[c] +
+             w.norm_bias[c];
+    }
+  }
+}
+
+int64_t PositionOf(const LayerInputs& in, bool use_positions, int64_t row,
+                   int64_t len) {
+  return use_positions && !in.positions.empty() ? in.positions[row] : row % len;
+}
+
+void Rope(Rows* x, int64_t rows, int64_t heads, int64_t hd, double theta,
+          const LayerInputs& in, bool use_positions, int64_t len) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const double p = static_cast<double>(PositionOf(in, use_positions, r, len));
+    for (int64_t h = 0; h < heads; ++h) {
+      double* v = x->data() + (r * heads + h) * hd;
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        const double angle = p * std::pow(theta, -2.0 * i / hd);
+        const double a = v[i], b = v[i + hd / 2];
+        v[i] = a * std::cos(angle) - b * std::sin(angle);
+        v[i + hd / 2] = b * std::cos(angle) + a * std::sin(angle);
+      }
+    }
+  }
+}
+
+std::vector<float> Floats(const Rows& x) {
+  return std::vector<float>(x.begin(), x.end());
+}
+
+}  // namespace
+
+absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
+                            const LayerInputs& in, std::vector<float>* output,
+                            std::vector<float>* attention_weights) {
+  const bool bf16 = c.dtype == ModelDType::kBFloat16;
+  const int64_t b = in.hidden.shape[0], lq = in.hidden.shape[1];
+  const int64_t lk = in.memory ? in.memory->shape[1] : lq;
+  const int64_t d = c.d_model, hd = c.head_dim, hq = c.num_heads,
+                hkv = c.num_kv_heads;
+  auto load = [](const TensorView& t) {
+    Rows v(static_cast<size_t>(t.num_elements()));
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = LoadAsFloat(t.data, t.dtype, static_cast<int64_t>(i));
+    }
+    return v;
+  };
+  Rows x = load(in.hidden);
+  Rows mem = in.memory ? load(*in.memory) : Rows();
+  if (c.positional == Positional::kSinusoidal) {
+    auto add_pe = [d](Rows* v, int64_t rows, const LayerInputs& in,
+                      bool use_positions, int64_t len) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const double p = PositionOf(in, use_positions, r, len);
+        for (int64_t i = 0; i < d; ++i) {
+          const double angle = p / std::pow(10000.0, 2.0 * (i / 2) / d);
+          (*v)[r * d + i] += i % 2 == 0 ? std::sin(angle) : std::cos(angle);
+        }
+      }
+    };
+    add_pe(&x, b * lq, in, true, lq);
+    if (in.memory) add_pe(&mem, b * lk, in, false, lk);
+  }
+  Rows src = x;
+  if (c.norm == NormPlacement::kPre) Norm(&src, b * lq, d, w, c.norm_eps);
+  const Rows& kv_src = in.memory ? mem : src;
+  const bool bias = c.bias;
+  Rows q = Linear(src, b * lq, d, hq * hd, w.q_proj_weight,
+                  bias ? &w.q_proj_bias : nullptr, bf16);
+  Rows k = Linear(kv_src, b * lk, d, hkv * hd, w.k_proj_weight,
+                  bias ? &w.k_proj_bias : nullptr, bf16);
+  Rows v = Linear(kv_src, b * lk, d, hkv * hd, w.v_proj_weight,
+                  bias ? &w.v_proj_bias : nullptr, bf16);
+  if (c.positional == Positional::kRope) {
+    Rope(&q, b * lq, hq, hd, c.rope_theta, in, true, lq);
+    Rope(&k, b * lk, hkv, hd, c.rope_theta, in, !in.memory,
+         in.memory ? lk : lq);
+  }
+  for (Rows* t : {&q, &k, &v}) {
+    for (double& e : *t) e = Round(e, bf16);
+  }
+
+  AttentionInputs attention;
+  attention.layout = Layout::kBLHD;
+  attention.mask = in.mask;
+  std::vector<float> scores;
+  if (c.scoring == Scoring::kGeneral) {
+    Rows g(q.size());
+    for (int64_t r = 0; r < b * lq; ++r) {
+      for (int64_t h = 0; h < hq; ++h) {
+        for (int64_t j = 0; j < hd; ++j) {
+          double s = 0;
+          for (int64_t i = 0; i < hd; ++i) {
+            s += q[(r * hq + h) * hd + i] *
+                 Round(w.general_weight[(h * hd + i) * hd + j], bf16);
+          }
+          g[(r * hq + h) * hd + j] = Round(s, bf16);
+        }
+      }
+    }
+    q = g;
+    attention.scale = 1.0f;
+  } else if (c.scoring == Scoring::kAdditive) {
+    const int64_t a = w.additive_dim, group = hq / hkv;
+    scores.assign(static_cast<size_t>(b * hq * lq * lk), 0.0f);
+    for (int64_t bb = 0; bb < b; ++bb) {
+      for (int64_t h = 0; h < hq; ++h) {
+        for (int64_t i = 0; i < lq; ++i) {
+          for (int64_t j = 0; j < lk; ++j) {
+            double s = 0;
+            for (int64_t e = 0; e < a; ++e) {
+              double t = 0;
+              for (int64_t f = 0; f < hd; ++f) {
+                t += q[((bb * lq + i) * hq + h) * hd + f] *
+                         Round(w.additive_w_query[(h * a + e) * hd + f], bf16) +
+                     k[((bb * lk + j) * hkv + h / group) * hd + f] *
+                         Round(w.additive_w_key[(h * a + e) * hd + f], bf16);
+              }
+              s += w.additive_v[h * a + e] * std::tanh(t);
+            }
+            float& out = scores[((bb * hq + h) * lq + i) * lk + j];
+            out = static_cast<float>(s);
+            if (in.mask.explicit_mask) {
+              // The explicit mask broadcast from the right.
+              const TensorView& m = *in.mask.explicit_mask;
+              const int64_t index[4] = {bb, h, i, j};
+              int64_t offset = 0;
+              for (int axis = 0; axis < m.rank; ++axis) {
+                const int64_t full_axis = 4 - m.rank + axis;
+                if (m.shape[axis] != 1) {
+                  offset += index[full_axis] * m.strides[axis];
+                }
+              }
+              const float mv = LoadAsFloat(m.data, m.dtype, offset);
+              if (m.dtype == DType::kBool) {
+                if (mv == 0) out = -INFINITY;
+              } else {
+                out += mv;
+              }
+            }
+          }
+        }
+      }
+    }
+    attention.mask.explicit_mask =
+        MakeTensorView(scores.data(), DType::kFloat32, {b, hq, lq, lk});
+    attention.scale = 0.0f;
+  }
+  const std::vector<float> qf = Floats(q), kf = Floats(k), vf = Floats(v);
+  attention.query = MakeTensorView(qf.data(), DType::kFloat32, {b, lq, hq, hd});
+  attention.key = MakeTensorView(kf.data(), DType::kFloat32, {b, lk, hkv, hd});
+  attention.value =
+      MakeTensorView(vf.data(), DType::kFloat32, {b, lk, hkv, hd});
+  std::vector<float> attended(static_cast<size_t>(b * lq * hq * hd));
+  AttentionOutputs outputs;
+  outputs.output =
+      MakeMutableTensorView(attended.data(), DType::kFloat32, {b, lq, hq, hd});
+  if (attention_weights != nullptr) {
+    attention_weights->assign(static_cast<size_t>(b * hq * lq * lk), 0.0f);
+    outputs.weights = MakeMutableTensorView(attention_weights->data(),
+                                            DType::kFloat32, {b, hq, lq, lk});
+  }
+  const absl::Status status = ReferenceAttention(attention, outputs);
+  if (!status.ok()) return status;
+
+  Rows y = Linear(Rows(attended.begin(), attended.end()), b * lq, hq * hd, d,
+                  w.o_proj_weight, bias ? &w.o_proj_bias : nullptr, bf16);
+  if (c.norm != NormPlacement::kNone) {
+    for (size_t i = 0; i < y.size(); ++i) y[i] += x[i];
+  }
+  if (c.norm == NormPlacement::kPost) Norm(&y, b * lq, d, w, c.norm_eps);
+  *output = Floats(y);
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::model::testing
