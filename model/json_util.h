@@ -12,10 +12,11 @@
 
 namespace attnserve::model {
 
-// Parses `text` as one JSON value (surrounding whitespace allowed). Comments
-// are not JSON, NUL bytes are not JSON text, and duplicate keys in an object are ambiguous (nlohmann would
-// keep the last one silently): both are InvalidArgument, as is malformed text
-// ("malformed JSON: <where and why>"). Never throws.
+// Parses `text` as one JSON value (surrounding whitespace allowed).
+// InvalidArgument, "malformed JSON: <where and why>", for text that is not
+// JSON, including comments and NUL bytes (nlohmann would stop at a NUL and
+// ignore the rest); and "duplicate key "<key>"" for a key repeated in an
+// object (nlohmann would keep the last one silently). Never throws.
 absl::StatusOr<nlohmann::json> ParseStrictJson(absl::string_view text);
 
 // "an object", "an array", "a string", "a boolean", "null" or "a number",
