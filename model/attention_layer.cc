@@ -161,7 +161,7 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
 }
 
 absl::StatusOr<LayerShape> AttentionLayer::Validate(
-    const LayerInputs& in) const {
+    const LayerInputs& in, const AttentionEngine& engine) const {
   const int64_t d = impl_->config.d_model;
   auto check_states = [d](absl::string_view name,
                           const TensorView& t) -> absl::Status {
@@ -214,6 +214,22 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
       }
     }
   }
+  // The attention Run would compute, over placeholder operands: validation
+  // reads shapes, dtypes and strides only.
+  static const char kPlaceholder = 0;
+  const ModelConfig& c = impl_->config;
+  const DType dtype = impl_->bf16() ? DType::kBFloat16 : DType::kFloat32;
+  AttentionInputs attention;
+  attention.layout = Layout::kBLHD;
+  attention.mask = in.mask;
+  attention.query =
+      MakeTensorView(&kPlaceholder, dtype,
+                     {shape.batch, shape.q_len, c.num_heads, c.head_dim});
+  attention.key =
+      MakeTensorView(&kPlaceholder, dtype,
+                     {shape.batch, shape.k_len, c.num_kv_heads, c.head_dim});
+  attention.value = attention.key;
+  RETURN_IF_ERROR(engine.Validate(attention).status());
   return shape;
 }
 
@@ -239,7 +255,7 @@ double AttentionLayer::Flops(const LayerShape& s) const {
 
 absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
                                  AttentionEngine& engine) const {
-  ASSIGN_OR_RETURN(const LayerShape shape, Validate(in));
+  ASSIGN_OR_RETURN(const LayerShape shape, Validate(in, engine));
   const Impl& m = *impl_;
   const ModelConfig& c = m.config;
   const int64_t b = shape.batch, lq = shape.q_len, lk = shape.k_len;
@@ -316,8 +332,6 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
   attention.value =
       MakeTensorView(Operand(v.data(), k_rows * m.kv_width(), bf16, &v_bits),
                      operand_dtype, {b, lk, hkv, hd});
-  // Mask problems show before any score is computed.
-  RETURN_IF_ERROR(engine.Validate(attention).status());
 
   std::vector<float> general_q;
   std::vector<float> scores;

@@ -55,8 +55,10 @@ class AttentionLayer {
   AttentionLayer& operator=(const AttentionLayer&) = delete;
 
   // InvalidArgument naming the field (hidden, memory, positions, mask) with
-  // the expected and actual values.
-  absl::StatusOr<LayerShape> Validate(const LayerInputs& inputs) const;
+  // the expected and actual values. `engine` checks the mask against the
+  // attention the layer would run (it reads no tensor data).
+  absl::StatusOr<LayerShape> Validate(const LayerInputs& inputs,
+                                      const AttentionEngine& engine) const;
 
   // Validates and computes with `engine` (and its thread count and ISA for
   // the projections and score functions, which sets the calling thread's

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/log.h"
+#include "server/model_codec.h"
 #include "server/status_util.h"
 
 namespace attnserve::server {
@@ -27,6 +28,30 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 }
 
 int64_t Micros(absl::Duration d) { return absl::ToInt64Microseconds(d); }
+
+void SetTiming(absl::Time received, absl::Time start, absl::Time end,
+               v1::AttendResponse* response) {
+  v1::Timing* timing = response->mutable_timing();
+  timing->set_queue_us(Micros(start - received));
+  timing->set_compute_us(Micros(end - start));
+  timing->set_total_us(Micros(end - received));
+}
+
+// What differs between the two request types' RPCs.
+template <typename Request>
+struct Rpc;
+template <>
+struct Rpc<v1::AttendRequest> {
+  static constexpr Method kUnary = Method::kAttend;
+  static constexpr Method kStream = Method::kAttendStream;
+  static constexpr const char* kName = "Attend";
+};
+template <>
+struct Rpc<v1::ModelRequest> {
+  static constexpr Method kUnary = Method::kAttendModel;
+  static constexpr Method kStream = Method::kAttendModelStream;
+  static constexpr const char* kName = "AttendModel";
+};
 
 }  // namespace
 
@@ -95,29 +120,98 @@ void AttentionService::Process(const v1::AttendRequest& request,
   // them.
   auto finish =
       std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+  Submit(
+      deadline, std::move(is_cancelled),
+      [this, d = *std::move(decoded), response, received, finish](
+          AttentionEngine& engine, absl::Duration queued) {
+        const absl::Time start = absl::Now();
+        const AttentionOutputs outputs = PrepareResponse(d, response);
+        const absl::Status status = engine.Run(d.inputs, outputs);
+        const absl::Time end = absl::Now();
+        if (status.ok()) {
+          metrics_->RecordCompute(
+              ChooseKernel(d.shape, d.inputs.kernel, d.return_weights),
+              absl::ToDoubleSeconds(end - start), d.shape.flops());
+          SetTiming(received, start, end, response);
+        }
+        (*finish)(status);
+      },
+      finish);
+}
+
+void AttentionService::Process(const v1::ModelRequest& request,
+                               v1::AttendResponse* response,
+                               absl::Time received,
+                               std::function<bool()> is_cancelled,
+                               absl::Time deadline,
+                               absl::AnyInvocable<void(absl::Status)> done) {
+  if (options_.models == nullptr) {
+    done(absl::NotFoundError(absl::StrCat(
+        "model: \"", request.model(),
+        "\" is not hosted here (this server hosts none: start it with "
+        "--model_repository)")));
+    return;
+  }
+  absl::StatusOr<DecodedModelRequest> decoded = DecodeModelRequest(
+      request, *options_.models, *validator_, options_.limits);
+  if (!decoded.ok()) {
+    done(decoded.status());
+    return;
+  }
+  auto finish =
+      std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+  Submit(
+      deadline, std::move(is_cancelled),
+      [this, d = *std::move(decoded), response, received, finish](
+          AttentionEngine& engine, absl::Duration queued) {
+        const absl::Time start = absl::Now();
+        const model::LayerOutputs outputs = PrepareModelResponse(d, response);
+        const absl::Status status =
+            d.model->layer->Run(d.inputs, outputs, engine);
+        const absl::Time end = absl::Now();
+        if (status.ok()) {
+          metrics_->RecordModelCompute(
+              d.model->index, absl::ToDoubleSeconds(end - start), d.flops);
+          SetTiming(received, start, end, response);
+        }
+        (*finish)(status);
+      },
+      finish);
+}
+
+void AttentionService::Submit(
+    absl::Time deadline, std::function<bool()> is_cancelled,
+    absl::AnyInvocable<void(AttentionEngine&, absl::Duration)> run,
+    std::shared_ptr<absl::AnyInvocable<void(absl::Status)>> finish) {
   Task task;
   task.deadline = deadline;
   task.is_cancelled = std::move(is_cancelled);
-  task.run = [this, d = *std::move(decoded), response, received, finish](
-                 AttentionEngine& engine, absl::Duration queued) {
-    const absl::Time start = absl::Now();
-    const AttentionOutputs outputs = PrepareResponse(d, response);
-    const absl::Status status = engine.Run(d.inputs, outputs);
-    const absl::Time end = absl::Now();
-    if (status.ok()) {
-      metrics_->RecordCompute(
-          ChooseKernel(d.shape, d.inputs.kernel, d.return_weights),
-          absl::ToDoubleSeconds(end - start), d.shape.flops());
-      v1::Timing* timing = response->mutable_timing();
-      timing->set_queue_us(Micros(start - received));
-      timing->set_compute_us(Micros(end - start));
-      timing->set_total_us(Micros(end - received));
-    }
-    (*finish)(status);
-  };
+  task.run = std::move(run);
   task.reject = [finish](absl::Status status) { (*finish)(std::move(status)); };
   const absl::Status submitted = scheduler_->Submit(std::move(task));
   if (!submitted.ok()) (*finish)(submitted);
+}
+
+void AttentionService::RecordAnswer(const v1::AttendRequest& request,
+                                    Method method, grpc::StatusCode code,
+                                    double seconds, int64_t request_bytes,
+                                    int64_t response_bytes) {
+  metrics_->RecordRequest(method, code, seconds, request_bytes,
+                          response_bytes);
+}
+
+void AttentionService::RecordAnswer(const v1::ModelRequest& request,
+                                    Method method, grpc::StatusCode code,
+                                    double seconds, int64_t request_bytes,
+                                    int64_t response_bytes) {
+  metrics_->RecordRequest(method, code, seconds, request_bytes,
+                          response_bytes);
+  const HostedModel* model = options_.models == nullptr
+                                 ? nullptr
+                                 : options_.models->Find(request.model());
+  if (model != nullptr) {
+    metrics_->RecordModelRequest(model->index, code, seconds);
+  }
 }
 
 // A unary call counts as work until gRPC is done with it, not merely until
@@ -137,8 +231,9 @@ class AttentionService::UnaryReactor : public grpc::ServerUnaryReactor {
   AttentionService* const service_;
 };
 
-grpc::ServerUnaryReactor* AttentionService::Attend(
-    grpc::CallbackServerContext* context, const v1::AttendRequest* request,
+template <typename Request>
+grpc::ServerUnaryReactor* AttentionService::HandleUnary(
+    grpc::CallbackServerContext* context, const Request* request,
     v1::AttendResponse* response) {
   grpc::ServerUnaryReactor* reactor = new UnaryReactor(this);
   const absl::Time received = absl::Now();
@@ -150,11 +245,12 @@ grpc::ServerUnaryReactor* AttentionService::Attend(
     const grpc::Status grpc_status = ToGrpcStatus(status);
     const int64_t response_bytes =
         static_cast<int64_t>(response->ByteSizeLong());
-    metrics_->RecordRequest(Method::kAttend, grpc_status.error_code(),
-                            absl::ToDoubleSeconds(absl::Now() - received),
-                            request_bytes, response_bytes);
+    RecordAnswer(*request, Rpc<Request>::kUnary, grpc_status.error_code(),
+                 absl::ToDoubleSeconds(absl::Now() - received), request_bytes,
+                 response_bytes);
     Answered();
-    ATTNSERVE_LOG(LogLevel::kDebug, "Attend id=", request->request_id(),
+    ATTNSERVE_LOG(LogLevel::kDebug, Rpc<Request>::kName,
+                  " id=", request->request_id(),
                   " code=", grpc_status.error_code(),
                   " bytes_in=", request_bytes, " bytes_out=", response_bytes,
                   " ", status.message());
@@ -172,11 +268,24 @@ grpc::ServerUnaryReactor* AttentionService::Attend(
   return reactor;
 }
 
-// One AttendStream: reads messages one at a time, queues each, and writes the
-// responses in request order as they complete. Deletes itself once gRPC is done
-// with it and no queued message still refers to it.
+grpc::ServerUnaryReactor* AttentionService::Attend(
+    grpc::CallbackServerContext* context, const v1::AttendRequest* request,
+    v1::AttendResponse* response) {
+  return HandleUnary(context, request, response);
+}
+
+grpc::ServerUnaryReactor* AttentionService::AttendModel(
+    grpc::CallbackServerContext* context, const v1::ModelRequest* request,
+    v1::AttendResponse* response) {
+  return HandleUnary(context, request, response);
+}
+
+// One AttendStream or AttendModelStream: reads messages one at a time, queues
+// each, and writes the responses in request order as they complete. Deletes
+// itself once gRPC is done with it and no queued message still refers to it.
+template <typename Request>
 class AttentionService::StreamReactor
-    : public grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse> {
+    : public grpc::ServerBidiReactor<Request, v1::AttendResponse> {
  public:
   StreamReactor(AttentionService* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
@@ -186,7 +295,7 @@ class AttentionService::StreamReactor
         absl::MutexLock lock(&mu_);
         finished_ = true;
       }
-      Finish(ToGrpcStatus(admitted));
+      this->Finish(ToGrpcStatus(admitted));
       return;
     }
     StartNextRead();
@@ -270,7 +379,7 @@ class AttentionService::StreamReactor
 
  private:
   struct Slot {
-    v1::AttendRequest request;
+    Request request;
     v1::AttendResponse response;
     absl::Time received;
     int64_t request_bytes = 0;
@@ -279,7 +388,7 @@ class AttentionService::StreamReactor
 
   void StartNextRead() {
     reading_ = std::make_unique<Slot>();
-    StartRead(&reading_->request);
+    this->StartRead(&reading_->request);
   }
 
   // Called once per message, on a worker or inline.
@@ -290,8 +399,9 @@ class AttentionService::StreamReactor
       slot->response.set_error_message(std::string(status.message()));
     }
     slot->response.set_request_id(slot->request.request_id());
-    service_->metrics_->RecordRequest(
-        Method::kAttendStream, static_cast<grpc::StatusCode>(status.code()),
+    service_->RecordAnswer(
+        slot->request, Rpc<Request>::kStream,
+        static_cast<grpc::StatusCode>(status.code()),
         absl::ToDoubleSeconds(absl::Now() - slot->received),
         slot->request_bytes,
         static_cast<int64_t>(slot->response.ByteSizeLong()));
@@ -324,8 +434,8 @@ class AttentionService::StreamReactor
   };
 
   void Perform(const Actions& actions) {
-    if (actions.write != nullptr) StartWrite(actions.write);
-    if (actions.finish) Finish(*actions.finish);
+    if (actions.write != nullptr) this->StartWrite(actions.write);
+    if (actions.finish) this->Finish(*actions.finish);
   }
 
   void MaybeWriteLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -366,7 +476,12 @@ class AttentionService::StreamReactor
 
 grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>*
 AttentionService::AttendStream(grpc::CallbackServerContext* context) {
-  return new StreamReactor(this, context);
+  return new StreamReactor<v1::AttendRequest>(this, context);
+}
+
+grpc::ServerBidiReactor<v1::ModelRequest, v1::AttendResponse>*
+AttentionService::AttendModelStream(grpc::CallbackServerContext* context) {
+  return new StreamReactor<v1::ModelRequest>(this, context);
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetServerInfo(

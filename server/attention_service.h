@@ -14,6 +14,7 @@
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention.h"
 #include "server/metrics.h"
+#include "server/model_registry.h"
 #include "server/request_codec.h"
 #include "server/scheduler.h"
 
@@ -28,6 +29,8 @@ struct ServiceOptions {
   int max_stream_inflight = 16;
   // Reported by GetServerInfo.
   v1::ServerInfo info;
+  // The hosted models (AttendModel); null = none. Must outlive the service.
+  const ModelRegistry* models = nullptr;
 };
 
 class AttentionService final : public v1::AttentionService::CallbackService {
@@ -55,12 +58,33 @@ class AttentionService final : public v1::AttentionService::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::GetServerInfoRequest* request,
       v1::ServerInfo* response) override;
+  grpc::ServerUnaryReactor* AttendModel(grpc::CallbackServerContext* context,
+                                        const v1::ModelRequest* request,
+                                        v1::AttendResponse* response) override;
+  grpc::ServerBidiReactor<v1::ModelRequest, v1::AttendResponse>*
+  AttendModelStream(grpc::CallbackServerContext* context) override;
 
  private:
+  template <typename Request>
   class StreamReactor;
   class UnaryReactor;
+  template <typename Request>
   friend class StreamReactor;
   friend class UnaryReactor;
+
+  // The unary handler of Attend and AttendModel.
+  template <typename Request>
+  grpc::ServerUnaryReactor* HandleUnary(grpc::CallbackServerContext* context,
+                                        const Request* request,
+                                        v1::AttendResponse* response);
+  // Metrics of one answered request or stream message (per method, and per
+  // model for model requests).
+  void RecordAnswer(const v1::AttendRequest& request, Method method,
+                    grpc::StatusCode code, double seconds,
+                    int64_t request_bytes, int64_t response_bytes);
+  void RecordAnswer(const v1::ModelRequest& request, Method method,
+                    grpc::StatusCode code, double seconds,
+                    int64_t request_bytes, int64_t response_bytes);
 
   // A call or stream message: BeginWork when it arrives (in-flight gauge up),
   // Answered when its response is ready (gauge down), EndWork when gRPC no
@@ -77,6 +101,14 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                absl::Time received, std::function<bool()> is_cancelled,
                absl::Time deadline,
                absl::AnyInvocable<void(absl::Status)> done);
+  void Process(const v1::ModelRequest& request, v1::AttendResponse* response,
+               absl::Time received, std::function<bool()> is_cancelled,
+               absl::Time deadline,
+               absl::AnyInvocable<void(absl::Status)> done);
+  // Queues `run`, answering through `finish` (shared by run and reject).
+  void Submit(absl::Time deadline, std::function<bool()> is_cancelled,
+              absl::AnyInvocable<void(AttentionEngine&, absl::Duration)> run,
+              std::shared_ptr<absl::AnyInvocable<void(absl::Status)>> finish);
 
   const ServiceOptions options_;
   Scheduler* const scheduler_;

@@ -45,6 +45,12 @@ ABSL_FLAG(
     "file holding a bearer token every call must send (health stays open)");
 ABSL_FLAG(std::string, max_isa, "auto",
           "cap the kernels' own ISA: auto, avx512 or avx2");
+ABSL_FLAG(std::string, model_repository, "",
+          "directory of hosted attention layers (DIR/<name>/config.json and "
+          "model.safetensors, docs/models.md); empty = none");
+ABSL_FLAG(bool, skip_bad_models, false,
+          "start without the models that fail to load (each is logged) "
+          "instead of refusing to start");
 
 namespace {
 
@@ -97,6 +103,8 @@ int main(int argc, char** argv) {
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.model_repository = absl::GetFlag(FLAGS_model_repository);
+  options.skip_bad_models = absl::GetFlag(FLAGS_skip_bad_models);
   const std::string isa = absl::GetFlag(FLAGS_max_isa);
   if (isa == "avx2") {
     options.scheduler.engine.max_isa = attnserve::Isa::kAvx2;

@@ -17,14 +17,15 @@
 namespace attnserve::server {
 namespace {
 
-constexpr int kNumMethods = 3;
+constexpr int kNumMethods = 5;
 constexpr int kNumCodes =
     17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
 constexpr int kNumKernels = 3;
 constexpr int kNumRejections = 4;
 
-constexpr const char* kMethodNames[kNumMethods] = {"Attend", "AttendStream",
-                                                   "GetServerInfo"};
+constexpr const char* kMethodNames[kNumMethods] = {
+    "Attend", "AttendStream", "GetServerInfo", "AttendModel",
+    "AttendModelStream"};
 // The names gRPC itself prints for each code, so dashboards match grpc_*
 // metrics.
 constexpr const char* kCodeNames[kNumCodes] = {
@@ -71,6 +72,10 @@ int MethodIndex(Method method) {
       return 1;
     case Method::kGetServerInfo:
       return 2;
+    case Method::kAttendModel:
+      return 3;
+    case Method::kAttendModelStream:
+      return 4;
   }
   return 0;
 }
@@ -128,6 +133,13 @@ struct Metrics::Impl {
   prometheus::Counter* response_bytes = nullptr;
   prometheus::Counter* flops = nullptr;
   prometheus::Counter* rejected[kNumRejections] = {};
+  // Per hosted model.
+  struct ModelSeries {
+    prometheus::Counter* requests[kNumCodes] = {};
+    prometheus::Histogram* request_duration = nullptr;
+    prometheus::Histogram* compute_duration = nullptr;
+  };
+  std::vector<ModelSeries> models;
 
   absl::Mutex mu;
   // Declared after the registry so they stop serving before it is destroyed.
@@ -135,7 +147,8 @@ struct Metrics::Impl {
       ABSL_GUARDED_BY(mu);
 };
 
-Metrics::Metrics(const BuildInfo& info) : impl_(std::make_unique<Impl>()) {
+Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
+    : impl_(std::make_unique<Impl>()) {
   prometheus::Registry& r = *impl_->registry;
 
   auto& requests = prometheus::BuildCounter()
@@ -209,8 +222,9 @@ Metrics::Metrics(const BuildInfo& info) : impl_(std::make_unique<Impl>()) {
   impl_->flops = &prometheus::BuildCounter()
                       .Name("attnserve_attention_flops_total")
                       .Help(
-                          "Floating-point operations of computed attention "
-                          "calls (dense count, 2*B*Hq*Lq*Lk*(D+Dv)), in FLOPs.")
+                          "Floating-point operations of computed calls, in "
+                          "FLOPs: dense attention 2*B*Hq*Lq*Lk*(D+Dv), plus "
+                          "the projections of hosted models.")
                       .Register(r)
                       .Add({});
 
@@ -223,6 +237,40 @@ Metrics::Metrics(const BuildInfo& info) : impl_(std::make_unique<Impl>()) {
                        .Register(r);
   for (int i = 0; i < kNumRejections; ++i) {
     impl_->rejected[i] = &rejected.Add({{"reason", kRejectionNames[i]}});
+  }
+
+  auto& model_requests =
+      prometheus::BuildCounter()
+          .Name("attnserve_model_requests_total")
+          .Help(
+              "Hosted-model requests answered (AttendModel and "
+              "AttendModelStream messages), by model and gRPC status code.")
+          .Register(r);
+  auto& model_request_duration =
+      prometheus::BuildHistogram()
+          .Name("attnserve_model_request_duration_seconds")
+          .Help(
+              "Time from receiving a hosted-model request to its answer, in "
+              "seconds, by model.")
+          .Register(r);
+  auto& model_compute_duration =
+      prometheus::BuildHistogram()
+          .Name("attnserve_model_compute_duration_seconds")
+          .Help(
+              "Time spent computing a hosted layer (projections, attention, "
+              "norm) per request, in seconds, by model.")
+          .Register(r);
+  for (const std::string& name : models) {
+    Impl::ModelSeries series;
+    for (int c = 0; c < kNumCodes; ++c) {
+      series.requests[c] =
+          &model_requests.Add({{"model", name}, {"code", kCodeNames[c]}});
+    }
+    series.request_duration =
+        &model_request_duration.Add({{"model", name}}, LatencyBuckets());
+    series.compute_duration =
+        &model_compute_duration.Add({{"model", name}}, LatencyBuckets());
+    impl_->models.push_back(series);
   }
 
   prometheus::BuildGauge()
@@ -286,6 +334,22 @@ void Metrics::RecordQueue(double seconds) {
 void Metrics::RecordCompute(KernelPath kernel, double seconds, double flops) {
   const int k = KernelIndex(kernel);
   if (k >= 0) impl_->compute_duration[k]->Observe(seconds);
+  if (flops > 0) impl_->flops->Increment(flops);
+}
+
+void Metrics::RecordModelRequest(int model, grpc::StatusCode code,
+                                 double seconds) {
+  if (model < 0 || model >= static_cast<int>(impl_->models.size())) return;
+  Impl::ModelSeries& series = impl_->models[static_cast<size_t>(model)];
+  series.requests[CodeIndex(code)]->Increment();
+  series.request_duration->Observe(seconds);
+}
+
+void Metrics::RecordModelCompute(int model, double seconds, double flops) {
+  if (model >= 0 && model < static_cast<int>(impl_->models.size())) {
+    impl_->models[static_cast<size_t>(model)].compute_duration->Observe(
+        seconds);
+  }
   if (flops > 0) impl_->flops->Increment(flops);
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/attention.h"
@@ -21,7 +22,13 @@ class Exposer;
 
 namespace attnserve::server {
 
-enum class Method { kAttend, kAttendStream, kGetServerInfo };
+enum class Method {
+  kAttend,
+  kAttendStream,
+  kGetServerInfo,
+  kAttendModel,
+  kAttendModelStream
+};
 
 // Why a task never reached a kernel.
 enum class Rejection { kQueueFull, kDeadline, kCancelled, kShutdown };
@@ -34,7 +41,10 @@ struct BuildInfo {
 
 class Metrics {
  public:
-  explicit Metrics(const BuildInfo& info);
+  // `models`: the hosted models' names; their label children are made here
+  // and addressed by index in `models`.
+  explicit Metrics(const BuildInfo& info,
+                   const std::vector<std::string>& models = {});
   ~Metrics();
 
   // Serves GET /metrics over HTTP on `listen` ("host:port"; port 0 picks one).
@@ -51,6 +61,13 @@ class Metrics {
   // attnserve_compute_duration_seconds{kernel},
   // attnserve_attention_flops_total.
   void RecordCompute(KernelPath kernel, double seconds, double flops);
+  // attnserve_model_requests_total{model,code} and
+  // attnserve_model_request_duration_seconds{model} of models[model]
+  // (besides RecordRequest's per-method figures).
+  void RecordModelRequest(int model, grpc::StatusCode code, double seconds);
+  // attnserve_model_compute_duration_seconds{model}, and the call's FLOPs
+  // (projections included) in attnserve_attention_flops_total.
+  void RecordModelCompute(int model, double seconds, double flops);
   // attnserve_rejected_total{reason}.
   void RecordRejection(Rejection reason);
   // attnserve_queue_depth, attnserve_inflight_requests.

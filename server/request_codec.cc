@@ -16,15 +16,6 @@ namespace {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-// Proto3 keeps enum numbers it does not know, so a name may not exist.
-std::string WireDTypeName(v1::DataType dtype) {
-  const std::string& name = v1::DataType_Name(dtype);
-  if (name.empty()) {
-    return absl::StrCat("unknown value ", static_cast<int>(dtype));
-  }
-  return name;
-}
-
 absl::Span<const int64_t> ShapeOf(const v1::Tensor& tensor) {
   return absl::MakeConstSpan(tensor.shape().data(), tensor.shape().size());
 }
@@ -141,8 +132,18 @@ absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
   return empty ? 0 : elements * element_size;
 }
 
-MutableTensorView PrepareTensor(DType dtype,
-                                const std::array<int64_t, 4>& shape,
+}  // namespace
+
+// Proto3 keeps enum numbers it does not know, so a name may not exist.
+std::string WireDTypeName(v1::DataType dtype) {
+  const std::string& name = v1::DataType_Name(dtype);
+  if (name.empty()) {
+    return absl::StrCat("unknown value ", static_cast<int>(dtype));
+  }
+  return name;
+}
+
+MutableTensorView PrepareTensor(DType dtype, absl::Span<const int64_t> shape,
                                 v1::Tensor* tensor) {
   tensor->set_dtype(ToWireDType(dtype));
   tensor->clear_shape();
@@ -157,7 +158,63 @@ MutableTensorView PrepareTensor(DType dtype,
   return MakeMutableTensorView(data->data(), dtype, shape);
 }
 
-}  // namespace
+absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
+  MaskSpec mask;
+  mask.causal = wire_mask.causal();
+  ASSIGN_OR_RETURN(mask.alignment, DecodeAlignment(wire_mask.alignment()));
+  if (wire_mask.has_window_left()) mask.window_left = wire_mask.window_left();
+  if (wire_mask.has_window_right()) {
+    mask.window_right = wire_mask.window_right();
+  }
+  mask.key_lengths = absl::MakeConstSpan(wire_mask.key_lengths().data(),
+                                         wire_mask.key_lengths().size());
+  if (wire_mask.has_explicit_mask()) {
+    ASSIGN_OR_RETURN(mask.explicit_mask,
+                     DecodeExplicitMask(wire_mask.explicit_mask()));
+  }
+  mask.alibi_slopes = absl::MakeConstSpan(wire_mask.alibi_slopes().data(),
+                                          wire_mask.alibi_slopes().size());
+  return mask;
+}
+
+absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {
+  if (wire == v1::DATA_TYPE_UNSPECIFIED) return fallback;
+  ASSIGN_OR_RETURN(const DType dtype, FromWireDType(wire, "output_dtype"));
+  if (dtype == DType::kBool) {
+    return absl::InvalidArgumentError(
+        "output_dtype: BOOL is not supported (expected FLOAT32, BFLOAT16, "
+        "FLOAT16 or unspecified for the inputs' dtype)");
+  }
+  return dtype;
+}
+
+absl::StatusOr<int64_t> CheckResponseBytes(
+    absl::Span<const int64_t> output_shape, DType output_dtype, bool weights,
+    absl::Span<const int64_t> weights_shape, const RequestLimits& limits) {
+  ASSIGN_OR_RETURN(const int64_t output_bytes,
+                   DenseBytes("output", output_shape, output_dtype));
+  int64_t weights_bytes = 0;
+  if (weights) {
+    ASSIGN_OR_RETURN(weights_bytes,
+                     DenseBytes("weights", weights_shape, DType::kFloat32));
+  }
+  const bool sum_overflows = weights_bytes > kInt64Max - output_bytes;
+  if (sum_overflows ||
+      output_bytes + weights_bytes > limits.max_response_bytes) {
+    const std::string total = sum_overflows
+                                  ? "more than 2^63"
+                                  : absl::StrCat(output_bytes + weights_bytes);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "response: ", total, " bytes (output ", ShapeString(output_shape),
+        " of ", DTypeName(output_dtype), ": ", output_bytes, " bytes",
+        weights ? absl::StrCat("; weights ", ShapeString(weights_shape),
+                               " of f32: ", weights_bytes, " bytes")
+                : "",
+        ") exceed the limit of ", limits.max_response_bytes,
+        " bytes (the server's --max_response_bytes flag)"));
+  }
+  return output_bytes + weights_bytes;
+}
 
 absl::StatusOr<DType> FromWireDType(v1::DataType dtype,
                                     absl::string_view field) {
@@ -175,6 +232,11 @@ absl::StatusOr<DType> FromWireDType(v1::DataType dtype,
           field,
           ": DATA_TYPE_UNSPECIFIED (expected FLOAT32, BFLOAT16, FLOAT16 "
           "or BOOL)"));
+    case v1::INT32:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field,
+          ": INT32 is only for ModelRequest.positions (expected FLOAT32, "
+          "BFLOAT16, FLOAT16 or BOOL)"));
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": unknown value ", static_cast<int>(dtype),
@@ -213,67 +275,19 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
                    DecodeOperand("value", request.has_value(), request.value(),
                                  inputs.layout, inputs.query.dtype));
 
-  const v1::Mask& wire_mask = request.mask();
-  MaskSpec& mask = inputs.mask;
-  mask.causal = wire_mask.causal();
-  ASSIGN_OR_RETURN(mask.alignment, DecodeAlignment(wire_mask.alignment()));
-  if (wire_mask.has_window_left()) mask.window_left = wire_mask.window_left();
-  if (wire_mask.has_window_right()) {
-    mask.window_right = wire_mask.window_right();
-  }
-  mask.key_lengths = absl::MakeConstSpan(wire_mask.key_lengths().data(),
-                                         wire_mask.key_lengths().size());
-  if (wire_mask.has_explicit_mask()) {
-    ASSIGN_OR_RETURN(mask.explicit_mask,
-                     DecodeExplicitMask(wire_mask.explicit_mask()));
-  }
-  mask.alibi_slopes = absl::MakeConstSpan(wire_mask.alibi_slopes().data(),
-                                          wire_mask.alibi_slopes().size());
+  ASSIGN_OR_RETURN(inputs.mask, DecodeMask(request.mask()));
   if (request.has_scale()) inputs.scale = request.scale();
-
-  if (request.output_dtype() == v1::DATA_TYPE_UNSPECIFIED) {
-    decoded.output_dtype = inputs.query.dtype;
-  } else {
-    ASSIGN_OR_RETURN(decoded.output_dtype,
-                     FromWireDType(request.output_dtype(), "output_dtype"));
-    if (decoded.output_dtype == DType::kBool) {
-      return absl::InvalidArgumentError(
-          "output_dtype: BOOL is not supported (expected FLOAT32, BFLOAT16, "
-          "FLOAT16 or unspecified for the query's dtype)");
-    }
-  }
+  ASSIGN_OR_RETURN(
+      decoded.output_dtype,
+      DecodeOutputDType(request.output_dtype(), inputs.query.dtype));
   decoded.return_weights = request.return_weights();
 
   ASSIGN_OR_RETURN(decoded.shape, engine.Validate(inputs));
-
   ASSIGN_OR_RETURN(
-      const int64_t output_bytes,
-      DenseBytes("output", decoded.shape.output_shape, decoded.output_dtype));
-  int64_t weights_bytes = 0;
-  if (decoded.return_weights) {
-    ASSIGN_OR_RETURN(
-        weights_bytes,
-        DenseBytes("weights", decoded.shape.weights_shape, DType::kFloat32));
-  }
-  const bool sum_overflows = weights_bytes > kInt64Max - output_bytes;
-  if (sum_overflows ||
-      output_bytes + weights_bytes > limits.max_response_bytes) {
-    const std::string total = sum_overflows
-                                  ? "more than 2^63"
-                                  : absl::StrCat(output_bytes + weights_bytes);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "response: ", total, " bytes (output ",
-        ShapeString(decoded.shape.output_shape), " of ",
-        DTypeName(decoded.output_dtype), ": ", output_bytes, " bytes",
-        decoded.return_weights
-            ? absl::StrCat("; weights ",
-                           ShapeString(decoded.shape.weights_shape),
-                           " of f32: ", weights_bytes, " bytes")
-            : "",
-        ") exceed the limit of ", limits.max_response_bytes,
-        " bytes (the server's --max_response_bytes flag)"));
-  }
-  decoded.response_payload_bytes = output_bytes + weights_bytes;
+      decoded.response_payload_bytes,
+      CheckResponseBytes(decoded.shape.output_shape, decoded.output_dtype,
+                         decoded.return_weights, decoded.shape.weights_shape,
+                         limits));
   // A small request can ask for hours of compute (Lq = Lk = 1e5, D = 1 is 400
   // KB per tensor); the limit keeps one call from holding a worker
   // indefinitely.

@@ -6,8 +6,10 @@
 // into the request's bytes (the kernels accept any alignment).
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "attnserve/v1/attention.pb.h"
 #include "core/attention.h"
 #include "core/tensor.h"
@@ -48,8 +50,34 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
 AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
                                  v1::AttendResponse* response);
 
+// Helpers the model codec (server/model_codec.h) shares.
+
+// The mask parts of `mask`, as views into it. InvalidArgument naming the
+// field (mask.alignment, mask.explicit_mask.dtype, ...). Broadcastability and
+// ranges need the attention shape: the engine checks them.
+absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& mask);
+
+// The response's output dtype: `fallback` for UNSPECIFIED, InvalidArgument
+// for BOOL, INT32 or unknown values.
+absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback);
+
+// Bytes of the output (and, when `weights`, the f32 weights) of a response;
+// ResourceExhausted naming both shapes and --max_response_bytes when they
+// exceed limits.max_response_bytes.
+absl::StatusOr<int64_t> CheckResponseBytes(
+    absl::Span<const int64_t> output_shape, DType output_dtype, bool weights,
+    absl::Span<const int64_t> weights_shape, const RequestLimits& limits);
+
+// Sets the dtype, shape and zero-filled data of `tensor` and returns a view
+// of its data.
+MutableTensorView PrepareTensor(DType dtype, absl::Span<const int64_t> shape,
+                                v1::Tensor* tensor);
+
+// "FLOAT32", or "unknown value 9" for numbers the proto does not name.
+std::string WireDTypeName(v1::DataType dtype);
+
 // Wire dtype <-> core dtype. InvalidArgument (naming `field`) for UNSPECIFIED
-// or unknown values.
+// or unknown values (INT32 has no core dtype).
 absl::StatusOr<DType> FromWireDType(v1::DataType dtype,
                                     absl::string_view field);
 v1::DataType ToWireDType(DType dtype);

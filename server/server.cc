@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/attention.h"
@@ -19,6 +20,8 @@
 #include "server/attention_service.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/model_registry.h"
+#include "model/model_repository.h"
 
 #ifndef ATTNSERVE_VERSION
 #define ATTNSERVE_VERSION "dev"
@@ -76,6 +79,7 @@ struct AttnServer::Impl {
   ServerOptions options;
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<AttentionEngine> validator;
+  std::unique_ptr<ModelRegistry> models;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<AttentionService> service;
   std::unique_ptr<grpc::Server> server;  // last: destroyed first
@@ -121,12 +125,33 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     }
   }
 
+  model::RepositoryContents repository;
+  if (!options.model_repository.empty()) {
+    absl::StatusOr<model::RepositoryContents> loaded =
+        model::LoadModelRepository(options.model_repository,
+                                   options.skip_bad_models);
+    if (!loaded.ok()) {
+      return absl::Status(
+          loaded.status().code(),
+          absl::StrCat("--model_repository: ", loaded.status().message()));
+    }
+    repository = *std::move(loaded);
+    for (const std::string& skipped : repository.skipped) {
+      ATTNSERVE_LOG(LogLevel::kWarning, "model skipped (--skip_bad_models): ",
+                    skipped);
+    }
+  }
+  ASSIGN_OR_RETURN(impl->models, ModelRegistry::Create(repository));
+  // The weights are packed; the f32 copies go.
+  repository = model::RepositoryContents();
+
   EngineOptions validator_options = options.scheduler.engine;
   validator_options.num_threads = 1;
   ASSIGN_OR_RETURN(impl->validator, AttentionEngine::Create(validator_options));
   impl->metrics = std::make_unique<Metrics>(
       BuildInfo{ATTNSERVE_VERSION, OneDnnVersion(),
-                std::string(IsaName(impl->validator->isa()))});
+                std::string(IsaName(impl->validator->isa()))},
+      impl->models->names());
   if (!options.metrics_listen.empty()) {
     ASSIGN_OR_RETURN(impl->metrics_port,
                      impl->metrics->Expose(options.metrics_listen));
@@ -147,6 +172,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   info.set_max_queue(options.scheduler.max_queue);
   info.set_max_request_bytes(options.max_request_bytes);
   info.set_max_response_bytes(options.max_response_bytes);
+  impl->models->Describe(&info);
+  service_options.models = impl->models.get();
   impl->service = std::make_unique<AttentionService>(
       std::move(service_options), impl->scheduler.get(), impl->metrics.get(),
       impl->validator.get());
@@ -201,6 +228,10 @@ std::string AttnServer::ConfigSummary() const {
       o.tls_cert_file.empty() ? "off"
                               : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
       " auth=", o.auth_token_file.empty() ? "off" : "bearer",
+      " models=",
+      impl_->models->models().empty()
+          ? std::string("none")
+          : absl::StrJoin(impl_->models->names(), ","),
       " isa=", IsaName(impl_->validator->isa()), " onednn=", OneDnnVersion());
 }
 

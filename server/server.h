@@ -32,12 +32,19 @@ struct ServerOptions {
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;
   // File whose content (trimmed) is the bearer token every call must carry.
   std::string auth_token_file;
+  // Hosted attention layers (docs/models.md): a directory of model folders;
+  // empty (default) = none. A bad model stops Start unless skip_bad_models,
+  // which leaves it out with a warning.
+  std::string model_repository;
+  bool skip_bad_models = false;
 };
 
 class AttnServer {
  public:
-  // Starts serving. InvalidArgument for bad options or unreadable files;
-  // Unavailable when an address cannot be bound.
+  // Loads the models and starts serving. InvalidArgument for bad options,
+  // unreadable files or a bad model (the message names the file and the
+  // tensor); NotFound for a missing model repository; Unavailable when an
+  // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<AttnServer>> Start(
       const ServerOptions& options);
   ~AttnServer();  // Shutdown() if not yet done.

@@ -277,18 +277,18 @@ TEST_F(LayerValidationTest, HiddenMustBeBLD) {
   const TestTensor wrong_d = TestTensor::Random(DType::kFloat32, {1, 3, 15}, 1);
   LayerInputs in;
   in.hidden = wrong_d.view();
-  EXPECT_THAT(layer_->Validate(in).status(),
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("hidden must be [B, L, d_model = 16], got "
                                  "[1, 3, 15]")));
   const TestTensor rank2 = TestTensor::Random(DType::kFloat32, {3, 16}, 1);
   in.hidden = rank2.view();
   EXPECT_THAT(
-      layer_->Validate(in).status(),
+      layer_->Validate(in, *engine_).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got [3, 16]")));
   const TestTensor bools(DType::kBool, {1, 3, 16});
   in.hidden = bools.view();
-  EXPECT_THAT(layer_->Validate(in).status(),
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("hidden must be f32, bf16 or f16, got bool")));
 }
@@ -301,12 +301,12 @@ TEST_F(LayerValidationTest, MemoryMustMatchTheHidden) {
   in.hidden = hidden.view();
   in.memory = batch1.view();
   EXPECT_THAT(
-      layer_->Validate(in).status(),
+      layer_->Validate(in, *engine_).status(),
       StatusIs(absl::StatusCode::kInvalidArgument,
                HasSubstr("memory batch 1 differs from hidden batch 2")));
   in.memory = bf16.view();
   EXPECT_THAT(
-      layer_->Validate(in).status(),
+      layer_->Validate(in, *engine_).status(),
       StatusIs(absl::StatusCode::kInvalidArgument,
                HasSubstr("memory dtype bf16 differs from hidden dtype f32")));
 }
@@ -318,12 +318,12 @@ TEST_F(LayerValidationTest, PositionsMustBeOnePerTokenAndNotNegative) {
   LayerInputs in;
   in.hidden = hidden.view();
   in.positions = five;
-  EXPECT_THAT(layer_->Validate(in).status(),
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("positions must be [B, Lq] = [2, 3] (6 "
                                  "values), got 5 values")));
   in.positions = negative;
-  EXPECT_THAT(layer_->Validate(in).status(),
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("positions[4] = -1 is negative")));
 }

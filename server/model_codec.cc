@@ -1,0 +1,158 @@
+#include "server/model_codec.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace attnserve::server {
+namespace {
+
+absl::Span<const int64_t> ShapeOf(const v1::Tensor& tensor) {
+  return absl::MakeConstSpan(tensor.shape().data(), tensor.shape().size());
+}
+
+// hidden or memory: [B, L, d_model] of a float dtype (memory: the hidden's).
+absl::StatusOr<TensorView> DecodeStates(absl::string_view name, bool present,
+                                        const v1::Tensor& tensor,
+                                        int64_t d_model,
+                                        std::optional<DType> hidden_dtype) {
+  const std::string axes =
+      absl::StrCat("[B, ", name == "hidden" ? "Lq" : "Lk",
+                   ", d_model = ", d_model, "]");
+  if (!present) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
+        axes, ")"));
+  }
+  const std::string dtype_field = absl::StrCat(name, ".dtype");
+  ASSIGN_OR_RETURN(const DType dtype,
+                   FromWireDType(tensor.dtype(), dtype_field));
+  if (dtype == DType::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dtype_field,
+        ": BOOL is not supported (expected FLOAT32, BFLOAT16 or FLOAT16)"));
+  }
+  if (hidden_dtype && dtype != *hidden_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dtype_field, ": ", WireDTypeName(tensor.dtype()),
+        " differs from hidden.dtype ",
+        WireDTypeName(ToWireDType(*hidden_dtype))));
+  }
+  ASSIGN_OR_RETURN(
+      const TensorView view,
+      TensorViewFromBytes(name, tensor.data().data(), tensor.data().size(),
+                          dtype, ShapeOf(tensor)));
+  if (view.rank != 3 || view.shape[2] != d_model) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".shape: expected ", axes, ", got ",
+                     ShapeString(view.dims())));
+  }
+  return view;
+}
+
+absl::Status DecodePositions(const v1::Tensor& tensor, int64_t batch,
+                             int64_t q_len, std::vector<int32_t>* positions) {
+  if (tensor.dtype() != v1::INT32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("positions.dtype: ", WireDTypeName(tensor.dtype()),
+                     " is not supported (expected INT32)"));
+  }
+  const absl::Span<const int64_t> shape = ShapeOf(tensor);
+  if (shape.size() != 2 || shape[0] != batch || shape[1] != q_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("positions.shape: expected [B, Lq] = [", batch, ", ",
+                     q_len, "], got ", ShapeString(shape)));
+  }
+  const size_t count = static_cast<size_t>(batch * q_len);
+  if (tensor.data().size() != count * sizeof(int32_t)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions.data: ", tensor.data().size(), " bytes, expected ",
+        count * sizeof(int32_t), " (", count, " INT32 values)"));
+  }
+  positions->resize(count);
+  // Copied: the wire's bytes need not be aligned for int32.
+  if (count > 0) std::memcpy(positions->data(), tensor.data().data(),
+                             count * sizeof(int32_t));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
+    const v1::ModelRequest& request, const ModelRegistry& registry,
+    const AttentionEngine& validator, const RequestLimits& limits) {
+  if (request.model().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model: missing (this server hosts: ", registry.NameList(), ")"));
+  }
+  DecodedModelRequest decoded;
+  decoded.model = registry.Find(request.model());
+  if (decoded.model == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "model: \"", request.model(), "\" is not hosted here (this server hosts: ",
+        registry.NameList(), ")"));
+  }
+  const model::AttentionLayer& layer = *decoded.model->layer;
+  const int64_t d_model = layer.config().d_model;
+  model::LayerInputs& inputs = decoded.inputs;
+  ASSIGN_OR_RETURN(inputs.hidden,
+                   DecodeStates("hidden", request.has_hidden(),
+                                request.hidden(), d_model, std::nullopt));
+  if (request.has_memory()) {
+    ASSIGN_OR_RETURN(inputs.memory,
+                     DecodeStates("memory", true, request.memory(), d_model,
+                                  inputs.hidden.dtype));
+  }
+  if (request.has_positions()) {
+    RETURN_IF_ERROR(DecodePositions(request.positions(), inputs.hidden.shape[0],
+                                    inputs.hidden.shape[1],
+                                    &decoded.positions));
+    inputs.positions = decoded.positions;
+  }
+  ASSIGN_OR_RETURN(inputs.mask, DecodeMask(request.mask()));
+  ASSIGN_OR_RETURN(
+      decoded.output_dtype,
+      DecodeOutputDType(request.output_dtype(), inputs.hidden.dtype));
+  decoded.return_weights = request.return_weights();
+  ASSIGN_OR_RETURN(decoded.shape, layer.Validate(inputs, validator));
+
+  const model::LayerShape& s = decoded.shape;
+  const int64_t output_shape[] = {s.batch, s.q_len, d_model};
+  const int64_t weights_shape[] = {s.batch, layer.config().num_heads, s.q_len,
+                                   s.k_len};
+  RETURN_IF_ERROR(CheckResponseBytes(output_shape, decoded.output_dtype,
+                                     decoded.return_weights, weights_shape,
+                                     limits)
+                      .status());
+  decoded.flops = layer.Flops(s);
+  if (decoded.flops > limits.max_flops) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request: ", decoded.flops, " FLOPs of model ", decoded.model->name,
+        " exceed the limit of ", limits.max_flops,
+        " (the server's --max_request_flops flag)"));
+  }
+  return decoded;
+}
+
+model::LayerOutputs PrepareModelResponse(const DecodedModelRequest& decoded,
+                                         v1::AttendResponse* response) {
+  const model::LayerShape& s = decoded.shape;
+  const model::ModelConfig& c = decoded.model->layer->config();
+  model::LayerOutputs outputs;
+  const int64_t output_shape[] = {s.batch, s.q_len, c.d_model};
+  outputs.output = PrepareTensor(decoded.output_dtype, output_shape,
+                                 response->mutable_output());
+  if (decoded.return_weights) {
+    const int64_t weights_shape[] = {s.batch, c.num_heads, s.q_len, s.k_len};
+    outputs.weights = PrepareTensor(DType::kFloat32, weights_shape,
+                                    response->mutable_weights());
+  } else {
+    response->clear_weights();
+  }
+  return outputs;
+}
+
+}  // namespace attnserve::server
