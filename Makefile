@@ -1,5 +1,6 @@
 # The README's two commands, each doing the whole set-up on a fresh Debian 12 machine:
-#   make run   deps -> configure -> build -> attnserve in the foreground with defaults
+#   make run   deps -> configure -> build -> the example models (examples/) ->
+#              attnserve in the foreground with defaults and those models
 #              (gRPC on :50051, metrics on :9464; Ctrl-C drains and stops it)
 #   make test  deps -> configure -> build -> every test through ctest, then the core,
 #              server (unit, fuzz, end-to-end) tests again under ASan+UBSan in their
@@ -28,7 +29,8 @@ build: deps
 	@CMAKE_FLAGS="$(CMAKE_FLAGS)" JOBS=$(JOBS) bash scripts/build-release.sh $(BUILD_DIR)
 
 run: build
-	$(BUILD_DIR)/server/attnserve $(ARGS)
+	@python3 examples/make_model_repository $(BUILD_DIR)/models >/dev/null
+	$(BUILD_DIR)/server/attnserve --model_repository=$(BUILD_DIR)/models $(ARGS)
 
 bench: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --json

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -272,9 +273,19 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
   const bool bf16 = m.bf16();
   omp_set_num_threads(engine.num_threads());
 
-  // The hidden states (and memory) in f32, with the sinusoidal encoding.
-  std::vector<float> x(static_cast<size_t>(q_rows * d));
-  ConvertToFloat(in.hidden.data, in.hidden.dtype, x.data(), x.size());
+  // The hidden states (and memory) in f32, with the sinusoidal encoding. f32
+  // hidden states that nothing changes are used where they are (when aligned
+  // for float access).
+  const bool sinusoidal = c.positional == Positional::kSinusoidal;
+  std::vector<float> x_copy;
+  const float* x = static_cast<const float*>(in.hidden.data);
+  if (in.hidden.dtype != DType::kFloat32 || sinusoidal ||
+      reinterpret_cast<uintptr_t>(in.hidden.data) % alignof(float) != 0) {
+    x_copy.resize(static_cast<size_t>(q_rows * d));
+    ConvertToFloat(in.hidden.data, in.hidden.dtype, x_copy.data(),
+                   x_copy.size());
+    x = x_copy.data();
+  }
   std::vector<float> memory;
   if (in.memory) {
     memory.resize(static_cast<size_t>(k_rows * d));
@@ -283,15 +294,15 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
   }
   const int32_t* positions =
       in.positions.empty() ? nullptr : in.positions.data();
-  if (c.positional == Positional::kSinusoidal) {
-    AddSinusoidal(x.data(), q_rows, d, positions, lq);
+  if (sinusoidal) {
+    AddSinusoidal(x_copy.data(), q_rows, d, positions, lq);
     if (in.memory) AddSinusoidal(memory.data(), k_rows, d, nullptr, lk);
   }
   std::vector<float> normed;
-  const float* queries_from = x.data();
+  const float* queries_from = x;
   if (c.norm == NormPlacement::kPre) {
-    normed.resize(x.size());
-    LayerNorm(x.data(), q_rows, d, m.norm_weight.data(), m.norm_bias.data(),
+    normed.resize(static_cast<size_t>(q_rows * d));
+    LayerNorm(x, q_rows, d, m.norm_weight.data(), m.norm_bias.data(),
               c.norm_eps, normed.data());
     queries_from = normed.data();
   }

@@ -20,6 +20,8 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxDimension = 65536;
+// The largest head dimension the attention kernels take (core/problem.cc).
+constexpr int64_t kMaxHeadDim = 256;
 
 const std::set<std::string, std::less<>>& KnownKeys() {
   static const auto* const keys = new std::set<std::string, std::less<>>{
@@ -185,6 +187,15 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
                        " (set head_dim to choose the head size)"));
     }
     config.head_dim = config.d_model / config.num_heads;
+  }
+  // The attention engine's limit on D: a config beyond it would load and then
+  // fail every call.
+  if (config.head_dim > kMaxHeadDim) {
+    return KeyError(
+        "head_dim",
+        absl::StrCat("head_dim ", config.head_dim,
+                     " (d_model / num_heads unless set) is above ", kMaxHeadDim,
+                     ", the largest the kernels take"));
   }
   if (config.positional == Positional::kRope && config.head_dim % 2 != 0) {
     return KeyError("head_dim",

@@ -97,9 +97,9 @@ absl::StatusOr<RepositoryContents> LoadModelRepository(const std::string& dir,
        it.increment(ec)) {
     std::error_code entry_ec;
     // Follows symbolic links: a linked model folder is a model folder.
-    if (it->is_directory(entry_ec)) {
-      names.push_back(it->path().filename().string());
-    }
+    // Hidden folders (.git, .ipynb_checkpoints, ...) are not models.
+    const std::string name = it->path().filename().string();
+    if (it->is_directory(entry_ec) && name[0] != '.') names.push_back(name);
   }
   if (ec) {
     return FromErrorCode(ec,

@@ -27,7 +27,8 @@ struct RepositoryContents {
   std::vector<std::string> skipped;
 };
 
-// Loads every folder of `dir` (files at the top level are ignored). NotFound
+// Loads every folder of `dir` (files at the top level and hidden folders,
+// whose names start with '.', are ignored). NotFound
 // when `dir` does not exist or is not a directory. A bad model — a bad name,
 // a missing or unreadable config.json or model.safetensors, a config or
 // weights that do not validate — fails the whole load with InvalidArgument

@@ -15,20 +15,20 @@
 
 namespace attnserve::model {
 
-// Row-major f32, PyTorch's conventions (Linear: weight [out, in], y = x·Wᵀ + b).
-// Empty vectors for tensors the config does not use.
+// Row-major f32, PyTorch's conventions (Linear: weight [out, in], y = x·Wᵀ +
+// b). Empty vectors for tensors the config does not use.
 struct LayerWeights {
-  std::vector<float> q_proj_weight;  // [Hq·hd, d_model]
-  std::vector<float> k_proj_weight;  // [Hkv·hd, d_model]
-  std::vector<float> v_proj_weight;  // [Hkv·hd, d_model]
-  std::vector<float> o_proj_weight;  // [d_model, Hq·hd]
-  std::vector<float> q_proj_bias;    // [Hq·hd] when bias
-  std::vector<float> k_proj_bias;    // [Hkv·hd]
-  std::vector<float> v_proj_bias;    // [Hkv·hd]
-  std::vector<float> o_proj_bias;    // [d_model]
-  std::vector<float> norm_weight;    // [d_model] when norm != none
-  std::vector<float> norm_bias;      // [d_model]
-  std::vector<float> general_weight;  // [Hq, hd, hd] when scoring = general
+  std::vector<float> q_proj_weight;     // [Hq·hd, d_model]
+  std::vector<float> k_proj_weight;     // [Hkv·hd, d_model]
+  std::vector<float> v_proj_weight;     // [Hkv·hd, d_model]
+  std::vector<float> o_proj_weight;     // [d_model, Hq·hd]
+  std::vector<float> q_proj_bias;       // [Hq·hd] when bias
+  std::vector<float> k_proj_bias;       // [Hkv·hd]
+  std::vector<float> v_proj_bias;       // [Hkv·hd]
+  std::vector<float> o_proj_bias;       // [d_model]
+  std::vector<float> norm_weight;       // [d_model] when norm != none
+  std::vector<float> norm_bias;         // [d_model]
+  std::vector<float> general_weight;    // [Hq, hd, hd] when scoring = general
   std::vector<float> additive_w_query;  // [Hq, A, hd] when scoring = additive
   std::vector<float> additive_w_key;    // [Hq, A, hd]
   std::vector<float> additive_v;        // [Hq, A]

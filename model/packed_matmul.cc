@@ -131,10 +131,14 @@ absl::StatusOr<std::unique_ptr<PackedMatmul>> PackedMatmul::Create(
 absl::Status PackedMatmul::Run(const void* x, int64_t rows, float* y) const {
   if (rows <= 0) return absl::OkStatus();
   const PackedMatmulSpec& spec = impl_->spec;
-  std::vector<float> widened;
+  // Grow-only per-thread buffers: a worker runs the same few shapes over and
+  // over.
+  thread_local std::vector<float> widened;
+  thread_local std::vector<uint8_t> scratch;
   if (spec.bf16 && !impl_->bf16_product) {
     // bf16 bits in, an f32 product on the same values.
-    widened.resize(static_cast<size_t>(rows * spec.lda));
+    const size_t need = static_cast<size_t>(rows * spec.lda);
+    if (widened.size() < need) widened.resize(need);
     const auto* bits = static_cast<const uint16_t*>(x);
     for (int64_t r = 0; r < rows; ++r) {
       ConvertToFloat(bits + r * spec.lda, DType::kBFloat16,
@@ -151,7 +155,9 @@ absl::Status PackedMatmul::Run(const void* x, int64_t rows, float* y) const {
     dnnl::memory dst(
         dnnl::memory::desc({rows, spec.n}, dt::f32, dims{spec.ldc, 1}),
         impl_->engine, y);
-    std::vector<uint8_t> scratch(impl_->scratch_md.get_size());
+    if (scratch.size() < impl_->scratch_md.get_size()) {
+      scratch.resize(impl_->scratch_md.get_size());
+    }
     dnnl::memory scratchpad(impl_->scratch_md, impl_->engine, scratch.data());
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_SRC, src},

@@ -196,16 +196,14 @@ void AttentionService::RecordAnswer(const v1::AttendRequest& request,
                                     Method method, grpc::StatusCode code,
                                     double seconds, int64_t request_bytes,
                                     int64_t response_bytes) {
-  metrics_->RecordRequest(method, code, seconds, request_bytes,
-                          response_bytes);
+  metrics_->RecordRequest(method, code, seconds, request_bytes, response_bytes);
 }
 
 void AttentionService::RecordAnswer(const v1::ModelRequest& request,
                                     Method method, grpc::StatusCode code,
                                     double seconds, int64_t request_bytes,
                                     int64_t response_bytes) {
-  metrics_->RecordRequest(method, code, seconds, request_bytes,
-                          response_bytes);
+  metrics_->RecordRequest(method, code, seconds, request_bytes, response_bytes);
   const HostedModel* model = options_.models == nullptr
                                  ? nullptr
                                  : options_.models->Find(request.model());
@@ -249,11 +247,10 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
                  absl::ToDoubleSeconds(absl::Now() - received), request_bytes,
                  response_bytes);
     Answered();
-    ATTNSERVE_LOG(LogLevel::kDebug, Rpc<Request>::kName,
-                  " id=", request->request_id(),
-                  " code=", grpc_status.error_code(),
-                  " bytes_in=", request_bytes, " bytes_out=", response_bytes,
-                  " ", status.message());
+    ATTNSERVE_LOG(
+        LogLevel::kDebug, Rpc<Request>::kName, " id=", request->request_id(),
+        " code=", grpc_status.error_code(), " bytes_in=", request_bytes,
+        " bytes_out=", response_bytes, " ", status.message());
     reactor->Finish(grpc_status);
   };
   const absl::Status admitted = Admit(*context);
@@ -399,12 +396,11 @@ class AttentionService::StreamReactor
       slot->response.set_error_message(std::string(status.message()));
     }
     slot->response.set_request_id(slot->request.request_id());
-    service_->RecordAnswer(
-        slot->request, Rpc<Request>::kStream,
-        static_cast<grpc::StatusCode>(status.code()),
-        absl::ToDoubleSeconds(absl::Now() - slot->received),
-        slot->request_bytes,
-        static_cast<int64_t>(slot->response.ByteSizeLong()));
+    service_->RecordAnswer(slot->request, Rpc<Request>::kStream,
+                           static_cast<grpc::StatusCode>(status.code()),
+                           absl::ToDoubleSeconds(absl::Now() - slot->received),
+                           slot->request_bytes,
+                           static_cast<int64_t>(slot->response.ByteSizeLong()));
     service_->Answered();
     bool destroy;
     Actions actions;

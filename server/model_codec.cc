@@ -19,9 +19,8 @@ absl::StatusOr<TensorView> DecodeStates(absl::string_view name, bool present,
                                         const v1::Tensor& tensor,
                                         int64_t d_model,
                                         std::optional<DType> hidden_dtype) {
-  const std::string axes =
-      absl::StrCat("[B, ", name == "hidden" ? "Lq" : "Lk",
-                   ", d_model = ", d_model, "]");
+  const std::string axes = absl::StrCat("[B, ", name == "hidden" ? "Lq" : "Lk",
+                                        ", d_model = ", d_model, "]");
   if (!present) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
@@ -36,19 +35,18 @@ absl::StatusOr<TensorView> DecodeStates(absl::string_view name, bool present,
         ": BOOL is not supported (expected FLOAT32, BFLOAT16 or FLOAT16)"));
   }
   if (hidden_dtype && dtype != *hidden_dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dtype_field, ": ", WireDTypeName(tensor.dtype()),
-        " differs from hidden.dtype ",
-        WireDTypeName(ToWireDType(*hidden_dtype))));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dtype_field, ": ", WireDTypeName(tensor.dtype()),
+                     " differs from hidden.dtype ",
+                     WireDTypeName(ToWireDType(*hidden_dtype))));
   }
   ASSIGN_OR_RETURN(
       const TensorView view,
       TensorViewFromBytes(name, tensor.data().data(), tensor.data().size(),
                           dtype, ShapeOf(tensor)));
   if (view.rank != 3 || view.shape[2] != d_model) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ".shape: expected ", axes, ", got ",
-                     ShapeString(view.dims())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".shape: expected ", axes, ", got ", ShapeString(view.dims())));
   }
   return view;
 }
@@ -74,8 +72,9 @@ absl::Status DecodePositions(const v1::Tensor& tensor, int64_t batch,
   }
   positions->resize(count);
   // Copied: the wire's bytes need not be aligned for int32.
-  if (count > 0) std::memcpy(positions->data(), tensor.data().data(),
-                             count * sizeof(int32_t));
+  if (count > 0)
+    std::memcpy(positions->data(), tensor.data().data(),
+                count * sizeof(int32_t));
   return absl::OkStatus();
 }
 
@@ -84,16 +83,21 @@ absl::Status DecodePositions(const v1::Tensor& tensor, int64_t batch,
 absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
     const v1::ModelRequest& request, const ModelRegistry& registry,
     const AttentionEngine& validator, const RequestLimits& limits) {
+  const std::string hosted =
+      registry.models().empty()
+          ? std::string(
+                "this server hosts no models: start it with "
+                "--model_repository")
+          : absl::StrCat("this server hosts: ", registry.NameList());
   if (request.model().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model: missing (this server hosts: ", registry.NameList(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: missing (", hosted, ")"));
   }
   DecodedModelRequest decoded;
   decoded.model = registry.Find(request.model());
   if (decoded.model == nullptr) {
     return absl::NotFoundError(absl::StrCat(
-        "model: \"", request.model(), "\" is not hosted here (this server hosts: ",
-        registry.NameList(), ")"));
+        "model: \"", request.model(), "\" is not hosted here (", hosted, ")"));
   }
   const model::AttentionLayer& layer = *decoded.model->layer;
   const int64_t d_model = layer.config().d_model;

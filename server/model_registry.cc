@@ -16,9 +16,9 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Create(
     absl::StatusOr<std::unique_ptr<model::AttentionLayer>> layer =
         model::AttentionLayer::Create(loaded.config, loaded.weights);
     if (!layer.ok()) {
-      return absl::Status(layer.status().code(),
-                          absl::StrCat("model ", loaded.name, ": ",
-                                       layer.status().message()));
+      return absl::Status(
+          layer.status().code(),
+          absl::StrCat("model ", loaded.name, ": ", layer.status().message()));
     }
     HostedModel hosted;
     hosted.name = loaded.name;

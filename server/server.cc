@@ -17,11 +17,11 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "model/model_repository.h"
 #include "server/attention_service.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
-#include "model/model_repository.h"
 
 #ifndef ATTNSERVE_VERSION
 #define ATTNSERVE_VERSION "dev"
@@ -137,8 +137,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     }
     repository = *std::move(loaded);
     for (const std::string& skipped : repository.skipped) {
-      ATTNSERVE_LOG(LogLevel::kWarning, "model skipped (--skip_bad_models): ",
-                    skipped);
+      ATTNSERVE_LOG(LogLevel::kWarning,
+                    "model skipped (--skip_bad_models): ", skipped);
     }
   }
   ASSIGN_OR_RETURN(impl->models, ModelRegistry::Create(repository));
@@ -227,8 +227,7 @@ std::string AttnServer::ConfigSummary() const {
       " shutdown_grace=", absl::FormatDuration(o.shutdown_grace), " tls=",
       o.tls_cert_file.empty() ? "off"
                               : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
-      " auth=", o.auth_token_file.empty() ? "off" : "bearer",
-      " models=",
+      " auth=", o.auth_token_file.empty() ? "off" : "bearer", " models=",
       impl_->models->models().empty()
           ? std::string("none")
           : absl::StrJoin(impl_->models->names(), ","),

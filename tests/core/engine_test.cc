@@ -301,7 +301,8 @@ INSTANTIATE_TEST_SUITE_P(
                           MaskKind::kAll),
         ::testing::Values(KernelPath::kFlash, KernelPath::kMaterialized,
                           KernelPath::kDecode),
-        ::testing::Values(Isa::kAvx512, Isa::kAvx2), ::testing::Bool()),
+        ::testing::ValuesIn(::attnserve::testing::MachineIsas()),
+        ::testing::Bool()),
     [](const ::testing::TestParamInfo<MaskParam>& info) {
       const MaskParam& p = info.param;
       return absl::StrCat(DTypeLabel(std::get<0>(p)),

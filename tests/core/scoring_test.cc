@@ -18,12 +18,9 @@ using ::testing::HasSubstr;
 
 // The ISAs this machine (and this run's cap) can use.
 std::vector<Isa> Isas() {
-  std::vector<Isa> isas = {Isa::kAvx2};
-  EngineOptions options;
-  options.max_isa = Isa::kAvx512;
-  if (CapIsa(Isa::kAvx512) == Isa::kAvx512 &&
-      AttentionEngine::Create(options).ok()) {
-    isas.push_back(Isa::kAvx512);
+  std::vector<Isa> isas;
+  for (Isa isa : ::attnserve::testing::MachineIsas()) {
+    if (CapIsa(isa) == isa) isas.push_back(isa);
   }
   return isas;
 }

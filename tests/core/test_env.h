@@ -1,6 +1,8 @@
 #ifndef ATTNSERVE_TESTS_CORE_TEST_ENV_H_
 #define ATTNSERVE_TESTS_CORE_TEST_ENV_H_
 
+#include <vector>
+
 #include "core/attention.h"
 
 namespace attnserve::testing {
@@ -12,6 +14,12 @@ Isa MaxTestIsa();
 
 // `isa` limited by MaxTestIsa().
 Isa CapIsa(Isa isa);
+
+// The ISA paths this CPU has, best first: {kAvx512, kAvx2} or {kAvx2}. Cheap
+// (cpuid only), so parameterized suites can list their ISAs with it at
+// registration: a machine without AVX-512 has no AVX-512 cases rather than
+// failing cases.
+std::vector<Isa> MachineIsas();
 
 }  // namespace attnserve::testing
 

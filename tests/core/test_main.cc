@@ -13,6 +13,12 @@ Isa MaxTestIsa() { return g_max_isa; }
 
 Isa CapIsa(Isa isa) { return g_max_isa == Isa::kAvx2 ? Isa::kAvx2 : isa; }
 
+std::vector<Isa> MachineIsas() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return {Isa::kAvx512, Isa::kAvx2};
+  return {Isa::kAvx2};
+}
+
 }  // namespace attnserve::testing
 
 int main(int argc, char** argv) {

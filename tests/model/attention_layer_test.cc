@@ -116,10 +116,8 @@ std::vector<LayerCase> LayerCases() {
   return cases;
 }
 
-struct MaskCase {
-  std::string name;
-  bool cross;
-};
+// gtest prints parameters in test names and failures; the name says it all.
+void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
 
 class LayerTest : public ::testing::TestWithParam<LayerCase> {
  protected:

@@ -288,7 +288,7 @@ TEST(ModelConfigTest, DimensionsOutOfRange) {
       ParseError(R"({"d_model": 100000000000000000000, "num_heads": 4})"),
       StatusIs(kInvalid, HasSubstr("key \"d_model\": expected an integer, got "
                                    "a number")));
-  EXPECT_TRUE(ParseModelConfig(R"({"d_model": 65536, "num_heads": 1})").ok());
+  EXPECT_TRUE(ParseModelConfig(R"({"d_model": 65536, "num_heads": 256})").ok());
 }
 
 TEST(ModelConfigTest, KvHeadsMustDivideHeads) {
@@ -307,6 +307,19 @@ TEST(ModelConfigTest, DModelMustBeAMultipleOfHeadsWithoutHeadDim) {
       ParseError(R"({"d_model": 65, "num_heads": 4})"),
       StatusIs(kInvalid, HasSubstr("key \"num_heads\": d_model 65 is not a "
                                    "multiple of num_heads 4 (set head_dim")));
+}
+
+// Regression: head_dim 512 loaded, then every call failed in the kernel with
+// a message about a "query" the caller never sent.
+TEST(ModelConfigTest, HeadDimAboveTheKernelsLimitIsRefused) {
+  EXPECT_THAT(
+      ParseError(R"({"d_model": 1024, "num_heads": 2})"),
+      StatusIs(kInvalid, HasSubstr("key \"head_dim\": head_dim 512 "
+                                   "(d_model / num_heads unless set) is above "
+                                   "256")));
+  EXPECT_THAT(ParseError(R"({"d_model": 64, "num_heads": 2, "head_dim": 257})"),
+              StatusIs(kInvalid, HasSubstr("head_dim 257")));
+  EXPECT_TRUE(ParseModelConfig(R"({"d_model": 512, "num_heads": 2})").ok());
 }
 
 TEST(ModelConfigTest, RopeNeedsAnEvenHeadDim) {

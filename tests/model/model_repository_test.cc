@@ -55,6 +55,7 @@ TEST_F(ModelRepositoryTest, LoadsEveryModelSortedByName) {
   WriteModel("enc", kEncConfig);
   WriteModel("a-small.v2", kSmallConfig);
   dir_.Write("README.md", "files at the top level are ignored");
+  dir_.Write(".git/config", "hidden folders too");
   absl::StatusOr<RepositoryContents> contents =
       LoadModelRepository(dir_.path(), false);
   ASSERT_TRUE(contents.ok()) << contents.status();

@@ -847,7 +847,8 @@ TEST(E2eReflectionTest, ListsServicesAndDescribesTheApi) {
         methods.push_back(method.name());
       }
       EXPECT_THAT(methods, ::testing::UnorderedElementsAre(
-                               "Attend", "AttendStream", "GetServerInfo"));
+                               "Attend", "AttendStream", "GetServerInfo",
+                               "AttendModel", "AttendModelStream"));
     }
   }
   EXPECT_EQ(found, 1);

@@ -140,7 +140,8 @@ std::optional<double> Value(const Scrape& scrape, const std::string& name,
 class MetricsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    metrics_ = new Metrics(BuildInfo{"1.2.3", "2.6.3", "avx512"});
+    metrics_ =
+        new Metrics(BuildInfo{"1.2.3", "2.6.3", "avx512"}, {"enc", "dec"});
     absl::StatusOr<int> port = metrics_->Expose("127.0.0.1:0");
     ASSERT_TRUE(port.ok()) << port.status();
     port_ = *port;
@@ -207,7 +208,8 @@ TEST_F(MetricsTest, ExposesEveryFamilyWithHelpAndType) {
 
 TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
   const Scrape scrape = Get();
-  for (const char* method : {"Attend", "AttendStream", "GetServerInfo"}) {
+  for (const char* method : {"Attend", "AttendStream", "GetServerInfo",
+                             "AttendModel", "AttendModelStream"}) {
     for (const char* code :
          {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
           "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
@@ -237,7 +239,50 @@ TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
   for (const Line& line : scrape) {
     requests_series += line.name == "attnserve_requests_total";
   }
-  EXPECT_EQ(requests_series, 3 * 17);
+  EXPECT_EQ(requests_series, 5 * 17);
+  int model_series = 0;
+  for (const Line& line : scrape) {
+    model_series += line.name == "attnserve_model_requests_total";
+  }
+  EXPECT_EQ(model_series, 2 * 17);
+  for (const char* model : {"enc", "dec"}) {
+    EXPECT_NE(Value(scrape, "attnserve_model_request_duration_seconds_count",
+                    {{"model", model}}),
+              std::nullopt);
+    EXPECT_NE(Value(scrape, "attnserve_model_compute_duration_seconds_count",
+                    {{"model", model}}),
+              std::nullopt);
+  }
+}
+
+TEST_F(MetricsTest, CountsModelRequestsAndComputeByModel) {
+  const Scrape before = Get();
+  metrics_->RecordModelRequest(1, grpc::StatusCode::OK, 0.01);
+  metrics_->RecordModelRequest(1, grpc::StatusCode::NOT_FOUND, 0.001);
+  metrics_->RecordModelRequest(0, grpc::StatusCode::OK, 0.02);
+  // An index outside the models records nothing rather than crash.
+  metrics_->RecordModelRequest(7, grpc::StatusCode::OK, 0.02);
+  metrics_->RecordModelCompute(0, 0.005, 1e6);
+  const Scrape after = Get();
+  EXPECT_THAT(Delta(before, after, "attnserve_model_requests_total",
+                    {{"model", "dec"}, {"code", "OK"}}),
+              Optional(1.0));
+  EXPECT_THAT(Delta(before, after, "attnserve_model_requests_total",
+                    {{"model", "dec"}, {"code", "NOT_FOUND"}}),
+              Optional(1.0));
+  EXPECT_THAT(Delta(before, after, "attnserve_model_requests_total",
+                    {{"model", "enc"}, {"code", "OK"}}),
+              Optional(1.0));
+  EXPECT_THAT(
+      Delta(before, after, "attnserve_model_request_duration_seconds_sum",
+            {{"model", "dec"}}),
+      Optional(DoubleNear(0.011, 1e-9)));
+  EXPECT_THAT(
+      Delta(before, after, "attnserve_model_compute_duration_seconds_count",
+            {{"model", "enc"}}),
+      Optional(1.0));
+  EXPECT_THAT(Delta(before, after, "attnserve_attention_flops_total"),
+              Optional(1e6));
 }
 
 TEST_F(MetricsTest, CountsRequestsByMethodAndCodeWithBytes) {
