@@ -91,6 +91,11 @@ absl::Status CheckDims(const HeatmapOptions& options, const Dims& dims) {
                        ": a heatmap needs at least one row and column"));
     }
   }
+  if (dims.heads < 1 || dims.batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "B = ", dims.batch, ", Hq = ", dims.heads,
+        ": a heatmap needs at least one batch element and one head"));
+  }
   if (options.batch_index >= dims.batch) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--batch_index=", options.batch_index,

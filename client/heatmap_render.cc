@@ -252,12 +252,31 @@ namespace {
 
 // The characters of a label for a terminal: control characters (and bytes
 // that are not UTF-8) as '?'.
+// The code point of a well-formed UTF-8 character of 2 to 4 bytes.
+uint32_t CodePoint(absl::string_view c) {
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(c[i]); };
+  if (c.size() == 2) return (byte(0) & 0x1Fu) << 6 | (byte(1) & 0x3Fu);
+  if (c.size() == 3) {
+    return (byte(0) & 0x0Fu) << 12 | (byte(1) & 0x3Fu) << 6 | (byte(2) & 0x3Fu);
+  }
+  return (byte(0) & 0x07u) << 18 | (byte(1) & 0x3Fu) << 12 |
+         (byte(2) & 0x3Fu) << 6 | (byte(3) & 0x3Fu);
+}
+
+// Characters a terminal acts on rather than prints: C1 controls (U+009B is an
+// 8-bit CSI) and the bidirectional overrides and isolates.
+bool IsTerminalControl(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || cp == 0x200E || cp == 0x200F ||
+         (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
 std::vector<std::string> TerminalChars(absl::string_view label) {
   std::vector<std::string> chars;
   for (absl::string_view c : SplitUtf8(label)) {
     const bool control = c.size() == 1 && !IsPrintableAscii(c);
     const bool stray = c.size() == 1 && static_cast<uint8_t>(c[0]) >= 0x80;
-    chars.push_back(control || stray ? "?" : std::string(c));
+    const bool acts = c.size() > 1 && IsTerminalControl(CodePoint(c));
+    chars.push_back(control || stray || acts ? "?" : std::string(c));
   }
   return chars;
 }

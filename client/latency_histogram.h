@@ -3,7 +3,7 @@
 
 // A fine-grained, fixed-size latency histogram for attnctl bench: log-linear
 // buckets (128 per power of two, so any recorded value is reported within
-// 0.8 % of itself) from 1 ns to about 18 minutes, with the exact count, sum,
+// 0.8 % of itself) from 1 ns to about 36 minutes, with the exact count, sum,
 // minimum and maximum. Recording is O(1) and allocation-free.
 
 #include <array>

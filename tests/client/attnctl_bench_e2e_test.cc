@@ -150,14 +150,16 @@ TEST_F(AttnctlBenchTest, WarmupRequestsAreSentButNotCounted) {
 
 TEST_F(AttnctlBenchTest, OpenLoopReachesItsRate) {
   const CommandResult r =
-      Bench({"--rate=50", "--duration=2s", "--output_format=json"});
+      Bench({"--rate=50", "--duration=3s", "--output_format=json"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const Json j = ParseJson(r);
   ExpectConsistent(j);
   EXPECT_EQ(j["mode"], "open_loop");
   EXPECT_EQ(j["arrival"], "constant");
-  // Sends at 0, 20, ..., 1980 ms.
-  EXPECT_EQ(j["requests"], 100);
+  // Sends at 0, 20, ..., 2980 ms: the schedule itself.
+  EXPECT_EQ(j["requests"], 150);
+  // The rate reached, within 10 %: the answers kept up with the schedule
+  // (throughput counts to the last answer, so a slow tail lowers it).
   EXPECT_NEAR(j["throughput_rps"].get<double>(), 50, 5);
 }
 

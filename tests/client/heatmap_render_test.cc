@@ -466,6 +466,12 @@ TEST(HeatmapTextTest, IndicesWithoutLabelsAndOddCharacters) {
   heatmap.key_labels = {"x"};
   EXPECT_THAT(RenderHeatmapText(heatmap, false),
               HasSubstr("\na?b\xC3\xA9 |!!|\n"));
+  // Characters a terminal would act on: U+009B (8-bit CSI) and U+202E
+  // (right-to-left override) print as '?'.
+  heatmap.query_labels = {
+      "c\xC2\x9B"
+      "2Jd\xE2\x80\xAE"};
+  EXPECT_THAT(RenderHeatmapText(heatmap, false), HasSubstr("\nc?2Jd? |!!|\n"));
 }
 
 TEST(HeatmapTextTest, AnsiColourUsesTheScale) {
