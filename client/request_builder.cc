@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "client/wire_names.h"
 #include "client/wire_tensor.h"
 #include "core/convert.h"
@@ -29,14 +30,14 @@ int64_t CheckedMul(int64_t a, int64_t b) {
 
 using Shape = std::array<int64_t, 4>;
 
-int64_t Product(const Shape& dims) {
+int64_t Product(absl::Span<const int64_t> dims) {
   int64_t n = 1;
   for (int64_t d : dims) n = CheckedMul(n, d);
   return n;
 }
 
-void SetRandom(v1::DataType dtype, const Shape& shape, uint64_t seed,
-               uint64_t stream, v1::Tensor* tensor) {
+void SetRandom(v1::DataType dtype, absl::Span<const int64_t> shape,
+               uint64_t seed, uint64_t stream, v1::Tensor* tensor) {
   tensor->set_dtype(dtype);
   tensor->clear_shape();
   for (int64_t d : shape) tensor->add_shape(d);
@@ -111,7 +112,17 @@ void FillRandomInputs(const RandomInputs& inputs, v1::Layout layout,
 
 void ApplyCallOptions(const CallOptions& options, v1::AttendRequest* request) {
   request->set_layout(options.layout);
-  v1::Mask* mask = request->mutable_mask();
+  ApplyMaskOptions(options, request->mutable_mask());
+  if (options.scale) {
+    request->set_scale(*options.scale);
+  } else {
+    request->clear_scale();
+  }
+  request->set_return_weights(options.return_weights);
+  request->set_output_dtype(options.output_dtype);
+}
+
+void ApplyMaskOptions(const CallOptions& options, v1::Mask* mask) {
   mask->set_causal(options.causal);
   mask->set_alignment(options.alignment);
   if (options.window_left) {
@@ -126,13 +137,105 @@ void ApplyCallOptions(const CallOptions& options, v1::AttendRequest* request) {
   }
   mask->mutable_key_lengths()->Assign(options.key_lengths.begin(),
                                       options.key_lengths.end());
-  if (options.scale) {
-    request->set_scale(*options.scale);
-  } else {
-    request->clear_scale();
+}
+
+int64_t ModelInputBytes(const RandomInputs& inputs, const ModelSpec& model,
+                        int64_t d_model) {
+  const int64_t rows =
+      inputs.q_len < 0 || model.memory_len < 0 ||
+              model.memory_len >
+                  std::numeric_limits<int64_t>::max() - inputs.q_len
+          ? -1
+          : inputs.q_len + model.memory_len;
+  return CheckedMul(Product({inputs.batch, rows, d_model}),
+                    DataTypeSize(inputs.dtype));
+}
+
+absl::Status ValidateModelSpec(const RandomInputs& inputs,
+                               const ModelSpec& model) {
+  const std::pair<const char*, int64_t> dims[] = {
+      {"batch", inputs.batch},
+      {"lq", inputs.q_len},
+      {"memory_len", model.memory_len}};
+  for (const auto& [flag, value] : dims) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be >= 0, got ", value));
+    }
   }
-  request->set_return_weights(options.return_weights);
-  request->set_output_dtype(options.output_dtype);
+  if (inputs.dtype != v1::FLOAT32 && inputs.dtype != v1::BFLOAT16 &&
+      inputs.dtype != v1::FLOAT16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden states must be f32, bf16 or f16, not ",
+                     DataTypeName(inputs.dtype)));
+  }
+  if (model.position_offset) {
+    const int64_t offset = *model.position_offset;
+    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+    if (offset < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--position_offset must be >= 0 (or -1 for none), got ", offset));
+    }
+    if (inputs.q_len > 0 && offset > kMax - (inputs.q_len - 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--position_offset ", offset, " with --lq ", inputs.q_len,
+          " gives positions beyond ", kMax, " (INT32)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateModelInputBytes(const RandomInputs& inputs,
+                                     const ModelSpec& model, int64_t d_model,
+                                     int64_t max_bytes) {
+  const int64_t bytes = ModelInputBytes(inputs, model, d_model);
+  if (bytes < 0 || bytes > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        model.memory_len > 0 ? "hidden states and memory" : "hidden states",
+        " would take ",
+        bytes < 0 ? std::string("more than 2^63") : absl::StrCat(bytes),
+        " bytes, above --max_message_bytes = ", max_bytes));
+  }
+  return absl::OkStatus();
+}
+
+void FillModelRequest(const RandomInputs& inputs, const ModelSpec& model,
+                      int64_t d_model, const CallOptions& call,
+                      v1::ModelRequest* request) {
+  request->set_model(model.name);
+  SetRandom(inputs.dtype, {inputs.batch, inputs.q_len, d_model}, inputs.seed, 0,
+            request->mutable_hidden());
+  if (model.memory_len > 0) {
+    SetRandom(inputs.dtype, {inputs.batch, model.memory_len, d_model},
+              inputs.seed, 1, request->mutable_memory());
+  } else {
+    request->clear_memory();
+  }
+  if (model.position_offset) {
+    v1::Tensor* positions = request->mutable_positions();
+    positions->set_dtype(v1::INT32);
+    positions->clear_shape();
+    positions->add_shape(inputs.batch);
+    positions->add_shape(inputs.q_len);
+    std::string& data = *positions->mutable_data();
+    data.resize(static_cast<size_t>(inputs.batch * inputs.q_len) *
+                sizeof(int32_t));
+    for (int64_t b = 0; b < inputs.batch; ++b) {
+      for (int64_t i = 0; i < inputs.q_len; ++i) {
+        const auto value = static_cast<uint32_t>(*model.position_offset + i);
+        // Little-endian, as the wire says, whatever the host's order.
+        char* p = &data[static_cast<size_t>((b * inputs.q_len + i) * 4)];
+        for (int byte = 0; byte < 4; ++byte) {
+          p[byte] = static_cast<char>((value >> (8 * byte)) & 0xff);
+        }
+      }
+    }
+  } else {
+    request->clear_positions();
+  }
+  ApplyMaskOptions(call, request->mutable_mask());
+  request->set_return_weights(call.return_weights);
+  request->set_output_dtype(call.output_dtype);
 }
 
 std::string UniformBytes(v1::DataType dtype, int64_t count, uint64_t seed,

@@ -1,9 +1,10 @@
 #ifndef ATTNSERVE_CLIENT_REQUEST_BUILDER_H_
 #define ATTNSERVE_CLIENT_REQUEST_BUILDER_H_
 
-// Builds AttendRequests from a plain description: random inputs of a given
-// shape, and the call's options (layout, mask, scale, weights, output dtype).
-// Shared by the subcommands that send requests (infer; bench and heatmap).
+// Builds AttendRequests and ModelRequests from a plain description: random
+// inputs of a given shape, and the call's options (layout, mask, scale,
+// weights, output dtype). Shared by the subcommands that send requests (infer;
+// bench and heatmap).
 
 #include <cstdint>
 #include <optional>
@@ -56,6 +57,21 @@ struct RequestSpec {
   CallOptions call;
 };
 
+// A call of a hosted model (ModelRequest) instead of Attend. Its random hidden
+// states take batch, q_len, dtype and seed from RandomInputs (the other
+// dimensions are the model's), and its mask, weights flag and output dtype
+// from CallOptions (layout and scale do not apply).
+struct ModelSpec {
+  // The model's name; empty (default) = no model (Attend calls).
+  std::string name;
+  // Cross-attention: random memory [B, memory_len, d_model], Lk = memory_len.
+  // 0 (default) = self-attention (no memory, Lk = Lq).
+  int64_t memory_len = 0;
+  // Sends positions [B, Lq] = offset, ..., offset + Lq - 1 in every row.
+  // Unset (default) = none sent (the server's 0..Lq-1).
+  std::optional<int64_t> position_offset;
+};
+
 // `inputs` with its zero defaults replaced by the dimensions they stand for.
 RandomInputs ResolveDefaults(const RandomInputs& inputs);
 
@@ -76,6 +92,36 @@ void FillRandomInputs(const RandomInputs& inputs, v1::Layout layout,
 // Sets the layout, mask parts (leaving explicit_mask alone), scale, weights
 // flag and output dtype of `request`.
 void ApplyCallOptions(const CallOptions& options, v1::AttendRequest* request);
+
+// Sets the mask parts of `options` (causal, alignment, window, key lengths)
+// on `mask`, leaving explicit_mask alone.
+void ApplyMaskOptions(const CallOptions& options, v1::Mask* mask);
+
+// Hidden + memory bytes of a model call, or -1 when that overflows.
+int64_t ModelInputBytes(const RandomInputs& inputs, const ModelSpec& model,
+                        int64_t d_model);
+
+// InvalidArgument (a usage error) for a negative batch, --lq or --memory_len,
+// a non-float dtype, a negative position offset or positions beyond INT32.
+// Everything else the server checks. Needs no server: call it before asking
+// for the model.
+absl::Status ValidateModelSpec(const RandomInputs& inputs,
+                               const ModelSpec& model);
+
+// InvalidArgument (a usage error) when the hidden states and memory of `model`
+// with `d_model` would exceed `max_bytes` (the client's message limit).
+absl::Status ValidateModelInputBytes(const RandomInputs& inputs,
+                                     const ModelSpec& model, int64_t d_model,
+                                     int64_t max_bytes);
+
+// Fills `request` for a model with `d_model`: the name, random hidden [B, Lq,
+// d_model] (stream 0 of inputs.seed) and memory [B, memory_len, d_model]
+// (stream 1) when memory_len > 0, positions when an offset is set, the mask
+// parts (leaving explicit_mask alone), weights flag and output dtype of
+// `call`. `inputs` and `model` must be valid.
+void FillModelRequest(const RandomInputs& inputs, const ModelSpec& model,
+                      int64_t d_model, const CallOptions& call,
+                      v1::ModelRequest* request);
 
 // `count` values uniform in [-1, 1) as `dtype` (a float dtype), from a
 // counter-based generator: value i depends only on (seed, stream, i).

@@ -123,6 +123,89 @@ TEST(ApplyCallOptionsTest, SetsAndClearsEveryField) {
   EXPECT_EQ(request.output_dtype(), v1::DATA_TYPE_UNSPECIFIED);
 }
 
+TEST(FillModelRequestTest, HiddenMemoryPositionsAndCallOptions) {
+  RandomInputs random;
+  random.batch = 2;
+  random.q_len = 3;
+  random.dtype = v1::BFLOAT16;
+  random.seed = 5;
+  ModelSpec model;
+  model.name = "mha_post";
+  model.memory_len = 4;
+  model.position_offset = 7;
+  CallOptions call;
+  call.causal = true;
+  call.key_lengths = {2, 4};
+  call.return_weights = true;
+  call.output_dtype = v1::FLOAT32;
+  v1::ModelRequest request;
+  FillModelRequest(random, model, 64, call, &request);
+  EXPECT_EQ(request.model(), "mha_post");
+  EXPECT_EQ(request.hidden().dtype(), v1::BFLOAT16);
+  EXPECT_THAT(Shape(request.hidden()), ElementsAre(2, 3, 64));
+  EXPECT_EQ(request.hidden().data(),
+            UniformBytes(v1::BFLOAT16, 2 * 3 * 64, 5, 0));
+  ASSERT_TRUE(request.has_memory());
+  EXPECT_THAT(Shape(request.memory()), ElementsAre(2, 4, 64));
+  EXPECT_EQ(request.memory().data(),
+            UniformBytes(v1::BFLOAT16, 2 * 4 * 64, 5, 1));
+  ASSERT_TRUE(request.has_positions());
+  EXPECT_EQ(request.positions().dtype(), v1::INT32);
+  EXPECT_THAT(Shape(request.positions()), ElementsAre(2, 3));
+  // 7, 8, 9 in each row, little-endian int32.
+  const std::string row("\x07\0\0\0\x08\0\0\0\x09\0\0\0", 12);
+  EXPECT_EQ(request.positions().data(), row + row);
+  EXPECT_TRUE(request.mask().causal());
+  EXPECT_THAT(request.mask().key_lengths(), ElementsAre(2, 4));
+  EXPECT_TRUE(request.return_weights());
+  EXPECT_EQ(request.output_dtype(), v1::FLOAT32);
+
+  // Self-attention without positions: neither is sent.
+  model.memory_len = 0;
+  model.position_offset.reset();
+  FillModelRequest(random, model, 64, CallOptions(), &request);
+  EXPECT_FALSE(request.has_memory());
+  EXPECT_FALSE(request.has_positions());
+  EXPECT_FALSE(request.mask().causal());
+  EXPECT_FALSE(request.return_weights());
+}
+
+TEST(ValidateModelSpecTest, NamesTheFlag) {
+  RandomInputs random;
+  ModelSpec model;
+  model.name = "m";
+  EXPECT_TRUE(ValidateModelSpec(random, model).ok());
+  model.memory_len = -1;
+  EXPECT_THAT(ValidateModelSpec(random, model),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--memory_len must be >= 0, got -1")));
+  model.memory_len = 0;
+  random.q_len = 10;
+  model.position_offset = int64_t{2147483647} - 9;
+  EXPECT_TRUE(ValidateModelSpec(random, model).ok());
+  model.position_offset = int64_t{2147483647} - 8;
+  EXPECT_THAT(ValidateModelSpec(random, model),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--position_offset 2147483639 with --lq 10 "
+                                 "gives positions beyond 2147483647")));
+}
+
+TEST(ValidateModelInputBytesTest, CountsHiddenAndMemory) {
+  RandomInputs random;
+  random.batch = 2;
+  random.q_len = 3;
+  ModelSpec model;
+  model.memory_len = 5;
+  EXPECT_EQ(ModelInputBytes(random, model, 64), 2 * 8 * 64 * 4);
+  EXPECT_TRUE(ValidateModelInputBytes(random, model, 64, 4096).ok());
+  EXPECT_THAT(ValidateModelInputBytes(random, model, 64, 4095),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("hidden states and memory would take 4096 "
+                                 "bytes, above --max_message_bytes = 4095")));
+  model.memory_len = int64_t{1} << 62;
+  EXPECT_EQ(ModelInputBytes(random, model, 64), -1);
+}
+
 TEST(WireTensorTest, ConvertsFromAndToNpy) {
   NpyArray array{NpyDType::kUInt8, {2, 2}, std::string("\x00\x02\x01\x00", 4)};
   v1::Tensor mask = TensorFromNpy(array);
