@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "client/hosted_model.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/text_format.h"
 
@@ -26,6 +27,11 @@ std::string FormatServerInfo(const v1::ServerInfo& info) {
                                                             &value);
     }
     absl::StrAppend(&text, field->name(), ": ", value, "\n");
+  }
+  absl::StrAppend(&text, "models: ", info.models_size(), "\n");
+  for (const v1::ModelInfo& model : info.models()) {
+    absl::StrAppend(&text, "  ", model.name(), ": ", ModelShapeText(model),
+                    "\n    config: ", model.config_json(), "\n");
   }
   return text;
 }

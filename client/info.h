@@ -11,7 +11,9 @@
 
 namespace attnserve::client {
 
-// Every field of `info`, one "name: value" line each, in the proto's order.
+// Every field of `info`, one "name: value" line each, in the proto's order,
+// then "models: N" and for each model "  NAME: d_model D, heads Hq/Hkv,
+// head_dim hd" and "    config: {...}" (the config JSON on one line).
 std::string FormatServerInfo(const v1::ServerInfo& info);
 
 // Prints each target's ServerInfo to `out` (preceded by "target: <target>"

@@ -17,7 +17,7 @@ int InfoMain(absl::Span<char* const> args) {
         "attnctl info [flags]",
         "Prints the server's version, oneDNN version, ISA, workers and "
         "limits\n(AttentionService/GetServerInfo), one \"key: value\" line "
-        "each.",
+        "each, then its\nhosted models: name, sizes and config JSON.",
         groups);
     return kExitOk;
   }
