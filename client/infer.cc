@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "client/check.h"
+#include "client/hosted_model.h"
 #include "client/input_files.h"
 #include "client/npy.h"
 #include "client/wire_names.h"
@@ -73,10 +74,113 @@ absl::Status SaveTensor(const std::string& path, const v1::Tensor& tensor) {
   return WriteNpyFile(path, *array);
 }
 
+// Writes --out and --weights_out, printing a "wrote" line for each.
+ExitCode SaveOutputs(const InferOptions& options,
+                     const v1::AttendResponse& response, std::ostream& out,
+                     std::ostream& err) {
+  const std::pair<const std::string*, const v1::Tensor*> saves[] = {
+      {&options.output_file, &response.output()},
+      {&options.weights_file, &response.weights()}};
+  for (const auto& [path, tensor] : saves) {
+    if (path->empty()) continue;
+    const absl::Status saved = SaveTensor(*path, *tensor);
+    if (!saved.ok()) return Fail(err, saved, kExitFileError);
+    out << absl::StrFormat("%-8s %s\n", "wrote", *path);
+  }
+  return kExitOk;
+}
+
+void PrintModelRequest(const v1::ModelInfo& model,
+                       const v1::ModelRequest& request, std::ostream& out) {
+  out << absl::StrFormat("%-8s %s: %s\n", "model", model.name(),
+                         ModelSummary(model));
+  PrintTensorLine("hidden", request.hidden(), false, out);
+  if (request.has_memory()) {
+    PrintTensorLine("memory", request.memory(), false, out);
+  } else {
+    out << absl::StrFormat("%-8s none (self-attention)\n", "memory");
+  }
+  out << absl::StrFormat("%-8s %s\n", "position",
+                         request.has_positions()
+                             ? PositionsText(request.positions())
+                             : std::string("default (0..Lq-1)"));
+  out << absl::StrFormat("%-8s %s\n", "mask", MaskText(request.mask()));
+}
+
+ExitCode RunModelInfer(const InferOptions& options, std::ostream& out,
+                       std::ostream& err) {
+  if (!options.query_file.empty() || !options.key_file.empty() ||
+      !options.value_file.empty()) {
+    return Fail(err,
+                absl::InvalidArgumentError(
+                    "--q, --k and --v do not apply with --model: its inputs "
+                    "are random hidden states"),
+                kExitUsage);
+  }
+  if (options.check) {
+    return Fail(err,
+                absl::InvalidArgumentError(
+                    "--check is not available with --model: the client does "
+                    "not have the model's weights to recompute the layer"),
+                kExitUsage);
+  }
+  const RandomInputs& random = options.spec.random;
+  if (const absl::Status valid = ValidateModelSpec(random, options.model);
+      !valid.ok()) {
+    return Fail(err, valid, kExitUsage);
+  }
+  CallOptions call = options.spec.call;
+  if (!options.weights_file.empty()) call.return_weights = true;
+  v1::ModelRequest request;
+  request.set_request_id(options.request_id);
+  if (!options.mask_file.empty()) {
+    const absl::Status status = LoadMaskFile(
+        options.mask_file, request.mutable_mask()->mutable_explicit_mask());
+    if (!status.ok()) return Fail(err, status, kExitFileError);
+  }
+
+  auto channels = CreateChannels(options.connection);
+  if (!channels.ok()) return Fail(err, channels.status(), kExitFileError);
+  const absl::Duration connect =
+      ConnectChannel(*channels->front(), options.connection.timeout);
+  v1::ServerInfo server;
+  v1::ModelInfo model;
+  if (const grpc::Status found =
+          LookUpModel(channels->front(), options.connection, options.model.name,
+                      &server, &model);
+      !found.ok()) {
+    err << RpcErrorLine(found) << "\n";
+    return kExitRpcFailed;
+  }
+  if (const absl::Status fits =
+          ValidateModelInputBytes(random, options.model, model.d_model(),
+                                  options.connection.max_message_bytes);
+      !fits.ok()) {
+    return Fail(err, fits, kExitUsage);
+  }
+  FillModelRequest(random, options.model, model.d_model(), call, &request);
+  PrintModelRequest(model, request, out);
+
+  auto stub = v1::AttentionService::NewStub(channels->front());
+  grpc::ClientContext context;
+  PrepareContext(options.connection, &context);
+  v1::AttendResponse response;
+  const absl::Time start = absl::Now();
+  const grpc::Status status = stub->AttendModel(&context, request, &response);
+  const absl::Duration round_trip = absl::Now() - start;
+  if (!status.ok()) {
+    err << RpcErrorLine(status) << "\n";
+    return kExitRpcFailed;
+  }
+  PrintResponse(response, connect, round_trip, out);
+  return SaveOutputs(options, response, out, err);
+}
+
 }  // namespace
 
 ExitCode RunInfer(const InferOptions& options, std::ostream& out,
                   std::ostream& err) {
+  if (!options.model.name.empty()) return RunModelInfer(options, out, err);
   CallOptions call = options.spec.call;
   if (!options.weights_file.empty()) call.return_weights = true;
 
@@ -131,15 +235,9 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
     return kExitRpcFailed;
   }
   PrintResponse(response, connect, round_trip, out);
-
-  const std::pair<const std::string*, const v1::Tensor*> saves[] = {
-      {&options.output_file, &response.output()},
-      {&options.weights_file, &response.weights()}};
-  for (const auto& [path, tensor] : saves) {
-    if (path->empty()) continue;
-    const absl::Status saved = SaveTensor(*path, *tensor);
-    if (!saved.ok()) return Fail(err, saved, kExitFileError);
-    out << absl::StrFormat("%-8s %s\n", "wrote", *path);
+  if (const ExitCode saved = SaveOutputs(options, response, out, err);
+      saved != kExitOk) {
+    return saved;
   }
 
   if (!options.check) return kExitOk;

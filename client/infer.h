@@ -2,7 +2,8 @@
 #define ATTNSERVE_CLIENT_INFER_H_
 
 // attnctl infer: one Attend call with random or .npy inputs, its results
-// summarized and optionally saved as .npy and checked against the reference.
+// summarized and optionally saved as .npy and checked against the reference;
+// or one AttendModel call of a hosted model with random hidden states.
 
 #include <optional>
 #include <ostream>
@@ -36,14 +37,21 @@ struct InferOptions {
   std::string weights_file;
   // Recompute with the reference and compare (default off).
   bool check = false;
+  // When model.name is set, an AttendModel call instead: random hidden states
+  // [spec.random.batch, spec.random.q_len, d_model] (d_model from the
+  // server's GetServerInfo), spec.call's mask parts, weights flag and output
+  // dtype, and the mask file; the input files and `check` must be unset.
+  ModelSpec model;
   std::string request_id = "attnctl-infer";
 };
 
 // Runs the call and prints shapes, timing and a summary to `out`; errors go
 // to `err`. Returns kExitUsage for options that cannot make a request,
 // kExitFileError when a file cannot be read or written or an input file holds
-// an unusable dtype, kExitRpcFailed when the call fails, kExitCheckFailed when
-// --check finds an error beyond the tolerance, else kExitOk.
+// an unusable dtype, kExitRpcFailed when a call fails (with a model: also
+// GetServerInfo, and a model the server does not host, reported with the
+// server's NOT_FOUND), kExitCheckFailed when --check finds an error beyond
+// the tolerance, else kExitOk.
 ExitCode RunInfer(const InferOptions& options, std::ostream& out,
                   std::ostream& err);
 

@@ -28,6 +28,7 @@ int InferMain(absl::Span<char* const> args) {
        {"q", "k", "v", "mask", "out", "weights_out", "check"}},
       random,
       CallFlagGroup(),
+      ModelFlagGroup(),
       ConnectionFlagGroup()};
   absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, FlagNames(groups));
   if (!parsed.ok()) return UsageError(std::cerr, "infer", parsed.status());
@@ -36,7 +37,11 @@ int InferMain(absl::Span<char* const> args) {
         "attnctl infer [flags]",
         "Sends one Attend call with random inputs of the given shape, or "
         "with\n--q/--k/--v .npy files, and prints the shapes, the server's "
-        "and the\nclient's timing and a summary of the results.",
+        "and the\nclient's timing and a summary of the results. With "
+        "--model NAME, one\nAttendModel call of a hosted model instead, with "
+        "random hidden states\n[--batch, --lq, d_model] (and --memory_len "
+        "memory); the head and dimension\nflags, --layout, --scale, "
+        "--q/--k/--v and --check do not apply.",
         groups);
     return kExitOk;
   }
@@ -46,10 +51,16 @@ int InferMain(absl::Span<char* const> args) {
   }
   absl::StatusOr<RequestSpec> spec = RequestSpecFromFlags();
   if (!spec.ok()) return UsageError(std::cerr, "infer", spec.status());
+  if (const absl::Status use = CheckModelFlagUse(*parsed); !use.ok()) {
+    return UsageError(std::cerr, "infer", use);
+  }
+  absl::StatusOr<ModelSpec> model = ModelSpecFromFlags(*parsed);
+  if (!model.ok()) return UsageError(std::cerr, "infer", model.status());
 
   InferOptions options;
   options.connection = *std::move(connection);
   options.spec = *std::move(spec);
+  options.model = *std::move(model);
   const InputFiles files = InputFilesFromFlags();
   options.query_file = files.query;
   options.key_file = files.key;

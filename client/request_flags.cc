@@ -54,6 +54,16 @@ ABSL_FLAG(bool, return_weights, false,
           "also return the attention weights (f32 [B, Hq, Lq, Lk])");
 ABSL_FLAG(std::string, output_dtype, "",
           "f32, bf16 or f16; empty = the inputs' dtype");
+ABSL_FLAG(std::string, model, "",
+          "call this hosted model (AttendModel; attnctl info lists them) with "
+          "random hidden states [B, Lq, d_model] instead of Attend");
+ABSL_FLAG(int64_t, memory_len, 0,
+          "with --model: cross-attention over random memory [B, memory_len, "
+          "d_model] (Lk = memory_len); 0 = self-attention (Lk = Lq)");
+ABSL_FLAG(int64_t, position_offset, -1,
+          "with --model: send positions K..K+Lq-1 (in every batch row) for "
+          "sinusoidal and rope models, e.g. a decoding step at K; -1 = none "
+          "(the server's 0..Lq-1)");
 
 namespace attnserve::client {
 namespace {
@@ -172,5 +182,57 @@ absl::StatusOr<RequestSpec> RequestSpecFromFlags() {
 }
 
 bool DTypeFlagSet() { return !absl::GetFlag(FLAGS_dtype).empty(); }
+
+FlagGroup ModelFlagGroup() {
+  return {"hosted model", {"model", "memory_len", "position_offset"}};
+}
+
+absl::StatusOr<ModelSpec> ModelSpecFromFlags(const ParsedFlags& parsed) {
+  ModelSpec spec;
+  spec.name = absl::GetFlag(FLAGS_model);
+  if (parsed.Specified("model") && spec.name.empty()) {
+    return absl::InvalidArgumentError(
+        "--model is empty (attnctl info lists the hosted models)");
+  }
+  spec.memory_len = absl::GetFlag(FLAGS_memory_len);
+  const int64_t offset = absl::GetFlag(FLAGS_position_offset);
+  if (offset < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--position_offset must be >= 0, or -1 for none; got ", offset));
+  }
+  if (offset >= 0) spec.position_offset = offset;
+  return spec;
+}
+
+absl::Status CheckModelFlagUse(const ParsedFlags& parsed) {
+  if (absl::GetFlag(FLAGS_model).empty()) {
+    for (absl::string_view name : {"memory_len", "position_offset"}) {
+      if (parsed.Specified(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " applies to --model calls only"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Why each flag has no meaning for a model call.
+  const std::pair<absl::string_view, absl::string_view> reasons[] = {
+      {"heads", "the model's config gives the heads and their size"},
+      {"kv_heads", "the model's config gives the heads and their size"},
+      {"dim", "the model's config gives the heads and their size"},
+      {"dv", "the model's config gives the heads and their size"},
+      {"lk", "use --memory_len for cross-attention (Lk = Lq without it)"},
+      {"layout", "hidden states are [B, Lq, d_model]"},
+      {"scale", "the model's scoring sets the scale"},
+      {"q", "its inputs are random hidden states"},
+      {"k", "its inputs are random hidden states"},
+      {"v", "its inputs are random hidden states"},
+  };
+  for (const auto& [name, reason] : reasons) {
+    if (!parsed.Specified(name)) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " does not apply with --model: ", reason));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace attnserve::client

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "client/flag_parser.h"
 #include "client/help.h"
 #include "client/request_builder.h"
 
@@ -38,6 +39,21 @@ absl::StatusOr<RequestSpec> RequestSpecFromFlags();
 
 // True when --dtype names a dtype (rather than the default "").
 bool DTypeFlagSet();
+
+// --model --memory_len --position_offset: a hosted model's call instead of
+// Attend.
+FlagGroup ModelFlagGroup();
+
+// What the model flags hold. InvalidArgument (a usage error) for an empty
+// --model given explicitly, or a --position_offset below -1.
+absl::StatusOr<ModelSpec> ModelSpecFromFlags(const ParsedFlags& parsed);
+
+// InvalidArgument (a usage error) naming a flag given on the command line
+// that does not go with --model or its absence: with --model, the flags that
+// shape Attend's query, key and value (--heads --kv_heads --dim --dv --lk
+// --layout --scale --q --k --v; infer's --check is refused by RunInfer);
+// without it, --memory_len and --position_offset.
+absl::Status CheckModelFlagUse(const ParsedFlags& parsed);
 
 }  // namespace attnserve::client
 
