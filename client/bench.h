@@ -2,8 +2,9 @@
 #define ATTNSERVE_CLIENT_BENCH_H_
 
 // attnctl bench: load-tests one server or several (round-robin) with random
-// requests of a given shape, closed loop or open loop, one level or a sweep,
-// and reports throughput and latency percentiles as a table, CSV or JSON.
+// requests of a given shape (Attend, or a hosted model's AttendModel), closed
+// loop or open loop, one level or a sweep, and reports throughput and latency
+// percentiles as a table, CSV or JSON.
 
 #include <ostream>
 #include <string>
@@ -21,6 +22,11 @@ struct BenchOptions {
   ConnectionOptions connection;
   // The random request every call sends.
   RequestSpec spec;
+  // When model.name is set, AttendModel (or AttendModelStream) calls of that
+  // model instead, built as infer builds them from spec.random's batch,
+  // q_len, dtype and seed and spec.call's mask, weights and output dtype.
+  // Every target must host the model with the same config.
+  ModelSpec model;
   // Closed-loop levels (default {1}), run in order; ignored with `rates`.
   std::vector<int> concurrency = {1};
   // Open-loop levels in requests per second; empty (default) = closed loop.
@@ -44,12 +50,13 @@ struct BenchOptions {
   bool progress = false;
 };
 
-// Checks every target (GetServerInfo) and the request against the servers'
-// limits, runs the levels and writes the report. Returns kExitUsage for
-// options that cannot make a request, kExitRpcFailed when a target does not
-// answer, a request is refused up front, or any measured request failed
-// (the report is written first), kExitFileError when the report cannot be
-// written, else kExitOk.
+// Checks every target (GetServerInfo: reachable, hosting the model, the
+// request within its limits), runs the levels and writes the report. Returns
+// kExitUsage for options that cannot make a request, kExitRpcFailed when a
+// target does not answer, does not host the model (the server's NOT_FOUND) or
+// hosts another config of it, a request is refused up front, or any measured
+// request failed (the report is written first), kExitFileError when the
+// report cannot be written, else kExitOk.
 ExitCode RunBench(const BenchOptions& options, std::ostream& out,
                   std::ostream& err);
 

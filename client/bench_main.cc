@@ -118,6 +118,7 @@ int BenchMain(absl::Span<char* const> args) {
       {"report", {"output_format", "output", "progress"}},
       RandomInputFlagGroup(),
       CallFlagGroup(),
+      ModelFlagGroup(),
       ConnectionFlagGroup()};
   absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, FlagNames(groups));
   if (!parsed.ok()) return UsageError(std::cerr, "bench", parsed.status());
@@ -128,7 +129,10 @@ int BenchMain(absl::Span<char* const> args) {
         "closed loop\n(--concurrency) or open loop (--rate), one level or a "
         "sweep, over one\nserver or several (--target a,b,c: round-robin). "
         "Reports requests, errors\nby code, throughput and latency "
-        "percentiles. Exit code 1 when any\nmeasured request failed.",
+        "percentiles. Exit code 1 when any\nmeasured request failed. With "
+        "--model NAME, AttendModel calls (AttendModelStream\nwith --stream) "
+        "of a hosted model with random hidden states, as infer\n--model "
+        "sends them.",
         groups);
     return kExitOk;
   }
@@ -138,10 +142,16 @@ int BenchMain(absl::Span<char* const> args) {
   }
   absl::StatusOr<RequestSpec> spec = RequestSpecFromFlags();
   if (!spec.ok()) return UsageError(std::cerr, "bench", spec.status());
+  if (const absl::Status use = CheckModelFlagUse(*parsed); !use.ok()) {
+    return UsageError(std::cerr, "bench", use);
+  }
+  absl::StatusOr<ModelSpec> model = ModelSpecFromFlags(*parsed);
+  if (!model.ok()) return UsageError(std::cerr, "bench", model.status());
   absl::StatusOr<BenchOptions> options = BenchOptionsFromFlags(*parsed);
   if (!options.ok()) return UsageError(std::cerr, "bench", options.status());
   options->connection = *std::move(connection);
   options->spec = *std::move(spec);
+  options->model = *std::move(model);
   return RunBench(*options, std::cout, std::cerr);
 }
 

@@ -36,6 +36,12 @@ std::string LevelValue(const BenchReport& report, const LevelReport& level) {
                           : absl::StrCat(level.concurrency);
 }
 
+// "Attend", "AttendStream", "AttendModel" or "AttendModelStream".
+std::string MethodName(const BenchReport& report) {
+  return absl::StrCat("Attend", report.model.empty() ? "" : "Model",
+                      report.stream ? "Stream" : "");
+}
+
 std::string Seconds(absl::Duration d) {
   return absl::StrFormat("%g s", absl::ToDoubleSeconds(d));
 }
@@ -83,7 +89,8 @@ Json LevelJson(const BenchReport& report, const LoadResult& r) {
 std::string FormatJson(const BenchReport& report) {
   Json j;
   j["mode"] = report.open_loop ? "open_loop" : "closed_loop";
-  j["method"] = report.stream ? "AttendStream" : "Attend";
+  j["method"] = MethodName(report);
+  if (!report.model.empty()) j["model"] = report.model;
   if (report.open_loop) j["arrival"] = report.arrival;
   j["connections_per_target"] = report.connections_per_target;
   j["warmup_s"] = absl::ToDoubleSeconds(report.warmup);
@@ -181,7 +188,8 @@ std::string FormatTable(const BenchReport& report) {
   }
   absl::StrAppendFormat(
       &text, "%-11s %s, %s, %s measured after %s warm-up\n", "load", load,
-      report.stream ? "AttendStream messages" : "unary Attend",
+      report.stream ? absl::StrCat(MethodName(report), " messages")
+                    : absl::StrCat("unary ", MethodName(report)),
       Seconds(report.duration), Seconds(report.warmup));
   absl::StrAppendFormat(&text, "%-11s %s (%d connection%s each)\n", "targets",
                         absl::StrJoin(report.targets, ", "),

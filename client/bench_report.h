@@ -32,6 +32,8 @@ struct BenchReport {
   // "constant" or "poisson" (open loop).
   std::string arrival;
   bool stream = false;
+  // The hosted model called (AttendModel/AttendModelStream); empty = Attend.
+  std::string model;
   std::vector<std::string> targets;
   int connections_per_target = 1;
   absl::Duration warmup;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "attnserve/v1/attention.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
@@ -19,8 +20,6 @@
 namespace attnserve::client {
 namespace {
 
-constexpr char kAttendMethod[] = "/attnserve.v1.AttentionService/Attend";
-constexpr char kStreamMethod[] = "/attnserve.v1.AttentionService/AttendStream";
 constexpr absl::Duration kLateSend = absl::Milliseconds(1);
 constexpr absl::Duration kProgressInterval = absl::Seconds(1);
 
@@ -122,7 +121,7 @@ class Generator {
  public:
   Generator(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
             const ConnectionOptions& connection,
-            const v1::AttendRequest& request, const LoadSpec& spec)
+            const google::protobuf::Message& request, const LoadSpec& spec)
       : connection_(connection),
         spec_(spec),
         tally_(static_cast<int>(channels.size())) {
@@ -215,6 +214,7 @@ class Generator {
   }
 
   const grpc::ByteBuffer* request() const { return &request_; }
+  const std::string& stream_method() const { return spec_.stream_method; }
 
   // Closed-loop lane: the message just answered is followed by another, or
   // the lane closes.
@@ -249,7 +249,7 @@ class Generator {
     call->channel = NextChannel();
     PrepareContext(connection_, &call->context);
     stubs_[call->channel]->UnaryCall(
-        &call->context, kAttendMethod, grpc::StubOptions(), &request_,
+        &call->context, spec_.method, grpc::StubOptions(), &request_,
         &call->answer, [this, call](grpc::Status status) {
           Answered(call->channel, call->scheduled, status, &call->answer);
           delete call;
@@ -357,8 +357,8 @@ class Generator {
 void StreamLane::Start(grpc::GenericStub& stub,
                        const ConnectionOptions& deadline_options) {
   PrepareContext(deadline_options, &context_);
-  stub.PrepareBidiStreamingCall(&context_, kStreamMethod, grpc::StubOptions(),
-                                this);
+  stub.PrepareBidiStreamingCall(&context_, generator_->stream_method(),
+                                grpc::StubOptions(), this);
   StartRead(&answer_);
   StartCall();
 }
@@ -461,8 +461,9 @@ void StreamLane::OnDone(const grpc::Status& status) {
 
 absl::StatusOr<LoadResult> RunLoad(
     const std::vector<std::shared_ptr<grpc::Channel>>& channels,
-    const ConnectionOptions& connection, const v1::AttendRequest& request,
-    const LoadSpec& spec, const ProgressFn& progress) {
+    const ConnectionOptions& connection,
+    const google::protobuf::Message& request, const LoadSpec& spec,
+    const ProgressFn& progress) {
   if (channels.empty()) {
     return absl::InvalidArgumentError("no channel to send on");
   }
@@ -470,6 +471,9 @@ absl::StatusOr<LoadResult> RunLoad(
     return absl::InvalidArgumentError(absl::StrCat(
         "a level needs a concurrency >= 1 or a rate > 0; got concurrency ",
         spec.concurrency, ", rate ", spec.rate));
+  }
+  if ((spec.stream ? spec.stream_method : spec.method).empty()) {
+    return absl::InvalidArgumentError("no method to call");
   }
   if (spec.max_outstanding < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

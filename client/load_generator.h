@@ -1,27 +1,38 @@
 #ifndef ATTNSERVE_CLIENT_LOAD_GENERATOR_H_
 #define ATTNSERVE_CLIENT_LOAD_GENERATOR_H_
 
-// The load generator of attnctl bench: sends one pre-serialized AttendRequest
-// over and over on a pool of channels, closed loop (a fixed number of
-// requests outstanding) or open loop (a schedule of send times, constant or
-// Poisson), as unary Attend calls or as messages on AttendStream streams, and
-// tallies every measured request.
+// The load generator of attnctl bench: sends one pre-serialized request
+// (AttendRequest or ModelRequest) over and over on a pool of channels, closed
+// loop (a fixed number of requests outstanding) or open loop (a schedule of
+// send times, constant or Poisson), as unary calls or as messages on
+// bidirectional streams (Attend/AttendStream, AttendModel/AttendModelStream),
+// and tallies every measured request.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "attnserve/v1/attention.pb.h"
 #include "client/common.h"
 #include "client/load_tally.h"
+#include "google/protobuf/message.h"
 #include "grpcpp/channel.h"
 
 namespace attnserve::client {
 
 enum class Arrival { kConstant, kPoisson };
+
+// The methods of AttentionService the generator can load, as gRPC paths.
+inline constexpr char kAttendMethod[] = "/attnserve.v1.AttentionService/Attend";
+inline constexpr char kAttendStreamMethod[] =
+    "/attnserve.v1.AttentionService/AttendStream";
+inline constexpr char kAttendModelMethod[] =
+    "/attnserve.v1.AttentionService/AttendModel";
+inline constexpr char kAttendModelStreamMethod[] =
+    "/attnserve.v1.AttentionService/AttendModelStream";
 
 struct LoadSpec {
   // Closed loop (rate == 0, the default): this many requests outstanding at
@@ -35,10 +46,14 @@ struct LoadSpec {
   // Open loop: at most this many requests outstanding; a send beyond it waits
   // (and counts as late). Default 1024.
   int max_outstanding = 1024;
-  // Messages on AttendStream instead of unary Attend calls (default off).
-  // Closed loop: `concurrency` streams, one message in flight on each. Open
-  // loop: one stream per channel, messages round-robin.
+  // Messages on `stream_method` instead of unary `method` calls (default
+  // off). Closed loop: `concurrency` streams, one message in flight on each.
+  // Open loop: one stream per channel, messages round-robin.
   bool stream = false;
+  // The unary and the streaming method (default Attend and AttendStream);
+  // both answer AttendResponses and take the request's message type.
+  std::string method = kAttendMethod;
+  std::string stream_method = kAttendStreamMethod;
   // Requests scheduled during the warm-up are sent but not measured; then
   // the measurement window lasts `duration`. Defaults 1 s and 5 s.
   absl::Duration warmup = absl::Seconds(1);
@@ -58,11 +73,14 @@ using ProgressFn =
 // Runs one level on `channels` (at least one; requests go round-robin over
 // them) with the deadline and token of `connection`, and returns what the
 // measurement window saw once every measured request has been answered.
-// InvalidArgument for a spec outside its ranges.
+// `request` is serialized once; it must be the request type of spec.method
+// (AttendRequest, ModelRequest). InvalidArgument for a spec outside its
+// ranges.
 absl::StatusOr<LoadResult> RunLoad(
     const std::vector<std::shared_ptr<grpc::Channel>>& channels,
-    const ConnectionOptions& connection, const v1::AttendRequest& request,
-    const LoadSpec& spec, const ProgressFn& progress);
+    const ConnectionOptions& connection,
+    const google::protobuf::Message& request, const LoadSpec& spec,
+    const ProgressFn& progress);
 
 }  // namespace attnserve::client
 

@@ -26,7 +26,7 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"health", "check a server's health (grpc.health.v1)",
      attnserve::client::HealthMain},
-    {"info", "print a server's version, ISA, workers and limits",
+    {"info", "print a server's version, ISA, workers, limits and models",
      attnserve::client::InfoMain},
     {"infer",
      "one attention call with random or .npy inputs, checked on request",
