@@ -91,6 +91,10 @@ class StreamLane
   // Queues one message scheduled at `scheduled`. False when the stream has
   // already failed (the caller counts the message as failed).
   bool Send(absl::Time scheduled);
+  // The caller will call Send and Close no more from outside gRPC's
+  // reactions. Until then a hold keeps the stream (and OnDone) from ending
+  // under such a call.
+  void Release() { RemoveHold(); }
   // No more messages: the stream half-closes once every answer has arrived.
   void Close();
   int channel() const { return channel_; }
@@ -288,7 +292,15 @@ class Generator {
     const absl::Time now = absl::Now();
     for (int i = 0; i < spec_.concurrency; ++i) {
       if (spec_.stream) {
-        if (!lanes_[i]->Send(now)) Retire(1);
+        // Later sends come from the lane's own reactions.
+        if (!lanes_[i]->Send(now)) {
+          Answered(lanes_[i]->channel(), now,
+                   grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "the stream of this message had failed"),
+                   nullptr);
+          Retire(1);
+        }
+        lanes_[i]->Release();
       } else {
         StartUnary(now);
       }
@@ -332,7 +344,10 @@ class Generator {
         Retire(1);
       }
     }
-    for (auto& lane : lanes_) lane->Close();
+    for (auto& lane : lanes_) {
+      lane->Close();
+      lane->Release();
+    }
     absl::MutexLock lock(&mu_);
     sender_done_ = true;
   }
@@ -360,6 +375,7 @@ void StreamLane::Start(grpc::GenericStub& stub,
   stub.PrepareBidiStreamingCall(&context_, generator_->stream_method(),
                                 grpc::StubOptions(), this);
   StartRead(&answer_);
+  AddHold();
   StartCall();
 }
 
@@ -414,7 +430,12 @@ void StreamLane::OnWriteDone(bool ok) {
 }
 
 void StreamLane::OnReadDone(bool ok) {
-  if (!ok) return;  // The stream ended; OnDone follows.
+  if (!ok) {
+    // The stream ended; OnDone follows and counts what is pending.
+    absl::MutexLock lock(&mu_);
+    failed_ = true;
+    return;
+  }
   absl::Time scheduled;
   bool unexpected;
   {
