@@ -98,6 +98,11 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
   impl->norm_bias = w.norm_bias;
   impl->additive_v = w.additive_v;
   impl->additive_dim = w.additive_dim;
+  // The config as loaded may leave A to the tensors; the layer's config says
+  // it (GetServerInfo reports it, and clients count FLOPs with it).
+  if (config.scoring == Scoring::kAdditive) {
+    impl->config.additive_dim = w.additive_dim;
+  }
   const int64_t d = config.d_model, hd = config.head_dim;
   const int64_t hq = config.num_heads;
   const bool bf16 = impl->bf16();

@@ -69,6 +69,8 @@ class AttentionLayer {
   // FLOPs of a call of `shape`: projections, scores (dense) and P·V.
   double Flops(const LayerShape& shape) const;
 
+  // The config the layer was created with, additive_dim filled in from the
+  // weights for additive scoring.
   const ModelConfig& config() const;
 
  private:

@@ -148,7 +148,7 @@ void AttentionService::Process(const v1::ModelRequest& request,
   if (options_.models == nullptr) {
     done(absl::NotFoundError(absl::StrCat(
         "model: \"", request.model(),
-        "\" is not hosted here (this server hosts none: start it with "
+        "\" is not hosted here (this server hosts no models: start it with "
         "--model_repository)")));
     return;
   }
