@@ -5,7 +5,8 @@
 #   make test  deps -> configure -> build -> every test through ctest, then the core,
 #              server (unit, fuzz, end-to-end) tests again under ASan+UBSan in their
 #              own build directory (the client's suite runs in the Release build only)
-# make bench runs the full kernel benchmark and prints one JSON object per case;
+# make bench runs the full kernel and layer benchmarks and prints one JSON object per
+# case;
 # make bench-quick runs its quick subset.
 
 BUILD_DIR      ?= build
@@ -34,6 +35,7 @@ run: build
 
 bench: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --json
+	$(BUILD_DIR)/bench/attnserve_layer_bench --json
 
 bench-quick: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --quick

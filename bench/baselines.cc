@@ -86,14 +86,15 @@ absl::Status Execute(const std::vector<dnnl::primitive>& prims,
 
 // `src` (`outer` heads of `head_elems` elements) in GemmDType(dtype), each head
 // repeated `group` times (GQA K/V). Copies only when it must, into
-// `f32_storage` (f16 widened) or `storage` (repeated heads).
+// `f32_storage` (widened to f32 when GemmDType differs) or `storage` (repeated
+// heads).
 const void* PrepareOperand(const AlignedBuffer& src, DType dtype, int64_t outer,
                            int64_t head_elems, int64_t group,
                            std::vector<float>* f32_storage,
                            AlignedBuffer* storage) {
   const void* data = src.data();
   const size_t n = src.size() / DTypeSize(dtype);
-  if (dtype == DType::kFloat16) {
+  if (GemmDType(dtype) != dtype) {
     f32_storage->resize(n);
     ConvertToFloat(data, dtype, f32_storage->data(), n);
     data = f32_storage->data();
@@ -115,8 +116,27 @@ const void* PrepareOperand(const AlignedBuffer& src, DType dtype, int64_t outer,
 
 }  // namespace
 
+bool HasBf16Matmul() {
+  static const bool has = [] {
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const memory::desc a({64, 64}, memory::data_type::bf16,
+                           memory::format_tag::ab);
+      const memory::desc c({64, 64}, memory::data_type::f32,
+                           memory::format_tag::ab);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c),
+                                            engine);
+      return std::string(pd.impl_info_str()).find("ref") == std::string::npos;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 DType GemmDType(DType dtype) {
-  return dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
+  return dtype == DType::kBFloat16 && HasBf16Matmul() ? DType::kBFloat16
+                                                      : DType::kFloat32;
 }
 
 absl::StatusOr<double> GemmGflops(DType dtype, int threads,

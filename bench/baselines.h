@@ -18,7 +18,9 @@
 namespace attnserve::bench {
 
 // The dtype the GEMM rate of `dtype` is measured in: oneDNN 2.6 has no f16
-// matmul on CPUs without AVX512-FP16, so f16 is compared with f32.
+// matmul on CPUs without AVX512-FP16, so f16 is compared with f32; bf16 is
+// compared with bf16 where oneDNN has a bf16 matmul (AVX-512), else with f32
+// (as the engine then widens bf16 to f32 products).
 DType GemmDType(DType dtype);
 
 // Median GFLOP/s of an M = N = K = 2048 oneDNN matmul: GemmDType(dtype) sources
