@@ -21,9 +21,11 @@
 namespace attnserve::client {
 namespace {
 
+using ::attnserve::testing::AwaitMetric;
 using ::attnserve::testing::CommandResult;
-using ::attnserve::testing::HttpGet;
-using ::attnserve::testing::MetricValue;
+using ::attnserve::testing::Describe;
+using ::attnserve::testing::MetricSample;
+using ::attnserve::testing::ParseJson;
 using ::attnserve::testing::RunAttnctl;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::TempDir;
@@ -35,37 +37,6 @@ constexpr char kOkAttend[] =
     R"(attnserve_requests_total{code="OK",method="Attend"})";
 constexpr char kOkStream[] =
     R"(attnserve_requests_total{code="OK",method="AttendStream"})";
-
-std::string Describe(const CommandResult& r) {
-  return absl::StrCat("exit ", r.exit_code, "\nstdout:\n", r.out, "\nstderr:\n",
-                      r.err);
-}
-
-// `series` of the server's /metrics; -1 when it cannot be read.
-double Sample(const ServerProcess& server, const std::string& series) {
-  absl::StatusOr<std::string> body = HttpGet(server.metrics_port(), "/metrics");
-  if (!body.ok()) return -1;
-  return MetricValue(*body, series).value_or(0);
-}
-
-// The server records a request's metrics just after answering it: waits
-// (up to 10 s) for `series` to reach `expected` and returns its value then.
-double AwaitSample(const ServerProcess& server, const std::string& series,
-                   double expected) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  double value = Sample(server, series);
-  while (value < expected && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-    value = Sample(server, series);
-  }
-  return value;
-}
-
-Json ParseJson(const CommandResult& r) {
-  Json j = Json::parse(r.out, nullptr, /*allow_exceptions=*/false);
-  EXPECT_FALSE(j.is_discarded()) << Describe(r);
-  return j;
-}
 
 void ExpectConsistent(const Json& level) {
   int64_t errors = 0;
@@ -117,7 +88,7 @@ class AttnctlBenchTest : public ::testing::Test {
 ServerProcess* AttnctlBenchTest::server_ = nullptr;
 
 TEST_F(AttnctlBenchTest, ClosedLoopCountsAgreeWithTheServersMetrics) {
-  const double before = Sample(*server_, kOkAttend);
+  const double before = MetricSample(*server_, kOkAttend);
   const CommandResult r =
       Bench({"--concurrency=2", "--duration=1s", "--output_format=json"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -134,18 +105,18 @@ TEST_F(AttnctlBenchTest, ClosedLoopCountsAgreeWithTheServersMetrics) {
   EXPECT_GT(j["server_us"]["compute_p50"].get<double>(), 0);
   EXPECT_EQ(j["targets"][server_->target()], ok);
   // No warm-up and a GetServerInfo pre-flight: the server saw exactly these.
-  EXPECT_EQ(AwaitSample(*server_, kOkAttend, before + ok), before + ok);
+  EXPECT_EQ(AwaitMetric(*server_, kOkAttend, before + ok), before + ok);
 }
 
 TEST_F(AttnctlBenchTest, WarmupRequestsAreSentButNotCounted) {
-  const double before = Sample(*server_, kOkAttend);
+  const double before = MetricSample(*server_, kOkAttend);
   const CommandResult r =
       Bench({"--warmup=500ms", "--duration=500ms", "--output_format=json"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const Json j = ParseJson(r);
   const int64_t ok = j["ok"].get<int64_t>();
   EXPECT_GT(ok, 0);
-  EXPECT_GT(AwaitSample(*server_, kOkAttend, before + ok + 1), before + ok);
+  EXPECT_GT(AwaitMetric(*server_, kOkAttend, before + ok + 1), before + ok);
 }
 
 TEST_F(AttnctlBenchTest, OpenLoopReachesItsRate) {
@@ -218,7 +189,7 @@ TEST_F(AttnctlBenchTest, TableIsTheDefault) {
 }
 
 TEST_F(AttnctlBenchTest, StreamMessagesAreCountedByTheServer) {
-  const double before = Sample(*server_, kOkStream);
+  const double before = MetricSample(*server_, kOkStream);
   const CommandResult r = Bench({"--stream", "--concurrency=2",
                                  "--duration=500ms", "--output_format=json"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -227,7 +198,7 @@ TEST_F(AttnctlBenchTest, StreamMessagesAreCountedByTheServer) {
   EXPECT_EQ(j["method"], "AttendStream");
   const int64_t ok = j["ok"].get<int64_t>();
   EXPECT_GT(ok, 0);
-  EXPECT_EQ(AwaitSample(*server_, kOkStream, before + ok), before + ok);
+  EXPECT_EQ(AwaitMetric(*server_, kOkStream, before + ok), before + ok);
 }
 
 TEST_F(AttnctlBenchTest, OpenLoopOverAStream) {
@@ -318,8 +289,8 @@ TEST(AttnctlBenchRoundRobinTest, EveryServerAnswersItsShare) {
   EXPECT_GT(on_a, 0);
   EXPECT_GT(on_b, 0);
   EXPECT_EQ(on_a + on_b, j["ok"].get<int64_t>());
-  EXPECT_EQ(AwaitSample(sa, kOkAttend, on_a), on_a);
-  EXPECT_EQ(AwaitSample(sb, kOkAttend, on_b), on_b);
+  EXPECT_EQ(AwaitMetric(sa, kOkAttend, on_a), on_a);
+  EXPECT_EQ(AwaitMetric(sb, kOkAttend, on_b), on_b);
 }
 
 }  // namespace

@@ -33,17 +33,13 @@ namespace attnserve::client {
 namespace {
 
 using ::attnserve::testing::CommandResult;
+using ::attnserve::testing::Describe;
 using ::attnserve::testing::RunAttnctl;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-std::string Describe(const CommandResult& r) {
-  return absl::StrCat("exit ", r.exit_code, "\nstdout:\n", r.out, "\nstderr:\n",
-                      r.err);
-}
 
 NpyArray RandomArray(NpyDType dtype, std::vector<int64_t> shape,
                      uint64_t stream) {

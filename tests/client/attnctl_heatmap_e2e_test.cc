@@ -35,6 +35,7 @@ namespace {
 
 using ::attnserve::testing::CommandResult;
 using ::attnserve::testing::DecodedPng;
+using ::attnserve::testing::Describe;
 using ::attnserve::testing::ReadPng;
 using ::attnserve::testing::RunAttnctl;
 using ::attnserve::testing::ServerProcess;
@@ -44,11 +45,6 @@ using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kSentence[] = "Life is short, eat dessert first";
-
-std::string Describe(const CommandResult& r) {
-  return absl::StrCat("exit ", r.exit_code, "\nstdout:\n", r.out, "\nstderr:\n",
-                      r.err);
-}
 
 // The heatmap attnctl draws for these sizes and labels: the layout depends
 // on nothing else (with a fixed --vmax).

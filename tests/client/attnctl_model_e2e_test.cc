@@ -4,9 +4,6 @@
 // through the server, the client's FLOP count against the server's, and the
 // exit codes and messages of what goes wrong.
 
-#include <stdio.h>
-#include <sys/wait.h>
-
 #include <cmath>
 #include <memory>
 #include <string>
@@ -25,17 +22,16 @@
 #include "nlohmann/json.hpp"
 #include "tests/client/attnctl_runner.h"
 #include "tests/server/server_process.h"
-
-#ifndef ATTNSERVE_MAKE_MODEL_REPOSITORY
-#error "ATTNSERVE_MAKE_MODEL_REPOSITORY must be the example script's path"
-#endif
+#include "tests/util/example_models.h"
 
 namespace attnserve::client {
 namespace {
 
+using ::attnserve::testing::AwaitMetric;
 using ::attnserve::testing::CommandResult;
-using ::attnserve::testing::HttpGet;
-using ::attnserve::testing::MetricValue;
+using ::attnserve::testing::Describe;
+using ::attnserve::testing::MetricSample;
+using ::attnserve::testing::ParseJson;
 using ::attnserve::testing::RunAttnctl;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::TempDir;
@@ -49,58 +45,9 @@ constexpr char kHostedModels[] =
     "mqa_bf16_tensors";
 constexpr char kFlops[] = "attnserve_attention_flops_total";
 
-std::string Describe(const CommandResult& r) {
-  return absl::StrCat("exit ", r.exit_code, "\nstdout:\n", r.out, "\nstderr:\n",
-                      r.err);
-}
-
 std::string ModelRequests(const std::string& model) {
   return absl::StrCat(R"(attnserve_model_requests_total{code="OK",model=")",
                       model, R"("})");
-}
-
-// The example script, run as a user runs it; its exit code and output.
-std::pair<int, std::string> MakeModelRepository(const std::string& dir) {
-  const std::string command =
-      absl::StrCat("/usr/bin/env python3 '", ATTNSERVE_MAKE_MODEL_REPOSITORY,
-                   "' '", dir, "' 2>&1");
-  std::string output;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) {
-    output.append(buffer, n);
-  }
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
-// `series` of the server's /metrics; -1 when it cannot be read, 0 when the
-// series is absent.
-double Sample(const ServerProcess& server, const std::string& series) {
-  absl::StatusOr<std::string> body = HttpGet(server.metrics_port(), "/metrics");
-  if (!body.ok()) return -1;
-  return MetricValue(*body, series).value_or(0);
-}
-
-// The server records a request's metrics just after answering it: waits
-// (up to 10 s) for `series` to reach `expected` and returns its value then.
-double AwaitSample(const ServerProcess& server, const std::string& series,
-                   double expected) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  double value = Sample(server, series);
-  while (value < expected && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-    value = Sample(server, series);
-  }
-  return value;
-}
-
-Json ParseJson(const CommandResult& r) {
-  Json j = Json::parse(r.out, nullptr, /*allow_exceptions=*/false);
-  EXPECT_FALSE(j.is_discarded()) << Describe(r);
-  return j;
 }
 
 int64_t ErrorCount(const Json& j) {
@@ -116,9 +63,9 @@ class AttnctlModelTest : public ::testing::Test {
   static void SetUpTestSuite() {
     repository_ = new TempDir;
     ASSERT_TRUE(repository_->ok());
-    const auto [code, output] =
-        MakeModelRepository(repository_->Path("models"));
-    ASSERT_EQ(code, 0) << output;
+    const ::attnserve::testing::ScriptRun run =
+        ::attnserve::testing::MakeExampleModels(repository_->Path("models"));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
     auto server = ServerProcess::Start(
         {"--workers=1", "--threads_per_worker=1",
          "--model_repository=" + repository_->Path("models")});
@@ -396,8 +343,8 @@ TEST_F(AttnctlModelTest, FlagsThatDoNotApplyAreUsageErrors) {
 
 TEST_F(AttnctlModelTest, BenchCountsAgreeWithTheServersModelMetrics) {
   const std::string series = ModelRequests("mha_post");
-  const double before = Sample(*server_, series);
-  const double flops_before = Sample(*server_, kFlops);
+  const double before = MetricSample(*server_, series);
+  const double flops_before = MetricSample(*server_, kFlops);
   const CommandResult r =
       Bench("mha_post", {"--lq=8", "--concurrency=2", "--duration=1s"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -412,17 +359,17 @@ TEST_F(AttnctlModelTest, BenchCountsAgreeWithTheServersModelMetrics) {
   EXPECT_GT(ok, 10);
   EXPECT_EQ(j["requests"].get<int64_t>(), ok + ErrorCount(j));
   EXPECT_GT(j["gflops"].get<double>(), 0);
-  EXPECT_EQ(AwaitSample(*server_, series, before + ok), before + ok);
+  EXPECT_EQ(AwaitMetric(*server_, series, before + ok), before + ok);
   // The client's FLOPs per request are the server's.
   const double flops = j["request"]["flops"].get<double>();
   EXPECT_EQ(flops, 2.0 * 8 * 64 * 64 * 4 + 4.0 * 4 * 8 * 8 * 16);
-  EXPECT_NEAR(Sample(*server_, kFlops) - flops_before, ok * flops,
+  EXPECT_NEAR(MetricSample(*server_, kFlops) - flops_before, ok * flops,
               1e-9 * ok * flops);
 }
 
 TEST_F(AttnctlModelTest, BenchOverAModelStream) {
   const std::string series = ModelRequests("gqa_rope_pre");
-  const double before = Sample(*server_, series);
+  const double before = MetricSample(*server_, series);
   const CommandResult r =
       Bench("gqa_rope_pre", {"--stream", "--lq=4", "--memory_len=6", "--causal",
                              "--concurrency=2", "--duration=500ms"});
@@ -436,12 +383,12 @@ TEST_F(AttnctlModelTest, BenchOverAModelStream) {
   const int64_t ok = j["ok"].get<int64_t>();
   EXPECT_GT(ok, 0);
   EXPECT_EQ(j["requests"].get<int64_t>(), ok + ErrorCount(j));
-  EXPECT_EQ(AwaitSample(*server_, series, before + ok), before + ok);
+  EXPECT_EQ(AwaitMetric(*server_, series, before + ok), before + ok);
 }
 
 TEST_F(AttnctlModelTest, BenchFlopsOfGeneralAndAdditiveScoring) {
   // "general": the extra q·W product is counted, as the server counts it.
-  double flops_before = Sample(*server_, kFlops);
+  double flops_before = MetricSample(*server_, kFlops);
   CommandResult r = Bench("general_sinusoidal",
                           {"--lq=6", "--memory_len=5", "--duration=300ms"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
@@ -449,21 +396,21 @@ TEST_F(AttnctlModelTest, BenchFlopsOfGeneralAndAdditiveScoring) {
   int64_t ok = j["ok"].get<int64_t>();
   double flops = j["request"]["flops"].get<double>();
   ASSERT_GT(ok, 0);
-  AwaitSample(*server_, ModelRequests("general_sinusoidal"), ok);
-  EXPECT_NEAR(Sample(*server_, kFlops) - flops_before, ok * flops,
+  AwaitMetric(*server_, ModelRequests("general_sinusoidal"), ok);
+  EXPECT_NEAR(MetricSample(*server_, kFlops) - flops_before, ok * flops,
               1e-9 * ok * flops);
 
   // "additive" with A from the tensors: the server reports the A it loaded
   // (config_json's additive_dim), so the client counts as the server does.
-  flops_before = Sample(*server_, kFlops);
+  flops_before = MetricSample(*server_, kFlops);
   r = Bench("additive", {"--lq=6", "--duration=300ms"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   j = ParseJson(r);
   ok = j["ok"].get<int64_t>();
   flops = j["request"]["flops"].get<double>();
   ASSERT_GT(ok, 0);
-  AwaitSample(*server_, ModelRequests("additive"), ok);
-  EXPECT_NEAR(Sample(*server_, kFlops) - flops_before, ok * flops,
+  AwaitMetric(*server_, ModelRequests("additive"), ok);
+  EXPECT_NEAR(MetricSample(*server_, kFlops) - flops_before, ok * flops,
               1e-9 * ok * flops);
 }
 

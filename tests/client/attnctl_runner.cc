@@ -84,4 +84,16 @@ CommandResult RunAttnctl(const std::vector<std::string>& args) {
   return result;
 }
 
+std::string Describe(const CommandResult& r) {
+  return absl::StrCat("exit ", r.exit_code, "\nstdout:\n", r.out, "\nstderr:\n",
+                      r.err);
+}
+
+nlohmann::json ParseJson(const CommandResult& r) {
+  nlohmann::json j =
+      nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << Describe(r);
+  return j;
+}
+
 }  // namespace attnserve::testing

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+
 namespace attnserve::testing {
 
 struct CommandResult {
@@ -18,6 +20,12 @@ struct CommandResult {
 
 // Runs `attnctl args...` to completion.
 CommandResult RunAttnctl(const std::vector<std::string>& args);
+
+// "exit N", stdout and stderr, for failure messages.
+std::string Describe(const CommandResult& r);
+
+// stdout as JSON; a test failure (and a discarded value) when it is not.
+nlohmann::json ParseJson(const CommandResult& r);
 
 }  // namespace attnserve::testing
 

@@ -1,8 +1,7 @@
 // examples/make_model_repository, run as `make run` runs it, and its models
 // loaded as the server loads them.
 
-#include <stdio.h>
-#include <sys/wait.h>
+#include "tests/util/example_models.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,35 +25,13 @@
 namespace attnserve::model {
 namespace {
 
+using ::attnserve::testing::MakeExampleModels;
+using ::attnserve::testing::ScriptRun;
 using ::attnserve::testing::TempDir;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 using ::testing::StartsWith;
-
-struct ScriptRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-// The script with Debian's python3 or whichever is first on PATH, as a user
-// would run it; stdout and stderr together.
-ScriptRun RunScript(const std::string& dir) {
-  const std::string command =
-      absl::StrCat("/usr/bin/env python3 '", ATTNSERVE_MAKE_MODEL_REPOSITORY,
-                   "' '", dir, "' 2>&1");
-  ScriptRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) {
-    run.output.append(buffer, n);
-  }
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
 
 std::string ReadAll(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -100,7 +77,7 @@ std::vector<std::pair<std::string, ModelConfig>> ExpectedModels() {
 
 TEST(ExampleModelsTest, ScriptWritesModelsThatLoad) {
   TempDir dir;
-  const ScriptRun run = RunScript(dir.path());
+  const ScriptRun run = MakeExampleModels(dir.path());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::vector<std::string> lines =
       absl::StrSplit(run.output, '\n', absl::SkipEmpty());
@@ -131,7 +108,7 @@ TEST(ExampleModelsTest, ScriptWritesModelsThatLoad) {
 
 TEST(ExampleModelsTest, WeightsLookInitialised) {
   TempDir dir;
-  const ScriptRun run = RunScript(dir.path());
+  const ScriptRun run = MakeExampleModels(dir.path());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   absl::StatusOr<RepositoryContents> contents =
       LoadModelRepository(dir.path(), false);
@@ -156,7 +133,7 @@ TEST(ExampleModelsTest, WeightsLookInitialised) {
 
 TEST(ExampleModelsTest, FilesHoldTheDocumentedDTypes) {
   TempDir dir;
-  const ScriptRun run = RunScript(dir.path());
+  const ScriptRun run = MakeExampleModels(dir.path());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto dtypes = [&](const std::string& name) {
     std::set<std::string> out;
@@ -177,8 +154,8 @@ TEST(ExampleModelsTest, FilesHoldTheDocumentedDTypes) {
 TEST(ExampleModelsTest, OutputIsByteForByteDeterministic) {
   TempDir first;
   TempDir second;
-  const ScriptRun run1 = RunScript(first.path());
-  const ScriptRun run2 = RunScript(second.path());
+  const ScriptRun run1 = MakeExampleModels(first.path());
+  const ScriptRun run2 = MakeExampleModels(second.path());
   ASSERT_EQ(run1.exit_code, 0) << run1.output;
   ASSERT_EQ(run2.exit_code, 0) << run2.output;
   EXPECT_EQ(run1.output, run2.output);

@@ -13,29 +13,6 @@
 
 namespace attnserve::testing {
 
-TempDir::TempDir() {
-  std::string pattern = ::testing::TempDir() + "attnserve_model_test_XXXXXX";
-  if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  EXPECT_FALSE(path_.empty()) << "mkdtemp failed";
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-}
-
-void TempDir::Write(const std::string& name, absl::string_view contents) const {
-  const std::filesystem::path path = Path(name);
-  std::filesystem::create_directories(path.parent_path());
-  std::ofstream out(path, std::ios::binary);
-  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-  EXPECT_TRUE(out.good()) << "cannot write " << path;
-}
-
-void TempDir::MakeDir(const std::string& name) const {
-  std::filesystem::create_directories(Path(name));
-}
-
 void TensorSet::Add(const std::string& name, model::SafetensorsDType dtype,
                     std::vector<int64_t> shape,
                     const std::vector<float>& values) {

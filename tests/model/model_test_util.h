@@ -10,26 +10,9 @@
 #include "absl/strings/string_view.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
+#include "tests/util/temp_dir.h"
 
 namespace attnserve::testing {
-
-// A fresh directory under the test temp dir, removed with its contents.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  // `name` may contain '/': missing parent folders are created.
-  std::string Path(const std::string& name) const { return path_ + "/" + name; }
-  void Write(const std::string& name, absl::string_view contents) const;
-  void MakeDir(const std::string& name) const;
-
- private:
-  std::string path_;
-};
 
 // Tensors for SerializeSafetensors, owning their bytes.
 class TensorSet {

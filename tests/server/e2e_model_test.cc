@@ -4,9 +4,6 @@
 // per-model metrics, the validation errors, and what a bad repository does to
 // start-up.
 
-#include <stdio.h>
-#include <sys/wait.h>
-
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -21,12 +18,11 @@
 #include "tests/core/test_util.h"
 #include "tests/model/reference_layer.h"
 #include "tests/server/server_process.h"
+#include "tests/util/example_models.h"
 
 namespace attnserve {
 namespace {
 
-using ::attnserve::testing::HttpGet;
-using ::attnserve::testing::MetricValue;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::TempDir;
 using ::attnserve::testing::TestTensor;
@@ -34,11 +30,10 @@ using ::testing::HasSubstr;
 
 // Writes the example models into `dir`; true on success.
 bool MakeExampleRepository(const std::string& dir) {
-  const std::string command =
-      absl::StrCat("/usr/bin/env python3 '", ATTNSERVE_MAKE_MODEL_REPOSITORY,
-                   "' '", dir, "' >/dev/null 2>&1");
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  const ::attnserve::testing::ScriptRun run =
+      ::attnserve::testing::MakeExampleModels(dir);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return run.exit_code == 0;
 }
 
 void ToWire(const TestTensor& t, v1::DataType dtype, v1::Tensor* out) {
@@ -311,10 +306,7 @@ TEST_F(ModelE2eTest, MetricsCountRequestsPerModel) {
   const std::string method_series =
       R"(attnserve_requests_total{code="OK",method="AttendModel"})";
   auto scrape = [&](const std::string& series) {
-    absl::StatusOr<std::string> body =
-        HttpGet(server_->metrics_port(), "/metrics");
-    EXPECT_TRUE(body.ok()) << body.status();
-    return body.ok() ? MetricValue(*body, series).value_or(-1) : -1;
+    return ::attnserve::testing::MetricSample(*server_, series);
   };
   const double before = scrape(ok_series);
   const double method_before = scrape(method_series);

@@ -9,8 +9,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -158,28 +156,6 @@ absl::StatusOr<int> ServerProcess::WaitForExit(absl::Duration timeout) {
   return absl::DeadlineExceededError("attnserve did not exit in time");
 }
 
-TempDir::TempDir() {
-  std::string pattern = ::testing::TempDir() + "attnserve_test_XXXXXX";
-  if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-}
-
-void TempDir::Write(const std::string& name,
-                    const std::string& contents) const {
-  std::ofstream(Path(name), std::ios::binary) << contents;
-}
-
-std::string TempDir::Read(const std::string& name) const {
-  std::ifstream in(Path(name), std::ios::binary);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return absl::InternalError("socket failed");
@@ -228,6 +204,23 @@ absl::StatusOr<double> MetricValue(const std::string& exposition,
     }
   }
   return absl::NotFoundError(absl::StrCat("no sample ", series));
+}
+
+double MetricSample(const ServerProcess& server, const std::string& series) {
+  absl::StatusOr<std::string> body = HttpGet(server.metrics_port(), "/metrics");
+  if (!body.ok()) return -1;
+  return MetricValue(*body, series).value_or(0);
+}
+
+double AwaitMetric(const ServerProcess& server, const std::string& series,
+                   double at_least, absl::Duration patience) {
+  const absl::Time deadline = absl::Now() + patience;
+  double value = MetricSample(server, series);
+  while (value < at_least && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    value = MetricSample(server, series);
+  }
+  return value;
 }
 
 }  // namespace attnserve::testing

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/util/temp_dir.h"
 
 namespace attnserve::testing {
 
@@ -63,26 +64,19 @@ class ServerProcess {
   std::string log_ ABSL_GUARDED_BY(mu_);
 };
 
-// A fresh directory under the test temp dir (certificates, token files, .npy
-// files), removed with its files.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  bool ok() const { return !path_.empty(); }
-  std::string Path(const std::string& name) const { return path_ + "/" + name; }
-  void Write(const std::string& name, const std::string& contents) const;
-  std::string Read(const std::string& name) const;
-
- private:
-  std::string path_;
-};
-
 // GET http://127.0.0.1:port/path over a plain socket; the body on 200.
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path);
+
+// The value of `series` in a scrape of `server`'s /metrics: -1 when it
+// cannot be scraped, 0 when the series is absent.
+double MetricSample(const ServerProcess& server, const std::string& series);
+
+// The server records a request's metrics just after answering it: scrapes
+// until `series` reaches `at_least` (at most `patience`) and returns the last
+// value.
+double AwaitMetric(const ServerProcess& server, const std::string& series,
+                   double at_least,
+                   absl::Duration patience = absl::Seconds(10));
 
 // The value of the sample `series` (e.g.
 // `attnserve_requests_total{code="OK",method="Attend"}`, labels in the
