@@ -50,10 +50,9 @@ std::string PositionsText(const v1::Tensor& positions);
 
 // The FLOPs of one call with these sizes, as the server's
 // AttentionLayer::Flops counts them: the q, k, v and output projections, the
-// scores and P·V, and the extra products of "general" scoring. "additive"
-// scoring's extra products are counted only when the config sets
-// additive_dim (otherwise A is in the weights, which the client does not
-// see). Layer norm, positional encodings and softmax are not counted.
+// scores and P·V, and the extra products of "general" and "additive" scoring
+// (the server's config reports the A it loaded as additive_dim). Layer norm,
+// positional encodings, tanh and softmax are not counted.
 double ModelFlops(const v1::ModelInfo& model, int64_t batch, int64_t q_len,
                   int64_t k_len);
 
