@@ -132,12 +132,17 @@ absl::Status PackedMatmul::Run(const void* x, int64_t rows, float* y) const {
   if (rows <= 0) return absl::OkStatus();
   const PackedMatmulSpec& spec = impl_->spec;
   // Grow-only per-thread buffers: a worker runs the same few shapes over and
-  // over.
-  thread_local std::vector<float> widened;
+  // over. A request larger than kKeptWidenedFloats widens into a buffer of its
+  // own, so one huge call does not pin its size in every worker for good.
+  constexpr size_t kKeptWidenedFloats = size_t{16} << 20;  // 64 MiB
+  thread_local std::vector<float> kept_widened;
   thread_local std::vector<uint8_t> scratch;
+  std::vector<float> own_widened;
   if (spec.bf16 && !impl_->bf16_product) {
     // bf16 bits in, an f32 product on the same values.
     const size_t need = static_cast<size_t>(rows * spec.lda);
+    std::vector<float>& widened =
+        need <= kKeptWidenedFloats ? kept_widened : own_widened;
     if (widened.size() < need) widened.resize(need);
     const auto* bits = static_cast<const uint16_t*>(x);
     for (int64_t r = 0; r < rows; ++r) {
