@@ -34,6 +34,10 @@ ABSL_FLAG(double, max_request_flops, 1e12,
           "largest attention FLOP count (2*B*Hq*Lq*Lk*(D+Dv)) of one request");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "time in-flight calls get to finish after SIGTERM/SIGINT");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::ZeroDuration(),
+          "close each client connection after about this long (GOAWAY; calls "
+          "in flight get --shutdown_grace) so clients re-resolve and reach "
+          "new replicas; 0 = never");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain; enables TLS with --tls_key");
@@ -99,6 +103,7 @@ int main(int argc, char** argv) {
   options.max_response_bytes = absl::GetFlag(FLAGS_max_response_bytes);
   options.max_request_flops = absl::GetFlag(FLAGS_max_request_flops);
   options.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
+  options.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

@@ -109,6 +109,16 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   if (options.shutdown_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--shutdown_grace must not be negative");
   }
+  if (options.max_connection_age < absl::ZeroDuration() ||
+      (options.max_connection_age > absl::ZeroDuration() &&
+       options.max_connection_age < absl::Milliseconds(100)) ||
+      options.max_connection_age > absl::Hours(24 * 24)) {
+    // gRPC takes milliseconds as an int: 24 days is within INT_MAX.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_connection_age must be 0 (off) or between 100ms and 24 days, "
+        "got ",
+        absl::FormatDuration(options.max_connection_age)));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
@@ -195,6 +205,16 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
                              16 * 1024 * 1024 - 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
                              64 * 1024 * 1024);
+  if (options.max_connection_age > absl::ZeroDuration()) {
+    // gRPC adds ±10 % jitter so that clients do not reconnect in step.
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(absl::ToInt64Milliseconds(
+                                   options.max_connection_age)));
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+        static_cast<int>(std::min<int64_t>(
+            INT_MAX, absl::ToInt64Milliseconds(options.shutdown_grace))));
+  }
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     impl->scheduler->Shutdown(absl::Now());
@@ -224,7 +244,12 @@ std::string AttnServer::ConfigSummary() const {
       " max_request_bytes=", o.max_request_bytes,
       " max_response_bytes=", o.max_response_bytes,
       " max_request_flops=", o.max_request_flops,
-      " shutdown_grace=", absl::FormatDuration(o.shutdown_grace), " tls=",
+      " shutdown_grace=", absl::FormatDuration(o.shutdown_grace),
+      " max_connection_age=",
+      o.max_connection_age > absl::ZeroDuration()
+          ? absl::FormatDuration(o.max_connection_age)
+          : std::string("off"),
+      " tls=",
       o.tls_cert_file.empty() ? "off"
                               : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
       " auth=", o.auth_token_file.empty() ? "off" : "bearer", " models=",

@@ -27,6 +27,11 @@ struct ServerOptions {
   double max_request_flops = 1e12;
   // How long in-flight calls may take to finish after Shutdown starts.
   absl::Duration shutdown_grace = absl::Seconds(30);
+  // When positive, each client connection is closed (GOAWAY) after about this
+  // long, its calls in flight given shutdown_grace to finish, so that clients
+  // re-resolve and spread over replicas added since they connected. Zero
+  // (default) = connections live as long as the client keeps them.
+  absl::Duration max_connection_age = absl::ZeroDuration();
   // PEM files; both or neither. With tls_client_ca_file, clients must present a
   // certificate signed by it (mTLS).
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;

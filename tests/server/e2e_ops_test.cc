@@ -1066,6 +1066,40 @@ TEST(E2eMessageLimitsTest, OversizedRequestsAndResponsesAreRefused) {
   EXPECT_EQ(Sample(metrics, "attnserve_queue_duration_seconds_count"), 1);
 }
 
+// With --max_connection_age the server closes each connection after about
+// that long (GOAWAY), so the client's channel leaves READY by itself and the
+// next call reconnects; without it the connection stays up.
+TEST(E2eConnectionAgeTest, ConnectionsAreClosedAfterTheirAgeAndCallsGoOn) {
+  for (const bool aged : {true, false}) {
+    SCOPED_TRACE(aged ? "--max_connection_age=300ms" : "no age");
+    std::vector<std::string> args = {"--metrics_listen="};
+    if (aged) args.push_back("--max_connection_age=300ms");
+    auto server = ServerProcess::Start(args);
+    ASSERT_TRUE(server.ok()) << server.status();
+    if (aged) {
+      EXPECT_THAT((*server)->Log(), HasSubstr("max_connection_age=300ms"));
+    }
+    auto channel = (*server)->Channel();
+    auto stub = v1::AttentionService::NewStub(channel);
+    for (int call = 0; call < 2; ++call) {
+      grpc::ClientContext context;
+      v1::ServerInfo info;
+      ASSERT_TRUE(
+          stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info)
+              .ok());
+      ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+      // Aged: GOAWAY within ~330 ms plus the grace; waiting 1.5 s without it
+      // shows the connection would otherwise stay.
+      const bool left_ready = channel->WaitForStateChange(
+          GRPC_CHANNEL_READY,
+          std::chrono::system_clock::now() +
+              std::chrono::milliseconds(aged ? 10000 : 1500));
+      EXPECT_EQ(left_ready, aged) << "call " << call;
+      if (!aged) break;
+    }
+  }
+}
+
 TEST(E2eBadFlagsTest, ExitNonZeroWithAClearMessage) {
   struct Case {
     std::string flag;
@@ -1077,6 +1111,11 @@ TEST(E2eBadFlagsTest, ExitNonZeroWithAClearMessage) {
            {"--listen=bogus", R"(cannot listen on "bogus" (--listen))"},
            {"--threads_per_worker=-2", "threads_per_worker: must be >= 0"},
            {"--max_isa=sse2", "--max_isa must be auto, avx512 or avx2"},
+           {"--max_connection_age=-1s",
+            "--max_connection_age must be 0 (off) or between 100ms and 24 "
+            "days, got -1s"},
+           {"--max_connection_age=720h",
+            "--max_connection_age must be 0 (off) or between 100ms"},
        }) {
     SCOPED_TRACE(c.flag);
     // Without the metrics endpoint, whose teardown takes a second or two.
