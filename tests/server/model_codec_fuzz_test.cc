@@ -20,31 +20,16 @@
 #include "model/model_repository.h"
 #include "server/model_codec.h"
 #include "server/model_registry.h"
+#include "tests/util/splitmix.h"
 
 namespace attnserve::server {
 namespace {
 
-// splitmix64: the same sequence on every machine.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  uint64_t Below(uint64_t n) { return Next() % n; }
-  bool OneIn(uint64_t n) { return Below(n) == 0; }
-  float Unit() { return static_cast<float>(Next() >> 40) * 0x1p-24f; }
-
- private:
-  uint64_t state_;
-};
+using Rng = ::attnserve::testing::SplitMix;
 
 std::vector<float> Values(Rng& rng, size_t n, float scale) {
   std::vector<float> v(n);
-  for (float& x : v) x = scale * (2 * rng.Unit() - 1);
+  for (float& x : v) x = scale * (2 * rng.UnitFloat() - 1);
   return v;
 }
 
@@ -131,7 +116,7 @@ float InterestingFloat(Rng& rng) {
                                       std::numeric_limits<float>::infinity(),
                                       -std::numeric_limits<float>::infinity(),
                                       std::numeric_limits<float>::quiet_NaN()};
-  return rng.OneIn(2) ? 2 * rng.Unit() - 1
+  return rng.OneIn(2) ? 2 * rng.UnitFloat() - 1
                       : kValues[rng.Below(std::size(kValues))];
 }
 
@@ -156,7 +141,7 @@ void Fill(Rng& rng, v1::DataType dtype, const std::vector<int64_t>& shape,
   std::string* data = t->mutable_data();
   data->assign(static_cast<size_t>(n) * size, '\0');
   for (int64_t i = 0; i < n; ++i) {
-    const float f = 2 * rng.Unit() - 1;
+    const float f = 2 * rng.UnitFloat() - 1;
     char* at = data->data() + i * size;
     if (dtype == v1::FLOAT32) {
       std::memcpy(at, &f, 4);
@@ -203,7 +188,7 @@ v1::ModelRequest Valid(Rng& rng, const model::LoadedModel& m) {
   }
   if (rng.OneIn(3)) {
     for (int64_t h = 0; h < m.config.num_heads; ++h) {
-      mask->add_alibi_slopes(rng.Unit());
+      mask->add_alibi_slopes(rng.UnitFloat());
     }
   }
   r.set_return_weights(rng.OneIn(2));

@@ -33,6 +33,7 @@
 #include "attnserve/v1/attention.pb.h"
 #include "core/convert.h"
 #include "tests/server/request_fuzz.h"
+#include "tests/util/splitmix.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 // Present when linked with a sanitizer runtime: runs before the process dies of
@@ -69,24 +70,7 @@ void OnFatalSignal(int signal) {
   std::raise(signal);
 }
 
-// splitmix64: the same sequence from the same seed with any standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, n); n > 0.
-  uint64_t Below(uint64_t n) { return Next() % n; }
-  bool OneIn(uint64_t n) { return Below(n) == 0; }
-  float UnitFloat() { return static_cast<float>(Next() >> 40) * 0x1p-24f; }
-
- private:
-  uint64_t state_;
-};
+using Rng = ::attnserve::testing::SplitMix;
 
 size_t ElementSize(v1::DataType dtype) {
   switch (dtype) {
