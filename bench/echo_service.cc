@@ -1,31 +1,12 @@
 #include "bench/echo_service.h"
 
-#include <algorithm>
-#include <climits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "wire/dtype.h"
+#include "wire/transport.h"
 
 namespace attnserve::bench {
-namespace {
-
-// As server/server.cc: room for the response's non-tensor fields.
-constexpr int64_t kResponseEnvelopeBytes = 64 * 1024;
-
-int64_t DTypeBytes(v1::DataType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return 4;
-    case v1::BFLOAT16:
-    case v1::FLOAT16:
-      return 2;
-    default:
-      return 0;
-  }
-}
-
-}  // namespace
-
 absl::StatusOr<OutputSpec> OutputSpecOf(const v1::AttendRequest& request) {
   const v1::Tensor& q = request.query();
   const v1::Tensor& v = request.value();
@@ -36,7 +17,10 @@ absl::StatusOr<OutputSpec> OutputSpecOf(const v1::AttendRequest& request) {
   spec.dtype = request.output_dtype() != v1::DATA_TYPE_UNSPECIFIED
                    ? request.output_dtype()
                    : q.dtype();
-  const int64_t element = DTypeBytes(spec.dtype);
+  // The float dtypes only, as the server's outputs.
+  const int64_t element = spec.dtype == v1::BOOL || spec.dtype == v1::INT32
+                              ? 0
+                              : wire::ElementSize(spec.dtype);
   if (element == 0) {
     return absl::InvalidArgumentError("echo: unsupported output dtype");
   }
@@ -75,14 +59,10 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Start(
                            &echo->port_);
   builder.RegisterService(&echo->service_);
   // The same limits and transport arguments as server/server.cc.
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(std::min<int64_t>(INT_MAX, options.max_request_bytes)));
-  builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(
-      INT_MAX, options.max_response_bytes + kResponseEnvelopeBytes)));
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE,
-                             16 * 1024 * 1024 - 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
-                             64 * 1024 * 1024);
+  wire::ServerTransportOptions transport;
+  transport.max_request_bytes = options.max_request_bytes;
+  transport.max_response_bytes = options.max_response_bytes;
+  wire::ApplyServerTransport(transport, &builder);
   echo->server_ = builder.BuildAndStart();
   if (echo->server_ == nullptr || echo->port_ == 0) {
     return absl::UnavailableError(

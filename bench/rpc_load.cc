@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "wire/transport.h"
 
 namespace attnserve::bench {
 namespace {
@@ -151,14 +152,8 @@ void WindowResult::Append(const WindowResult& other) {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
                                            const std::string& pool_domain) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(512 << 20);
-  args.SetMaxSendMessageSize(512 << 20);
-  // 2^24 - 1: the largest frame HTTP/2 allows, as the server advertises.
-  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 * 1024 * 1024 - 1);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024 * 1024);
-  args.SetString(GRPC_ARG_CHANNEL_POOL_DOMAIN, pool_domain);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  const grpc::ChannelArguments args =
+      wire::ClientChannelArguments(int64_t{512} << 20, pool_domain);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
                                    args);
 }

@@ -17,9 +17,9 @@
 
 namespace attnserve::bench {
 
-// An insecure channel to `target` with 512 MiB message limits, 16 MiB HTTP/2
-// frames and a 64 MiB stream window. Channels made with different `pool_domain`
-// values (and a local subchannel pool) never share a TCP connection.
+// An insecure channel to `target` with 512 MiB message limits and the transport
+// settings of wire/transport.h. Channels made with different `pool_domain`
+// values never share a TCP connection.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
                                            const std::string& pool_domain);
 

@@ -175,10 +175,11 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
       return absl::InvalidArgumentError(absl::StrCat(
           name, " must be f32, bf16 or f16, got ", DTypeName(t.dtype)));
     }
+    // The one home of this rule: the server's model codec leaves it here.
     if (t.rank != 3 || t.shape[2] != d) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be [B, L, d_model = ", d, "], got ",
-                       ShapeString(t.dims())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ".shape: expected [B, ", name == "hidden" ? "Lq" : "Lk",
+          ", d_model = ", d, "], got ", ShapeString(t.dims())));
     }
     if (!t.is_contiguous()) {
       return absl::InvalidArgumentError(

@@ -6,59 +6,36 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "wire/dtype.h"
+#include "wire/tensor.h"
 
 namespace attnserve::server {
 namespace {
 
-absl::Span<const int64_t> ShapeOf(const v1::Tensor& tensor) {
-  return absl::MakeConstSpan(tensor.shape().data(), tensor.shape().size());
-}
-
-// hidden or memory: [B, L, d_model] of a float dtype (memory: the hidden's).
+// hidden or memory, as a view of its own dtype and shape (memory: in the
+// hidden's dtype). Ranks and d_model are the layer's rules
+// (AttentionLayer::Validate), not checked twice here.
 absl::StatusOr<TensorView> DecodeStates(absl::string_view name, bool present,
                                         const v1::Tensor& tensor,
-                                        int64_t d_model,
                                         std::optional<DType> hidden_dtype) {
-  const std::string axes = absl::StrCat("[B, ", name == "hidden" ? "Lq" : "Lk",
-                                        ", d_model = ", d_model, "]");
   if (!present) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
-        axes, ")"));
+        name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor [B, ",
+        name == "hidden" ? "Lq" : "Lk", ", d_model])"));
   }
-  const std::string dtype_field = absl::StrCat(name, ".dtype");
   ASSIGN_OR_RETURN(const DType dtype,
-                   FromWireDType(tensor.dtype(), dtype_field));
-  if (dtype == DType::kBool) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dtype_field,
-        ": BOOL is not supported (expected FLOAT32, BFLOAT16 or FLOAT16)"));
-  }
-  if (hidden_dtype && dtype != *hidden_dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dtype_field, ": ", WireDTypeName(tensor.dtype()),
-                     " differs from hidden.dtype ",
-                     WireDTypeName(ToWireDType(*hidden_dtype))));
-  }
-  ASSIGN_OR_RETURN(
-      const TensorView view,
-      TensorViewFromBytes(name, tensor.data().data(), tensor.data().size(),
-                          dtype, ShapeOf(tensor)));
-  if (view.rank != 3 || view.shape[2] != d_model) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ".shape: expected ", axes, ", got ", ShapeString(view.dims())));
-  }
-  return view;
+                   wire::FloatDType(name, tensor, hidden_dtype, "hidden"));
+  return wire::ViewAs(name, tensor, dtype);
 }
 
 absl::Status DecodePositions(const v1::Tensor& tensor, int64_t batch,
                              int64_t q_len, std::vector<int32_t>* positions) {
   if (tensor.dtype() != v1::INT32) {
     return absl::InvalidArgumentError(
-        absl::StrCat("positions.dtype: ", WireDTypeName(tensor.dtype()),
+        absl::StrCat("positions.dtype: ", wire::DataTypeName(tensor.dtype()),
                      " is not supported (expected INT32)"));
   }
-  const absl::Span<const int64_t> shape = ShapeOf(tensor);
+  const absl::Span<const int64_t> shape = wire::ShapeOf(tensor);
   if (shape.size() != 2 || shape[0] != batch || shape[1] != q_len) {
     return absl::InvalidArgumentError(
         absl::StrCat("positions.shape: expected [B, Lq] = [", batch, ", ",
@@ -102,26 +79,28 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
   const model::AttentionLayer& layer = *decoded.model->layer;
   const int64_t d_model = layer.config().d_model;
   model::LayerInputs& inputs = decoded.inputs;
-  ASSIGN_OR_RETURN(inputs.hidden,
-                   DecodeStates("hidden", request.has_hidden(),
-                                request.hidden(), d_model, std::nullopt));
+  ASSIGN_OR_RETURN(inputs.hidden, DecodeStates("hidden", request.has_hidden(),
+                                               request.hidden(), std::nullopt));
   if (request.has_memory()) {
-    ASSIGN_OR_RETURN(inputs.memory,
-                     DecodeStates("memory", true, request.memory(), d_model,
-                                  inputs.hidden.dtype));
-  }
-  if (request.has_positions()) {
-    RETURN_IF_ERROR(DecodePositions(request.positions(), inputs.hidden.shape[0],
-                                    inputs.hidden.shape[1],
-                                    &decoded.positions));
-    inputs.positions = decoded.positions;
+    ASSIGN_OR_RETURN(
+        inputs.memory,
+        DecodeStates("memory", true, request.memory(), inputs.hidden.dtype));
   }
   ASSIGN_OR_RETURN(inputs.mask, DecodeMask(request.mask()));
   ASSIGN_OR_RETURN(
       decoded.output_dtype,
       DecodeOutputDType(request.output_dtype(), inputs.hidden.dtype));
   decoded.return_weights = request.return_weights();
+  // The layer owns the shape rules of hidden and memory; the positions' wire
+  // shape is checked against the sizes it found, and the layer then checks
+  // their values.
   ASSIGN_OR_RETURN(decoded.shape, layer.Validate(inputs, validator));
+  if (request.has_positions()) {
+    RETURN_IF_ERROR(DecodePositions(request.positions(), decoded.shape.batch,
+                                    decoded.shape.q_len, &decoded.positions));
+    inputs.positions = decoded.positions;
+    ASSIGN_OR_RETURN(decoded.shape, layer.Validate(inputs, validator));
+  }
 
   const model::LayerShape& s = decoded.shape;
   const int64_t output_shape[] = {s.batch, s.q_len, d_model};
@@ -147,15 +126,16 @@ model::LayerOutputs PrepareModelResponse(const DecodedModelRequest& decoded,
   const model::ModelConfig& c = decoded.model->layer->config();
   model::LayerOutputs outputs;
   const int64_t output_shape[] = {s.batch, s.q_len, c.d_model};
-  outputs.output = PrepareTensor(decoded.output_dtype, output_shape,
-                                 response->mutable_output());
+  outputs.output = wire::PrepareTensor(decoded.output_dtype, output_shape,
+                                       response->mutable_output());
   if (decoded.return_weights) {
     const int64_t weights_shape[] = {s.batch, c.num_heads, s.q_len, s.k_len};
-    outputs.weights = PrepareTensor(DType::kFloat32, weights_shape,
-                                    response->mutable_weights());
+    outputs.weights = wire::PrepareTensor(DType::kFloat32, weights_shape,
+                                          response->mutable_weights());
   } else {
     response->clear_weights();
   }
+  response->mutable_timing()->set_flops(decoded.flops);
   return outputs;
 }
 

@@ -45,7 +45,8 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
     const AttentionEngine& validator, const RequestLimits& limits);
 
 // Sets the output [B, Lq, d_model] (and weights [B, Hq, Lq, Lk]) tensors of
-// `response` and returns views of them for the layer to fill.
+// `response`, and its timing.flops, and returns views of the tensors for the
+// layer to fill.
 model::LayerOutputs PrepareModelResponse(const DecodedModelRequest& decoded,
                                          v1::AttendResponse* response);
 

@@ -10,15 +10,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/status_macros.h"
+#include "wire/dtype.h"
+#include "wire/tensor.h"
 
 namespace attnserve::server {
 namespace {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
-absl::Span<const int64_t> ShapeOf(const v1::Tensor& tensor) {
-  return absl::MakeConstSpan(tensor.shape().data(), tensor.shape().size());
-}
 
 absl::StatusOr<Layout> DecodeLayout(v1::Layout layout) {
   switch (layout) {
@@ -67,24 +65,11 @@ absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
         name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
         AxesOf(name, layout), ")"));
   }
-  const std::string dtype_field = absl::StrCat(name, ".dtype");
-  ASSIGN_OR_RETURN(DType dtype, FromWireDType(tensor.dtype(), dtype_field));
-  if (dtype == DType::kBool) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dtype_field,
-                     ": BOOL is not supported (expected FLOAT32, BFLOAT16 or "
-                     "FLOAT16)"));
-  }
-  if (query_dtype && dtype != *query_dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dtype_field, ": ", WireDTypeName(tensor.dtype()),
-        " differs from query.dtype ", WireDTypeName(ToWireDType(*query_dtype)),
-        " (query, key and value must share one dtype)"));
-  }
   ASSIGN_OR_RETURN(
-      TensorView view,
-      TensorViewFromBytes(name, tensor.data().data(), tensor.data().size(),
-                          dtype, ShapeOf(tensor)));
+      const DType dtype,
+      wire::FloatDType(name, tensor, query_dtype, "query",
+                       "query, key and value must share one dtype"));
+  ASSIGN_OR_RETURN(TensorView view, wire::ViewAs(name, tensor, dtype));
   if (view.rank != 4) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ".shape: expected rank 4 ", AxesOf(name, layout), ", got rank ",
@@ -94,17 +79,17 @@ absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
 }
 
 absl::StatusOr<TensorView> DecodeExplicitMask(const v1::Tensor& tensor) {
-  ASSIGN_OR_RETURN(DType dtype,
-                   FromWireDType(tensor.dtype(), "mask.explicit_mask.dtype"));
+  ASSIGN_OR_RETURN(
+      DType dtype,
+      wire::DTypeFromWire(tensor.dtype(), "mask.explicit_mask.dtype"));
   if (dtype != DType::kBool && dtype != DType::kFloat32) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "mask.explicit_mask.dtype: ", WireDTypeName(tensor.dtype()),
+        "mask.explicit_mask.dtype: ", wire::DataTypeName(tensor.dtype()),
         " is not supported (expected BOOL or FLOAT32)"));
   }
   // Rank above 4 is rejected here; broadcastability needs the attention shape
   // and is the engine's check.
-  return TensorViewFromBytes("mask.explicit_mask", tensor.data().data(),
-                             tensor.data().size(), dtype, ShapeOf(tensor));
+  return wire::ViewAs("mask.explicit_mask", tensor, dtype);
 }
 
 // Bytes of a dense tensor of `shape`. Like TensorViewFromBytes, it also
@@ -134,30 +119,6 @@ absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
 
 }  // namespace
 
-// Proto3 keeps enum numbers it does not know, so a name may not exist.
-std::string WireDTypeName(v1::DataType dtype) {
-  const std::string& name = v1::DataType_Name(dtype);
-  if (name.empty()) {
-    return absl::StrCat("unknown value ", static_cast<int>(dtype));
-  }
-  return name;
-}
-
-MutableTensorView PrepareTensor(DType dtype, absl::Span<const int64_t> shape,
-                                v1::Tensor* tensor) {
-  tensor->set_dtype(ToWireDType(dtype));
-  tensor->clear_shape();
-  int64_t elements = 1;
-  for (int64_t d : shape) {
-    tensor->add_shape(d);
-    elements *= d;
-  }
-  std::string* data = tensor->mutable_data();
-  // assign, not resize: a reused response must not keep stale bytes.
-  data->assign(static_cast<size_t>(elements) * DTypeSize(dtype), '\0');
-  return MakeMutableTensorView(data->data(), dtype, shape);
-}
-
 absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
   MaskSpec mask;
   mask.causal = wire_mask.causal();
@@ -179,7 +140,8 @@ absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
 
 absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {
   if (wire == v1::DATA_TYPE_UNSPECIFIED) return fallback;
-  ASSIGN_OR_RETURN(const DType dtype, FromWireDType(wire, "output_dtype"));
+  ASSIGN_OR_RETURN(const DType dtype,
+                   wire::DTypeFromWire(wire, "output_dtype"));
   if (dtype == DType::kBool) {
     return absl::InvalidArgumentError(
         "output_dtype: BOOL is not supported (expected FLOAT32, BFLOAT16, "
@@ -214,49 +176,6 @@ absl::StatusOr<int64_t> CheckResponseBytes(
         " bytes (the server's --max_response_bytes flag)"));
   }
   return output_bytes + weights_bytes;
-}
-
-absl::StatusOr<DType> FromWireDType(v1::DataType dtype,
-                                    absl::string_view field) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return DType::kFloat32;
-    case v1::BFLOAT16:
-      return DType::kBFloat16;
-    case v1::FLOAT16:
-      return DType::kFloat16;
-    case v1::BOOL:
-      return DType::kBool;
-    case v1::DATA_TYPE_UNSPECIFIED:
-      return absl::InvalidArgumentError(absl::StrCat(
-          field,
-          ": DATA_TYPE_UNSPECIFIED (expected FLOAT32, BFLOAT16, FLOAT16 "
-          "or BOOL)"));
-    case v1::INT32:
-      return absl::InvalidArgumentError(absl::StrCat(
-          field,
-          ": INT32 is only for ModelRequest.positions (expected FLOAT32, "
-          "BFLOAT16, FLOAT16 or BOOL)"));
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": unknown value ", static_cast<int>(dtype),
-                       " (expected FLOAT32 = 1, BFLOAT16 = 2, FLOAT16 = 3 or "
-                       "BOOL = 4)"));
-  }
-}
-
-v1::DataType ToWireDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return v1::FLOAT32;
-    case DType::kBFloat16:
-      return v1::BFLOAT16;
-    case DType::kFloat16:
-      return v1::FLOAT16;
-    case DType::kBool:
-      return v1::BOOL;
-  }
-  return v1::DATA_TYPE_UNSPECIFIED;
 }
 
 absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
@@ -304,15 +223,16 @@ AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
                                  v1::AttendResponse* response) {
   AttentionOutputs outputs;
   outputs.output =
-      PrepareTensor(decoded.output_dtype, decoded.shape.output_shape,
-                    response->mutable_output());
+      wire::PrepareTensor(decoded.output_dtype, decoded.shape.output_shape,
+                          response->mutable_output());
   if (decoded.return_weights) {
     outputs.weights =
-        PrepareTensor(DType::kFloat32, decoded.shape.weights_shape,
-                      response->mutable_weights());
+        wire::PrepareTensor(DType::kFloat32, decoded.shape.weights_shape,
+                            response->mutable_weights());
   } else {
     response->clear_weights();
   }
+  response->mutable_timing()->set_flops(decoded.shape.flops());
   return outputs;
 }
 

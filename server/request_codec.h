@@ -46,7 +46,8 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
 
 // Sets the output (and weights) tensors of `response` — dtype, shape and data
 // of the right size (zero-filled by std::string; the kernels overwrite every
-// element) — and returns views of them for the engine to fill.
+// element) — and its timing.flops, and returns views of the tensors for the
+// engine to fill.
 AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
                                  v1::AttendResponse* response);
 
@@ -67,20 +68,6 @@ absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback);
 absl::StatusOr<int64_t> CheckResponseBytes(
     absl::Span<const int64_t> output_shape, DType output_dtype, bool weights,
     absl::Span<const int64_t> weights_shape, const RequestLimits& limits);
-
-// Sets the dtype, shape and zero-filled data of `tensor` and returns a view
-// of its data.
-MutableTensorView PrepareTensor(DType dtype, absl::Span<const int64_t> shape,
-                                v1::Tensor* tensor);
-
-// "FLOAT32", or "unknown value 9" for numbers the proto does not name.
-std::string WireDTypeName(v1::DataType dtype);
-
-// Wire dtype <-> core dtype. InvalidArgument (naming `field`) for UNSPECIFIED
-// or unknown values (INT32 has no core dtype).
-absl::StatusOr<DType> FromWireDType(v1::DataType dtype,
-                                    absl::string_view field);
-v1::DataType ToWireDType(DType dtype);
 
 }  // namespace attnserve::server
 

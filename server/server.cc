@@ -22,6 +22,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "wire/transport.h"
 
 #ifndef ATTNSERVE_VERSION
 #define ATTNSERVE_VERSION "dev"
@@ -29,10 +30,6 @@
 
 namespace attnserve::server {
 namespace {
-
-// Room for a response's non-tensor fields beyond --max_response_bytes of
-// tensors.
-constexpr int64_t kResponseEnvelopeBytes = 64 * 1024;
 
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      absl::string_view flag) {
@@ -193,28 +190,12 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, credentials, &impl->port);
   builder.RegisterService(impl->service.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_request_bytes));
-  // The codec limits the tensor payload to max_response_bytes; the message
-  // around it (ids, shapes, timing) must still fit through gRPC's own limit.
-  builder.SetMaxSendMessageSize(static_cast<int>(std::min<int64_t>(
-      INT_MAX, options.max_response_bytes + kResponseEnvelopeBytes)));
-  // Large frames and windows: tensors of a few MB otherwise cross loopback in
-  // 16 KB frames with many window updates (docs/operations.md has the
-  // measurements).
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE,
-                             16 * 1024 * 1024 - 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
-                             64 * 1024 * 1024);
-  if (options.max_connection_age > absl::ZeroDuration()) {
-    // gRPC adds ±10 % jitter so that clients do not reconnect in step.
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
-                               static_cast<int>(absl::ToInt64Milliseconds(
-                                   options.max_connection_age)));
-    builder.AddChannelArgument(
-        GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
-        static_cast<int>(std::min<int64_t>(
-            INT_MAX, absl::ToInt64Milliseconds(options.shutdown_grace))));
-  }
+  wire::ServerTransportOptions transport;
+  transport.max_request_bytes = options.max_request_bytes;
+  transport.max_response_bytes = options.max_response_bytes;
+  transport.max_connection_age = options.max_connection_age;
+  transport.max_connection_age_grace = options.shutdown_grace;
+  wire::ApplyServerTransport(transport, &builder);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     impl->scheduler->Shutdown(absl::Now());

@@ -277,7 +277,7 @@ TEST_F(LayerValidationTest, HiddenMustBeBLD) {
   in.hidden = wrong_d.view();
   EXPECT_THAT(layer_->Validate(in, *engine_).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("hidden must be [B, L, d_model = 16], got "
+                       HasSubstr("hidden.shape: expected [B, Lq, d_model = 16], got "
                                  "[1, 3, 15]")));
   const TestTensor rank2 = TestTensor::Random(DType::kFloat32, {3, 16}, 1);
   in.hidden = rank2.view();

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/core/test_util.h"
+#include "wire/dtype.h"
 
 namespace attnserve::server {
 namespace {
@@ -29,7 +30,7 @@ using ::testing::HasSubstr;
 constexpr int64_t kB = 1, kHq = 2, kHkv = 1, kLq = 3, kLk = 4, kD = 2;
 
 void SetTensor(const TestTensor& t, v1::Tensor* wire) {
-  wire->set_dtype(ToWireDType(t.dtype()));
+  wire->set_dtype(wire::DTypeToWire(t.dtype()));
   wire->clear_shape();
   for (int64_t d : t.shape()) wire->add_shape(d);
   wire->set_data(static_cast<const char*>(t.data()),
@@ -608,22 +609,6 @@ TEST_F(RequestCodecTest, WorkOverLimit) {
   EXPECT_TRUE(Decode(request).ok());
 }
 
-TEST_F(RequestCodecTest, WireDTypeConversions) {
-  for (DType d :
-       {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kBool}) {
-    auto back = FromWireDType(ToWireDType(d), "x");
-    ASSERT_TRUE(back.ok()) << back.status();
-    EXPECT_EQ(*back, d);
-  }
-  EXPECT_EQ(ToWireDType(DType::kBFloat16), v1::BFLOAT16);
-  EXPECT_THAT(FromWireDType(v1::DATA_TYPE_UNSPECIFIED, "f.dtype").status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("f.dtype: DATA_TYPE_UNSPECIFIED")));
-  EXPECT_THAT(FromWireDType(static_cast<v1::DataType>(99), "f.dtype").status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("f.dtype: unknown value 99")));
-}
-
 TEST_F(RequestCodecTest, PrepareResponseSizesAndViews) {
   v1::AttendRequest request = ValidRequest(v1::BLHD, DType::kBFloat16);
   request.set_return_weights(true);
@@ -642,6 +627,8 @@ TEST_F(RequestCodecTest, PrepareResponseSizesAndViews) {
   EXPECT_EQ(outputs.output.data, response.output().data().data());
   EXPECT_EQ(outputs.output.dtype, DType::kBFloat16);
   EXPECT_THAT(outputs.output.dims(), ::testing::ElementsAre(kB, kLq, kHq, kD));
+  // 2·B·Hq·Lq·Lk·(D + Dv): the count clients read instead of recomputing it.
+  EXPECT_EQ(response.timing().flops(), 2.0 * kB * kHq * kLq * kLk * (kD + kD));
 
   EXPECT_EQ(response.weights().dtype(), v1::FLOAT32);
   EXPECT_THAT(response.weights().shape(),
