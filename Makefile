@@ -2,9 +2,11 @@
 #   make run   deps -> configure -> build -> the example models (examples/) ->
 #              attnserve in the foreground with defaults and those models
 #              (gRPC on :50051, metrics on :9464; Ctrl-C drains and stops it)
-#   make test  deps -> configure -> build -> every test through ctest, then the core,
-#              server (unit, fuzz, end-to-end) tests again under ASan+UBSan in their
-#              own build directory (the client's suite runs in the Release build only)
+#   make test  deps -> the format check (clang-format --dry-run -Werror over every
+#              tracked .cc/.h) -> configure -> build -> every test through ctest, then
+#              the core, wire, server (unit, fuzz, end-to-end) tests again under
+#              ASan+UBSan in their own build directory (the client's suite runs in the
+#              Release build only)
 # make bench runs the full kernel and layer benchmarks and prints one JSON object per
 # case;
 # make bench-quick runs its quick subset.
@@ -15,7 +17,7 @@ CMAKE_FLAGS    ?=
 JOBS           ?= $(shell nproc)
 
 .PHONY: all deps configure build run bench bench-quick test test-release test-sanitize \
-        format clean
+        format format-check clean
 
 all: build
 
@@ -40,7 +42,7 @@ bench: build
 bench-quick: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --quick
 
-test: test-release test-sanitize
+test: format-check test-release test-sanitize
 
 test-release: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
@@ -54,6 +56,12 @@ test-sanitize: deps
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+# Fails, naming each file and line, when any tracked source is not formatted as
+# .clang-format says (`make format` fixes them).
+format-check: deps
+	@git ls-files '*.cc' '*.h' | xargs clang-format --dry-run -Werror
+	@echo "format-check: $$(git ls-files '*.cc' '*.h' | wc -l) files formatted"
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR)

@@ -275,10 +275,11 @@ TEST_F(LayerValidationTest, HiddenMustBeBLD) {
   const TestTensor wrong_d = TestTensor::Random(DType::kFloat32, {1, 3, 15}, 1);
   LayerInputs in;
   in.hidden = wrong_d.view();
-  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("hidden.shape: expected [B, Lq, d_model = 16], got "
-                                 "[1, 3, 15]")));
+  EXPECT_THAT(
+      layer_->Validate(in, *engine_).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("hidden.shape: expected [B, Lq, d_model = 16], got "
+                         "[1, 3, 15]")));
   const TestTensor rank2 = TestTensor::Random(DType::kFloat32, {3, 16}, 1);
   in.hidden = rank2.view();
   EXPECT_THAT(
