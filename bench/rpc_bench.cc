@@ -4,6 +4,10 @@
 // in this process, times Attend on both in interleaved slices, times the
 // engine directly for the same shape, and checks the ratios against the
 // targets. See docs/benchmarks.md, "RPC benchmark".
+// Longer than the project's ~500-line guide on purpose: it is one program's
+// driver (flags, cases, the two servers, interleaved timing, the report), whose
+// parts are each used once and read in order; its reusable pieces live in
+// bench/rpc_load.h and bench/echo_service.h.
 
 #include <malloc.h>
 #include <unistd.h>
