@@ -7,6 +7,7 @@
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "client/file_util.h"
 #include "client/hosted_model.h"
+#include "client/rpc_status.h"
 #include "client/wire_names.h"
 #include "client/wire_tensor.h"
 

@@ -12,7 +12,8 @@
 
 #include "absl/time/time.h"
 #include "client/bench_report.h"
-#include "client/common.h"
+#include "client/connection.h"
+#include "client/exit_codes.h"
 #include "client/load_generator.h"
 #include "client/request_builder.h"
 

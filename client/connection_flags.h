@@ -5,7 +5,7 @@
 // binary, not of the library: only entry files read flags).
 
 #include "absl/status/statusor.h"
-#include "client/common.h"
+#include "client/connection.h"
 #include "client/help.h"
 
 namespace attnserve::client {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "client/input_files.h"
+#include "client/rpc_status.h"
 #include "client/wire_names.h"
 #include "client/wire_tensor.h"
 

@@ -12,7 +12,8 @@
 
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
-#include "client/common.h"
+#include "client/connection.h"
+#include "client/exit_codes.h"
 #include "client/heatmap_render.h"
 #include "client/request_builder.h"
 

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "client/common.h"
+#include "client/exit_codes.h"
 
 namespace attnserve::client {
 

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "attnserve/v1/attention.pb.h"
+#include "client/rpc_status.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"

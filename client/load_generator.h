@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/common.h"
+#include "client/connection.h"
 #include "client/load_tally.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/channel.h"

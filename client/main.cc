@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
-#include "client/common.h"
 #include "client/connection_flags.h"
+#include "client/exit_codes.h"
 #include "client/flag_parser.h"
 #include "client/help.h"
 #include "client/subcommands.h"

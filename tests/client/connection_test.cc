@@ -1,9 +1,10 @@
-#include "client/common.h"
+#include "client/connection.h"
 
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "client/rpc_status.h"
 #include "client/wire_names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,4 +1,4 @@
-#include "client/common.h"
+#include "client/connection.h"
 
 #include <algorithm>
 #include <chrono>
@@ -123,16 +123,6 @@ void PrepareContext(const ConnectionOptions& options,
   if (!options.token.empty()) {
     context->AddMetadata("authorization", "Bearer " + options.token);
   }
-}
-
-std::string StatusCodeName(grpc::StatusCode code) {
-  // grpc::StatusCode and absl::StatusCode both follow google.rpc.Code.
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-}
-
-std::string RpcErrorLine(const grpc::Status& status) {
-  return absl::StrCat("error: ", StatusCodeName(status.error_code()), ": ",
-                      status.error_message());
 }
 
 }  // namespace attnserve::client

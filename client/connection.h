@@ -1,9 +1,10 @@
-#ifndef ATTNSERVE_CLIENT_COMMON_H_
-#define ATTNSERVE_CLIENT_COMMON_H_
+#ifndef ATTNSERVE_CLIENT_CONNECTION_H_
+#define ATTNSERVE_CLIENT_CONNECTION_H_
 
-// What every attnctl subcommand shares: exit codes, the connection options
-// (targets, deadline, TLS, bearer token, message limits) and the channels and
-// call contexts made from them.
+// The connection options every attnctl subcommand shares (targets, deadline,
+// TLS, bearer token, message limits) and the channels and call contexts made
+// from them. Exit codes are in client/exit_codes.h, status-code names in
+// client/rpc_status.h.
 
 #include <cstdint>
 #include <memory>
@@ -16,23 +17,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/support/status.h"
 
 namespace attnserve::client {
-
-// attnctl's exit codes, documented in docs/attnctl.md and `attnctl --help`.
-enum ExitCode : int {
-  kExitOk = 0,
-  // An RPC failed, or the server is not SERVING (health).
-  kExitRpcFailed = 1,
-  // Bad flags or flag values.
-  kExitUsage = 2,
-  // infer --check: the output differs from the reference beyond the tolerance.
-  kExitCheckFailed = 3,
-  // A file could not be read or written, or a .npy file is malformed or holds
-  // a dtype or shape that cannot be used.
-  kExitFileError = 4,
-};
 
 inline constexpr int64_t kDefaultMaxMessageBytes = int64_t{512} << 20;
 // HTTP/2 settings for multi-MB tensors (docs/operations.md, "Client settings").
@@ -83,12 +69,6 @@ absl::Duration ConnectChannel(grpc::Channel& channel, absl::Duration timeout);
 void PrepareContext(const ConnectionOptions& options,
                     grpc::ClientContext* context);
 
-// "UNAVAILABLE", "INVALID_ARGUMENT", ...
-std::string StatusCodeName(grpc::StatusCode code);
-
-// "error: <CODE_NAME>: <message>", the line attnctl prints for a failed RPC.
-std::string RpcErrorLine(const grpc::Status& status);
-
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_COMMON_H_
+#endif  // ATTNSERVE_CLIENT_CONNECTION_H_
