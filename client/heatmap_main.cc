@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/connection_flags.h"
 #include "client/flag_parser.h"
-#include "client/heatmap.h"
+#include "client/heatmap/heatmap.h"
 #include "client/help.h"
 #include "client/request_flags.h"
 #include "client/subcommands.h"

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_UTF8_H_
-#define ATTNSERVE_CLIENT_UTF8_H_
+#ifndef ATTNSERVE_CLIENT_HEATMAP_UTF8_H_
+#define ATTNSERVE_CLIENT_HEATMAP_UTF8_H_
 
 // Splits UTF-8 text into characters, for the heatmap's labels: the bitmap
 // font draws one glyph per character and the text renderer lays them out in
@@ -23,4 +23,4 @@ bool IsPrintableAscii(absl::string_view character);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_UTF8_H_
+#endif  // ATTNSERVE_CLIENT_HEATMAP_UTF8_H_

@@ -1,8 +1,8 @@
-#include "client/bitmap_font.h"
+#include "client/heatmap/bitmap_font.h"
 
 #include <vector>
 
-#include "client/utf8.h"
+#include "client/heatmap/utf8.h"
 
 namespace attnserve::client {
 namespace {

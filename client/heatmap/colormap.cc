@@ -1,4 +1,4 @@
-#include "client/colormap.h"
+#include "client/heatmap/colormap.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_PNG_IMAGE_H_
-#define ATTNSERVE_CLIENT_PNG_IMAGE_H_
+#ifndef ATTNSERVE_CLIENT_HEATMAP_PNG_IMAGE_H_
+#define ATTNSERVE_CLIENT_HEATMAP_PNG_IMAGE_H_
 
 // An 8-bit RGB canvas and its PNG encoding (libpng), for attnctl heatmap.
 
@@ -60,4 +60,4 @@ absl::Status WritePngFile(const std::string& path, const RgbImage& image);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_PNG_IMAGE_H_
+#endif  // ATTNSERVE_CLIENT_HEATMAP_PNG_IMAGE_H_

@@ -1,4 +1,4 @@
-#include "client/png_image.h"
+#include "client/heatmap/png_image.h"
 
 #include <png.h>
 

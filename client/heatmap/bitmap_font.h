@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_BITMAP_FONT_H_
-#define ATTNSERVE_CLIENT_BITMAP_FONT_H_
+#ifndef ATTNSERVE_CLIENT_HEATMAP_BITMAP_FONT_H_
+#define ATTNSERVE_CLIENT_HEATMAP_BITMAP_FONT_H_
 
 // A tiny bitmap font for the heatmap's titles and labels: printable ASCII in
 // 5x7-pixel glyphs (plus two rows below the baseline for g, j, p, q, y and
@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "client/png_image.h"
+#include "client/heatmap/png_image.h"
 
 namespace attnserve::client {
 
@@ -48,4 +48,4 @@ void DrawTextUp(RgbImage& image, int x, int y, absl::string_view text,
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_BITMAP_FONT_H_
+#endif  // ATTNSERVE_CLIENT_HEATMAP_BITMAP_FONT_H_

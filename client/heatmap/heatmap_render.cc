@@ -1,4 +1,4 @@
-#include "client/heatmap_render.h"
+#include "client/heatmap/heatmap_render.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/bitmap_font.h"
-#include "client/colormap.h"
-#include "client/utf8.h"
+#include "client/heatmap/bitmap_font.h"
+#include "client/heatmap/colormap.h"
+#include "client/heatmap/utf8.h"
 
 namespace attnserve::client {
 namespace {

@@ -3,7 +3,7 @@
 // layout, the picture and the text rendering, and picking panels out of a
 // weights tensor.
 
-#include "client/heatmap_render.h"
+#include "client/heatmap/heatmap_render.h"
 
 #include <png.h>
 
@@ -14,15 +14,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/bitmap_font.h"
-#include "client/colormap.h"
-#include "client/heatmap.h"
-#include "client/png_image.h"
-#include "client/utf8.h"
+#include "client/heatmap/bitmap_font.h"
+#include "client/heatmap/colormap.h"
+#include "client/heatmap/heatmap.h"
+#include "client/heatmap/png_image.h"
+#include "client/heatmap/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/png_reader.h"
-#include "tests/server/server_process.h"
+#include "tests/util/temp_dir.h"
 
 namespace attnserve::client {
 namespace {

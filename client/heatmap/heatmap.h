@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_HEATMAP_H_
-#define ATTNSERVE_CLIENT_HEATMAP_H_
+#ifndef ATTNSERVE_CLIENT_HEATMAP_HEATMAP_H_
+#define ATTNSERVE_CLIENT_HEATMAP_HEATMAP_H_
 
 // attnctl heatmap: the attention weights of one small Attend call, drawn as
 // a PNG (one panel per head) and/or as text for a terminal.
@@ -14,7 +14,7 @@
 #include "attnserve/v1/attention.pb.h"
 #include "client/connection.h"
 #include "client/exit_codes.h"
-#include "client/heatmap_render.h"
+#include "client/heatmap/heatmap_render.h"
 #include "client/request_builder.h"
 
 namespace attnserve::client {
@@ -86,4 +86,4 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_HEATMAP_H_
+#endif  // ATTNSERVE_CLIENT_HEATMAP_HEATMAP_H_

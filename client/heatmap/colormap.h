@@ -1,12 +1,12 @@
-#ifndef ATTNSERVE_CLIENT_COLORMAP_H_
-#define ATTNSERVE_CLIENT_COLORMAP_H_
+#ifndef ATTNSERVE_CLIENT_HEATMAP_COLORMAP_H_
+#define ATTNSERVE_CLIENT_HEATMAP_COLORMAP_H_
 
 // The heatmap's colour scale: a viridis-like map from dark violet through
 // blue, teal and green to yellow, whose lightness (CIE L*) rises evenly from
 // about 15 to 91, so equal steps in weight look like equal steps in colour,
 // also in grey-scale print and for the common colour-vision deficiencies.
 
-#include "client/png_image.h"
+#include "client/heatmap/png_image.h"
 
 namespace attnserve::client {
 
@@ -22,4 +22,4 @@ int Xterm256Index(Rgb color);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_COLORMAP_H_
+#endif  // ATTNSERVE_CLIENT_HEATMAP_COLORMAP_H_

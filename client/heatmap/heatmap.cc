@@ -1,4 +1,4 @@
-#include "client/heatmap.h"
+#include "client/heatmap/heatmap.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "client/utf8.h"
+#include "client/heatmap/utf8.h"
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_HEATMAP_RENDER_H_
-#define ATTNSERVE_CLIENT_HEATMAP_RENDER_H_
+#ifndef ATTNSERVE_CLIENT_HEATMAP_HEATMAP_RENDER_H_
+#define ATTNSERVE_CLIENT_HEATMAP_HEATMAP_RENDER_H_
 
 // Draws attention weights as a picture (for PNG) or as text (for a terminal):
 // one panel per head, query rows down and key columns across, with a colour
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "client/png_image.h"
+#include "client/heatmap/png_image.h"
 
 namespace attnserve::client {
 
@@ -108,4 +108,4 @@ std::string RenderHeatmapText(const Heatmap& heatmap, bool ansi_color);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_HEATMAP_RENDER_H_
+#endif  // ATTNSERVE_CLIENT_HEATMAP_HEATMAP_RENDER_H_
