@@ -6,11 +6,11 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "client/bench.h"
-#include "client/bench_levels.h"
 #include "client/connection_flags.h"
 #include "client/flag_parser.h"
 #include "client/help.h"
+#include "client/load/bench.h"
+#include "client/load/bench_levels.h"
 #include "client/request_flags.h"
 #include "client/subcommands.h"
 

@@ -1,4 +1,4 @@
-#include "client/bench_levels.h"
+#include "client/load/bench_levels.h"
 
 #include <cmath>
 #include <string>

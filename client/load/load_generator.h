@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_LOAD_GENERATOR_H_
-#define ATTNSERVE_CLIENT_LOAD_GENERATOR_H_
+#ifndef ATTNSERVE_CLIENT_LOAD_LOAD_GENERATOR_H_
+#define ATTNSERVE_CLIENT_LOAD_LOAD_GENERATOR_H_
 
 // The load generator of attnctl bench: sends one pre-serialized request
 // (AttendRequest or ModelRequest) over and over on a pool of channels, closed
@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/connection.h"
-#include "client/load_tally.h"
+#include "client/load/load_tally.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/channel.h"
 
@@ -84,4 +84,4 @@ absl::StatusOr<LoadResult> RunLoad(
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_LOAD_GENERATOR_H_
+#endif  // ATTNSERVE_CLIENT_LOAD_LOAD_GENERATOR_H_

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_LOAD_TALLY_H_
-#define ATTNSERVE_CLIENT_LOAD_TALLY_H_
+#ifndef ATTNSERVE_CLIENT_LOAD_LOAD_TALLY_H_
+#define ATTNSERVE_CLIENT_LOAD_LOAD_TALLY_H_
 
 // What a load-test level measured (LoadResult), and the thread-safe tally the
 // load generator's completion callbacks add to (LoadTally).
@@ -12,7 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/latency_histogram.h"
+#include "client/load/latency_histogram.h"
 
 namespace attnserve::client {
 
@@ -82,4 +82,4 @@ class LoadTally {
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_LOAD_TALLY_H_
+#endif  // ATTNSERVE_CLIENT_LOAD_LOAD_TALLY_H_

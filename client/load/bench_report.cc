@@ -1,4 +1,4 @@
-#include "client/bench_report.h"
+#include "client/load/bench_report.h"
 
 #include <utility>
 

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_BENCH_H_
-#define ATTNSERVE_CLIENT_BENCH_H_
+#ifndef ATTNSERVE_CLIENT_LOAD_BENCH_H_
+#define ATTNSERVE_CLIENT_LOAD_BENCH_H_
 
 // attnctl bench: load-tests one server or several (round-robin) with random
 // requests of a given shape (Attend, or a hosted model's AttendModel), closed
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "client/bench_report.h"
 #include "client/connection.h"
 #include "client/exit_codes.h"
-#include "client/load_generator.h"
+#include "client/load/bench_report.h"
+#include "client/load/load_generator.h"
 #include "client/request_builder.h"
 
 namespace attnserve::client {
@@ -63,4 +63,4 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_BENCH_H_
+#endif  // ATTNSERVE_CLIENT_LOAD_BENCH_H_

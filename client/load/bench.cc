@@ -1,4 +1,4 @@
-#include "client/bench.h"
+#include "client/load/bench.h"
 
 #include <utility>
 

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_LATENCY_HISTOGRAM_H_
-#define ATTNSERVE_CLIENT_LATENCY_HISTOGRAM_H_
+#ifndef ATTNSERVE_CLIENT_LOAD_LATENCY_HISTOGRAM_H_
+#define ATTNSERVE_CLIENT_LOAD_LATENCY_HISTOGRAM_H_
 
 // A fine-grained, fixed-size latency histogram for attnctl bench: log-linear
 // buckets (128 per power of two, so any recorded value is reported within
@@ -52,4 +52,4 @@ class LatencyHistogram {
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_LATENCY_HISTOGRAM_H_
+#endif  // ATTNSERVE_CLIENT_LOAD_LATENCY_HISTOGRAM_H_

@@ -1,4 +1,4 @@
-#include "client/load_tally.h"
+#include "client/load/load_tally.h"
 
 #include <algorithm>
 

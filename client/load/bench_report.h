@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_BENCH_REPORT_H_
-#define ATTNSERVE_CLIENT_BENCH_REPORT_H_
+#ifndef ATTNSERVE_CLIENT_LOAD_BENCH_REPORT_H_
+#define ATTNSERVE_CLIENT_LOAD_BENCH_REPORT_H_
 
 // attnctl bench's final report: a table for people, CSV and JSON for
 // scripts (docs/attnctl.md documents every column and key).
@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/load_tally.h"
+#include "client/load/load_tally.h"
 
 namespace attnserve::client {
 
@@ -67,4 +67,4 @@ std::string FormatReport(const BenchReport& report, OutputFormat format);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_BENCH_REPORT_H_
+#endif  // ATTNSERVE_CLIENT_LOAD_BENCH_REPORT_H_

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_BENCH_LEVELS_H_
-#define ATTNSERVE_CLIENT_BENCH_LEVELS_H_
+#ifndef ATTNSERVE_CLIENT_LOAD_BENCH_LEVELS_H_
+#define ATTNSERVE_CLIENT_LOAD_BENCH_LEVELS_H_
 
 // The load levels of attnctl bench: "--concurrency 1:64:x2", "--rate 100".
 
@@ -26,4 +26,4 @@ absl::StatusOr<std::vector<double>> ParseLevels(absl::string_view flag,
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_BENCH_LEVELS_H_
+#endif  // ATTNSERVE_CLIENT_LOAD_BENCH_LEVELS_H_

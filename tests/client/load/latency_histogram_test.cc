@@ -1,4 +1,4 @@
-#include "client/latency_histogram.h"
+#include "client/load/latency_histogram.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "client/bench_levels.h"
+#include "client/load/bench_levels.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

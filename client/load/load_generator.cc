@@ -1,4 +1,4 @@
-#include "client/load_generator.h"
+#include "client/load/load_generator.h"
 
 #include <algorithm>
 #include <deque>
