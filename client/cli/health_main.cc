@@ -2,11 +2,11 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "client/connection_flags.h"
-#include "client/flag_parser.h"
+#include "client/cli/connection_flags.h"
+#include "client/cli/flag_parser.h"
+#include "client/cli/help.h"
+#include "client/cli/subcommands.h"
 #include "client/health.h"
-#include "client/help.h"
-#include "client/subcommands.h"
 
 ABSL_FLAG(std::string, service, "",
           "service to ask about; empty = the server as a whole (also "

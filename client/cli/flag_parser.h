@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_FLAG_PARSER_H_
-#define ATTNSERVE_CLIENT_FLAG_PARSER_H_
+#ifndef ATTNSERVE_CLIENT_CLI_FLAG_PARSER_H_
+#define ATTNSERVE_CLIENT_CLI_FLAG_PARSER_H_
 
 // Per-subcommand flag parsing for attnctl. Every ABSL_FLAG of a binary is
 // global, so absl::ParseCommandLine would let `attnctl health --batch=3`
@@ -41,4 +41,4 @@ std::string FlagsHelp(absl::Span<const absl::string_view> names);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_FLAG_PARSER_H_
+#endif  // ATTNSERVE_CLIENT_CLI_FLAG_PARSER_H_

@@ -1,12 +1,12 @@
-#ifndef ATTNSERVE_CLIENT_CONNECTION_FLAGS_H_
-#define ATTNSERVE_CLIENT_CONNECTION_FLAGS_H_
+#ifndef ATTNSERVE_CLIENT_CLI_CONNECTION_FLAGS_H_
+#define ATTNSERVE_CLIENT_CLI_CONNECTION_FLAGS_H_
 
 // The connection flags every attnctl subcommand takes (part of the attnctl
 // binary, not of the library: only entry files read flags).
 
 #include "absl/status/statusor.h"
+#include "client/cli/help.h"
 #include "client/connection.h"
-#include "client/help.h"
 
 namespace attnserve::client {
 
@@ -19,4 +19,4 @@ absl::StatusOr<ConnectionOptions> ConnectionOptionsFromFlags();
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_CONNECTION_FLAGS_H_
+#endif  // ATTNSERVE_CLIENT_CLI_CONNECTION_FLAGS_H_

@@ -1,7 +1,7 @@
-#include "client/help.h"
+#include "client/cli/help.h"
 
 #include "absl/strings/str_cat.h"
-#include "client/flag_parser.h"
+#include "client/cli/flag_parser.h"
 
 namespace attnserve::client {
 

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_HELP_H_
-#define ATTNSERVE_CLIENT_HELP_H_
+#ifndef ATTNSERVE_CLIENT_CLI_HELP_H_
+#define ATTNSERVE_CLIENT_CLI_HELP_H_
 
 // Help and usage-error text shared by attnctl's subcommands.
 
@@ -38,4 +38,4 @@ ExitCode UsageError(std::ostream& err, absl::string_view subcommand,
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_HELP_H_
+#endif  // ATTNSERVE_CLIENT_CLI_HELP_H_

@@ -3,12 +3,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "client/connection_flags.h"
-#include "client/flag_parser.h"
-#include "client/help.h"
+#include "client/cli/connection_flags.h"
+#include "client/cli/flag_parser.h"
+#include "client/cli/help.h"
+#include "client/cli/request_flags.h"
+#include "client/cli/subcommands.h"
 #include "client/infer.h"
-#include "client/request_flags.h"
-#include "client/subcommands.h"
 
 ABSL_FLAG(std::string, out, "",
           "write the output here as .npy (bf16 as '<u2' bits)");

@@ -1,4 +1,4 @@
-#include "client/flag_parser.h"
+#include "client/cli/flag_parser.h"
 
 #include <algorithm>
 

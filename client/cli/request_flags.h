@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_REQUEST_FLAGS_H_
-#define ATTNSERVE_CLIENT_REQUEST_FLAGS_H_
+#ifndef ATTNSERVE_CLIENT_CLI_REQUEST_FLAGS_H_
+#define ATTNSERVE_CLIENT_CLI_REQUEST_FLAGS_H_
 
 // The request flags of the subcommands that send Attend calls (infer; bench
 // and heatmap): the random inputs' shape and the call options. Part of the
@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "client/flag_parser.h"
-#include "client/help.h"
+#include "client/cli/flag_parser.h"
+#include "client/cli/help.h"
 #include "client/request_builder.h"
 
 namespace attnserve::client {
@@ -57,4 +57,4 @@ absl::Status CheckModelFlagUse(const ParsedFlags& parsed);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_REQUEST_FLAGS_H_
+#endif  // ATTNSERVE_CLIENT_CLI_REQUEST_FLAGS_H_

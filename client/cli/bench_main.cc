@@ -6,13 +6,13 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "client/connection_flags.h"
-#include "client/flag_parser.h"
-#include "client/help.h"
+#include "client/cli/connection_flags.h"
+#include "client/cli/flag_parser.h"
+#include "client/cli/help.h"
+#include "client/cli/request_flags.h"
+#include "client/cli/subcommands.h"
 #include "client/load/bench.h"
 #include "client/load/bench_levels.h"
-#include "client/request_flags.h"
-#include "client/subcommands.h"
 
 ABSL_FLAG(std::string, concurrency, "1",
           "closed loop: requests outstanding at all times; a sweep as "

@@ -1,10 +1,10 @@
 #include <iostream>
 
-#include "client/connection_flags.h"
-#include "client/flag_parser.h"
-#include "client/help.h"
+#include "client/cli/connection_flags.h"
+#include "client/cli/flag_parser.h"
+#include "client/cli/help.h"
+#include "client/cli/subcommands.h"
 #include "client/info.h"
-#include "client/subcommands.h"
 
 namespace attnserve::client {
 

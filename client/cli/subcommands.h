@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_SUBCOMMANDS_H_
-#define ATTNSERVE_CLIENT_SUBCOMMANDS_H_
+#ifndef ATTNSERVE_CLIENT_CLI_SUBCOMMANDS_H_
+#define ATTNSERVE_CLIENT_CLI_SUBCOMMANDS_H_
 
 // The entry points of attnctl's subcommands. Each takes the arguments after
 // the subcommand's name, reads its flags and returns the process exit code.
@@ -16,4 +16,4 @@ int BenchMain(absl::Span<char* const> args);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_SUBCOMMANDS_H_
+#endif  // ATTNSERVE_CLIENT_CLI_SUBCOMMANDS_H_

@@ -1,4 +1,4 @@
-#include "client/request_flags.h"
+#include "client/cli/request_flags.h"
 
 #include <cmath>
 #include <cstdint>

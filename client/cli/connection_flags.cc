@@ -1,4 +1,4 @@
-#include "client/connection_flags.h"
+#include "client/cli/connection_flags.h"
 
 #include <string>
 

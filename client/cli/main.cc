@@ -6,11 +6,11 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
-#include "client/connection_flags.h"
+#include "client/cli/connection_flags.h"
+#include "client/cli/flag_parser.h"
+#include "client/cli/help.h"
+#include "client/cli/subcommands.h"
 #include "client/exit_codes.h"
-#include "client/flag_parser.h"
-#include "client/help.h"
-#include "client/subcommands.h"
 
 namespace {
 
