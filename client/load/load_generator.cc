@@ -1,3 +1,7 @@
+// One job, so one file past 500 lines: the Generator and its StreamLanes
+// (closed and open loop, unary and streaming) share the schedule, the
+// measurement window and the tally, which stay private to this file.
+
 #include "client/load/load_generator.h"
 
 #include <algorithm>
