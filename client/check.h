@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attention.pb.h"
-#include "client/common.h"
+#include "client/exit_codes.h"
 
 namespace attnserve::client {
 

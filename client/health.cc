@@ -1,5 +1,6 @@
 #include "client/health.h"
 
+#include "client/rpc_status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attnserve::client {

@@ -6,7 +6,8 @@
 #include <ostream>
 #include <string>
 
-#include "client/common.h"
+#include "client/connection.h"
+#include "client/exit_codes.h"
 
 namespace attnserve::client {
 

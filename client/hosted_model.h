@@ -11,7 +11,7 @@
 
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
-#include "client/common.h"
+#include "client/connection.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
 

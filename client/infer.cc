@@ -14,6 +14,7 @@
 #include "client/hosted_model.h"
 #include "client/input_files.h"
 #include "client/npy.h"
+#include "client/rpc_status.h"
 #include "client/wire_names.h"
 #include "client/wire_tensor.h"
 

@@ -10,7 +10,8 @@
 #include <string>
 
 #include "attnserve/v1/attention.pb.h"
-#include "client/common.h"
+#include "client/connection.h"
+#include "client/exit_codes.h"
 #include "client/request_builder.h"
 
 namespace attnserve::client {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "client/hosted_model.h"
+#include "client/rpc_status.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/text_format.h"
 

@@ -7,7 +7,8 @@
 #include <string>
 
 #include "attnserve/v1/attention.pb.h"
-#include "client/common.h"
+#include "client/connection.h"
+#include "client/exit_codes.h"
 
 namespace attnserve::client {
 

@@ -1,0 +1,158 @@
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "client/cli/connection_flags.h"
+#include "client/cli/flag_parser.h"
+#include "client/cli/help.h"
+#include "client/cli/request_flags.h"
+#include "client/cli/subcommands.h"
+#include "client/load/bench.h"
+#include "client/load/bench_levels.h"
+
+ABSL_FLAG(std::string, concurrency, "1",
+          "closed loop: requests outstanding at all times; a sweep as "
+          "START:END:STEP, START:END:xFACTOR or A,B,C (e.g. 1:64:x2)");
+ABSL_FLAG(std::string, rate, "",
+          "open loop instead: requests per second, sent on schedule whatever "
+          "the answers do (latency counts from the scheduled time); a sweep "
+          "as for --concurrency");
+ABSL_FLAG(std::string, arrival, "constant",
+          "open loop: constant (evenly spaced) or poisson (exponential gaps)");
+ABSL_FLAG(absl::Duration, duration, absl::Seconds(5),
+          "measurement window of each level");
+ABSL_FLAG(absl::Duration, warmup, absl::Seconds(1),
+          "load before each level's window, not measured");
+ABSL_FLAG(bool, stream, false,
+          "send AttendStream messages instead of unary Attend calls "
+          "(closed loop: one stream per outstanding request; open loop: one "
+          "stream per connection)");
+ABSL_FLAG(int, connections, 1,
+          "TCP connections per target; requests take turns over all of them");
+ABSL_FLAG(int, max_outstanding, 1024,
+          "open loop: most requests outstanding; a send beyond it waits and "
+          "counts as late");
+ABSL_FLAG(std::string, output_format, "table", "table, csv or json");
+ABSL_FLAG(std::string, output, "",
+          "write the report to this file (a table still goes to stdout)");
+ABSL_FLAG(bool, progress, true,
+          "a live progress line on stderr (only when it is a terminal)");
+
+namespace attnserve::client {
+namespace {
+
+absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const ParsedFlags& parsed) {
+  BenchOptions options;
+  const std::string rate = absl::GetFlag(FLAGS_rate);
+  if (!rate.empty()) {
+    if (parsed.Specified("concurrency")) {
+      return absl::InvalidArgumentError(
+          "--concurrency (closed loop) and --rate (open loop) do not go "
+          "together");
+    }
+    absl::StatusOr<std::vector<double>> rates =
+        ParseLevels("rate", rate, /*integer=*/false);
+    if (!rates.ok()) return rates.status();
+    options.rates = *std::move(rates);
+  } else {
+    absl::StatusOr<std::vector<double>> levels = ParseLevels(
+        "concurrency", absl::GetFlag(FLAGS_concurrency), /*integer=*/true);
+    if (!levels.ok()) return levels.status();
+    options.concurrency.assign(levels->begin(), levels->end());
+  }
+  const std::string arrival =
+      absl::AsciiStrToLower(absl::GetFlag(FLAGS_arrival));
+  if (arrival == "poisson") {
+    options.arrival = Arrival::kPoisson;
+  } else if (arrival != "constant") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--arrival \"", absl::GetFlag(FLAGS_arrival),
+                     "\" is not constant or poisson"));
+  }
+  if (parsed.Specified("arrival") && options.rates.empty()) {
+    return absl::InvalidArgumentError("--arrival applies to --rate only");
+  }
+  options.duration = absl::GetFlag(FLAGS_duration);
+  options.warmup = absl::GetFlag(FLAGS_warmup);
+  if (options.duration <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--duration must be positive, got ",
+                     absl::FormatDuration(options.duration)));
+  }
+  if (options.warmup < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--warmup must not be negative, got ",
+                     absl::FormatDuration(options.warmup)));
+  }
+  options.stream = absl::GetFlag(FLAGS_stream);
+  options.connections = absl::GetFlag(FLAGS_connections);
+  if (options.connections < 1 || options.connections > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--connections must be in [1, 256], got ", options.connections));
+  }
+  options.max_outstanding = absl::GetFlag(FLAGS_max_outstanding);
+  if (options.max_outstanding < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_outstanding must be >= 1, got ", options.max_outstanding));
+  }
+  absl::StatusOr<OutputFormat> format =
+      ParseOutputFormat(absl::GetFlag(FLAGS_output_format));
+  if (!format.ok()) return format.status();
+  options.format = *format;
+  options.output_file = absl::GetFlag(FLAGS_output);
+  options.progress = absl::GetFlag(FLAGS_progress) && isatty(STDERR_FILENO);
+  return options;
+}
+
+}  // namespace
+
+int BenchMain(absl::Span<char* const> args) {
+  const std::vector<FlagGroup> groups = {
+      {"load",
+       {"concurrency", "rate", "arrival", "duration", "warmup", "stream",
+        "connections", "max_outstanding"}},
+      {"report", {"output_format", "output", "progress"}},
+      RandomInputFlagGroup(),
+      CallFlagGroup(),
+      ModelFlagGroup(),
+      ConnectionFlagGroup()};
+  absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, FlagNames(groups));
+  if (!parsed.ok()) return UsageError(std::cerr, "bench", parsed.status());
+  if (parsed->help) {
+    std::cout << SubcommandHelp(
+        "attnctl bench [flags]",
+        "Load-tests attnserve with random requests of the given shape: "
+        "closed loop\n(--concurrency) or open loop (--rate), one level or a "
+        "sweep, over one\nserver or several (--target a,b,c: round-robin). "
+        "Reports requests, errors\nby code, throughput and latency "
+        "percentiles. Exit code 1 when any\nmeasured request failed. With "
+        "--model NAME, AttendModel calls (AttendModelStream\nwith --stream) "
+        "of a hosted model with random hidden states, as infer\n--model "
+        "sends them.",
+        groups);
+    return kExitOk;
+  }
+  absl::StatusOr<ConnectionOptions> connection = ConnectionOptionsFromFlags();
+  if (!connection.ok()) {
+    return UsageError(std::cerr, "bench", connection.status());
+  }
+  absl::StatusOr<RequestSpec> spec = RequestSpecFromFlags();
+  if (!spec.ok()) return UsageError(std::cerr, "bench", spec.status());
+  if (const absl::Status use = CheckModelFlagUse(*parsed); !use.ok()) {
+    return UsageError(std::cerr, "bench", use);
+  }
+  absl::StatusOr<ModelSpec> model = ModelSpecFromFlags(*parsed);
+  if (!model.ok()) return UsageError(std::cerr, "bench", model.status());
+  absl::StatusOr<BenchOptions> options = BenchOptionsFromFlags(*parsed);
+  if (!options.ok()) return UsageError(std::cerr, "bench", options.status());
+  options->connection = *std::move(connection);
+  options->spec = *std::move(spec);
+  options->model = *std::move(model);
+  return RunBench(*options, std::cout, std::cerr);
+}
+
+}  // namespace attnserve::client

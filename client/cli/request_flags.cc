@@ -1,0 +1,238 @@
+#include "client/cli/request_flags.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/wire_names.h"
+
+ABSL_FLAG(int64_t, batch, 1, "batch size B (random inputs)");
+ABSL_FLAG(int64_t, heads, 8, "query heads Hq (random inputs)");
+ABSL_FLAG(int64_t, kv_heads, 0,
+          "key/value heads Hkv, dividing Hq; 0 = Hq (random inputs)");
+ABSL_FLAG(int64_t, lq, 128, "query length Lq (random inputs)");
+ABSL_FLAG(int64_t, lk, 0, "key length Lk; 0 = Lq (random inputs)");
+ABSL_FLAG(int64_t, dim, 64, "query/key head dimension D (random inputs)");
+ABSL_FLAG(int64_t, dv, 0, "value head dimension Dv; 0 = D (random inputs)");
+ABSL_FLAG(std::string, dtype, "",
+          "f32, bf16 or f16; empty = f32 for random inputs, the files' dtype "
+          "for --q/--k/--v (bf16 files are read only with --dtype=bf16)");
+ABSL_FLAG(uint64_t, seed, 0,
+          "seed of the random inputs (uniform in [-1, 1); the same on every "
+          "machine)");
+ABSL_FLAG(std::string, q, "",
+          "query .npy file ('<f4', '<f2', or '<u2' bf16 bits with "
+          "--dtype=bf16); with --k (and --v) replaces the random inputs");
+ABSL_FLAG(std::string, k, "", "key .npy file (see --q)");
+ABSL_FLAG(std::string, v, "", "value .npy file (see --q)");
+ABSL_FLAG(std::string, mask, "",
+          ".npy explicit mask broadcastable to [B, Hq, Lq, Lk]: '|b1' (true = "
+          "attend) or '<f4' (added to the scores)");
+ABSL_FLAG(std::string, layout, "bhld",
+          "bhld ([B, H, L, D]) or blhd ([B, L, H, D]) for query/key/value "
+          "and output");
+ABSL_FLAG(bool, causal, false, "causal mask: query i attends keys j <= d(i)");
+ABSL_FLAG(std::string, alignment, "top_left",
+          "where the causal diagonal d(i) sits: top_left (d(i) = i) or "
+          "bottom_right (d(i) = i + Lk - Lq)");
+ABSL_FLAG(int32_t, window_left, -1,
+          "sliding window: attend keys j >= d(i) - window_left; -1 = "
+          "unbounded");
+ABSL_FLAG(int32_t, window_right, -1,
+          "sliding window: attend keys j <= d(i) + window_right; -1 = "
+          "unbounded");
+ABSL_FLAG(std::string, key_lengths, "",
+          "padding: comma list of valid key counts, one per batch element, "
+          "e.g. 3,5");
+ABSL_FLAG(std::string, scale, "", "multiplies q.k; empty = 1/sqrt(D)");
+ABSL_FLAG(bool, return_weights, false,
+          "also return the attention weights (f32 [B, Hq, Lq, Lk])");
+ABSL_FLAG(std::string, output_dtype, "",
+          "f32, bf16 or f16; empty = the inputs' dtype");
+ABSL_FLAG(std::string, model, "",
+          "call this hosted model (AttendModel; attnctl info lists them) with "
+          "random hidden states [B, Lq, d_model] instead of Attend");
+ABSL_FLAG(int64_t, memory_len, 0,
+          "with --model: cross-attention over random memory [B, memory_len, "
+          "d_model] (Lk = memory_len); 0 = self-attention (Lk = Lq)");
+ABSL_FLAG(int64_t, position_offset, -1,
+          "with --model: send positions K..K+Lq-1 (in every batch row) for "
+          "sinusoidal and rope models, e.g. a decoding step at K; -1 = none "
+          "(the server's 0..Lq-1)");
+
+namespace attnserve::client {
+namespace {
+
+absl::StatusOr<std::optional<int32_t>> Window(absl::string_view flag,
+                                              int32_t value) {
+  if (value == -1) return std::nullopt;
+  if (value < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " must be >= 0, or -1 for unbounded; got ", value));
+  }
+  return value;
+}
+
+absl::StatusOr<std::vector<int32_t>> KeyLengths(absl::string_view text) {
+  std::vector<int32_t> lengths;
+  if (absl::StripAsciiWhitespace(text).empty()) return lengths;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int32_t value;
+    if (!absl::SimpleAtoi(part, &value) || value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--key_lengths: \"", part,
+                       "\" is not a non-negative integer (expected e.g. 3,5)"));
+    }
+    lengths.push_back(value);
+  }
+  return lengths;
+}
+
+absl::StatusOr<std::optional<float>> Scale(absl::string_view text) {
+  if (absl::StripAsciiWhitespace(text).empty()) return std::nullopt;
+  float value;
+  if (!absl::SimpleAtof(text, &value) || !std::isfinite(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--scale: \"", text, "\" is not a finite number"));
+  }
+  return value;
+}
+
+}  // namespace
+
+FlagGroup RandomInputFlagGroup() {
+  return {
+      "random input",
+      {"batch", "heads", "kv_heads", "lq", "lk", "dim", "dv", "dtype", "seed"}};
+}
+
+FlagGroup CallFlagGroup() {
+  return {"call",
+          {"layout", "causal", "alignment", "window_left", "window_right",
+           "key_lengths", "scale", "return_weights", "output_dtype"}};
+}
+
+FlagGroup InputFileFlagGroup() {
+  return {"input file", {"q", "k", "v", "mask"}};
+}
+
+InputFiles InputFilesFromFlags() {
+  return {absl::GetFlag(FLAGS_q), absl::GetFlag(FLAGS_k),
+          absl::GetFlag(FLAGS_v), absl::GetFlag(FLAGS_mask)};
+}
+
+absl::StatusOr<RequestSpec> RequestSpecFromFlags() {
+  RequestSpec spec;
+  RandomInputs& random = spec.random;
+  random.batch = absl::GetFlag(FLAGS_batch);
+  random.heads = absl::GetFlag(FLAGS_heads);
+  random.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  random.q_len = absl::GetFlag(FLAGS_lq);
+  random.k_len = absl::GetFlag(FLAGS_lk);
+  random.head_dim = absl::GetFlag(FLAGS_dim);
+  random.value_dim = absl::GetFlag(FLAGS_dv);
+  random.seed = absl::GetFlag(FLAGS_seed);
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (!dtype.empty()) {
+    absl::StatusOr<v1::DataType> parsed = ParseFloatDataType("dtype", dtype);
+    if (!parsed.ok()) return parsed.status();
+    random.dtype = *parsed;
+  }
+
+  CallOptions& call = spec.call;
+  absl::StatusOr<v1::Layout> layout =
+      ParseLayout("layout", absl::GetFlag(FLAGS_layout));
+  if (!layout.ok()) return layout.status();
+  call.layout = *layout;
+  call.causal = absl::GetFlag(FLAGS_causal);
+  absl::StatusOr<v1::Alignment> alignment =
+      ParseAlignment("alignment", absl::GetFlag(FLAGS_alignment));
+  if (!alignment.ok()) return alignment.status();
+  call.alignment = *alignment;
+  absl::StatusOr<std::optional<int32_t>> left =
+      Window("window_left", absl::GetFlag(FLAGS_window_left));
+  if (!left.ok()) return left.status();
+  call.window_left = *left;
+  absl::StatusOr<std::optional<int32_t>> right =
+      Window("window_right", absl::GetFlag(FLAGS_window_right));
+  if (!right.ok()) return right.status();
+  call.window_right = *right;
+  absl::StatusOr<std::vector<int32_t>> lengths =
+      KeyLengths(absl::GetFlag(FLAGS_key_lengths));
+  if (!lengths.ok()) return lengths.status();
+  call.key_lengths = *std::move(lengths);
+  absl::StatusOr<std::optional<float>> scale =
+      Scale(absl::GetFlag(FLAGS_scale));
+  if (!scale.ok()) return scale.status();
+  call.scale = *scale;
+  call.return_weights = absl::GetFlag(FLAGS_return_weights);
+  const std::string output_dtype = absl::GetFlag(FLAGS_output_dtype);
+  if (!output_dtype.empty()) {
+    absl::StatusOr<v1::DataType> parsed =
+        ParseFloatDataType("output_dtype", output_dtype);
+    if (!parsed.ok()) return parsed.status();
+    call.output_dtype = *parsed;
+  }
+  return spec;
+}
+
+bool DTypeFlagSet() { return !absl::GetFlag(FLAGS_dtype).empty(); }
+
+FlagGroup ModelFlagGroup() {
+  return {"hosted model", {"model", "memory_len", "position_offset"}};
+}
+
+absl::StatusOr<ModelSpec> ModelSpecFromFlags(const ParsedFlags& parsed) {
+  ModelSpec spec;
+  spec.name = absl::GetFlag(FLAGS_model);
+  if (parsed.Specified("model") && spec.name.empty()) {
+    return absl::InvalidArgumentError(
+        "--model is empty (attnctl info lists the hosted models)");
+  }
+  spec.memory_len = absl::GetFlag(FLAGS_memory_len);
+  const int64_t offset = absl::GetFlag(FLAGS_position_offset);
+  if (offset < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--position_offset must be >= 0, or -1 for none; got ", offset));
+  }
+  if (offset >= 0) spec.position_offset = offset;
+  return spec;
+}
+
+absl::Status CheckModelFlagUse(const ParsedFlags& parsed) {
+  if (absl::GetFlag(FLAGS_model).empty()) {
+    for (absl::string_view name : {"memory_len", "position_offset"}) {
+      if (parsed.Specified(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " applies to --model calls only"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Why each flag has no meaning for a model call.
+  const std::pair<absl::string_view, absl::string_view> reasons[] = {
+      {"heads", "the model's config gives the heads and their size"},
+      {"kv_heads", "the model's config gives the heads and their size"},
+      {"dim", "the model's config gives the heads and their size"},
+      {"dv", "the model's config gives the heads and their size"},
+      {"lk", "use --memory_len for cross-attention (Lk = Lq without it)"},
+      {"layout", "hidden states are [B, Lq, d_model]"},
+      {"scale", "the model's scoring sets the scale"},
+      {"q", "its inputs are random hidden states"},
+      {"k", "its inputs are random hidden states"},
+      {"v", "its inputs are random hidden states"},
+  };
+  for (const auto& [name, reason] : reasons) {
+    if (!parsed.Specified(name)) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " does not apply with --model: ", reason));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attnserve::client

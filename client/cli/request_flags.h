@@ -1,0 +1,60 @@
+#ifndef ATTNSERVE_CLIENT_CLI_REQUEST_FLAGS_H_
+#define ATTNSERVE_CLIENT_CLI_REQUEST_FLAGS_H_
+
+// The request flags of the subcommands that send Attend calls (infer; bench
+// and heatmap): the random inputs' shape and the call options. Part of the
+// attnctl binary, not of the library: only entry files read flags.
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/cli/flag_parser.h"
+#include "client/cli/help.h"
+#include "client/request_builder.h"
+
+namespace attnserve::client {
+
+// --batch --heads --kv_heads --lq --lk --dim --dv --dtype --seed
+FlagGroup RandomInputFlagGroup();
+// --layout --causal --alignment --window_left --window_right --key_lengths
+// --scale --return_weights --output_dtype
+FlagGroup CallFlagGroup();
+
+// --q --k --v --mask: .npy inputs instead of random ones, and an explicit
+// mask.
+FlagGroup InputFileFlagGroup();
+
+// What --q --k --v --mask hold (empty = not given).
+struct InputFiles {
+  std::string query;
+  std::string key;
+  std::string value;
+  std::string mask;
+};
+InputFiles InputFilesFromFlags();
+
+// What the random input and call flags hold. InvalidArgument (a usage error)
+// for unknown names, a window below -1, a malformed --key_lengths or --scale.
+absl::StatusOr<RequestSpec> RequestSpecFromFlags();
+
+// True when --dtype names a dtype (rather than the default "").
+bool DTypeFlagSet();
+
+// --model --memory_len --position_offset: a hosted model's call instead of
+// Attend.
+FlagGroup ModelFlagGroup();
+
+// What the model flags hold. InvalidArgument (a usage error) for an empty
+// --model given explicitly, or a --position_offset below -1.
+absl::StatusOr<ModelSpec> ModelSpecFromFlags(const ParsedFlags& parsed);
+
+// InvalidArgument (a usage error) naming a flag given on the command line
+// that does not go with --model or its absence: with --model, the flags that
+// shape Attend's query, key and value (--heads --kv_heads --dim --dv --lk
+// --layout --scale --q --k --v; infer's --check is refused by RunInfer);
+// without it, --memory_len and --position_offset.
+absl::Status CheckModelFlagUse(const ParsedFlags& parsed);
+
+}  // namespace attnserve::client
+
+#endif  // ATTNSERVE_CLIENT_CLI_REQUEST_FLAGS_H_

@@ -1,0 +1,128 @@
+#include "client/connection.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/file_util.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace attnserve::client {
+namespace {
+
+constexpr absl::Duration kLongestDeadline = absl::Hours(24 * 365);
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ParseTargets(absl::string_view list) {
+  std::vector<std::string> targets;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--target \"", list,
+          "\" has an empty entry (expected host:port[,host:port...])"));
+    }
+    targets.emplace_back(part);
+  }
+  return targets;
+}
+
+absl::Status ValidateConnectionOptions(const ConnectionOptions& options) {
+  if (options.targets.empty()) {
+    return absl::InvalidArgumentError("--target: no server given");
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout must be positive, got ",
+                     absl::FormatDuration(options.timeout)));
+  }
+  if (options.max_message_bytes < 1 ||
+      options.max_message_bytes > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes must be in [1, ", std::numeric_limits<int>::max(),
+        "], got ", options.max_message_bytes));
+  }
+  if (!options.ca_file.empty() && !options.tls) {
+    return absl::InvalidArgumentError("--ca needs --tls");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
+    const ConnectionOptions& options, int connections_per_target) {
+  if (connections_per_target < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--connections must be >= 1, got ", connections_per_target));
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (options.tls) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.ca_file.empty()) {
+      absl::StatusOr<std::string> roots = ReadFileToString(options.ca_file);
+      if (!roots.ok()) return roots.status();
+      ssl.pem_root_certs = *std::move(roots);
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  const int max_bytes = static_cast<int>(options.max_message_bytes);
+  args.SetMaxSendMessageSize(max_bytes);
+  args.SetMaxReceiveMessageSize(max_bytes);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kHttp2MaxFrameBytes);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+              kHttp2StreamLookaheadBytes);
+
+  // Channels with equal arguments share one subchannel, hence one TCP
+  // connection: a local pool and an argument naming the connection keep them
+  // apart.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int connection = 0; connection < connections_per_target; ++connection) {
+    grpc::ChannelArguments connection_args = args;
+    connection_args.SetInt("attnctl.connection", connection);
+    for (const std::string& target : options.targets) {
+      channels.push_back(
+          grpc::CreateCustomChannel(target, credentials, connection_args));
+    }
+  }
+  return channels;
+}
+
+absl::Duration ConnectChannel(grpc::Channel& channel, absl::Duration timeout) {
+  const absl::Time start = absl::Now();
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      absl::ToChronoMicroseconds(std::min(timeout, kLongestDeadline));
+  grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY &&
+         state != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+         state != GRPC_CHANNEL_SHUTDOWN) {
+    if (!channel.WaitForStateChange(state, deadline)) break;
+    state = channel.GetState(/*try_to_connect=*/false);
+  }
+  return absl::Now() - start;
+}
+
+void PrepareContext(const ConnectionOptions& options,
+                    grpc::ClientContext* context) {
+  // Beyond a year (or "inf") means no deadline, which also keeps the time
+  // point inside system_clock's range.
+  if (options.timeout <= kLongestDeadline) {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          absl::ToChronoMicroseconds(options.timeout));
+  }
+  if (!options.token.empty()) {
+    context->AddMetadata("authorization", "Bearer " + options.token);
+  }
+}
+
+}  // namespace attnserve::client

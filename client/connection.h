@@ -1,0 +1,74 @@
+#ifndef ATTNSERVE_CLIENT_CONNECTION_H_
+#define ATTNSERVE_CLIENT_CONNECTION_H_
+
+// The connection options every attnctl subcommand shares (targets, deadline,
+// TLS, bearer token, message limits) and the channels and call contexts made
+// from them. Exit codes are in client/exit_codes.h, status-code names in
+// client/rpc_status.h.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+
+namespace attnserve::client {
+
+inline constexpr int64_t kDefaultMaxMessageBytes = int64_t{512} << 20;
+// HTTP/2 settings for multi-MB tensors (docs/operations.md, "Client settings").
+inline constexpr int kHttp2MaxFrameBytes = 16 << 20;
+inline constexpr int kHttp2StreamLookaheadBytes = 64 << 20;
+
+struct ConnectionOptions {
+  // "host:port" of each server (default {"localhost:50051"}). Commands that
+  // make one call use the first; health and info ask every one.
+  std::vector<std::string> targets = {"localhost:50051"};
+  // Deadline of each call (default 30 s; beyond a year, or inf, means none).
+  absl::Duration timeout = absl::Seconds(30);
+  // TLS with the system's roots, or with `ca_file` (PEM) when set (default
+  // off).
+  bool tls = false;
+  std::string ca_file;
+  // When non-empty, sent as "authorization: Bearer <token>" on every call.
+  std::string token;
+  // Largest message sent or received (default 512 MiB, at most INT_MAX).
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
+};
+
+// Splits "host:port[,host:port...]". InvalidArgument for an empty list or an
+// empty entry.
+absl::StatusOr<std::vector<std::string>> ParseTargets(absl::string_view list);
+
+// InvalidArgument (a usage error) for no targets, a timeout <= 0, a message
+// limit outside [1, INT_MAX], or a CA file without TLS.
+absl::Status ValidateConnectionOptions(const ConnectionOptions& options);
+
+// `connections_per_target` channels per target (default 1), each with a TCP
+// connection of its own, with the message limits and HTTP/2 settings applied.
+// Channel i goes to target i % targets.size(), so consecutive channels take
+// turns over the targets. Channels connect lazily: an unreachable server
+// shows as UNAVAILABLE on the first call. NotFound or PermissionDenied when
+// the CA file cannot be read; InvalidArgument for connections_per_target < 1.
+absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
+    const ConnectionOptions& options, int connections_per_target = 1);
+
+// Starts connecting `channel` and waits until it is ready, has failed to
+// connect, or `timeout` has passed, so that a timed call that follows does not
+// include connection set-up. Returns how long that took. Never fails: a call
+// on a channel that did not connect reports the failure itself.
+absl::Duration ConnectChannel(grpc::Channel& channel, absl::Duration timeout);
+
+// Sets the call's deadline (now + timeout) and the bearer token on `context`,
+// which must be fresh.
+void PrepareContext(const ConnectionOptions& options,
+                    grpc::ClientContext* context);
+
+}  // namespace attnserve::client
+
+#endif  // ATTNSERVE_CLIENT_CONNECTION_H_

@@ -1,0 +1,303 @@
+#include "client/heatmap/heatmap.h"
+
+#include <cmath>
+#include <cstring>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "client/input_files.h"
+#include "client/rpc_status.h"
+#include "client/wire_names.h"
+#include "client/wire_tensor.h"
+
+namespace attnserve::client {
+namespace {
+
+ExitCode Fail(std::ostream& err, const absl::Status& status, ExitCode code) {
+  err << "error: " << status.message() << "\n";
+  return code;
+}
+
+ExitCode Usage(std::ostream& err, absl::string_view message) {
+  err << "error: " << message << "\n(attnctl heatmap --help lists its flags)\n";
+  return kExitUsage;
+}
+
+// The dimensions that decide what is drawn.
+struct Dims {
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t q_len = 0;
+  int64_t k_len = 0;
+};
+
+// Batch, heads and length of a 4-D query or key in `layout`; InvalidArgument
+// naming `path` otherwise.
+absl::Status InputDims(const v1::Tensor& tensor, v1::Layout layout,
+                       absl::string_view role, const std::string& path,
+                       int64_t* batch, int64_t* heads, int64_t* length) {
+  if (tensor.shape_size() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the ", role, " must be 4-D (",
+        layout == v1::BLHD ? "[B, L, H, D]" : "[B, H, L, D]", " in layout ",
+        LayoutName(layout), "); it is ", ShapeText(tensor)));
+  }
+  const bool blhd = layout == v1::BLHD;
+  *batch = tensor.shape(0);
+  *heads = tensor.shape(blhd ? 2 : 1);
+  *length = tensor.shape(blhd ? 1 : 2);
+  return absl::OkStatus();
+}
+
+// A zero value for `key`: its shape with Dv = 1 (D is last in both
+// layouts), its dtype (all-zero bytes are 0 in f32, f16 and bf16).
+v1::Tensor ZeroValue(const v1::Tensor& key) {
+  v1::Tensor value;
+  value.set_dtype(key.dtype());
+  *value.mutable_shape() = key.shape();
+  value.set_shape(3, 1);
+  value.mutable_data()->assign(
+      static_cast<size_t>(NumElements(value)) * DataTypeSize(key.dtype()),
+      '\0');
+  return value;
+}
+
+// "1 key", "7 keys".
+std::string Count(int64_t n, absl::string_view one, absl::string_view many) {
+  return absl::StrCat(n, " ", n == 1 ? one : many);
+}
+
+// Everything that makes the heatmap unusable before the call is sent.
+absl::Status CheckDims(const HeatmapOptions& options, const Dims& dims) {
+  for (const auto& [name, what, length] :
+       {std::tuple<const char*, const char*, int64_t>{"Lq", "queries",
+                                                      dims.q_len},
+        {"Lk", "keys", dims.k_len}}) {
+    if (length > kMaxHeatmapLength) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " = ", length, " ", what,
+          " is too many for a heatmap (at most ", kMaxHeatmapLength,
+          "): use a shorter --lq/--lk or a smaller input"));
+    }
+    if (length < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " = ", length,
+                       ": a heatmap needs at least one row and column"));
+    }
+  }
+  if (dims.heads < 1 || dims.batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "B = ", dims.batch, ", Hq = ", dims.heads,
+        ": a heatmap needs at least one batch element and one head"));
+  }
+  if (options.batch_index >= dims.batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--batch_index=", options.batch_index,
+        " but the batch has B = ", dims.batch,
+        dims.batch == 1
+            ? " element (index 0)"
+            : absl::StrCat(" elements (0 to ", dims.batch - 1, ")")));
+  }
+  if (options.head) {
+    if (*options.head >= dims.heads) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--head=", *options.head, " but there are Hq = ",
+                       Count(dims.heads, "query head", "query heads"),
+                       " (0 to ", dims.heads - 1, ")"));
+    }
+  } else if (dims.heads > kMaxHeatmapPanels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Hq = ", dims.heads,
+                     " heads make more panels than a heatmap shows (at "
+                     "most ",
+                     kMaxHeatmapPanels, "): pick one with --head=N"));
+  }
+  if (!options.key_tokens.empty() &&
+      static_cast<int64_t>(options.key_tokens.size()) != dims.k_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokens has ", Count(options.key_tokens.size(), "token", "tokens"),
+        " but there are Lk = ", Count(dims.k_len, "key", "keys"),
+        ": give one token per key"));
+  }
+  if (!options.query_tokens.empty() &&
+      static_cast<int64_t>(options.query_tokens.size()) != dims.q_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--query_tokens has ",
+        Count(options.query_tokens.size(), "token", "tokens"),
+        " but there are Lq = ", Count(dims.q_len, "query", "queries"),
+        ": give one token per query"));
+  }
+  if (options.text && dims.k_len > kMaxTextKeys) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ascii draws at most ", kMaxTextKeys,
+                     " keys across a terminal; Lk = ", dims.k_len,
+                     " (--png draws up to ", kMaxHeatmapLength, ")"));
+  }
+  if (options.text && dims.q_len > kMaxTextQueries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ascii draws at most ", kMaxTextQueries, " query rows; Lq = ",
+        dims.q_len, " (--png draws up to ", kMaxHeatmapLength, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> SplitTokens(absl::string_view text) {
+  return absl::StrSplit(text, absl::ByAnyChar(" \t\n\r\f\v"),
+                        absl::SkipEmpty());
+}
+
+Heatmap HeatmapFromWeights(const v1::Tensor& weights, int64_t batch_index,
+                           std::optional<int64_t> head) {
+  Heatmap heatmap;
+  const int64_t heads = weights.shape(1);
+  heatmap.q_len = static_cast<int>(weights.shape(2));
+  heatmap.k_len = static_cast<int>(weights.shape(3));
+  const size_t panel_size = static_cast<size_t>(heatmap.q_len) * heatmap.k_len;
+  const int64_t first = head.value_or(0);
+  const int64_t last = head ? *head + 1 : heads;
+  for (int64_t h = first; h < last; ++h) {
+    HeatmapPanel panel;
+    panel.title = absl::StrCat("head ", h);
+    panel.weights.resize(panel_size);
+    const size_t offset = (static_cast<size_t>(batch_index) * heads + h) *
+                          panel_size * sizeof(float);
+    std::memcpy(panel.weights.data(), weights.data().data() + offset,
+                panel_size * sizeof(float));
+    heatmap.panels.push_back(std::move(panel));
+  }
+  return heatmap;
+}
+
+ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
+                    std::ostream& err) {
+  if (options.png_file.empty() && !options.text) {
+    return Usage(err, "nothing to draw: give --png=FILE, --ascii, or both");
+  }
+  if (options.vmax && !(*options.vmax > 0 && std::isfinite(*options.vmax))) {
+    return Usage(err, absl::StrCat("--vmax must be a positive number; got ",
+                                   *options.vmax));
+  }
+  for (const auto& [flag, tokens] :
+       {std::pair<const char*, const std::vector<std::string>*>{
+            "tokens", &options.key_tokens},
+        {"query_tokens", &options.query_tokens}}) {
+    if (static_cast<int64_t>(tokens->size()) > kMaxHeatmapTokens) {
+      return Usage(err, absl::StrCat("--", flag, " has ", tokens->size(),
+                                     " tokens; at most ", kMaxHeatmapTokens,
+                                     " can be labelled"));
+    }
+  }
+  CallOptions call = options.spec.call;
+  call.return_weights = true;
+
+  v1::AttendRequest request;
+  request.set_request_id(options.request_id);
+  Dims dims;
+  const bool files = !options.query_file.empty() || !options.key_file.empty();
+  if (files) {
+    if (options.query_file.empty() || options.key_file.empty()) {
+      return Usage(err,
+                   "--q and --k go together (--v is optional): give both "
+                   "files, or neither for random inputs");
+    }
+    const std::tuple<const std::string*, const char*, v1::Tensor*> inputs[] = {
+        {&options.query_file, "query", request.mutable_query()},
+        {&options.key_file, "key", request.mutable_key()},
+        {&options.value_file, "value", request.mutable_value()}};
+    for (const auto& [path, role, tensor] : inputs) {
+      if (path->empty()) continue;
+      const absl::Status status =
+          LoadInputFile(*path, role, options.file_dtype, tensor);
+      if (!status.ok()) return Fail(err, status, kExitFileError);
+    }
+    absl::Status status =
+        InputDims(request.query(), call.layout, "query", options.query_file,
+                  &dims.batch, &dims.heads, &dims.q_len);
+    if (status.ok()) {
+      int64_t batch;
+      status = InputDims(request.key(), call.layout, "key", options.key_file,
+                         &batch, &dims.kv_heads, &dims.k_len);
+    }
+    if (!status.ok()) return Fail(err, status, kExitFileError);
+    if (options.value_file.empty()) {
+      *request.mutable_value() = ZeroValue(request.key());
+    }
+  } else {
+    if (!options.value_file.empty()) {
+      return Usage(err, "--v needs --q and --k");
+    }
+    const absl::Status status = ValidateRandomInputs(
+        options.spec.random, options.connection.max_message_bytes);
+    if (!status.ok()) return Usage(err, status.message());
+    const RandomInputs random = ResolveDefaults(options.spec.random);
+    dims = {random.batch, random.heads, random.kv_heads, random.q_len,
+            random.k_len};
+  }
+  absl::Status status = CheckDims(options, dims);
+  if (!status.ok()) return Usage(err, status.message());
+  if (!files) FillRandomInputs(options.spec.random, call.layout, &request);
+  if (!options.mask_file.empty()) {
+    status = LoadMaskFile(options.mask_file,
+                          request.mutable_mask()->mutable_explicit_mask());
+    if (!status.ok()) return Fail(err, status, kExitFileError);
+  }
+  ApplyCallOptions(call, &request);
+
+  auto channels = CreateChannels(options.connection);
+  if (!channels.ok()) return Fail(err, channels.status(), kExitFileError);
+  auto stub = v1::AttentionService::NewStub(channels->front());
+  grpc::ClientContext context;
+  PrepareContext(options.connection, &context);
+  v1::AttendResponse response;
+  const grpc::Status rpc = stub->Attend(&context, request, &response);
+  if (!rpc.ok()) {
+    err << RpcErrorLine(rpc) << "\n";
+    return kExitRpcFailed;
+  }
+  const v1::Tensor& weights = response.weights();
+  const std::string expected =
+      absl::StrCat("[", dims.batch, ", ", dims.heads, ", ", dims.q_len, ", ",
+                   dims.k_len, "]");
+  if (weights.dtype() != v1::FLOAT32 || ShapeText(weights) != expected ||
+      static_cast<int64_t>(weights.data().size()) != NumElements(weights) * 4) {
+    err << "error: the server's weights are " << DataTypeName(weights.dtype())
+        << " " << ShapeText(weights) << " with " << weights.data().size()
+        << " bytes; expected f32 " << expected << "\n";
+    return kExitRpcFailed;
+  }
+
+  Heatmap heatmap =
+      HeatmapFromWeights(weights, options.batch_index, options.head);
+  heatmap.key_labels = options.key_tokens;
+  if (!options.query_tokens.empty()) {
+    heatmap.query_labels = options.query_tokens;
+  } else if (dims.q_len == dims.k_len) {
+    heatmap.query_labels = options.key_tokens;
+  }
+  heatmap.vmax = options.vmax.value_or(MaxWeight(heatmap));
+  heatmap.caption =
+      absl::StrFormat("attention weights, batch %d: Lq %d x Lk %d",
+                      options.batch_index, dims.q_len, dims.k_len);
+
+  if (options.text) out << RenderHeatmapText(heatmap, options.text_color);
+  if (!options.png_file.empty()) {
+    const RgbImage image = RenderHeatmapImage(heatmap);
+    status = WritePngFile(options.png_file, image);
+    if (!status.ok()) return Fail(err, status, kExitFileError);
+    out << "wrote " << options.png_file << " (" << image.width() << "x"
+        << image.height() << ", "
+        << Count(heatmap.panels.size(), "panel", "panels") << ")\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace attnserve::client

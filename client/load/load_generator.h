@@ -1,0 +1,87 @@
+#ifndef ATTNSERVE_CLIENT_LOAD_LOAD_GENERATOR_H_
+#define ATTNSERVE_CLIENT_LOAD_LOAD_GENERATOR_H_
+
+// The load generator of attnctl bench: sends one pre-serialized request
+// (AttendRequest or ModelRequest) over and over on a pool of channels, closed
+// loop (a fixed number of requests outstanding) or open loop (a schedule of
+// send times, constant or Poisson), as unary calls or as messages on
+// bidirectional streams (Attend/AttendStream, AttendModel/AttendModelStream),
+// and tallies every measured request.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/connection.h"
+#include "client/load/load_tally.h"
+#include "google/protobuf/message.h"
+#include "grpcpp/channel.h"
+
+namespace attnserve::client {
+
+enum class Arrival { kConstant, kPoisson };
+
+// The methods of AttentionService the generator can load, as gRPC paths.
+inline constexpr char kAttendMethod[] = "/attnserve.v1.AttentionService/Attend";
+inline constexpr char kAttendStreamMethod[] =
+    "/attnserve.v1.AttentionService/AttendStream";
+inline constexpr char kAttendModelMethod[] =
+    "/attnserve.v1.AttentionService/AttendModel";
+inline constexpr char kAttendModelStreamMethod[] =
+    "/attnserve.v1.AttentionService/AttendModelStream";
+
+struct LoadSpec {
+  // Closed loop (rate == 0, the default): this many requests outstanding at
+  // all times, each answer sending the next. Default 1.
+  int concurrency = 1;
+  // Open loop: requests per second (> 0), sent at their scheduled times
+  // whatever the answers do. Latency is measured from the scheduled time, so
+  // a slow server cannot hide its queue (no coordinated omission).
+  double rate = 0;
+  Arrival arrival = Arrival::kConstant;
+  // Open loop: at most this many requests outstanding; a send beyond it waits
+  // (and counts as late). Default 1024.
+  int max_outstanding = 1024;
+  // Messages on `stream_method` instead of unary `method` calls (default
+  // off). Closed loop: `concurrency` streams, one message in flight on each.
+  // Open loop: one stream per channel, messages round-robin.
+  bool stream = false;
+  // The unary and the streaming method (default Attend and AttendStream);
+  // both answer AttendResponses and take the request's message type.
+  std::string method = kAttendMethod;
+  std::string stream_method = kAttendStreamMethod;
+  // Requests scheduled during the warm-up are sent but not measured; then
+  // the measurement window lasts `duration`. Defaults 1 s and 5 s.
+  absl::Duration warmup = absl::Seconds(1);
+  absl::Duration duration = absl::Seconds(5);
+  // Seeds the Poisson arrivals.
+  uint64_t seed = 0;
+  // Every OK response's output must hold this many bytes.
+  int64_t expected_output_bytes = 0;
+};
+
+// Called about once a second while the level runs, with the time since the
+// measurement window opened (negative during the warm-up) and the tally so
+// far.
+using ProgressFn =
+    std::function<void(absl::Duration since_start, const LoadResult& so_far)>;
+
+// Runs one level on `channels` (at least one; requests go round-robin over
+// them) with the deadline and token of `connection`, and returns what the
+// measurement window saw once every measured request has been answered.
+// `request` is serialized once; it must be the request type of spec.method
+// (AttendRequest, ModelRequest). InvalidArgument for a spec outside its
+// ranges.
+absl::StatusOr<LoadResult> RunLoad(
+    const std::vector<std::shared_ptr<grpc::Channel>>& channels,
+    const ConnectionOptions& connection,
+    const google::protobuf::Message& request, const LoadSpec& spec,
+    const ProgressFn& progress);
+
+}  // namespace attnserve::client
+
+#endif  // ATTNSERVE_CLIENT_LOAD_LOAD_GENERATOR_H_
