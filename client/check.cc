@@ -14,35 +14,11 @@
 #include "core/attention.h"
 #include "core/reference.h"
 #include "core/tensor.h"
+#include "wire/dtype.h"
+#include "wire/tensor.h"
 
 namespace attnserve::client {
 namespace {
-
-std::optional<DType> CoreDType(v1::DataType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return DType::kFloat32;
-    case v1::BFLOAT16:
-      return DType::kBFloat16;
-    case v1::FLOAT16:
-      return DType::kFloat16;
-    case v1::BOOL:
-      return DType::kBool;
-    default:
-      return std::nullopt;
-  }
-}
-
-absl::StatusOr<TensorView> View(absl::string_view name,
-                                const v1::Tensor& tensor) {
-  const std::optional<DType> dtype = CoreDType(tensor.dtype());
-  if (!dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": dtype ", DataTypeName(tensor.dtype()), " is not supported"));
-  }
-  return TensorViewFromBytes(name, tensor.data().data(), tensor.data().size(),
-                             *dtype, tensor.shape());
-}
 
 absl::Status ExpectShape(absl::string_view name, const v1::Tensor& got,
                          v1::DataType dtype,
@@ -50,11 +26,12 @@ absl::Status ExpectShape(absl::string_view name, const v1::Tensor& got,
   const std::vector<int64_t> got_shape(got.shape().begin(), got.shape().end());
   if (got.dtype() != dtype || got_shape != shape ||
       static_cast<int64_t>(got.data().size()) !=
-          NumElements(got) * DataTypeSize(dtype)) {
+          wire::NumElements(got) * wire::ElementSize(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the response's ", name, " is ", DataTypeName(got.dtype()), " ",
-        ShapeText(got), " with ", got.data().size(), " bytes; expected ",
-        DataTypeName(dtype), " [", absl::StrJoin(shape, ", "), "]"));
+        "the response's ", name, " is ", wire::ShortDataTypeName(got.dtype()),
+        " ", wire::ShapeText(got), " with ", got.data().size(),
+        " bytes; expected ", wire::ShortDataTypeName(dtype), " [",
+        absl::StrJoin(shape, ", "), "]"));
   }
   return absl::OkStatus();
 }
@@ -100,7 +77,7 @@ absl::StatusOr<std::vector<CheckReport>> CheckResponse(
        {std::make_tuple("query", &request.query(), &inputs.query),
         std::make_tuple("key", &request.key(), &inputs.key),
         std::make_tuple("value", &request.value(), &inputs.value)}) {
-    absl::StatusOr<TensorView> v = View(name, *tensor);
+    absl::StatusOr<TensorView> v = wire::ViewOf(name, *tensor);
     if (!v.ok()) return v.status();
     *view = *v;
   }
@@ -122,7 +99,7 @@ absl::StatusOr<std::vector<CheckReport>> CheckResponse(
   inputs.mask.alibi_slopes = absl::MakeConstSpan(mask.alibi_slopes().data(),
                                                  mask.alibi_slopes().size());
   if (mask.has_explicit_mask()) {
-    absl::StatusOr<TensorView> v = View("mask", mask.explicit_mask());
+    absl::StatusOr<TensorView> v = wire::ViewOf("mask", mask.explicit_mask());
     if (!v.ok()) return v.status();
     inputs.mask.explicit_mask = *v;
   }

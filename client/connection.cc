@@ -13,6 +13,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "wire/transport.h"
 
 namespace attnserve::client {
 namespace {
@@ -73,22 +74,11 @@ absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
     }
     credentials = grpc::SslCredentials(ssl);
   }
-  grpc::ChannelArguments args;
-  const int max_bytes = static_cast<int>(options.max_message_bytes);
-  args.SetMaxSendMessageSize(max_bytes);
-  args.SetMaxReceiveMessageSize(max_bytes);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kHttp2MaxFrameBytes);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
-              kHttp2StreamLookaheadBytes);
-
-  // Channels with equal arguments share one subchannel, hence one TCP
-  // connection: a local pool and an argument naming the connection keep them
-  // apart.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int connection = 0; connection < connections_per_target; ++connection) {
-    grpc::ChannelArguments connection_args = args;
-    connection_args.SetInt("attnctl.connection", connection);
+    // Each connection index its own TCP connection per target.
+    const grpc::ChannelArguments connection_args = wire::ClientChannelArguments(
+        options.max_message_bytes, absl::StrCat("attnctl-", connection));
     for (const std::string& target : options.targets) {
       channels.push_back(
           grpc::CreateCustomChannel(target, credentials, connection_args));

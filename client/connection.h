@@ -21,9 +21,6 @@
 namespace attnserve::client {
 
 inline constexpr int64_t kDefaultMaxMessageBytes = int64_t{512} << 20;
-// HTTP/2 settings for multi-MB tensors (docs/operations.md, "Client settings").
-inline constexpr int kHttp2MaxFrameBytes = 16 << 20;
-inline constexpr int kHttp2StreamLookaheadBytes = 64 << 20;
 
 struct ConnectionOptions {
   // "host:port" of each server (default {"localhost:50051"}). Commands that

@@ -115,11 +115,11 @@ std::string PositionsText(const v1::Tensor& positions) {
 }
 
 std::string ModelRequestText(const v1::ModelRequest& request) {
-  std::string text =
-      absl::StrCat(request.model(), " ", DataTypeName(request.hidden().dtype()),
-                   " hidden ", ShapeText(request.hidden()));
+  std::string text = absl::StrCat(
+      request.model(), " ", wire::ShortDataTypeName(request.hidden().dtype()),
+      " hidden ", wire::ShapeText(request.hidden()));
   if (request.has_memory()) {
-    absl::StrAppend(&text, " memory ", ShapeText(request.memory()));
+    absl::StrAppend(&text, " memory ", wire::ShapeText(request.memory()));
   }
   if (request.has_positions()) {
     absl::StrAppend(&text, "; positions ", PositionsText(request.positions()));
@@ -129,36 +129,9 @@ std::string ModelRequestText(const v1::ModelRequest& request) {
   return text;
 }
 
-double ModelFlops(const v1::ModelInfo& model, int64_t batch, int64_t q_len,
-                  int64_t k_len) {
-  // model/attention_layer.cc's AttentionLayer::Flops, from ModelInfo.
-  const double d_model = double(model.d_model());
-  const double head_dim = double(model.head_dim());
-  const double q_rows = double(batch) * q_len;
-  const double k_rows = double(batch) * k_len;
-  const double hq_hd = double(model.num_heads()) * head_dim;
-  const double hkv_hd = double(model.num_kv_heads()) * head_dim;
-  double flops = 2 * q_rows * d_model * hq_hd     // q
-                 + 4 * k_rows * d_model * hkv_hd  // k, v
-                 + 2 * q_rows * hq_hd * d_model;  // o
-  const double pairs = double(batch) * model.num_heads() * q_len * k_len;
-  flops += 4 * pairs * head_dim;  // scores and P·V
-  const Json config = ParseConfig(model);
-  if (config.is_discarded()) return flops;
-  const std::string scoring = StringKey(config, "scoring");
-  if (scoring == "general") flops += 2 * q_rows * hq_hd * head_dim;
-  const auto a_key = config.find("additive_dim");
-  if (scoring == "additive" && a_key != config.end() && a_key->is_number()) {
-    const double a = a_key->get<double>();
-    flops += 2 * (q_rows + k_rows) * model.num_heads() * head_dim * a;
-    flops += 2 * pairs * a;
-  }
-  return flops;
-}
-
 int64_t ModelOutputBytes(const v1::ModelInfo& model, int64_t batch,
                          int64_t q_len, v1::DataType output_dtype) {
-  return batch * q_len * model.d_model() * DataTypeSize(output_dtype);
+  return batch * q_len * model.d_model() * wire::ElementSize(output_dtype);
 }
 
 }  // namespace attnserve::client

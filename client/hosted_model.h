@@ -48,14 +48,6 @@ std::string ModelRequestText(const v1::ModelRequest& request);
 // empty.
 std::string PositionsText(const v1::Tensor& positions);
 
-// The FLOPs of one call with these sizes, as the server's
-// AttentionLayer::Flops counts them: the q, k, v and output projections, the
-// scores and P·V, and the extra products of "general" and "additive" scoring
-// (the server's config reports the A it loaded as additive_dim). Layer norm,
-// positional encodings, tanh and softmax are not counted.
-double ModelFlops(const v1::ModelInfo& model, int64_t batch, int64_t q_len,
-                  int64_t k_len);
-
 // Bytes of a call's output, [B, Lq, d_model] in `output_dtype`.
 int64_t ModelOutputBytes(const v1::ModelInfo& model, int64_t batch,
                          int64_t q_len, v1::DataType output_dtype);

@@ -29,8 +29,9 @@ ExitCode Fail(std::ostream& err, const absl::Status& status, ExitCode code) {
 
 void PrintTensorLine(absl::string_view name, const v1::Tensor& tensor,
                      bool stats, std::ostream& out) {
-  out << absl::StrFormat("%-8s %s %s", name, DataTypeName(tensor.dtype()),
-                         ShapeText(tensor));
+  out << absl::StrFormat("%-8s %s %s", name,
+                         wire::ShortDataTypeName(tensor.dtype()),
+                         wire::ShapeText(tensor));
   if (stats) {
     const TensorStats s = ComputeStats(tensor);
     out << absl::StrFormat("  mean %.6g  absmax %.6g", s.mean, s.abs_max);

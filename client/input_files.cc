@@ -32,9 +32,10 @@ absl::Status LoadInputFile(const std::string& path, absl::string_view role,
   }
   *tensor = TensorFromNpy(*std::move(array));
   if (file_dtype && tensor->dtype() != *file_dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " holds ", DataTypeName(tensor->dtype()), " but --dtype is ",
-        DataTypeName(*file_dtype), " (bf16 files are stored as '<u2')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " holds ", wire::ShortDataTypeName(tensor->dtype()),
+                     " but --dtype is ", wire::ShortDataTypeName(*file_dtype),
+                     " (bf16 files are stored as '<u2')"));
   }
   return absl::OkStatus();
 }

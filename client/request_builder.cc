@@ -62,7 +62,7 @@ int64_t RandomInputBytes(const RandomInputs& inputs) {
   if (q < 0 || k < 0 || v < 0) return -1;
   const int64_t elements = q + k;
   if (elements < 0 || elements + v < 0) return -1;
-  return CheckedMul(elements + v, DataTypeSize(r.dtype));
+  return CheckedMul(elements + v, wire::ElementSize(r.dtype));
 }
 
 absl::Status ValidateRandomInputs(const RandomInputs& inputs,
@@ -82,7 +82,7 @@ absl::Status ValidateRandomInputs(const RandomInputs& inputs,
       inputs.dtype != v1::FLOAT16) {
     return absl::InvalidArgumentError(
         absl::StrCat("random inputs must be f32, bf16 or f16, not ",
-                     DataTypeName(inputs.dtype)));
+                     wire::ShortDataTypeName(inputs.dtype)));
   }
   const int64_t bytes = RandomInputBytes(inputs);
   if (bytes < 0 || bytes > max_bytes) {
@@ -148,7 +148,7 @@ int64_t ModelInputBytes(const RandomInputs& inputs, const ModelSpec& model,
           ? -1
           : inputs.q_len + model.memory_len;
   return CheckedMul(Product({inputs.batch, rows, d_model}),
-                    DataTypeSize(inputs.dtype));
+                    wire::ElementSize(inputs.dtype));
 }
 
 absl::Status ValidateModelSpec(const RandomInputs& inputs,
@@ -167,7 +167,7 @@ absl::Status ValidateModelSpec(const RandomInputs& inputs,
       inputs.dtype != v1::FLOAT16) {
     return absl::InvalidArgumentError(
         absl::StrCat("hidden states must be f32, bf16 or f16, not ",
-                     DataTypeName(inputs.dtype)));
+                     wire::ShortDataTypeName(inputs.dtype)));
   }
   if (model.position_offset) {
     const int64_t offset = *model.position_offset;
@@ -240,7 +240,7 @@ void FillModelRequest(const RandomInputs& inputs, const ModelSpec& model,
 
 std::string UniformBytes(v1::DataType dtype, int64_t count, uint64_t seed,
                          uint64_t stream) {
-  const int size = DataTypeSize(dtype);
+  const int size = wire::ElementSize(dtype);
   std::string bytes(static_cast<size_t>(count) * size, '\0');
   const DType core_dtype = dtype == v1::BFLOAT16  ? DType::kBFloat16
                            : dtype == v1::FLOAT16 ? DType::kFloat16

@@ -23,23 +23,6 @@ absl::StatusOr<v1::DataType> ParseFloatDataType(absl::string_view flag,
   return BadValue(flag, text, "f32, bf16 or f16");
 }
 
-std::string DataTypeName(v1::DataType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return "f32";
-    case v1::BFLOAT16:
-      return "bf16";
-    case v1::FLOAT16:
-      return "f16";
-    case v1::BOOL:
-      return "bool";
-    case v1::DATA_TYPE_UNSPECIFIED:
-      return "unspecified";
-    default:
-      return absl::StrCat("DataType(", static_cast<int>(dtype), ")");
-  }
-}
-
 absl::StatusOr<v1::Layout> ParseLayout(absl::string_view flag,
                                        absl::string_view text) {
   const std::string lower = absl::AsciiStrToLower(text);

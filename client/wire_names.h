@@ -15,8 +15,7 @@ namespace attnserve::client {
 // InvalidArgument naming `flag` otherwise.
 absl::StatusOr<v1::DataType> ParseFloatDataType(absl::string_view flag,
                                                 absl::string_view text);
-// "f32", "bf16", "f16", "bool"; "unspecified" or "DataType(7)" for others.
-std::string DataTypeName(v1::DataType dtype);
+// The names of dtypes are wire::ShortDataTypeName's (wire/dtype.h).
 
 // "bhld" or "blhd" (case-insensitive).
 absl::StatusOr<v1::Layout> ParseLayout(absl::string_view flag,

@@ -7,60 +7,27 @@
 #include "absl/strings/str_join.h"
 #include "client/wire_names.h"
 #include "core/convert.h"
+#include "wire/dtype.h"
+#include "wire/tensor.h"
 
 namespace attnserve::client {
-namespace {
-
-// core/convert.h's element access, which the client shares with the reference.
-DType CoreDType(v1::DataType dtype) {
-  switch (dtype) {
-    case v1::BFLOAT16:
-      return DType::kBFloat16;
-    case v1::FLOAT16:
-      return DType::kFloat16;
-    case v1::BOOL:
-      return DType::kBool;
-    default:
-      return DType::kFloat32;
-  }
-}
-
-}  // namespace
-
-int DataTypeSize(v1::DataType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return 4;
-    case v1::BFLOAT16:
-    case v1::FLOAT16:
-      return 2;
-    case v1::BOOL:
-      return 1;
-    default:
-      return 0;
-  }
-}
-
-int64_t NumElements(const v1::Tensor& tensor) {
-  int64_t n = 1;
-  for (int64_t dim : tensor.shape()) n *= dim;
-  return n;
-}
-
-std::string ShapeText(const v1::Tensor& tensor) {
-  return absl::StrCat("[", absl::StrJoin(tensor.shape(), ", "), "]");
-}
 
 float ElementAsFloat(const v1::Tensor& tensor, int64_t i) {
-  return LoadAsFloat(tensor.data().data(), CoreDType(tensor.dtype()), i);
+  // core/convert.h's element access, which the client shares with the
+  // reference; the caller has checked the dtype.
+  return LoadAsFloat(
+      tensor.data().data(),
+      wire::DTypeFromWire(tensor.dtype(), "").value_or(DType::kFloat32), i);
 }
 
 TensorStats ComputeStats(const v1::Tensor& tensor) {
   TensorStats stats;
-  const int64_t available = DataTypeSize(tensor.dtype()) == 0
-                                ? 0
-                                : static_cast<int64_t>(tensor.data().size()) /
-                                      DataTypeSize(tensor.dtype());
+  // INT32 has a size but no float view: it counts as nothing to summarize.
+  const int64_t size = wire::DTypeFromWire(tensor.dtype(), "").ok()
+                           ? wire::ElementSize(tensor.dtype())
+                           : 0;
+  const int64_t available =
+      size == 0 ? 0 : static_cast<int64_t>(tensor.data().size()) / size;
   double sum = 0;
   int64_t finite = 0;
   for (int64_t i = 0; i < available; ++i) {
@@ -117,15 +84,16 @@ absl::StatusOr<NpyArray> NpyFromTensor(const v1::Tensor& tensor) {
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("cannot store a tensor of dtype ",
-                       DataTypeName(tensor.dtype()), " as .npy"));
+                       wire::ShortDataTypeName(tensor.dtype()), " as .npy"));
   }
   array.shape.assign(tensor.shape().begin(), tensor.shape().end());
   if (static_cast<int64_t>(tensor.data().size()) !=
-      NumElements(tensor) * DataTypeSize(tensor.dtype())) {
+      wire::NumElements(tensor) * wire::ElementSize(tensor.dtype())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor data is ", tensor.data().size(), " bytes, shape ",
-        ShapeText(tensor), " of ", DataTypeName(tensor.dtype()), " needs ",
-        NumElements(tensor) * DataTypeSize(tensor.dtype())));
+        wire::ShapeText(tensor), " of ",
+        wire::ShortDataTypeName(tensor.dtype()), " needs ",
+        wire::NumElements(tensor) * wire::ElementSize(tensor.dtype())));
   }
   array.data = tensor.data();
   return array;
@@ -148,9 +116,9 @@ std::string MaskText(const v1::Mask& mask) {
                                  absl::StrJoin(mask.key_lengths(), ", "), "]"));
   }
   if (mask.has_explicit_mask()) {
-    parts.push_back(absl::StrCat("explicit ",
-                                 DataTypeName(mask.explicit_mask().dtype()),
-                                 " ", ShapeText(mask.explicit_mask())));
+    parts.push_back(absl::StrCat(
+        "explicit ", wire::ShortDataTypeName(mask.explicit_mask().dtype()), " ",
+        wire::ShapeText(mask.explicit_mask())));
   }
   return parts.empty() ? "none" : absl::StrJoin(parts, "; ");
 }

@@ -1,8 +1,8 @@
 #ifndef ATTNSERVE_CLIENT_WIRE_TENSOR_H_
 #define ATTNSERVE_CLIENT_WIRE_TENSOR_H_
 
-// Helpers for v1::Tensor: sizes, element access, summaries, and conversion
-// from and to .npy arrays.
+// attnctl's helpers for v1::Tensor: element access, summaries, and conversion
+// from and to .npy arrays (sizes, shapes and dtype names are wire/'s).
 
 #include <cstdint>
 #include <string>
@@ -11,17 +11,10 @@
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
 #include "client/npy.h"
+#include "wire/dtype.h"
+#include "wire/tensor.h"
 
 namespace attnserve::client {
-
-// Bytes per element; 0 for an unspecified or unknown dtype.
-int DataTypeSize(v1::DataType dtype);
-
-// product(shape); 1 for a scalar.
-int64_t NumElements(const v1::Tensor& tensor);
-
-// "[1, 8, 128, 64]"
-std::string ShapeText(const v1::Tensor& tensor);
 
 // Element i as a float. The tensor must be one of the four dtypes and hold
 // more than i elements.

@@ -47,7 +47,7 @@ absl::Status InputDims(const v1::Tensor& tensor, v1::Layout layout,
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": the ", role, " must be 4-D (",
         layout == v1::BLHD ? "[B, L, H, D]" : "[B, H, L, D]", " in layout ",
-        LayoutName(layout), "); it is ", ShapeText(tensor)));
+        LayoutName(layout), "); it is ", wire::ShapeText(tensor)));
   }
   const bool blhd = layout == v1::BLHD;
   *batch = tensor.shape(0);
@@ -63,9 +63,9 @@ v1::Tensor ZeroValue(const v1::Tensor& key) {
   value.set_dtype(key.dtype());
   *value.mutable_shape() = key.shape();
   value.set_shape(3, 1);
-  value.mutable_data()->assign(
-      static_cast<size_t>(NumElements(value)) * DataTypeSize(key.dtype()),
-      '\0');
+  value.mutable_data()->assign(static_cast<size_t>(wire::NumElements(value)) *
+                                   wire::ElementSize(key.dtype()),
+                               '\0');
   return value;
 }
 
@@ -267,10 +267,12 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
   const std::string expected =
       absl::StrCat("[", dims.batch, ", ", dims.heads, ", ", dims.q_len, ", ",
                    dims.k_len, "]");
-  if (weights.dtype() != v1::FLOAT32 || ShapeText(weights) != expected ||
-      static_cast<int64_t>(weights.data().size()) != NumElements(weights) * 4) {
-    err << "error: the server's weights are " << DataTypeName(weights.dtype())
-        << " " << ShapeText(weights) << " with " << weights.data().size()
+  if (weights.dtype() != v1::FLOAT32 || wire::ShapeText(weights) != expected ||
+      static_cast<int64_t>(weights.data().size()) !=
+          wire::NumElements(weights) * 4) {
+    err << "error: the server's weights are "
+        << wire::ShortDataTypeName(weights.dtype()) << " "
+        << wire::ShapeText(weights) << " with " << weights.data().size()
         << " bytes; expected f32 " << expected << "\n";
     return kExitRpcFailed;
   }

@@ -21,9 +21,10 @@ ExitCode Fail(std::ostream& err, absl::string_view message, ExitCode code) {
 
 std::string RequestText(const v1::AttendRequest& request) {
   std::string text = absl::StrCat(
-      DataTypeName(request.query().dtype()), " ", LayoutName(request.layout()),
-      " q ", ShapeText(request.query()), " k ", ShapeText(request.key()), " v ",
-      ShapeText(request.value()), "; mask ", MaskText(request.mask()));
+      wire::ShortDataTypeName(request.query().dtype()), " ",
+      LayoutName(request.layout()), " q ", wire::ShapeText(request.query()),
+      " k ", wire::ShapeText(request.key()), " v ",
+      wire::ShapeText(request.value()), "; mask ", MaskText(request.mask()));
   if (request.return_weights()) absl::StrAppend(&text, "; weights");
   return text;
 }
@@ -37,13 +38,7 @@ v1::DataType OutputDType(v1::DataType input_dtype, v1::DataType output_dtype) {
 int64_t OutputBytes(const RandomInputs& inputs, const CallOptions& call) {
   const RandomInputs r = ResolveDefaults(inputs);
   return r.batch * r.heads * r.q_len * r.value_dim *
-         DataTypeSize(OutputDType(r.dtype, call.output_dtype));
-}
-
-double RequestFlops(const RandomInputs& inputs) {
-  const RandomInputs r = ResolveDefaults(inputs);
-  return 2.0 * r.batch * r.heads * r.q_len * r.k_len *
-         double(r.head_dim + r.value_dim);
+         wire::ElementSize(OutputDType(r.dtype, call.output_dtype));
 }
 
 // Asks every target for its ServerInfo (into `infos`), and with a model for
@@ -175,9 +170,6 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
                      &model_request);
     request = &model_request;
     report.request_text = ModelRequestText(model_request);
-    const int64_t k_len =
-        options.model.memory_len > 0 ? options.model.memory_len : random.q_len;
-    report.request_flops = ModelFlops(model, random.batch, random.q_len, k_len);
     expected_output_bytes = ModelOutputBytes(
         model, random.batch, random.q_len,
         OutputDType(random.dtype, options.spec.call.output_dtype));
@@ -186,7 +178,6 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     FillRandomInputs(random, options.spec.call.layout, &attend_request);
     ApplyCallOptions(options.spec.call, &attend_request);
     report.request_text = RequestText(attend_request);
-    report.request_flops = RequestFlops(random);
     expected_output_bytes = OutputBytes(random, options.spec.call);
   }
   report.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
@@ -238,6 +229,9 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     if (options.progress) err << "\r\033[K" << std::flush;
     if (!result.ok()) return Fail(err, result.status().message(), kExitUsage);
     level.result = *std::move(result);
+    if (report.request_flops == 0 && level.result.ok > 0) {
+      report.request_flops = level.result.server_flops / level.result.ok;
+    }
     report.levels.push_back(std::move(level));
   }
 

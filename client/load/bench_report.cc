@@ -274,7 +274,7 @@ LevelFigures Figures(const BenchReport& report, const LoadResult& result) {
   f.throughput_rps = result.throughput_rps();
   const double seconds = absl::ToDoubleSeconds(result.elapsed);
   if (seconds > 0) {
-    f.gflops = result.ok * report.request_flops / seconds / 1e9;
+    f.gflops = result.server_flops / seconds / 1e9;
     f.mb_per_s = (result.ok * static_cast<double>(report.request_bytes) +
                   static_cast<double>(result.response_bytes)) /
                  seconds / 1e6;
@@ -289,6 +289,7 @@ LoadResult Total(const BenchReport& report) {
     total.requests += r.requests;
     total.ok += r.ok;
     total.response_bytes += r.response_bytes;
+    total.server_flops += r.server_flops;
     for (const auto& [code, e] : r.errors) {
       ErrorCount& sum = total.errors[code];
       if (sum.count == 0) sum.first_message = e.first_message;

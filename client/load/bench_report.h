@@ -40,7 +40,9 @@ struct BenchReport {
   absl::Duration duration;
   // "f32 q [1, 8, 128, 64] k [...] v [...]; causal top_left", for people.
   std::string request_text;
-  // The serialized request message, and the dense FLOPs of one request.
+  // The serialized request message, and the FLOPs of one request as the
+  // server counted them (Timing.flops; every request of a run is the same
+  // message; 0 when no answer was OK).
   int64_t request_bytes = 0;
   double request_flops = 0;
   std::vector<LevelReport> levels;

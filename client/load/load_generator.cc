@@ -45,6 +45,7 @@ struct Verdict {
   std::string message;
   absl::Duration queue;
   absl::Duration compute;
+  double flops = 0;
   int64_t bytes = 0;
 };
 
@@ -76,6 +77,7 @@ Verdict Judge(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
   Verdict verdict;
   verdict.queue = absl::Microseconds(response.timing().queue_us());
   verdict.compute = absl::Microseconds(response.timing().compute_us());
+  verdict.flops = response.timing().flops();
   verdict.bytes = bytes;
   return verdict;
 }
@@ -179,7 +181,7 @@ class Generator {
         const Verdict verdict = Judge(answer, spec_.expected_output_bytes);
         if (verdict.code.empty()) {
           tally_.RecordOk(channel, scheduled, done, verdict.queue,
-                          verdict.compute, verdict.bytes);
+                          verdict.compute, verdict.flops, verdict.bytes);
         } else {
           tally_.RecordError(verdict.code, verdict.message, scheduled, done);
         }

@@ -29,12 +29,13 @@ void LoadTally::Span(absl::Time scheduled, absl::Time done) {
 
 void LoadTally::RecordOk(int channel, absl::Time scheduled, absl::Time done,
                          absl::Duration server_queue,
-                         absl::Duration server_compute,
+                         absl::Duration server_compute, double server_flops,
                          int64_t response_bytes) {
   absl::MutexLock lock(&mu_);
   Span(scheduled, done);
   ++result_.ok;
   result_.response_bytes += response_bytes;
+  result_.server_flops += server_flops;
   ++result_.ok_per_channel[static_cast<size_t>(channel)];
   result_.latency.Record(done - scheduled);
   result_.server_queue.Record(server_queue);

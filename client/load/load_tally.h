@@ -33,6 +33,9 @@ struct LoadResult {
   std::map<std::string, ErrorCount> errors;
   // Bytes of the OK requests' answers (serialized messages).
   int64_t response_bytes = 0;
+  // The sum of the OK answers' Timing.flops: the server's own count of the
+  // work, so the client never recomputes a FLOPs formula.
+  double server_flops = 0;
   // OK requests per channel of the pool, in the pool's order.
   std::vector<int64_t> ok_per_channel;
   // Client-side latency of the OK requests, from the scheduled send time.
@@ -58,10 +61,10 @@ class LoadTally {
   explicit LoadTally(int channels);
 
   // One measured request: `scheduled` is its scheduled send time, `done` when
-  // its answer arrived.
+  // its answer arrived; the server's times and FLOPs come from its Timing.
   void RecordOk(int channel, absl::Time scheduled, absl::Time done,
                 absl::Duration server_queue, absl::Duration server_compute,
-                int64_t response_bytes);
+                double server_flops, int64_t response_bytes);
   void RecordError(const std::string& code, const std::string& message,
                    absl::Time scheduled, absl::Time done);
   void RecordLateSend();

@@ -98,8 +98,6 @@ TEST(WireNamesTest, ParsesAndPrintsTheEnums) {
   EXPECT_FALSE(ParseLayout("layout", "bhdl").ok());
   EXPECT_EQ(*ParseAlignment("alignment", "bottom_right"), v1::BOTTOM_RIGHT);
   EXPECT_FALSE(ParseAlignment("alignment", "center").ok());
-  EXPECT_EQ(DataTypeName(v1::BFLOAT16), "bf16");
-  EXPECT_EQ(DataTypeName(static_cast<v1::DataType>(9)), "DataType(9)");
   EXPECT_EQ(LayoutName(v1::LAYOUT_UNSPECIFIED), "bhld");
   EXPECT_EQ(AlignmentName(v1::BOTTOM_RIGHT), "bottom_right");
 }

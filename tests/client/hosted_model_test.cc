@@ -20,34 +20,6 @@ v1::ModelInfo Model(int64_t d_model, int heads, int kv_heads, int head_dim,
   return model;
 }
 
-TEST(ModelFlopsTest, ProjectionsAndAttention) {
-  // B = 2, Lq = 3, Lk = 5, d = 64, Hq = 4, Hkv = 2, hd = 16.
-  const v1::ModelInfo model =
-      Model(64, 4, 2, 16, R"({"scoring":"scaled_dot"})");
-  const double q = 2.0 * 6 * 64 * 64;
-  const double kv = 4.0 * 10 * 64 * 32;
-  const double o = 2.0 * 6 * 64 * 64;
-  const double attention = 4.0 * 2 * 4 * 3 * 5 * 16;
-  EXPECT_EQ(ModelFlops(model, 2, 3, 5), q + kv + o + attention);
-}
-
-TEST(ModelFlopsTest, GeneralAndAdditiveExtras) {
-  const double base = ModelFlops(Model(32, 4, 2, 8, "{}"), 1, 4, 6);
-  EXPECT_EQ(ModelFlops(Model(32, 4, 2, 8, R"({"scoring":"general"})"), 1, 4, 6),
-            base + 2.0 * 4 * 32 * 8);
-  // A is in the weights when the config does not say: not counted.
-  EXPECT_EQ(ModelFlops(Model(32, 4, 2, 8,
-                             R"({"scoring":"additive","additive_dim":0})"),
-                       1, 4, 6),
-            base);
-  EXPECT_EQ(ModelFlops(Model(32, 4, 2, 8,
-                             R"({"scoring":"additive","additive_dim":16})"),
-                       1, 4, 6),
-            base + 2.0 * 10 * 4 * 8 * 16 + 2.0 * 4 * 4 * 6 * 16);
-  // A config that does not parse counts no extras.
-  EXPECT_EQ(ModelFlops(Model(32, 4, 2, 8, "not json"), 1, 4, 6), base);
-}
-
 TEST(ModelSummaryTest, ShapeAndConfigKeys) {
   const v1::ModelInfo model =
       Model(64, 8, 2, 8,

@@ -210,7 +210,7 @@ TEST(WireTensorTest, ConvertsFromAndToNpy) {
   NpyArray array{NpyDType::kUInt8, {2, 2}, std::string("\x00\x02\x01\x00", 4)};
   v1::Tensor mask = TensorFromNpy(array);
   EXPECT_EQ(mask.dtype(), v1::BOOL);
-  EXPECT_EQ(ShapeText(mask), "[2, 2]");
+  EXPECT_EQ(wire::ShapeText(mask), "[2, 2]");
 
   v1::Tensor bf16;
   bf16.set_dtype(v1::BFLOAT16);

@@ -257,6 +257,9 @@ TEST_F(E2eAttendTest, UnaryResultsMatchTheReference) {
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(response.request_id(), request.request_id());
     EXPECT_GE(response.timing().total_us(), response.timing().compute_us());
+    // The server's count, dense whatever the mask skips.
+    EXPECT_EQ(response.timing().flops(),
+              2.0 * c.b * c.hq * c.lq * c.lk * double(c.d + c.dv));
     ExpectMatches(c, response);
   }
 }

@@ -20,7 +20,7 @@ LoadResult MakeResult(int ok, int unavailable) {
   const absl::Time start = absl::UnixEpoch();
   for (int i = 1; i <= ok; ++i) {
     tally.RecordOk(i % 2, start, start + absl::Milliseconds(i),
-                   absl::Microseconds(10), absl::Microseconds(500), 1000);
+                   absl::Microseconds(10), absl::Microseconds(500), 1e9, 1000);
   }
   for (int i = 0; i < unavailable; ++i) {
     tally.RecordError("UNAVAILABLE", i == 0 ? "first" : "later", start,
