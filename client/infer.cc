@@ -111,8 +111,7 @@ void PrintModelRequest(const v1::ModelInfo& model,
 
 ExitCode RunModelInfer(const InferOptions& options, std::ostream& out,
                        std::ostream& err) {
-  if (!options.query_file.empty() || !options.key_file.empty() ||
-      !options.value_file.empty()) {
+  if (options.files.HasTensors()) {
     return Fail(err,
                 absl::InvalidArgumentError(
                     "--q, --k and --v do not apply with --model: its inputs "
@@ -135,9 +134,9 @@ ExitCode RunModelInfer(const InferOptions& options, std::ostream& out,
   if (!options.weights_file.empty()) call.return_weights = true;
   v1::ModelRequest request;
   request.set_request_id(options.request_id);
-  if (!options.mask_file.empty()) {
+  if (!options.files.mask.empty()) {
     const absl::Status status = LoadMaskFile(
-        options.mask_file, request.mutable_mask()->mutable_explicit_mask());
+        options.files.mask, request.mutable_mask()->mutable_explicit_mask());
     if (!status.ok()) return Fail(err, status, kExitFileError);
   }
 
@@ -188,17 +187,17 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
 
   v1::AttendRequest request;
   request.set_request_id(options.request_id);
-  const int files = !options.query_file.empty() + !options.key_file.empty() +
-                    !options.value_file.empty();
+  const int files = !options.files.query.empty() + !options.files.key.empty() +
+                    !options.files.value.empty();
   if (files == 3) {
     const std::pair<const std::string*, v1::Tensor*> inputs[] = {
-        {&options.query_file, request.mutable_query()},
-        {&options.key_file, request.mutable_key()},
-        {&options.value_file, request.mutable_value()}};
+        {&options.files.query, request.mutable_query()},
+        {&options.files.key, request.mutable_key()},
+        {&options.files.value, request.mutable_value()}};
     const char* roles[] = {"query", "key", "value"};
     for (int i = 0; i < 3; ++i) {
       const absl::Status status = LoadInputFile(
-          *inputs[i].first, roles[i], options.file_dtype, inputs[i].second);
+          *inputs[i].first, roles[i], options.files.dtype, inputs[i].second);
       if (!status.ok()) return Fail(err, status, kExitFileError);
     }
   } else if (files == 0) {
@@ -213,9 +212,9 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
                     "none (random inputs)"),
                 kExitUsage);
   }
-  if (!options.mask_file.empty()) {
+  if (!options.files.mask.empty()) {
     const absl::Status status = LoadMaskFile(
-        options.mask_file, request.mutable_mask()->mutable_explicit_mask());
+        options.files.mask, request.mutable_mask()->mutable_explicit_mask());
     if (!status.ok()) return Fail(err, status, kExitFileError);
   }
   ApplyCallOptions(call, &request);

@@ -12,6 +12,7 @@
 #include "attnserve/v1/attention.pb.h"
 #include "client/connection.h"
 #include "client/exit_codes.h"
+#include "client/input_files.h"
 #include "client/request_builder.h"
 
 namespace attnserve::client {
@@ -21,17 +22,8 @@ struct InferOptions {
   // The random inputs' shape (ignored with input files) and the call options.
   RequestSpec spec;
   // .npy query/key/value: all three or none (default none). Their shapes are
-  // the tensors' shapes, in spec.call.layout's order.
-  std::string query_file;
-  std::string key_file;
-  std::string value_file;
-  // When set, the input files must hold this dtype, and BFLOAT16 reads '<u2'
-  // files as bfloat16 bits. Unset (default): the files' own dtype, where '<u2'
-  // is an error.
-  std::optional<v1::DataType> file_dtype;
-  // An explicit mask (default none): '|b1' or '|u1' (nonzero = attend) or
-  // '<f4' (added to the scores), broadcastable to [B, Hq, Lq, Lk].
-  std::string mask_file;
+  // the tensors' shapes, in spec.call.layout's order; and the mask file.
+  InputFiles files;
   // Where to save the output and the weights (the latter implies
   // return_weights); empty (default) = not saved.
   std::string output_file;

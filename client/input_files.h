@@ -13,6 +13,26 @@
 
 namespace attnserve::client {
 
+// The .npy inputs of a request (infer, heatmap), as --q --k --v --mask and
+// --dtype give them; empty paths = not given (default).
+struct InputFiles {
+  std::string query;
+  std::string key;
+  std::string value;
+  // An explicit mask: '|b1' or '|u1' (nonzero = attend) or '<f4' (added to the
+  // scores), broadcastable to [B, Hq, Lq, Lk].
+  std::string mask;
+  // When set, the query/key/value files must hold this dtype, and BFLOAT16
+  // reads '<u2' files as bfloat16 bits. Unset (default): the files' own dtype,
+  // where '<u2' is an error.
+  std::optional<v1::DataType> dtype;
+
+  // True when any of query, key or value is given.
+  bool HasTensors() const {
+    return !query.empty() || !key.empty() || !value.empty();
+  }
+};
+
 // Reads the query, key or value (`role`, for messages) from `path` into
 // `tensor`. Accepted: '<f4', '<f2', and '<u2' as bfloat16 bits when
 // `file_dtype` is BFLOAT16; when `file_dtype` is set the file must hold that

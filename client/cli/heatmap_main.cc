@@ -109,11 +109,10 @@ int HeatmapMain(absl::Span<char* const> args) {
   HeatmapOptions options;
   options.connection = *std::move(connection);
   options.spec = *std::move(spec);
-  const InputFiles files = InputFilesFromFlags();
-  options.query_file = files.query;
-  options.key_file = files.key;
-  options.value_file = files.value;
-  options.mask_file = files.mask;
+  absl::StatusOr<InputFiles> files =
+      InputFilesFromFlags(*parsed, "--q/--k", options.spec);
+  if (!files.ok()) return UsageError(std::cerr, "heatmap", files.status());
+  options.files = *std::move(files);
   options.png_file = absl::GetFlag(FLAGS_png);
   options.text = absl::GetFlag(FLAGS_ascii);
   absl::Status color = absl::OkStatus();
@@ -153,19 +152,7 @@ int HeatmapMain(absl::Span<char* const> args) {
     }
   }
 
-  if (!files.query.empty() || !files.key.empty() || !files.value.empty()) {
-    for (absl::string_view name : random.names) {
-      if (name != "dtype" && parsed->Specified(name)) {
-        return UsageError(
-            std::cerr, "heatmap",
-            absl::InvalidArgumentError(absl::StrCat(
-                "--", name,
-                " applies to random inputs; with --q/--k the shapes come "
-                "from the files")));
-      }
-    }
-    if (DTypeFlagSet()) options.file_dtype = options.spec.random.dtype;
-  } else {
+  if (!options.files.HasTensors()) {
     // Random inputs take their lengths from the tokens unless told.
     RandomInputs& shape = options.spec.random;
     if (!parsed->Specified("lq")) {

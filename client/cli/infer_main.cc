@@ -61,30 +61,13 @@ int InferMain(absl::Span<char* const> args) {
   options.connection = *std::move(connection);
   options.spec = *std::move(spec);
   options.model = *std::move(model);
-  const InputFiles files = InputFilesFromFlags();
-  options.query_file = files.query;
-  options.key_file = files.key;
-  options.value_file = files.value;
-  options.mask_file = files.mask;
+  absl::StatusOr<InputFiles> files =
+      InputFilesFromFlags(*parsed, "--q/--k/--v", options.spec);
+  if (!files.ok()) return UsageError(std::cerr, "infer", files.status());
+  options.files = *std::move(files);
   options.output_file = absl::GetFlag(FLAGS_out);
   options.weights_file = absl::GetFlag(FLAGS_weights_out);
   options.check = absl::GetFlag(FLAGS_check);
-  if (!options.query_file.empty() || !options.key_file.empty() ||
-      !options.value_file.empty()) {
-    // The files' shapes are the shapes: a shape flag beside them would be
-    // silently ignored.
-    for (absl::string_view name : random.names) {
-      if (name != "dtype" && parsed->Specified(name)) {
-        return UsageError(
-            std::cerr, "infer",
-            absl::InvalidArgumentError(absl::StrCat(
-                "--", name,
-                " applies to random inputs; with --q/--k/--v the shapes come "
-                "from the files")));
-      }
-    }
-    if (DTypeFlagSet()) options.file_dtype = options.spec.random.dtype;
-  }
   return RunInfer(options, std::cout, std::cerr);
 }
 

@@ -121,9 +121,24 @@ FlagGroup InputFileFlagGroup() {
   return {"input file", {"q", "k", "v", "mask"}};
 }
 
-InputFiles InputFilesFromFlags() {
-  return {absl::GetFlag(FLAGS_q), absl::GetFlag(FLAGS_k),
-          absl::GetFlag(FLAGS_v), absl::GetFlag(FLAGS_mask)};
+absl::StatusOr<InputFiles> InputFilesFromFlags(const ParsedFlags& parsed,
+                                               absl::string_view file_flags,
+                                               const RequestSpec& spec) {
+  InputFiles files;
+  files.query = absl::GetFlag(FLAGS_q);
+  files.key = absl::GetFlag(FLAGS_k);
+  files.value = absl::GetFlag(FLAGS_v);
+  files.mask = absl::GetFlag(FLAGS_mask);
+  if (!files.HasTensors()) return files;
+  for (absl::string_view name : RandomInputFlagGroup().names) {
+    if (name != "dtype" && parsed.Specified(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " applies to random inputs; with ",
+                       file_flags, " the shapes come from the files"));
+    }
+  }
+  if (DTypeFlagSet()) files.dtype = spec.random.dtype;
+  return files;
 }
 
 absl::StatusOr<RequestSpec> RequestSpecFromFlags() {

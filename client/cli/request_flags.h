@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "client/cli/flag_parser.h"
 #include "client/cli/help.h"
+#include "client/input_files.h"
 #include "client/request_builder.h"
 
 namespace attnserve::client {
@@ -24,14 +25,14 @@ FlagGroup CallFlagGroup();
 // mask.
 FlagGroup InputFileFlagGroup();
 
-// What --q --k --v --mask hold (empty = not given).
-struct InputFiles {
-  std::string query;
-  std::string key;
-  std::string value;
-  std::string mask;
-};
-InputFiles InputFilesFromFlags();
+// What --q --k --v --mask hold (empty = not given). With any of --q/--k/--v
+// the files' shapes are the shapes, so a random-input shape flag given beside
+// them is InvalidArgument (a usage error; `file_flags`, e.g. "--q/--k/--v",
+// names the file flags in its message), and --dtype, when given, is the dtype
+// the files must hold (InputFiles::dtype).
+absl::StatusOr<InputFiles> InputFilesFromFlags(const ParsedFlags& parsed,
+                                               absl::string_view file_flags,
+                                               const RequestSpec& spec);
 
 // What the random input and call flags hold. InvalidArgument (a usage error)
 // for unknown names, a window below -1, a malformed --key_lengths or --scale.

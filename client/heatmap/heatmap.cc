@@ -202,37 +202,37 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
   v1::AttendRequest request;
   request.set_request_id(options.request_id);
   Dims dims;
-  const bool files = !options.query_file.empty() || !options.key_file.empty();
+  const bool files = !options.files.query.empty() || !options.files.key.empty();
   if (files) {
-    if (options.query_file.empty() || options.key_file.empty()) {
+    if (options.files.query.empty() || options.files.key.empty()) {
       return Usage(err,
                    "--q and --k go together (--v is optional): give both "
                    "files, or neither for random inputs");
     }
     const std::tuple<const std::string*, const char*, v1::Tensor*> inputs[] = {
-        {&options.query_file, "query", request.mutable_query()},
-        {&options.key_file, "key", request.mutable_key()},
-        {&options.value_file, "value", request.mutable_value()}};
+        {&options.files.query, "query", request.mutable_query()},
+        {&options.files.key, "key", request.mutable_key()},
+        {&options.files.value, "value", request.mutable_value()}};
     for (const auto& [path, role, tensor] : inputs) {
       if (path->empty()) continue;
       const absl::Status status =
-          LoadInputFile(*path, role, options.file_dtype, tensor);
+          LoadInputFile(*path, role, options.files.dtype, tensor);
       if (!status.ok()) return Fail(err, status, kExitFileError);
     }
     absl::Status status =
-        InputDims(request.query(), call.layout, "query", options.query_file,
+        InputDims(request.query(), call.layout, "query", options.files.query,
                   &dims.batch, &dims.heads, &dims.q_len);
     if (status.ok()) {
       int64_t batch;
-      status = InputDims(request.key(), call.layout, "key", options.key_file,
+      status = InputDims(request.key(), call.layout, "key", options.files.key,
                          &batch, &dims.kv_heads, &dims.k_len);
     }
     if (!status.ok()) return Fail(err, status, kExitFileError);
-    if (options.value_file.empty()) {
+    if (options.files.value.empty()) {
       *request.mutable_value() = ZeroValue(request.key());
     }
   } else {
-    if (!options.value_file.empty()) {
+    if (!options.files.value.empty()) {
       return Usage(err, "--v needs --q and --k");
     }
     const absl::Status status = ValidateRandomInputs(
@@ -245,8 +245,8 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
   absl::Status status = CheckDims(options, dims);
   if (!status.ok()) return Usage(err, status.message());
   if (!files) FillRandomInputs(options.spec.random, call.layout, &request);
-  if (!options.mask_file.empty()) {
-    status = LoadMaskFile(options.mask_file,
+  if (!options.files.mask.empty()) {
+    status = LoadMaskFile(options.files.mask,
                           request.mutable_mask()->mutable_explicit_mask());
     if (!status.ok()) return Fail(err, status, kExitFileError);
   }

@@ -15,6 +15,7 @@
 #include "client/connection.h"
 #include "client/exit_codes.h"
 #include "client/heatmap/heatmap_render.h"
+#include "client/input_files.h"
 #include "client/request_builder.h"
 
 namespace attnserve::client {
@@ -38,14 +39,8 @@ struct HeatmapOptions {
   RequestSpec spec;
   // .npy query and key (both or neither; default neither). The value is
   // optional: without it a zero value [B, Hkv, Lk, 1] is sent, since the
-  // weights do not depend on it.
-  std::string query_file;
-  std::string key_file;
-  std::string value_file;
-  // As InferOptions::file_dtype.
-  std::optional<v1::DataType> file_dtype;
-  // An explicit mask .npy (default none), as for infer.
-  std::string mask_file;
+  // weights do not depend on it. And the mask file, as for infer.
+  InputFiles files;
   // Labels of the keys (Lk of them) and of the queries (Lq); empty (default)
   // = indices. Without query tokens, queries take the key tokens when
   // Lq == Lk (self-attention).
