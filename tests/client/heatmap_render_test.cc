@@ -22,7 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/png_reader.h"
-#include "tests/server/server_process.h"
+#include "tests/util/server_process.h"
 
 namespace attnserve::client {
 namespace {

@@ -1,4 +1,4 @@
-// The hosted layer against the plain reference (tests/model/reference_layer):
+// The hosted layer against the plain reference (tests/util/reference_layer):
 // every config option, self- and cross-attention, the mask parts, GQA/MQA,
 // bf16; and the layer's own validation errors.
 
@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_env.h"
-#include "tests/core/test_util.h"
-#include "tests/model/reference_layer.h"
+#include "tests/util/reference_layer.h"
+#include "tests/util/test_env.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::model {
 namespace {

@@ -18,7 +18,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "server/metrics.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::server {
 namespace {
