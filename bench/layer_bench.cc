@@ -36,8 +36,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// The layer target of the hosted-layer issue: an encoder_512 layer (L = 512)
-// at this share of the GEMM rate or more. Edit here and in docs/benchmarks.md.
+// The hosted layer's performance target: an encoder_512 layer (L = 512) at
+// this share of the GEMM rate or more. Edit here and in docs/benchmarks.md.
 constexpr double kLayerRatioTarget = 0.60;
 
 struct LayerCase {
