@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/random.h"
 #include "core/convert.h"
 #include "core/status_macros.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -148,11 +148,10 @@ absl::StatusOr<double> GemmGflops(DType dtype, int threads,
   AlignedBuffer a(elems * DTypeSize(gemm_dtype));
   AlignedBuffer b(a.size());
   AlignedBuffer c(elems * sizeof(float));
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  base::SplitMix64 rng(7);
   std::vector<float> values(elems);
   for (AlignedBuffer* buf : {&a, &b}) {
-    for (float& x : values) x = dist(rng);
+    for (float& x : values) x = rng.Uniform(-1.0f, 1.0f);
     ConvertFromFloat(values.data(), buf->data(), gemm_dtype, elems);
   }
   std::memset(c.data(), 0, c.size());

@@ -2,9 +2,9 @@
 
 #include <cstdio>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "base/random.h"
 #include "core/convert.h"
 
 namespace attnserve::bench {
@@ -38,17 +38,16 @@ CaseSpec Flash(DType dtype, int64_t b, int64_t h, int64_t l, int64_t d) {
 }
 
 // Fills n elements of `dtype` with uniform values in [-1, 1].
-void FillRandom(void* data, DType dtype, size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+void FillRandom(void* data, DType dtype, size_t n, base::SplitMix64& rng) {
   if (dtype == DType::kFloat32) {
     float* f = static_cast<float*>(data);
-    for (size_t i = 0; i < n; ++i) f[i] = dist(rng);
+    for (size_t i = 0; i < n; ++i) f[i] = rng.Uniform(-1.0f, 1.0f);
     return;
   }
   uint16_t* h = static_cast<uint16_t*>(data);
   for (size_t i = 0; i < n; ++i) {
-    h[i] = dtype == DType::kBFloat16 ? FloatToBFloat16(dist(rng))
-                                     : FloatToFloat16(dist(rng));
+    const float x = rng.Uniform(-1.0f, 1.0f);
+    h[i] = dtype == DType::kBFloat16 ? FloatToBFloat16(x) : FloatToFloat16(x);
   }
 }
 
@@ -122,7 +121,7 @@ CaseBuffers::CaseBuffers(const CaseSpec& s)
       weights(s.path == KernelPath::kMaterialized
                   ? s.b * s.hq * s.lq * s.lk * sizeof(float)
                   : 0) {
-  std::mt19937 rng(kSeed);
+  base::SplitMix64 rng(kSeed);
   const size_t elem = DTypeSize(s.dtype);
   FillRandom(q.data(), s.dtype, q.size() / elem, rng);
   FillRandom(k.data(), s.dtype, k.size() / elem, rng);

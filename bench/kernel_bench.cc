@@ -56,8 +56,8 @@ ABSL_FLAG(std::string, rss_child, "",
 namespace attnserve::bench {
 namespace {
 
-// The targets the summary lines check (the kernel issue's): edit here and in
-// docs/benchmarks.md together.
+// The performance targets the summary lines check (docs/benchmarks.md
+// "Targets"): edit here and there together.
 struct Target {
   double value;
   bool at_least;  // met when value >= target; else when value <= target

@@ -17,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/random.h"
 #include "bench/baselines.h"
 #include "bench/machine.h"
 #include "bench/timing.h"
@@ -35,8 +36,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// The layer target of the hosted-layer issue: an encoder_512 layer (L = 512)
-// at this share of the GEMM rate or more. Edit here and in docs/benchmarks.md.
+// The hosted layer's performance target: an encoder_512 layer (L = 512) at
+// this share of the GEMM rate or more. Edit here and in docs/benchmarks.md.
 constexpr double kLayerRatioTarget = 0.60;
 
 struct LayerCase {
@@ -82,11 +83,8 @@ std::vector<LayerCase> Cases() {
 
 std::vector<float> Uniform(size_t n, uint64_t seed, float scale) {
   std::vector<float> v(n);
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (float& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = scale * (static_cast<float>(s >> 40) * 0x1p-23f - 1.0f);
-  }
+  base::SplitMix64 rng(seed);
+  for (float& x : v) x = scale * rng.Uniform(-1.0f, 1.0f);
   return v;
 }
 

@@ -37,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/cpu_quota.h"
 #include "bench/cases.h"
 #include "bench/echo_service.h"
 #include "bench/machine.h"
@@ -303,7 +304,7 @@ class Benchmark {
     Json r;
     r["case"] = "run_info";
     r["cpu"] = CpuModel();
-    r["cpus"] = server::AvailableCpus();
+    r["cpus"] = base::AvailableCpus();
     r["loadavg_start"] = LoadAverage();
     r["onednn"] = OneDnnVersion();
     r["quick"] = options_.quick;
@@ -360,7 +361,7 @@ class Benchmark {
       server_options.scheduler.workers = 1;
       server_options.scheduler.threads_per_worker =
           options_.latency_threads > 0 ? options_.latency_threads
-                                       : server::AvailableCpus();
+                                       : base::AvailableCpus();
     }
     ASSIGN_OR_RETURN(std::unique_ptr<server::AttnServer> attn,
                      server::AttnServer::Start(server_options));

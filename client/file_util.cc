@@ -5,30 +5,16 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 
 namespace attnserve::client {
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    const int error = errno;
-    std::string message =
-        absl::StrCat(path, ": cannot open: ", std::strerror(error));
-    if (error == ENOENT) return absl::NotFoundError(message);
-    return absl::PermissionDeniedError(message);
-  }
-  std::string contents;
-  char buffer[1 << 16];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) {
-    contents.append(buffer, n);
-  }
-  const bool failed = std::ferror(file) != 0;
-  const int error = errno;
-  std::fclose(file);
-  if (failed) {
-    return absl::InternalError(
-        absl::StrCat(path, ": read error: ", std::strerror(error)));
+  absl::StatusOr<std::string> contents = base::ReadFile(path);
+  // attnctl exits with its usage code on InvalidArgument; a directory named as
+  // an input file is a file error like the others.
+  if (contents.status().code() == absl::StatusCode::kInvalidArgument) {
+    return absl::InternalError(contents.status().message());
   }
   return contents;
 }

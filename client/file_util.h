@@ -9,9 +9,10 @@
 
 namespace attnserve::client {
 
-// The whole file. Errors start with the path: NotFound when it does not exist,
-// PermissionDenied when it cannot be opened otherwise, Internal on a read
-// error.
+// The whole file (base::ReadFile). Errors start with the path: NotFound when
+// it does not exist, PermissionDenied when it may not be opened,
+// ResourceExhausted when out of descriptors or memory, Internal on other
+// errors, a directory included.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // Creates or truncates `path` and writes `contents`. PermissionDenied when it

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "base/random.h"
 #include "client/wire_names.h"
 #include "client/wire_tensor.h"
 #include "core/convert.h"
@@ -13,13 +14,7 @@
 namespace attnserve::client {
 namespace {
 
-// SplitMix64's finalizer: a bijective mix good enough for test data.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using base::SplitMix64Hash;
 
 // a * b, or -1 when either is negative or the product overflows.
 int64_t CheckedMul(int64_t a, int64_t b) {
@@ -245,9 +240,10 @@ std::string UniformBytes(v1::DataType dtype, int64_t count, uint64_t seed,
   const DType core_dtype = dtype == v1::BFLOAT16  ? DType::kBFloat16
                            : dtype == v1::FLOAT16 ? DType::kFloat16
                                                   : DType::kFloat32;
-  const uint64_t base = Mix(Mix(seed) ^ (stream * 0xd1b54a32d192ed03ull));
+  const uint64_t base =
+      SplitMix64Hash(SplitMix64Hash(seed) ^ (stream * 0xd1b54a32d192ed03ull));
   for (int64_t i = 0; i < count; ++i) {
-    const uint64_t bits = Mix(base + static_cast<uint64_t>(i));
+    const uint64_t bits = SplitMix64Hash(base + static_cast<uint64_t>(i));
     // 24 random bits: exact in float, uniform on [-1, 1) in steps of 2^-23.
     const float value = static_cast<float>(bits >> 40) * 0x1p-23f - 1.0f;
     StoreFromFloat(bytes.data(), core_dtype, i, value);

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/dnnl_context.h"
 #include "dnnl.hpp"
 
 namespace attnserve {
@@ -28,7 +29,8 @@ absl::Status DnnlError(const char* what, const dnnl::error& e) {
 }  // namespace
 
 struct MatmulCache::Impl {
-  explicit Impl(size_t capacity) : capacity(capacity) {}
+  Impl(const dnnl::engine& engine, size_t capacity)
+      : engine(engine), capacity(capacity) {}
 
   absl::StatusOr<std::shared_ptr<const Primitive>> Get(const MatmulShape& s) {
     {
@@ -80,7 +82,7 @@ struct MatmulCache::Impl {
     }
   }
 
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  const dnnl::engine engine;  // DnnlEngine()
   const size_t capacity;
   absl::Mutex mu;
   absl::flat_hash_map<MatmulShape, std::shared_ptr<const Primitive>> map
@@ -166,18 +168,11 @@ MatmulCache::~MatmulCache() = default;
 
 absl::StatusOr<std::unique_ptr<MatmulCache>> MatmulCache::Create(
     size_t capacity) {
-  std::unique_ptr<MatmulCache> cache;
-  try {
-    cache.reset(
-        new MatmulCache(std::make_unique<Impl>(capacity < 2 ? 2 : capacity)));
-  } catch (const dnnl::error& e) {
-    return DnnlError("engine creation", e);
-  }
-  // bf16 products are used only where oneDNN has a real kernel for them; the
-  // reference implementation would be far slower than widening to f32.
-  MatmulShape probe{64, 64, 64, 64, 64, 64, true, DType::kBFloat16, true};
-  auto impl = cache->ImplementationName(probe);
-  cache->bf16_supported_ = impl.ok() && impl->find("ref") == std::string::npos;
+  absl::StatusOr<const dnnl::engine*> engine = DnnlEngine();
+  if (!engine.ok()) return engine.status();
+  std::unique_ptr<MatmulCache> cache(new MatmulCache(
+      std::make_unique<Impl>(**engine, capacity < 2 ? 2 : capacity)));
+  cache->bf16_supported_ = HasBf16Matmul();
   return cache;
 }
 

@@ -71,7 +71,7 @@ class MatmulCache {
 
   std::unique_ptr<MatmulRunner> NewRunner();
 
-  // True when bf16 products run on an optimized (non-reference) implementation.
+  // HasBf16Matmul() (dnnl_context.h), for the engine's kernels.
   bool bf16_supported() const { return bf16_supported_; }
   // The implementation oneDNN picked for a shape, e.g. "brg:avx512_core".
   absl::StatusOr<std::string> ImplementationName(const MatmulShape& shape);

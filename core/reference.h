@@ -7,7 +7,7 @@
 namespace attnserve {
 
 // The oracle: computes exactly the semantics of AttentionEngine::Run (see
-// MaskSpec and DESIGN.md "Wire API") plainly, one query row at a time,
+// MaskSpec and docs/core.md "Semantics") plainly, one query row at a time,
 // accumulating in double. Inputs are read as the values their dtype holds;
 // results are rounded once to the output dtype. No rounding of P to bf16 is
 // modelled. Validates like the engine and returns the same InvalidArgument

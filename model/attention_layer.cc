@@ -1,7 +1,5 @@
 #include "model/attention_layer.h"
 
-#include <omp.h>
-
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/convert.h"
+#include "core/dnnl_context.h"
 #include "core/scoring.h"
 #include "core/status_macros.h"
 #include "model/layer_ops.h"
@@ -277,7 +276,9 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
         DTypeName(out.output.dtype), " ", ShapeString(out.output.dims())));
   }
   const bool bf16 = m.bf16();
-  omp_set_num_threads(engine.num_threads());
+  // The projections are oneDNN products, which take the calling thread's
+  // OpenMP thread count.
+  const ScopedOmpThreads omp_threads(engine.num_threads());
 
   // The hidden states (and memory) in f32, with the sinusoidal encoding. f32
   // hidden states that nothing changes are used where they are (when aligned

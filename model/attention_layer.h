@@ -61,8 +61,9 @@ class AttentionLayer {
                                       const AttentionEngine& engine) const;
 
   // Validates and computes with `engine` (and its thread count and ISA for
-  // the projections and score functions, which sets the calling thread's
-  // omp_set_num_threads). Thread-safe: concurrent Runs need their own engines.
+  // the projections and score functions; the count is the calling thread's
+  // OpenMP thread count during the call, restored after it). Thread-safe:
+  // concurrent Runs need their own engines.
   absl::Status Run(const LayerInputs& inputs, const LayerOutputs& outputs,
                    AttentionEngine& engine) const;
 

@@ -1,6 +1,7 @@
 #include "model/model_repository.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -10,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/file.h"
 #include "core/status_macros.h"
-#include "model/file_util.h"
 #include "model/safetensors.h"
 
 namespace attnserve::model {
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxNameLength = 128;
 // A config is a dozen keys; anything near this is not a config.
-constexpr uint64_t kMaxConfigBytes = 1 << 20;
+constexpr int64_t kMaxConfigBytes = 1 << 20;
 
 bool IsValidName(const std::string& name) {
   if (name.empty() || name.size() > kMaxNameLength) return false;
@@ -55,7 +56,7 @@ absl::StatusOr<LoadedModel> LoadModel(const fs::path& folder,
 
   const std::string config_path = (folder / "config.json").string();
   absl::StatusOr<std::string> text =
-      ReadFileToString(config_path, kMaxConfigBytes);
+      base::ReadFile(config_path, kMaxConfigBytes);
   if (!text.ok()) return AsInvalidArgument(text.status());
   absl::StatusOr<ModelConfig> config = ParseModelConfig(*text);
   if (!config.ok()) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/convert.h"
+#include "core/dnnl_context.h"
 #include "dnnl.hpp"
 
 namespace attnserve::model {
@@ -26,7 +27,7 @@ struct PackedMatmul::Impl {
   PackedMatmulSpec spec;
   bool bf16_product = false;
   std::string implementation;
-  dnnl::engine engine;
+  dnnl::engine engine;  // DnnlEngine()
   dnnl::matmul prim;
   dnnl::memory::desc scratch_md;
   dnnl::memory weights;
@@ -69,18 +70,21 @@ absl::StatusOr<std::unique_ptr<PackedMatmul>> PackedMatmul::Create(
         "PackedMatmul: need k, n >= 1, lda >= k, ldc >= n; got k=", spec.k,
         " n=", spec.n, " lda=", spec.lda, " ldc=", spec.ldc));
   }
+  absl::StatusOr<const dnnl::engine*> engine = DnnlEngine();
+  if (!engine.ok()) return engine.status();
+  absl::StatusOr<dnnl::stream*> stream = ThreadDnnlStream();
+  if (!stream.ok()) return stream.status();
   auto impl = std::make_unique<Impl>();
   impl->spec = spec;
   impl->has_bias = bias != nullptr;
+  impl->engine = **engine;
   try {
-    impl->engine = dnnl::engine(dnnl::engine::kind::cpu, 0);
     dnnl::matmul::primitive_desc pd;
     bool have = false;
-    if (spec.bf16) {
-      // A bf16 product only where oneDNN has a real kernel for it.
+    if (spec.bf16 && HasBf16Matmul()) {
       try {
         pd = impl->Describe(dt::bf16);
-        have = std::string(pd.impl_info_str()).find("ref") == std::string::npos;
+        have = true;
       } catch (const dnnl::error&) {
         have = false;
       }
@@ -113,9 +117,8 @@ absl::StatusOr<std::unique_ptr<PackedMatmul>> PackedMatmul::Create(
                                      strides);
     dnnl::memory user(user_md, impl->engine, const_cast<void*>(user_data));
     impl->weights = dnnl::memory(pd.weights_desc(), impl->engine);
-    dnnl::stream stream(impl->engine);
-    dnnl::reorder(user, impl->weights).execute(stream, user, impl->weights);
-    stream.wait();
+    dnnl::reorder(user, impl->weights).execute(**stream, user, impl->weights);
+    (*stream)->wait();
     if (bias != nullptr) {
       impl->bias_data.assign(bias, bias + spec.n);
       impl->bias = dnnl::memory(
@@ -152,8 +155,9 @@ absl::Status PackedMatmul::Run(const void* x, int64_t rows, float* y) const {
     }
     x = widened.data();
   }
+  absl::StatusOr<dnnl::stream*> stream = ThreadDnnlStream();
+  if (!stream.ok()) return stream.status();
   try {
-    dnnl::stream stream(impl_->engine);
     dnnl::memory src(dnnl::memory::desc({rows, spec.k}, impl_->src_type(),
                                         dims{spec.lda, 1}),
                      impl_->engine, const_cast<void*>(x));
@@ -170,8 +174,8 @@ absl::Status PackedMatmul::Run(const void* x, int64_t rows, float* y) const {
         {DNNL_ARG_DST, dst},
         {DNNL_ARG_SCRATCHPAD, scratchpad}};
     if (impl_->has_bias) args.emplace(DNNL_ARG_BIAS, impl_->bias);
-    impl_->prim.execute(stream, args);
-    stream.wait();
+    impl_->prim.execute(**stream, args);
+    (*stream)->wait();
   } catch (const dnnl::error& e) {
     return DnnlError("matmul", e);
   }

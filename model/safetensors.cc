@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -11,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file.h"
 #include "core/status_macros.h"
-#include "model/file_util.h"
 #include "model/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -243,9 +242,7 @@ class HeaderParser {
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
-  ASSIGN_OR_RETURN(
-      std::string bytes,
-      ReadFileToString(path, std::numeric_limits<uint64_t>::max()));
+  ASSIGN_OR_RETURN(std::string bytes, base::ReadFile(path));
   return Parse(std::move(bytes), path);
 }
 

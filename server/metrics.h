@@ -1,7 +1,8 @@
 #ifndef ATTNSERVE_SERVER_METRICS_H_
 #define ATTNSERVE_SERVER_METRICS_H_
 
-// The Prometheus metrics of the server (names per DESIGN.md "Server"). Every
+// The Prometheus metrics of the server (names, types and labels as listed in
+// docs/operations.md "Metrics", which deploy/ and its tests rely on). Every
 // family and every label child is created in the constructor and held by
 // pointer; recording a request does no label lookup.
 

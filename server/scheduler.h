@@ -7,19 +7,18 @@
 //
 // Sizing: every worker thread is the master of its own OpenMP team (libgomp
 // keeps one pool per master), so workers × threads_per_worker should not exceed
-// the CPUs the process may use (AvailableCpus()). More than that oversubscribes
-// the cores, and idle OpenMP threads spin before they sleep, so the teams slow
-// each other down by far more than the extra threads could gain. Prefer one
-// worker with all cores for large calls and several narrower workers for many
-// small ones; with more than one worker, OMP_WAIT_POLICY=passive stops idle
-// teams spinning. This is documented, not enforced: Create only rejects
+// the CPUs the process may use (base::AvailableCpus()). More than that
+// oversubscribes the cores, and idle OpenMP threads spin before they sleep, so
+// the teams slow each other down by far more than the extra threads could gain.
+// Prefer one worker with all cores for large calls and several narrower workers
+// for many small ones; with more than one worker, OMP_WAIT_POLICY=passive stops
+// idle teams spinning. This is documented, not enforced: Create only rejects
 // negative values.
 
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <thread>
 #include <vector>
 
@@ -27,7 +26,6 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/attention.h"
@@ -36,21 +34,11 @@ namespace attnserve::server {
 
 class Metrics;
 
-// CPUs this process may use: the smaller of the CPUs in its affinity mask (or
-// std::thread::hardware_concurrency()) and its cgroup CPU quota (cgroup v2
-// cpu.max, else v1 cpu.cfs_quota_us / cpu.cfs_period_us), rounded down; at
-// least 1. Reads /proc and /sys on every call.
-int AvailableCpus();
-
-// The CPU limit in a cgroup v2 `cpu.max` text ("$QUOTA $PERIOD", e.g. "200000
-// 100000" → 2): floor(quota / period), at least 1. nullopt for "max", a
-// negative quota (v1's -1) or malformed text. Exposed for tests.
-std::optional<int> CpuLimitFromCgroupCpuMax(absl::string_view cpu_max);
-
 struct SchedulerOptions {
   // Worker threads (default 1).
   int workers = 1;
-  // OpenMP threads per worker's engine; 0 = max(1, AvailableCpus() / workers).
+  // OpenMP threads per worker's engine; 0 = max(1, base::AvailableCpus() /
+  // workers).
   int threads_per_worker = 0;
   // Tasks waiting beyond the running ones (default 256).
   int max_queue = 256;

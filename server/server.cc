@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -12,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
 #include "core/attention.h"
 #include "core/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -31,16 +30,16 @@
 namespace attnserve::server {
 namespace {
 
+// A file a flag names; errors are InvalidArgument (a bad flag) and start with
+// the flag.
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  absl::StatusOr<std::string> contents = base::ReadFile(path);
+  if (!contents.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot read \"", path, "\""));
+        absl::StrCat(flag, ": ", contents.status().message()));
   }
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
+  return contents;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(

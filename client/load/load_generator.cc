@@ -5,8 +5,8 @@
 #include "client/load/load_generator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
-#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "attnserve/v1/attention.pb.h"
+#include "base/random.h"
 #include "client/rpc_status.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -315,13 +316,16 @@ class Generator {
   }
 
   void SendOnSchedule() {
-    std::mt19937_64 random(spec_.seed);
-    std::exponential_distribution<double> gap(spec_.rate);
+    base::SplitMix64 random(spec_.seed);
+    // Exponential gaps (Poisson arrivals), by inversion.
+    auto gap = [&random, rate = spec_.rate] {
+      return -std::log1p(-random.UnitDouble()) / rate;
+    };
     absl::Time scheduled = window_.start;
     for (int64_t k = 0;; ++k) {
       scheduled = spec_.arrival == Arrival::kConstant
                       ? window_.start + absl::Seconds(k / spec_.rate)
-                      : scheduled + absl::Seconds(gap(random));
+                      : scheduled + absl::Seconds(gap());
       if (scheduled >= window_.end) break;
       for (absl::Time now = absl::Now(); now < scheduled; now = absl::Now()) {
         absl::SleepFor(std::min(scheduled - now, absl::Milliseconds(100)));

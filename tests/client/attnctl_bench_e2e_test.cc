@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/client/attnctl_runner.h"
-#include "tests/server/server_process.h"
+#include "tests/util/server_process.h"
 
 namespace attnserve::client {
 namespace {

@@ -23,7 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/attnctl_runner.h"
-#include "tests/server/server_process.h"
+#include "tests/util/server_process.h"
 
 #ifndef ATTNSERVE_VERSION
 #error "ATTNSERVE_VERSION must be the project version"

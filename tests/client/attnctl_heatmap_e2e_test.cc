@@ -28,7 +28,7 @@
 #include "gtest/gtest.h"
 #include "tests/client/attnctl_runner.h"
 #include "tests/client/png_reader.h"
-#include "tests/server/server_process.h"
+#include "tests/util/server_process.h"
 
 namespace attnserve::client {
 namespace {

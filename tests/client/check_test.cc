@@ -11,7 +11,7 @@
 #include "core/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::client {
 namespace {

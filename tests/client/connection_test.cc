@@ -8,7 +8,7 @@
 #include "client/wire_names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::client {
 namespace {

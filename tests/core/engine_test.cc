@@ -16,8 +16,8 @@
 #include "core/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_env.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_env.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve {
 namespace {

@@ -13,7 +13,7 @@
 #include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve {
 namespace {
@@ -569,8 +569,8 @@ TEST(ReferenceTest, FloatMaskAllMinusInfRowIsZeroNotNaN) {
 }
 
 TEST(ReferenceTest, FloatMaskLowestFiniteGivesUniformAverage) {
-  // What a mask of finfo.min asks for (KERNEL_NOTES.md): every score is
-  // swamped equally, so the row averages all values.
+  // What a float mask of finfo.min (PyTorch's way of masking a whole row)
+  // asks for: every score is swamped equally, so the row averages all values.
   const TestTensor q = TestTensor::Random(kF32, {1, 1, 2, 4}, 1);
   const TestTensor k = TestTensor::Random(kF32, {1, 1, 3, 4}, 2);
   const TestTensor v = TestTensor::Random(kF32, {1, 1, 3, 2}, 3);

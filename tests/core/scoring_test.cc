@@ -5,8 +5,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_env.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_env.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve {
 namespace {

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve {
 namespace {

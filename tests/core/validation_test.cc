@@ -15,8 +15,8 @@
 #include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_env.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_env.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve {
 namespace {

@@ -1,4 +1,4 @@
-// The hosted layer against the plain reference (tests/model/reference_layer):
+// The hosted layer against the plain reference (tests/util/reference_layer):
 // every config option, self- and cross-attention, the mask parts, GQA/MQA,
 // bf16; and the layer's own validation errors.
 
@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_env.h"
-#include "tests/core/test_util.h"
-#include "tests/model/reference_layer.h"
+#include "tests/util/reference_layer.h"
+#include "tests/util/test_env.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::model {
 namespace {
@@ -27,11 +28,8 @@ using ::testing::HasSubstr;
 std::vector<float> Uniform(size_t n, uint64_t seed, float scale,
                            float offset = 0) {
   std::vector<float> v(n);
-  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 7;
-  for (float& x : v) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    x = offset + scale * (static_cast<float>(state >> 40) * 0x1p-23f - 1.0f);
-  }
+  base::SplitMix64 rng(seed);
+  for (float& x : v) x = offset + scale * rng.Uniform(-1.0f, 1.0f);
   return v;
 }
 

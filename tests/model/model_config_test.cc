@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::model {
 namespace {
@@ -17,7 +17,7 @@ using ::testing::HasSubstr;
 
 constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
 
-// The issue's example, without its illustrative comments.
+// A config that sets every key of docs/models.md "config.json".
 constexpr char kFullConfig[] = R"({
   "kind": "multi_head_attention", "d_model": 512, "num_heads": 8,
   "num_kv_heads": 2, "head_dim": 32, "bias": false, "norm": "pre",

@@ -8,8 +8,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model_config.h"
-#include "tests/core/test_util.h"
 #include "tests/model/model_test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::model {
 namespace {

@@ -11,8 +11,8 @@
 #include "core/convert.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
 #include "tests/model/model_test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::model {
 namespace {

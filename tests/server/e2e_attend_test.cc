@@ -15,8 +15,8 @@
 #include "core/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
-#include "tests/server/server_process.h"
+#include "tests/util/server_process.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve {
 namespace {

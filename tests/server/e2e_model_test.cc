@@ -15,10 +15,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model_repository.h"
-#include "tests/core/test_util.h"
-#include "tests/model/reference_layer.h"
-#include "tests/server/server_process.h"
 #include "tests/util/example_models.h"
+#include "tests/util/reference_layer.h"
+#include "tests/util/server_process.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve {
 namespace {

@@ -44,8 +44,8 @@
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
-#include "tests/server/server_process.h"
+#include "tests/util/server_process.h"
+#include "tests/util/test_util.h"
 
 // gtest's printer for grpc::Status (found by argument-dependent lookup).
 namespace grpc {

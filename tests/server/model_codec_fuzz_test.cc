@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/attention.pb.h"
+#include "base/random.h"
 #include "core/attention.h"
 #include "core/convert.h"
 #include "google/protobuf/stubs/logging.h"
@@ -20,12 +21,11 @@
 #include "model/model_repository.h"
 #include "server/model_codec.h"
 #include "server/model_registry.h"
-#include "tests/util/splitmix.h"
 
 namespace attnserve::server {
 namespace {
 
-using Rng = ::attnserve::testing::SplitMix;
+using Rng = ::attnserve::base::SplitMix64;
 
 std::vector<float> Values(Rng& rng, size_t n, float scale) {
   std::vector<float> v(n);

@@ -16,7 +16,7 @@
 #include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 #include "wire/dtype.h"
 
 namespace attnserve::server {

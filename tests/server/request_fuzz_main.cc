@@ -31,9 +31,9 @@
 #include <vector>
 
 #include "attnserve/v1/attention.pb.h"
+#include "base/random.h"
 #include "core/convert.h"
 #include "tests/server/request_fuzz.h"
-#include "tests/util/splitmix.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 // Present when linked with a sanitizer runtime: runs before the process dies of
@@ -70,7 +70,7 @@ void OnFatalSignal(int signal) {
   std::raise(signal);
 }
 
-using Rng = ::attnserve::testing::SplitMix;
+using Rng = ::attnserve::base::SplitMix64;
 
 size_t ElementSize(v1::DataType dtype) {
   switch (dtype) {

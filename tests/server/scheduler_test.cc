@@ -13,12 +13,13 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/cpu_quota.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "server/metrics.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::server {
 namespace {
@@ -157,43 +158,19 @@ TEST(SchedulerTest, CreateRejectsBadOptions) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("k_block")));
 }
 
-TEST(SchedulerTest, AvailableCpusIsAtLeastOneAndAtMostTheMachine) {
-  const int cpus = AvailableCpus();
-  EXPECT_GE(cpus, 1);
-  const unsigned hardware = std::thread::hardware_concurrency();
-  if (hardware > 0) {
-    EXPECT_LE(cpus, static_cast<int>(hardware));
-  }
-}
-
-TEST(SchedulerTest, CgroupCpuMaxParsing) {
-  EXPECT_EQ(CpuLimitFromCgroupCpuMax("max 100000\n"), std::nullopt);
-  EXPECT_THAT(CpuLimitFromCgroupCpuMax("200000 100000\n"), Optional(2));
-  EXPECT_THAT(CpuLimitFromCgroupCpuMax("400000 100000"), Optional(4));
-  // Fractions round down, but never below one CPU.
-  EXPECT_THAT(CpuLimitFromCgroupCpuMax("150000 100000\n"), Optional(1));
-  EXPECT_THAT(CpuLimitFromCgroupCpuMax("50000 100000\n"), Optional(1));
-  // cgroup v1's "no limit".
-  EXPECT_EQ(CpuLimitFromCgroupCpuMax("-1 100000\n"), std::nullopt);
-  EXPECT_EQ(CpuLimitFromCgroupCpuMax(""), std::nullopt);
-  EXPECT_EQ(CpuLimitFromCgroupCpuMax("200000"), std::nullopt);
-  EXPECT_EQ(CpuLimitFromCgroupCpuMax("200000 0"), std::nullopt);
-  EXPECT_EQ(CpuLimitFromCgroupCpuMax("lots 100000"), std::nullopt);
-}
-
 TEST(SchedulerTest, DefaultThreadsShareTheAvailableCpus) {
   SchedulerOptions options = Options(1, 4);
   options.threads_per_worker = 0;
   std::unique_ptr<Scheduler> one = MakeScheduler(options);
   ASSERT_NE(one, nullptr);
   EXPECT_EQ(one->workers(), 1);
-  EXPECT_EQ(one->threads_per_worker(), AvailableCpus());
+  EXPECT_EQ(one->threads_per_worker(), base::AvailableCpus());
 
   options.workers = 2;
   std::unique_ptr<Scheduler> two = MakeScheduler(options);
   ASSERT_NE(two, nullptr);
   EXPECT_EQ(two->workers(), 2);
-  EXPECT_EQ(two->threads_per_worker(), std::max(1, AvailableCpus() / 2));
+  EXPECT_EQ(two->threads_per_worker(), std::max(1, base::AvailableCpus() / 2));
 }
 
 TEST(SchedulerTest, EngineHasThreadsPerWorkerThreads) {

@@ -9,7 +9,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 
 ABSL_FLAG(int, fp_count, 3, "how many");
 ABSL_FLAG(double, fp_scale, 1.0, "a number");

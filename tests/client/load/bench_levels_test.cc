@@ -2,7 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/core/test_util.h"
+#include "tests/util/test_util.h"
 
 namespace attnserve::client {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/model/reference_layer.h"
+#include "tests/util/reference_layer.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "tests/server/server_process.h"
+#include "tests/util/server_process.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

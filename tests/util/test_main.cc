@@ -2,7 +2,7 @@
 #include <string_view>
 
 #include "gtest/gtest.h"
-#include "tests/core/test_env.h"
+#include "tests/util/test_env.h"
 
 namespace attnserve::testing {
 namespace {

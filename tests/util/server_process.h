@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_TESTS_SERVER_SERVER_PROCESS_H_
-#define ATTNSERVE_TESTS_SERVER_SERVER_PROCESS_H_
+#ifndef ATTNSERVE_TESTS_UTIL_SERVER_PROCESS_H_
+#define ATTNSERVE_TESTS_UTIL_SERVER_PROCESS_H_
 
 // A real attnserve process for end-to-end tests: started on ephemeral ports,
 // its stderr captured, stopped with real signals.
@@ -86,4 +86,4 @@ absl::StatusOr<double> MetricValue(const std::string& exposition,
 
 }  // namespace attnserve::testing
 
-#endif  // ATTNSERVE_TESTS_SERVER_SERVER_PROCESS_H_
+#endif  // ATTNSERVE_TESTS_UTIL_SERVER_PROCESS_H_

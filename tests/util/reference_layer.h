@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_TESTS_MODEL_REFERENCE_LAYER_H_
-#define ATTNSERVE_TESTS_MODEL_REFERENCE_LAYER_H_
+#ifndef ATTNSERVE_TESTS_UTIL_REFERENCE_LAYER_H_
+#define ATTNSERVE_TESTS_UTIL_REFERENCE_LAYER_H_
 
 // A plain oracle of a hosted attention layer: naive double-precision
 // projections, positional encodings, scores and norms around the core's
@@ -25,4 +25,4 @@ absl::Status ReferenceLayer(const ModelConfig& config,
 
 }  // namespace attnserve::model::testing
 
-#endif  // ATTNSERVE_TESTS_MODEL_REFERENCE_LAYER_H_
+#endif  // ATTNSERVE_TESTS_UTIL_REFERENCE_LAYER_H_

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_TESTS_CORE_TEST_UTIL_H_
-#define ATTNSERVE_TESTS_CORE_TEST_UTIL_H_
+#ifndef ATTNSERVE_TESTS_UTIL_TEST_UTIL_H_
+#define ATTNSERVE_TESTS_UTIL_TEST_UTIL_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -7,31 +7,14 @@
 #include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "base/random.h"
 #include "core/convert.h"
 #include "core/tensor.h"
 #include "gmock/gmock.h"
+#include "tests/util/status_matchers.h"
 
 namespace attnserve::testing {
-
-// Abseil 20220623 has no status matchers. Matches an absl::Status with exactly
-// `code` whose message matches `message_matcher`, e.g.
-// EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
-// HasSubstr("key")));
-MATCHER_P2(StatusIs, code, message_matcher,
-           "has code " + absl::StatusCodeToString(code) +
-               " and a message that " +
-               ::testing::DescribeMatcher<std::string>(message_matcher,
-                                                       negation)) {
-  if (arg.code() != code) {
-    *result_listener << "whose code is "
-                     << absl::StatusCodeToString(arg.code());
-    return false;
-  }
-  return ::testing::ExplainMatchResult(
-      message_matcher, std::string(arg.message()), result_listener);
-}
 
 // An owned, dense, row-major tensor of any dtype. Values are set and read as
 // floats through the dtype's conversions, so a tensor built from floats holds
@@ -65,12 +48,8 @@ class TestTensor {
   static TestTensor Random(DType dtype, std::vector<int64_t> shape,
                            uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
     TestTensor t(dtype, std::move(shape));
-    uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int64_t i = 0; i < t.size(); ++i) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      const float unit = static_cast<float>(state >> 40) * 0x1p-24f;
-      t.Set(i, lo + (hi - lo) * unit);
-    }
+    base::SplitMix64 rng(seed);
+    for (int64_t i = 0; i < t.size(); ++i) t.Set(i, rng.Uniform(lo, hi));
     return t;
   }
 
@@ -119,4 +98,4 @@ class TestTensor {
 
 }  // namespace attnserve::testing
 
-#endif  // ATTNSERVE_TESTS_CORE_TEST_UTIL_H_
+#endif  // ATTNSERVE_TESTS_UTIL_TEST_UTIL_H_

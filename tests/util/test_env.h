@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_TESTS_CORE_TEST_ENV_H_
-#define ATTNSERVE_TESTS_CORE_TEST_ENV_H_
+#ifndef ATTNSERVE_TESTS_UTIL_TEST_ENV_H_
+#define ATTNSERVE_TESTS_UTIL_TEST_ENV_H_
 
 #include <vector>
 
@@ -23,4 +23,4 @@ std::vector<Isa> MachineIsas();
 
 }  // namespace attnserve::testing
 
-#endif  // ATTNSERVE_TESTS_CORE_TEST_ENV_H_
+#endif  // ATTNSERVE_TESTS_UTIL_TEST_ENV_H_
