@@ -27,7 +27,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/attnctl_runner.h"
-#include "tests/client/png_reader.h"
+#include "tests/util/png_reader.h"
 #include "tests/util/server_process.h"
 
 namespace attnserve::client {

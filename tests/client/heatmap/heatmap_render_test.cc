@@ -21,7 +21,7 @@
 #include "client/heatmap/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/png_reader.h"
+#include "tests/util/png_reader.h"
 #include "tests/util/temp_dir.h"
 
 namespace attnserve::client {

@@ -1,4 +1,4 @@
-#include "tests/client/png_reader.h"
+#include "tests/util/png_reader.h"
 
 #include <png.h>
 

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_TESTS_CLIENT_PNG_READER_H_
-#define ATTNSERVE_TESTS_CLIENT_PNG_READER_H_
+#ifndef ATTNSERVE_TESTS_UTIL_PNG_READER_H_
+#define ATTNSERVE_TESTS_UTIL_PNG_READER_H_
 
 // Decodes PNG files with libpng's own reader (not the client's code), for
 // the heatmap tests.
@@ -39,4 +39,4 @@ absl::StatusOr<DecodedPng> ReadPng(const std::string& path);
 
 }  // namespace attnserve::testing
 
-#endif  // ATTNSERVE_TESTS_CLIENT_PNG_READER_H_
+#endif  // ATTNSERVE_TESTS_UTIL_PNG_READER_H_
