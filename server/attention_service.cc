@@ -61,47 +61,15 @@ AttentionService::AttentionService(ServiceOptions options, Scheduler* scheduler,
     : options_(std::move(options)),
       scheduler_(scheduler),
       metrics_(metrics),
-      validator_(validator) {}
-
-void AttentionService::BeginWork() {
-  metrics_->AddInflight(1);
-  absl::MutexLock lock(&work_mu_);
-  ++active_work_;
-}
-
-void AttentionService::Answered() { metrics_->AddInflight(-1); }
-
-void AttentionService::EndWork() {
-  absl::MutexLock lock(&work_mu_);
-  --active_work_;
-}
-
-bool AttentionService::WaitUntilIdle(absl::Time deadline) {
-  absl::MutexLock lock(&work_mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
-    return active_work_ == 0;
-  };
-  return work_mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
-}
+      validator_(validator),
+      auth_(options_.auth_token),
+      work_(metrics) {}
 
 absl::Status AttentionService::Admit(
     const grpc::CallbackServerContext& context) const {
   if (draining_.load())
     return absl::UnavailableError("server is shutting down");
-  if (options_.auth_token.empty()) return absl::OkStatus();
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "missing \"authorization: Bearer <token>\" metadata");
-  }
-  const std::string expected = absl::StrCat("Bearer ", options_.auth_token);
-  const grpc::string_ref got = it->second;
-  if (got.size() != expected.size() ||
-      std::string(got.data(), got.size()) != expected) {
-    return absl::UnauthenticatedError("invalid bearer token");
-  }
-  return absl::OkStatus();
+  return auth_.Check(context.client_metadata());
 }
 
 void AttentionService::Process(const v1::AttendRequest& request,
@@ -217,23 +185,21 @@ void AttentionService::RecordAnswer(const v1::ModelRequest& request,
 // response still being sent must not be cut off.
 class AttentionService::UnaryReactor : public grpc::ServerUnaryReactor {
  public:
-  explicit UnaryReactor(AttentionService* service) : service_(service) {
-    service_->BeginWork();
-  }
+  explicit UnaryReactor(WorkTracker* work) : work_(work) { work_->Begin(); }
   void OnDone() override {
-    service_->EndWork();
+    work_->End();
     delete this;
   }
 
  private:
-  AttentionService* const service_;
+  WorkTracker* const work_;
 };
 
 template <typename Request>
 grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     grpc::CallbackServerContext* context, const Request* request,
     v1::AttendResponse* response) {
-  grpc::ServerUnaryReactor* reactor = new UnaryReactor(this);
+  grpc::ServerUnaryReactor* reactor = new UnaryReactor(&work_);
   const absl::Time received = absl::Now();
   const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   auto finish = [this, reactor, request, response, received,
@@ -246,7 +212,7 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     RecordAnswer(*request, Rpc<Request>::kUnary, grpc_status.error_code(),
                  absl::ToDoubleSeconds(absl::Now() - received), request_bytes,
                  response_bytes);
-    Answered();
+    work_.Answered();
     ATTNSERVE_LOG(
         LogLevel::kDebug, Rpc<Request>::kName, " id=", request->request_id(),
         " code=", grpc_status.error_code(), " bytes_in=", request_bytes,
@@ -321,7 +287,7 @@ class AttentionService::StreamReactor
                   service_->options_.max_stream_inflight;
       read_paused_ = !read_more;
     }
-    service_->BeginWork();
+    service_->work_.Begin();
     if (service_->draining_.load()) {
       Complete(slot, absl::UnavailableError("server is shutting down"));
     } else {
@@ -342,7 +308,7 @@ class AttentionService::StreamReactor
       absl::MutexLock lock(&mu_);
       writing_ = false;
       slots_.pop_front();
-      service_->EndWork();
+      service_->work_.End();
       if (!ok) {
         // The client went away; what is still queued is answered to nobody.
         broken_ = true;
@@ -361,7 +327,7 @@ class AttentionService::StreamReactor
 
   ~StreamReactor() override {
     // Messages never written (the client left) end here.
-    for (size_t i = 0; i < slots_.size(); ++i) service_->EndWork();
+    for (size_t i = 0; i < slots_.size(); ++i) service_->work_.End();
   }
 
   void OnDone() override {
@@ -401,7 +367,7 @@ class AttentionService::StreamReactor
                            absl::ToDoubleSeconds(absl::Now() - slot->received),
                            slot->request_bytes,
                            static_cast<int64_t>(slot->response.ByteSizeLong()));
-    service_->Answered();
+    service_->work_.Answered();
     bool destroy;
     Actions actions;
     {

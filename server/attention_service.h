@@ -8,15 +8,15 @@
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request_codec.h"
 #include "server/scheduler.h"
+#include "server/work_tracker.h"
 
 namespace attnserve::server {
 
@@ -47,7 +47,9 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // Waits until no call or stream message is being processed, or until
   // `deadline`. True when idle. Open streams with nothing in flight count as
   // idle.
-  bool WaitUntilIdle(absl::Time deadline);
+  bool WaitUntilIdle(absl::Time deadline) {
+    return work_.WaitUntilIdle(deadline);
+  }
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
                                    const v1::AttendRequest* request,
@@ -86,13 +88,6 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                     grpc::StatusCode code, double seconds,
                     int64_t request_bytes, int64_t response_bytes);
 
-  // A call or stream message: BeginWork when it arrives (in-flight gauge up),
-  // Answered when its response is ready (gauge down), EndWork when gRPC no
-  // longer needs it (WaitUntilIdle).
-  void BeginWork();
-  void Answered();
-  void EndWork();
-
   // Checks draining and the bearer token.
   absl::Status Admit(const grpc::CallbackServerContext& context) const;
   // Decodes and queues one request; `done` is called exactly once, on a worker
@@ -114,9 +109,9 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   Scheduler* const scheduler_;
   Metrics* const metrics_;
   const AttentionEngine* const validator_;
+  const BearerTokenAuth auth_;
   std::atomic<bool> draining_{false};
-  absl::Mutex work_mu_;
-  int64_t active_work_ ABSL_GUARDED_BY(work_mu_) = 0;
+  WorkTracker work_;
 };
 
 }  // namespace attnserve::server
