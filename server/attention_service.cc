@@ -1,31 +1,19 @@
 #include "server/attention_service.h"
 
-#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/log.h"
-#include "server/model_codec.h"
+#include "server/request_kind.h"
 #include "server/status_util.h"
 
 namespace attnserve::server {
 namespace {
-
-absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
-  const auto deadline = context.deadline();
-  // No deadline is reported as the far end of system_clock.
-  if (deadline >=
-      std::chrono::system_clock::time_point::max() - std::chrono::hours(24)) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(deadline);
-}
 
 int64_t Micros(absl::Duration d) { return absl::ToInt64Microseconds(d); }
 
@@ -37,32 +25,16 @@ void SetTiming(absl::Time received, absl::Time start, absl::Time end,
   timing->set_total_us(Micros(end - received));
 }
 
-// What differs between the two request types' RPCs.
-template <typename Request>
-struct Rpc;
-template <>
-struct Rpc<v1::AttendRequest> {
-  static constexpr Method kUnary = Method::kAttend;
-  static constexpr Method kStream = Method::kAttendStream;
-  static constexpr const char* kName = "Attend";
-};
-template <>
-struct Rpc<v1::ModelRequest> {
-  static constexpr Method kUnary = Method::kAttendModel;
-  static constexpr Method kStream = Method::kAttendModelStream;
-  static constexpr const char* kName = "AttendModel";
-};
-
 }  // namespace
 
 AttentionService::AttentionService(ServiceOptions options, Scheduler* scheduler,
                                    Metrics* metrics,
                                    const AttentionEngine* validator)
     : options_(std::move(options)),
+      auth_(options_.auth_token),
       scheduler_(scheduler),
       metrics_(metrics),
       validator_(validator),
-      auth_(options_.auth_token),
       work_(metrics) {}
 
 absl::Status AttentionService::Admit(
@@ -72,14 +44,17 @@ absl::Status AttentionService::Admit(
   return auth_.Check(context.client_metadata());
 }
 
-void AttentionService::Process(const v1::AttendRequest& request,
+template <typename Kind>
+void AttentionService::Process(const typename Kind::Request& request,
                                v1::AttendResponse* response,
                                absl::Time received,
                                std::function<bool()> is_cancelled,
                                absl::Time deadline,
                                absl::AnyInvocable<void(absl::Status)> done) {
-  absl::StatusOr<DecodedRequest> decoded =
-      DecodeRequest(request, *validator_, options_.limits);
+  const DecodeContext decode_context{validator_, &options_.limits,
+                                     options_.models};
+  absl::StatusOr<typename Kind::Decoded> decoded =
+      Kind::Decode(request, decode_context);
   if (!decoded.ok()) {
     done(decoded.status());
     return;
@@ -88,93 +63,32 @@ void AttentionService::Process(const v1::AttendRequest& request,
   // them.
   auto finish =
       std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
-  Submit(
-      deadline, std::move(is_cancelled),
-      [this, d = *std::move(decoded), response, received, finish](
-          AttentionEngine& engine, absl::Duration queued) {
-        const absl::Time start = absl::Now();
-        const AttentionOutputs outputs = PrepareResponse(d, response);
-        const absl::Status status = engine.Run(d.inputs, outputs);
-        const absl::Time end = absl::Now();
-        if (status.ok()) {
-          metrics_->RecordCompute(
-              ChooseKernel(d.shape, d.inputs.kernel, d.return_weights),
-              absl::ToDoubleSeconds(end - start), d.shape.flops());
-          SetTiming(received, start, end, response);
-        }
-        (*finish)(status);
-      },
-      finish);
-}
-
-void AttentionService::Process(const v1::ModelRequest& request,
-                               v1::AttendResponse* response,
-                               absl::Time received,
-                               std::function<bool()> is_cancelled,
-                               absl::Time deadline,
-                               absl::AnyInvocable<void(absl::Status)> done) {
-  if (options_.models == nullptr) {
-    done(absl::NotFoundError(absl::StrCat(
-        "model: \"", request.model(),
-        "\" is not hosted here (this server hosts no models: start it with "
-        "--model_repository)")));
-    return;
-  }
-  absl::StatusOr<DecodedModelRequest> decoded = DecodeModelRequest(
-      request, *options_.models, *validator_, options_.limits);
-  if (!decoded.ok()) {
-    done(decoded.status());
-    return;
-  }
-  auto finish =
-      std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
-  Submit(
-      deadline, std::move(is_cancelled),
-      [this, d = *std::move(decoded), response, received, finish](
-          AttentionEngine& engine, absl::Duration queued) {
-        const absl::Time start = absl::Now();
-        const model::LayerOutputs outputs = PrepareModelResponse(d, response);
-        const absl::Status status =
-            d.model->layer->Run(d.inputs, outputs, engine);
-        const absl::Time end = absl::Now();
-        if (status.ok()) {
-          metrics_->RecordModelCompute(
-              d.model->index, absl::ToDoubleSeconds(end - start), d.flops);
-          SetTiming(received, start, end, response);
-        }
-        (*finish)(status);
-      },
-      finish);
-}
-
-void AttentionService::Submit(
-    absl::Time deadline, std::function<bool()> is_cancelled,
-    absl::AnyInvocable<void(AttentionEngine&, absl::Duration)> run,
-    std::shared_ptr<absl::AnyInvocable<void(absl::Status)>> finish) {
   Task task;
   task.deadline = deadline;
   task.is_cancelled = std::move(is_cancelled);
-  task.run = std::move(run);
+  task.run = [this, d = *std::move(decoded), response, received, finish](
+                 AttentionEngine& engine, absl::Duration queued) {
+    const absl::Time start = absl::Now();
+    const absl::Status status = Kind::Compute(d, engine, response);
+    const absl::Time end = absl::Now();
+    if (status.ok()) {
+      Kind::RecordCompute(d, absl::ToDoubleSeconds(end - start), *metrics_);
+      SetTiming(received, start, end, response);
+    }
+    (*finish)(status);
+  };
   task.reject = [finish](absl::Status status) { (*finish)(std::move(status)); };
   const absl::Status submitted = scheduler_->Submit(std::move(task));
   if (!submitted.ok()) (*finish)(submitted);
 }
 
-void AttentionService::RecordAnswer(const v1::AttendRequest& request,
+template <typename Kind>
+void AttentionService::RecordAnswer(const typename Kind::Request& request,
                                     Method method, grpc::StatusCode code,
                                     double seconds, int64_t request_bytes,
                                     int64_t response_bytes) {
   metrics_->RecordRequest(method, code, seconds, request_bytes, response_bytes);
-}
-
-void AttentionService::RecordAnswer(const v1::ModelRequest& request,
-                                    Method method, grpc::StatusCode code,
-                                    double seconds, int64_t request_bytes,
-                                    int64_t response_bytes) {
-  metrics_->RecordRequest(method, code, seconds, request_bytes, response_bytes);
-  const HostedModel* model = options_.models == nullptr
-                                 ? nullptr
-                                 : options_.models->Find(request.model());
+  const HostedModel* model = Kind::ModelOf(request, options_.models);
   if (model != nullptr) {
     metrics_->RecordModelRequest(model->index, code, seconds);
   }
@@ -195,9 +109,9 @@ class AttentionService::UnaryReactor : public grpc::ServerUnaryReactor {
   WorkTracker* const work_;
 };
 
-template <typename Request>
+template <typename Kind>
 grpc::ServerUnaryReactor* AttentionService::HandleUnary(
-    grpc::CallbackServerContext* context, const Request* request,
+    grpc::CallbackServerContext* context, const typename Kind::Request* request,
     v1::AttendResponse* response) {
   grpc::ServerUnaryReactor* reactor = new UnaryReactor(&work_);
   const absl::Time received = absl::Now();
@@ -209,14 +123,14 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     const grpc::Status grpc_status = ToGrpcStatus(status);
     const int64_t response_bytes =
         static_cast<int64_t>(response->ByteSizeLong());
-    RecordAnswer(*request, Rpc<Request>::kUnary, grpc_status.error_code(),
-                 absl::ToDoubleSeconds(absl::Now() - received), request_bytes,
-                 response_bytes);
+    RecordAnswer<Kind>(*request, Kind::kUnaryMethod, grpc_status.error_code(),
+                       absl::ToDoubleSeconds(absl::Now() - received),
+                       request_bytes, response_bytes);
     work_.Answered();
-    ATTNSERVE_LOG(
-        LogLevel::kDebug, Rpc<Request>::kName, " id=", request->request_id(),
-        " code=", grpc_status.error_code(), " bytes_in=", request_bytes,
-        " bytes_out=", response_bytes, " ", status.message());
+    ATTNSERVE_LOG(LogLevel::kDebug, Kind::kName, " id=", request->request_id(),
+                  " code=", grpc_status.error_code(),
+                  " bytes_in=", request_bytes, " bytes_out=", response_bytes,
+                  " ", status.message());
     reactor->Finish(grpc_status);
   };
   const absl::Status admitted = Admit(*context);
@@ -224,9 +138,9 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     finish(admitted);
     return reactor;
   }
-  Process(
+  Process<Kind>(
       *request, response, received,
-      [context] { return context->IsCancelled(); }, DeadlineOf(*context),
+      [context] { return context->IsCancelled(); }, CallDeadline(*context),
       std::move(finish));
   return reactor;
 }
@@ -234,22 +148,25 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
 grpc::ServerUnaryReactor* AttentionService::Attend(
     grpc::CallbackServerContext* context, const v1::AttendRequest* request,
     v1::AttendResponse* response) {
-  return HandleUnary(context, request, response);
+  return HandleUnary<AttendKind>(context, request, response);
 }
 
 grpc::ServerUnaryReactor* AttentionService::AttendModel(
     grpc::CallbackServerContext* context, const v1::ModelRequest* request,
     v1::AttendResponse* response) {
-  return HandleUnary(context, request, response);
+  return HandleUnary<ModelKind>(context, request, response);
 }
 
 // One AttendStream or AttendModelStream: reads messages one at a time, queues
 // each, and writes the responses in request order as they complete. Deletes
 // itself once gRPC is done with it and no queued message still refers to it.
-template <typename Request>
+template <typename Kind>
 class AttentionService::StreamReactor
-    : public grpc::ServerBidiReactor<Request, v1::AttendResponse> {
+    : public grpc::ServerBidiReactor<typename Kind::Request,
+                                     v1::AttendResponse> {
  public:
+  using Request = typename Kind::Request;
+
   StreamReactor(AttentionService* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
     const absl::Status admitted = service->Admit(*context);
@@ -291,9 +208,9 @@ class AttentionService::StreamReactor
     if (service_->draining_.load()) {
       Complete(slot, absl::UnavailableError("server is shutting down"));
     } else {
-      service_->Process(
+      service_->Process<Kind>(
           slot->request, &slot->response, slot->received,
-          [this] { return cancelled_.load(); }, DeadlineOf(*context_),
+          [this] { return cancelled_.load(); }, CallDeadline(*context_),
           [this, slot](absl::Status status) {
             Complete(slot, std::move(status));
           });
@@ -362,11 +279,12 @@ class AttentionService::StreamReactor
       slot->response.set_error_message(std::string(status.message()));
     }
     slot->response.set_request_id(slot->request.request_id());
-    service_->RecordAnswer(slot->request, Rpc<Request>::kStream,
-                           static_cast<grpc::StatusCode>(status.code()),
-                           absl::ToDoubleSeconds(absl::Now() - slot->received),
-                           slot->request_bytes,
-                           static_cast<int64_t>(slot->response.ByteSizeLong()));
+    service_->RecordAnswer<Kind>(
+        slot->request, Kind::kStreamMethod,
+        static_cast<grpc::StatusCode>(status.code()),
+        absl::ToDoubleSeconds(absl::Now() - slot->received),
+        slot->request_bytes,
+        static_cast<int64_t>(slot->response.ByteSizeLong()));
     service_->work_.Answered();
     bool destroy;
     Actions actions;
@@ -438,12 +356,12 @@ class AttentionService::StreamReactor
 
 grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>*
 AttentionService::AttendStream(grpc::CallbackServerContext* context) {
-  return new StreamReactor<v1::AttendRequest>(this, context);
+  return new StreamReactor<AttendKind>(this, context);
 }
 
 grpc::ServerBidiReactor<v1::ModelRequest, v1::AttendResponse>*
 AttentionService::AttendModelStream(grpc::CallbackServerContext* context) {
-  return new StreamReactor<v1::ModelRequest>(this, context);
+  return new StreamReactor<ModelKind>(this, context);
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetServerInfo(

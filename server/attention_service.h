@@ -3,11 +3,16 @@
 
 // The AttentionService on gRPC's callback API. Handlers only validate and
 // queue: kernels run on the scheduler's workers, which finish the calls.
+// Authentication is in auth.h, idle accounting in work_tracker.h and what
+// differs between Attend and AttendModel in request_kind.h.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention.h"
@@ -32,6 +37,9 @@ struct ServiceOptions {
   // The hosted models (AttendModel); null = none. Must outlive the service.
   const ModelRegistry* models = nullptr;
 };
+
+struct AttendKind;
+struct ModelKind;
 
 class AttentionService final : public v1::AttentionService::CallbackService {
  public:
@@ -67,49 +75,41 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   AttendModelStream(grpc::CallbackServerContext* context) override;
 
  private:
-  template <typename Request>
+  template <typename Kind>
   class StreamReactor;
   class UnaryReactor;
-  template <typename Request>
+  template <typename Kind>
   friend class StreamReactor;
-  friend class UnaryReactor;
+
+  // Draining, then the bearer token.
+  absl::Status Admit(const grpc::CallbackServerContext& context) const;
 
   // The unary handler of Attend and AttendModel.
-  template <typename Request>
+  template <typename Kind>
   grpc::ServerUnaryReactor* HandleUnary(grpc::CallbackServerContext* context,
-                                        const Request* request,
+                                        const typename Kind::Request* request,
                                         v1::AttendResponse* response);
-  // Metrics of one answered request or stream message (per method, and per
-  // model for model requests).
-  void RecordAnswer(const v1::AttendRequest& request, Method method,
-                    grpc::StatusCode code, double seconds,
-                    int64_t request_bytes, int64_t response_bytes);
-  void RecordAnswer(const v1::ModelRequest& request, Method method,
-                    grpc::StatusCode code, double seconds,
-                    int64_t request_bytes, int64_t response_bytes);
 
-  // Checks draining and the bearer token.
-  absl::Status Admit(const grpc::CallbackServerContext& context) const;
   // Decodes and queues one request; `done` is called exactly once, on a worker
-  // or inline, with the final status (response filled when OK).
-  void Process(const v1::AttendRequest& request, v1::AttendResponse* response,
-               absl::Time received, std::function<bool()> is_cancelled,
-               absl::Time deadline,
+  // or inline, with the final status (response filled and timed when OK).
+  template <typename Kind>
+  void Process(const typename Kind::Request& request,
+               v1::AttendResponse* response, absl::Time received,
+               std::function<bool()> is_cancelled, absl::Time deadline,
                absl::AnyInvocable<void(absl::Status)> done);
-  void Process(const v1::ModelRequest& request, v1::AttendResponse* response,
-               absl::Time received, std::function<bool()> is_cancelled,
-               absl::Time deadline,
-               absl::AnyInvocable<void(absl::Status)> done);
-  // Queues `run`, answering through `finish` (shared by run and reject).
-  void Submit(absl::Time deadline, std::function<bool()> is_cancelled,
-              absl::AnyInvocable<void(AttentionEngine&, absl::Duration)> run,
-              std::shared_ptr<absl::AnyInvocable<void(absl::Status)>> finish);
+
+  // Metrics of one answered request or stream message: per method, and per
+  // model for requests of a hosted model.
+  template <typename Kind>
+  void RecordAnswer(const typename Kind::Request& request, Method method,
+                    grpc::StatusCode code, double seconds,
+                    int64_t request_bytes, int64_t response_bytes);
 
   const ServiceOptions options_;
+  const BearerTokenAuth auth_;
   Scheduler* const scheduler_;
   Metrics* const metrics_;
   const AttentionEngine* const validator_;
-  const BearerTokenAuth auth_;
   std::atomic<bool> draining_{false};
   WorkTracker work_;
 };
