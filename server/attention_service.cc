@@ -1,16 +1,13 @@
 #include "server/attention_service.h"
 
-#include <deque>
 #include <memory>
-#include <optional>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/log.h"
 #include "server/request_kind.h"
 #include "server/status_util.h"
+#include "server/stream_reactor.h"
 
 namespace attnserve::server {
 namespace {
@@ -27,6 +24,52 @@ void SetTiming(absl::Time received, absl::Time start, absl::Time end,
 
 }  // namespace
 
+// Hands the messages of Kind's streams to Process and counts them. Stateless
+// beyond the service, so one serves every stream of its kind.
+template <typename Kind>
+class AttentionService::Streams final
+    : public StreamProcessor<typename Kind::Request, v1::AttendResponse> {
+ public:
+  using Request = typename Kind::Request;
+
+  explicit Streams(AttentionService* service) : service_(service) {}
+
+  grpc::ServerBidiReactor<Request, v1::AttendResponse>* Open(
+      grpc::CallbackServerContext* context) {
+    return new OrderedStreamReactor<Request, v1::AttendResponse>(
+        context, this, service_->options_.max_stream_inflight,
+        service_->Admit(*context));
+  }
+
+  void Submit(const Request& request, v1::AttendResponse* response,
+              const StreamMessage& message,
+              absl::AnyInvocable<void(absl::Status)> done) override {
+    service_->work_.Begin();
+    // Streams opened before draining began stay open, but take no new work.
+    if (service_->draining_.load()) {
+      done(absl::UnavailableError("server is shutting down"));
+      return;
+    }
+    service_->Process<Kind>(request, response, message.received,
+                            message.is_cancelled, message.deadline,
+                            std::move(done));
+  }
+
+  void Answered(const Request& request, const v1::AttendResponse& response,
+                const StreamMessage& message, grpc::StatusCode code) override {
+    service_->RecordAnswer<Kind>(
+        request, Kind::kStreamMethod, code,
+        absl::ToDoubleSeconds(absl::Now() - message.received),
+        message.request_bytes, static_cast<int64_t>(response.ByteSizeLong()));
+    service_->work_.Answered();
+  }
+
+  void Release() override { service_->work_.End(); }
+
+ private:
+  AttentionService* const service_;
+};
+
 AttentionService::AttentionService(ServiceOptions options, Scheduler* scheduler,
                                    Metrics* metrics,
                                    const AttentionEngine* validator)
@@ -35,7 +78,11 @@ AttentionService::AttentionService(ServiceOptions options, Scheduler* scheduler,
       scheduler_(scheduler),
       metrics_(metrics),
       validator_(validator),
-      work_(metrics) {}
+      work_(metrics),
+      attend_streams_(std::make_unique<Streams<AttendKind>>(this)),
+      model_streams_(std::make_unique<Streams<ModelKind>>(this)) {}
+
+AttentionService::~AttentionService() = default;
 
 absl::Status AttentionService::Admit(
     const grpc::CallbackServerContext& context) const {
@@ -157,211 +204,14 @@ grpc::ServerUnaryReactor* AttentionService::AttendModel(
   return HandleUnary<ModelKind>(context, request, response);
 }
 
-// One AttendStream or AttendModelStream: reads messages one at a time, queues
-// each, and writes the responses in request order as they complete. Deletes
-// itself once gRPC is done with it and no queued message still refers to it.
-template <typename Kind>
-class AttentionService::StreamReactor
-    : public grpc::ServerBidiReactor<typename Kind::Request,
-                                     v1::AttendResponse> {
- public:
-  using Request = typename Kind::Request;
-
-  StreamReactor(AttentionService* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
-    const absl::Status admitted = service->Admit(*context);
-    if (!admitted.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        finished_ = true;
-      }
-      this->Finish(ToGrpcStatus(admitted));
-      return;
-    }
-    StartNextRead();
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Actions actions;
-      {
-        absl::MutexLock lock(&mu_);
-        reads_done_ = true;
-        MaybeFinishLocked(&actions);
-      }
-      Perform(actions);
-      return;
-    }
-    Slot* slot = reading_.get();
-    slot->received = absl::Now();
-    slot->request_bytes = static_cast<int64_t>(slot->request.ByteSizeLong());
-    bool read_more;
-    {
-      absl::MutexLock lock(&mu_);
-      slots_.push_back(std::move(reading_));
-      ++pending_;
-      read_more = static_cast<int>(slots_.size()) <
-                  service_->options_.max_stream_inflight;
-      read_paused_ = !read_more;
-    }
-    service_->work_.Begin();
-    if (service_->draining_.load()) {
-      Complete(slot, absl::UnavailableError("server is shutting down"));
-    } else {
-      service_->Process<Kind>(
-          slot->request, &slot->response, slot->received,
-          [this] { return cancelled_.load(); }, CallDeadline(*context_),
-          [this, slot](absl::Status status) {
-            Complete(slot, std::move(status));
-          });
-    }
-    if (read_more) StartNextRead();
-  }
-
-  void OnWriteDone(bool ok) override {
-    bool read_more = false;
-    Actions actions;
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      slots_.pop_front();
-      service_->work_.End();
-      if (!ok) {
-        // The client went away; what is still queued is answered to nobody.
-        broken_ = true;
-      } else if (read_paused_ && !reads_done_) {
-        read_paused_ = false;
-        read_more = true;
-      }
-      MaybeWriteLocked(&actions);
-      MaybeFinishLocked(&actions);
-    }
-    if (read_more) StartNextRead();
-    Perform(actions);
-  }
-
-  void OnCancel() override { cancelled_.store(true); }
-
-  ~StreamReactor() override {
-    // Messages never written (the client left) end here.
-    for (size_t i = 0; i < slots_.size(); ++i) service_->work_.End();
-  }
-
-  void OnDone() override {
-    bool destroy;
-    {
-      absl::MutexLock lock(&mu_);
-      done_ = true;
-      destroy = pending_ == 0;
-    }
-    if (destroy) delete this;
-  }
-
- private:
-  struct Slot {
-    Request request;
-    v1::AttendResponse response;
-    absl::Time received;
-    int64_t request_bytes = 0;
-    bool ready = false;
-  };
-
-  void StartNextRead() {
-    reading_ = std::make_unique<Slot>();
-    this->StartRead(&reading_->request);
-  }
-
-  // Called once per message, on a worker or inline.
-  void Complete(Slot* slot, absl::Status status) {
-    if (!status.ok()) {
-      slot->response.Clear();
-      slot->response.set_error_code(static_cast<int32_t>(status.code()));
-      slot->response.set_error_message(std::string(status.message()));
-    }
-    slot->response.set_request_id(slot->request.request_id());
-    service_->RecordAnswer<Kind>(
-        slot->request, Kind::kStreamMethod,
-        static_cast<grpc::StatusCode>(status.code()),
-        absl::ToDoubleSeconds(absl::Now() - slot->received),
-        slot->request_bytes,
-        static_cast<int64_t>(slot->response.ByteSizeLong()));
-    service_->work_.Answered();
-    bool destroy;
-    Actions actions;
-    {
-      absl::MutexLock lock(&mu_);
-      slot->ready = true;
-      --pending_;
-      MaybeWriteLocked(&actions);
-      MaybeFinishLocked(&actions);
-      // done_ implies Finish was called, so there are no actions then.
-      destroy = done_ && pending_ == 0;
-    }
-    if (destroy) {
-      delete this;
-      return;
-    }
-    Perform(actions);  // last: after Finish, OnDone may delete this at any time
-  }
-
-  // What to start once the lock is released: gRPC may run a reaction inline
-  // from StartWrite or Finish, and reactions take the lock. The flags that
-  // serialize the calls (writing_, finished_) are set under the lock when they
-  // are decided.
-  struct Actions {
-    const v1::AttendResponse* write = nullptr;
-    std::optional<grpc::Status> finish;
-  };
-
-  void Perform(const Actions& actions) {
-    if (actions.write != nullptr) this->StartWrite(actions.write);
-    if (actions.finish) this->Finish(*actions.finish);
-  }
-
-  void MaybeWriteLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || broken_ || slots_.empty() ||
-        !slots_.front()->ready) {
-      return;
-    }
-    writing_ = true;
-    actions->write = &slots_.front()->response;
-  }
-
-  void MaybeFinishLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_) return;
-    if (broken_) {
-      finished_ = true;
-      actions->finish =
-          grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
-    } else if (reads_done_ && slots_.empty()) {
-      finished_ = true;
-      actions->finish = grpc::Status::OK;
-    }
-  }
-
-  AttentionService* const service_;
-  grpc::CallbackServerContext* const context_;
-  std::unique_ptr<Slot> reading_;  // touched only by the read chain
-  std::atomic<bool> cancelled_{false};
-  absl::Mutex mu_;
-  std::deque<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
-  int pending_ ABSL_GUARDED_BY(mu_) = 0;
-  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-};
-
 grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>*
 AttentionService::AttendStream(grpc::CallbackServerContext* context) {
-  return new StreamReactor<AttendKind>(this, context);
+  return attend_streams_->Open(context);
 }
 
 grpc::ServerBidiReactor<v1::ModelRequest, v1::AttendResponse>*
 AttentionService::AttendModelStream(grpc::CallbackServerContext* context) {
-  return new StreamReactor<ModelKind>(this, context);
+  return model_streams_->Open(context);
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetServerInfo(

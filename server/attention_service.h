@@ -3,8 +3,9 @@
 
 // The AttentionService on gRPC's callback API. Handlers only validate and
 // queue: kernels run on the scheduler's workers, which finish the calls.
-// Authentication is in auth.h, idle accounting in work_tracker.h and what
-// differs between Attend and AttendModel in request_kind.h.
+// Authentication is in auth.h, idle accounting in work_tracker.h, the stream
+// protocol in stream_reactor.h and what differs between Attend and
+// AttendModel in request_kind.h.
 
 #include <atomic>
 #include <functional>
@@ -48,6 +49,7 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // nothing.
   AttentionService(ServiceOptions options, Scheduler* scheduler,
                    Metrics* metrics, const AttentionEngine* validator);
+  ~AttentionService() override;
 
   // From now on new calls, and new messages on open streams, get UNAVAILABLE.
   void StartDraining() { draining_.store(true); }
@@ -75,11 +77,10 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   AttendModelStream(grpc::CallbackServerContext* context) override;
 
  private:
+  // The StreamProcessor (stream_reactor.h) of Kind's streams.
   template <typename Kind>
-  class StreamReactor;
+  class Streams;
   class UnaryReactor;
-  template <typename Kind>
-  friend class StreamReactor;
 
   // Draining, then the bearer token.
   absl::Status Admit(const grpc::CallbackServerContext& context) const;
@@ -112,6 +113,8 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   const AttentionEngine* const validator_;
   std::atomic<bool> draining_{false};
   WorkTracker work_;
+  const std::unique_ptr<Streams<AttendKind>> attend_streams_;
+  const std::unique_ptr<Streams<ModelKind>> model_streams_;
 };
 
 }  // namespace attnserve::server
