@@ -1,31 +1,16 @@
 #include "server/attention_service.h"
 
-#include <chrono>
-#include <deque>
 #include <memory>
-#include <optional>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/log.h"
-#include "server/model_codec.h"
+#include "server/request_kind.h"
 #include "server/status_util.h"
+#include "server/stream_reactor.h"
 
 namespace attnserve::server {
 namespace {
-
-absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
-  const auto deadline = context.deadline();
-  // No deadline is reported as the far end of system_clock.
-  if (deadline >=
-      std::chrono::system_clock::time_point::max() - std::chrono::hours(24)) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(deadline);
-}
 
 int64_t Micros(absl::Duration d) { return absl::ToInt64Microseconds(d); }
 
@@ -37,81 +22,86 @@ void SetTiming(absl::Time received, absl::Time start, absl::Time end,
   timing->set_total_us(Micros(end - received));
 }
 
-// What differs between the two request types' RPCs.
-template <typename Request>
-struct Rpc;
-template <>
-struct Rpc<v1::AttendRequest> {
-  static constexpr Method kUnary = Method::kAttend;
-  static constexpr Method kStream = Method::kAttendStream;
-  static constexpr const char* kName = "Attend";
-};
-template <>
-struct Rpc<v1::ModelRequest> {
-  static constexpr Method kUnary = Method::kAttendModel;
-  static constexpr Method kStream = Method::kAttendModelStream;
-  static constexpr const char* kName = "AttendModel";
-};
-
 }  // namespace
+
+// Hands the messages of Kind's streams to Process and counts them. Stateless
+// beyond the service, so one serves every stream of its kind.
+template <typename Kind>
+class AttentionService::Streams final
+    : public StreamProcessor<typename Kind::Request, v1::AttendResponse> {
+ public:
+  using Request = typename Kind::Request;
+
+  explicit Streams(AttentionService* service) : service_(service) {}
+
+  grpc::ServerBidiReactor<Request, v1::AttendResponse>* Open(
+      grpc::CallbackServerContext* context) {
+    return new OrderedStreamReactor<Request, v1::AttendResponse>(
+        context, this, service_->options_.max_stream_inflight,
+        service_->Admit(*context));
+  }
+
+  void Submit(const Request& request, v1::AttendResponse* response,
+              const StreamMessage& message,
+              absl::AnyInvocable<void(absl::Status)> done) override {
+    service_->work_.Begin();
+    // Streams opened before draining began stay open, but take no new work.
+    if (service_->draining_.load()) {
+      done(absl::UnavailableError("server is shutting down"));
+      return;
+    }
+    service_->Process<Kind>(request, response, message.received,
+                            message.is_cancelled, message.deadline,
+                            std::move(done));
+  }
+
+  void Answered(const Request& request, const v1::AttendResponse& response,
+                const StreamMessage& message, grpc::StatusCode code) override {
+    service_->RecordAnswer<Kind>(
+        request, Kind::kStreamMethod, code,
+        absl::ToDoubleSeconds(absl::Now() - message.received),
+        message.request_bytes, static_cast<int64_t>(response.ByteSizeLong()));
+    service_->work_.Answered();
+  }
+
+  void Release() override { service_->work_.End(); }
+
+ private:
+  AttentionService* const service_;
+};
 
 AttentionService::AttentionService(ServiceOptions options, Scheduler* scheduler,
                                    Metrics* metrics,
                                    const AttentionEngine* validator)
     : options_(std::move(options)),
+      auth_(options_.auth_token),
       scheduler_(scheduler),
       metrics_(metrics),
-      validator_(validator) {}
+      validator_(validator),
+      work_(metrics),
+      attend_streams_(std::make_unique<Streams<AttendKind>>(this)),
+      model_streams_(std::make_unique<Streams<ModelKind>>(this)) {}
 
-void AttentionService::BeginWork() {
-  metrics_->AddInflight(1);
-  absl::MutexLock lock(&work_mu_);
-  ++active_work_;
-}
-
-void AttentionService::Answered() { metrics_->AddInflight(-1); }
-
-void AttentionService::EndWork() {
-  absl::MutexLock lock(&work_mu_);
-  --active_work_;
-}
-
-bool AttentionService::WaitUntilIdle(absl::Time deadline) {
-  absl::MutexLock lock(&work_mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
-    return active_work_ == 0;
-  };
-  return work_mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
-}
+AttentionService::~AttentionService() = default;
 
 absl::Status AttentionService::Admit(
     const grpc::CallbackServerContext& context) const {
   if (draining_.load())
     return absl::UnavailableError("server is shutting down");
-  if (options_.auth_token.empty()) return absl::OkStatus();
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "missing \"authorization: Bearer <token>\" metadata");
-  }
-  const std::string expected = absl::StrCat("Bearer ", options_.auth_token);
-  const grpc::string_ref got = it->second;
-  if (got.size() != expected.size() ||
-      std::string(got.data(), got.size()) != expected) {
-    return absl::UnauthenticatedError("invalid bearer token");
-  }
-  return absl::OkStatus();
+  return auth_.Check(context.client_metadata());
 }
 
-void AttentionService::Process(const v1::AttendRequest& request,
+template <typename Kind>
+void AttentionService::Process(const typename Kind::Request& request,
                                v1::AttendResponse* response,
                                absl::Time received,
                                std::function<bool()> is_cancelled,
                                absl::Time deadline,
                                absl::AnyInvocable<void(absl::Status)> done) {
-  absl::StatusOr<DecodedRequest> decoded =
-      DecodeRequest(request, *validator_, options_.limits);
+  const DecodeContext decode_context{validator_, &options_.limits,
+                                     options_.models};
+  absl::StatusOr<typename Kind::Decoded> decoded =
+      Kind::Decode(request, decode_context);
   if (!decoded.ok()) {
     done(decoded.status());
     return;
@@ -120,93 +110,32 @@ void AttentionService::Process(const v1::AttendRequest& request,
   // them.
   auto finish =
       std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
-  Submit(
-      deadline, std::move(is_cancelled),
-      [this, d = *std::move(decoded), response, received, finish](
-          AttentionEngine& engine, absl::Duration queued) {
-        const absl::Time start = absl::Now();
-        const AttentionOutputs outputs = PrepareResponse(d, response);
-        const absl::Status status = engine.Run(d.inputs, outputs);
-        const absl::Time end = absl::Now();
-        if (status.ok()) {
-          metrics_->RecordCompute(
-              ChooseKernel(d.shape, d.inputs.kernel, d.return_weights),
-              absl::ToDoubleSeconds(end - start), d.shape.flops());
-          SetTiming(received, start, end, response);
-        }
-        (*finish)(status);
-      },
-      finish);
-}
-
-void AttentionService::Process(const v1::ModelRequest& request,
-                               v1::AttendResponse* response,
-                               absl::Time received,
-                               std::function<bool()> is_cancelled,
-                               absl::Time deadline,
-                               absl::AnyInvocable<void(absl::Status)> done) {
-  if (options_.models == nullptr) {
-    done(absl::NotFoundError(absl::StrCat(
-        "model: \"", request.model(),
-        "\" is not hosted here (this server hosts no models: start it with "
-        "--model_repository)")));
-    return;
-  }
-  absl::StatusOr<DecodedModelRequest> decoded = DecodeModelRequest(
-      request, *options_.models, *validator_, options_.limits);
-  if (!decoded.ok()) {
-    done(decoded.status());
-    return;
-  }
-  auto finish =
-      std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
-  Submit(
-      deadline, std::move(is_cancelled),
-      [this, d = *std::move(decoded), response, received, finish](
-          AttentionEngine& engine, absl::Duration queued) {
-        const absl::Time start = absl::Now();
-        const model::LayerOutputs outputs = PrepareModelResponse(d, response);
-        const absl::Status status =
-            d.model->layer->Run(d.inputs, outputs, engine);
-        const absl::Time end = absl::Now();
-        if (status.ok()) {
-          metrics_->RecordModelCompute(
-              d.model->index, absl::ToDoubleSeconds(end - start), d.flops);
-          SetTiming(received, start, end, response);
-        }
-        (*finish)(status);
-      },
-      finish);
-}
-
-void AttentionService::Submit(
-    absl::Time deadline, std::function<bool()> is_cancelled,
-    absl::AnyInvocable<void(AttentionEngine&, absl::Duration)> run,
-    std::shared_ptr<absl::AnyInvocable<void(absl::Status)>> finish) {
   Task task;
   task.deadline = deadline;
   task.is_cancelled = std::move(is_cancelled);
-  task.run = std::move(run);
+  task.run = [this, d = *std::move(decoded), response, received, finish](
+                 AttentionEngine& engine, absl::Duration queued) {
+    const absl::Time start = absl::Now();
+    const absl::Status status = Kind::Compute(d, engine, response);
+    const absl::Time end = absl::Now();
+    if (status.ok()) {
+      Kind::RecordCompute(d, absl::ToDoubleSeconds(end - start), *metrics_);
+      SetTiming(received, start, end, response);
+    }
+    (*finish)(status);
+  };
   task.reject = [finish](absl::Status status) { (*finish)(std::move(status)); };
   const absl::Status submitted = scheduler_->Submit(std::move(task));
   if (!submitted.ok()) (*finish)(submitted);
 }
 
-void AttentionService::RecordAnswer(const v1::AttendRequest& request,
+template <typename Kind>
+void AttentionService::RecordAnswer(const typename Kind::Request& request,
                                     Method method, grpc::StatusCode code,
                                     double seconds, int64_t request_bytes,
                                     int64_t response_bytes) {
   metrics_->RecordRequest(method, code, seconds, request_bytes, response_bytes);
-}
-
-void AttentionService::RecordAnswer(const v1::ModelRequest& request,
-                                    Method method, grpc::StatusCode code,
-                                    double seconds, int64_t request_bytes,
-                                    int64_t response_bytes) {
-  metrics_->RecordRequest(method, code, seconds, request_bytes, response_bytes);
-  const HostedModel* model = options_.models == nullptr
-                                 ? nullptr
-                                 : options_.models->Find(request.model());
+  const HostedModel* model = Kind::ModelOf(request, options_.models);
   if (model != nullptr) {
     metrics_->RecordModelRequest(model->index, code, seconds);
   }
@@ -217,23 +146,21 @@ void AttentionService::RecordAnswer(const v1::ModelRequest& request,
 // response still being sent must not be cut off.
 class AttentionService::UnaryReactor : public grpc::ServerUnaryReactor {
  public:
-  explicit UnaryReactor(AttentionService* service) : service_(service) {
-    service_->BeginWork();
-  }
+  explicit UnaryReactor(WorkTracker* work) : work_(work) { work_->Begin(); }
   void OnDone() override {
-    service_->EndWork();
+    work_->End();
     delete this;
   }
 
  private:
-  AttentionService* const service_;
+  WorkTracker* const work_;
 };
 
-template <typename Request>
+template <typename Kind>
 grpc::ServerUnaryReactor* AttentionService::HandleUnary(
-    grpc::CallbackServerContext* context, const Request* request,
+    grpc::CallbackServerContext* context, const typename Kind::Request* request,
     v1::AttendResponse* response) {
-  grpc::ServerUnaryReactor* reactor = new UnaryReactor(this);
+  grpc::ServerUnaryReactor* reactor = new UnaryReactor(&work_);
   const absl::Time received = absl::Now();
   const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   auto finish = [this, reactor, request, response, received,
@@ -243,14 +170,14 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     const grpc::Status grpc_status = ToGrpcStatus(status);
     const int64_t response_bytes =
         static_cast<int64_t>(response->ByteSizeLong());
-    RecordAnswer(*request, Rpc<Request>::kUnary, grpc_status.error_code(),
-                 absl::ToDoubleSeconds(absl::Now() - received), request_bytes,
-                 response_bytes);
-    Answered();
-    ATTNSERVE_LOG(
-        LogLevel::kDebug, Rpc<Request>::kName, " id=", request->request_id(),
-        " code=", grpc_status.error_code(), " bytes_in=", request_bytes,
-        " bytes_out=", response_bytes, " ", status.message());
+    RecordAnswer<Kind>(*request, Kind::kUnaryMethod, grpc_status.error_code(),
+                       absl::ToDoubleSeconds(absl::Now() - received),
+                       request_bytes, response_bytes);
+    work_.Answered();
+    ATTNSERVE_LOG(LogLevel::kDebug, Kind::kName, " id=", request->request_id(),
+                  " code=", grpc_status.error_code(),
+                  " bytes_in=", request_bytes, " bytes_out=", response_bytes,
+                  " ", status.message());
     reactor->Finish(grpc_status);
   };
   const absl::Status admitted = Admit(*context);
@@ -258,9 +185,9 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     finish(admitted);
     return reactor;
   }
-  Process(
+  Process<Kind>(
       *request, response, received,
-      [context] { return context->IsCancelled(); }, DeadlineOf(*context),
+      [context] { return context->IsCancelled(); }, CallDeadline(*context),
       std::move(finish));
   return reactor;
 }
@@ -268,216 +195,23 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
 grpc::ServerUnaryReactor* AttentionService::Attend(
     grpc::CallbackServerContext* context, const v1::AttendRequest* request,
     v1::AttendResponse* response) {
-  return HandleUnary(context, request, response);
+  return HandleUnary<AttendKind>(context, request, response);
 }
 
 grpc::ServerUnaryReactor* AttentionService::AttendModel(
     grpc::CallbackServerContext* context, const v1::ModelRequest* request,
     v1::AttendResponse* response) {
-  return HandleUnary(context, request, response);
+  return HandleUnary<ModelKind>(context, request, response);
 }
-
-// One AttendStream or AttendModelStream: reads messages one at a time, queues
-// each, and writes the responses in request order as they complete. Deletes
-// itself once gRPC is done with it and no queued message still refers to it.
-template <typename Request>
-class AttentionService::StreamReactor
-    : public grpc::ServerBidiReactor<Request, v1::AttendResponse> {
- public:
-  StreamReactor(AttentionService* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
-    const absl::Status admitted = service->Admit(*context);
-    if (!admitted.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        finished_ = true;
-      }
-      this->Finish(ToGrpcStatus(admitted));
-      return;
-    }
-    StartNextRead();
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Actions actions;
-      {
-        absl::MutexLock lock(&mu_);
-        reads_done_ = true;
-        MaybeFinishLocked(&actions);
-      }
-      Perform(actions);
-      return;
-    }
-    Slot* slot = reading_.get();
-    slot->received = absl::Now();
-    slot->request_bytes = static_cast<int64_t>(slot->request.ByteSizeLong());
-    bool read_more;
-    {
-      absl::MutexLock lock(&mu_);
-      slots_.push_back(std::move(reading_));
-      ++pending_;
-      read_more = static_cast<int>(slots_.size()) <
-                  service_->options_.max_stream_inflight;
-      read_paused_ = !read_more;
-    }
-    service_->BeginWork();
-    if (service_->draining_.load()) {
-      Complete(slot, absl::UnavailableError("server is shutting down"));
-    } else {
-      service_->Process(
-          slot->request, &slot->response, slot->received,
-          [this] { return cancelled_.load(); }, DeadlineOf(*context_),
-          [this, slot](absl::Status status) {
-            Complete(slot, std::move(status));
-          });
-    }
-    if (read_more) StartNextRead();
-  }
-
-  void OnWriteDone(bool ok) override {
-    bool read_more = false;
-    Actions actions;
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      slots_.pop_front();
-      service_->EndWork();
-      if (!ok) {
-        // The client went away; what is still queued is answered to nobody.
-        broken_ = true;
-      } else if (read_paused_ && !reads_done_) {
-        read_paused_ = false;
-        read_more = true;
-      }
-      MaybeWriteLocked(&actions);
-      MaybeFinishLocked(&actions);
-    }
-    if (read_more) StartNextRead();
-    Perform(actions);
-  }
-
-  void OnCancel() override { cancelled_.store(true); }
-
-  ~StreamReactor() override {
-    // Messages never written (the client left) end here.
-    for (size_t i = 0; i < slots_.size(); ++i) service_->EndWork();
-  }
-
-  void OnDone() override {
-    bool destroy;
-    {
-      absl::MutexLock lock(&mu_);
-      done_ = true;
-      destroy = pending_ == 0;
-    }
-    if (destroy) delete this;
-  }
-
- private:
-  struct Slot {
-    Request request;
-    v1::AttendResponse response;
-    absl::Time received;
-    int64_t request_bytes = 0;
-    bool ready = false;
-  };
-
-  void StartNextRead() {
-    reading_ = std::make_unique<Slot>();
-    this->StartRead(&reading_->request);
-  }
-
-  // Called once per message, on a worker or inline.
-  void Complete(Slot* slot, absl::Status status) {
-    if (!status.ok()) {
-      slot->response.Clear();
-      slot->response.set_error_code(static_cast<int32_t>(status.code()));
-      slot->response.set_error_message(std::string(status.message()));
-    }
-    slot->response.set_request_id(slot->request.request_id());
-    service_->RecordAnswer(slot->request, Rpc<Request>::kStream,
-                           static_cast<grpc::StatusCode>(status.code()),
-                           absl::ToDoubleSeconds(absl::Now() - slot->received),
-                           slot->request_bytes,
-                           static_cast<int64_t>(slot->response.ByteSizeLong()));
-    service_->Answered();
-    bool destroy;
-    Actions actions;
-    {
-      absl::MutexLock lock(&mu_);
-      slot->ready = true;
-      --pending_;
-      MaybeWriteLocked(&actions);
-      MaybeFinishLocked(&actions);
-      // done_ implies Finish was called, so there are no actions then.
-      destroy = done_ && pending_ == 0;
-    }
-    if (destroy) {
-      delete this;
-      return;
-    }
-    Perform(actions);  // last: after Finish, OnDone may delete this at any time
-  }
-
-  // What to start once the lock is released: gRPC may run a reaction inline
-  // from StartWrite or Finish, and reactions take the lock. The flags that
-  // serialize the calls (writing_, finished_) are set under the lock when they
-  // are decided.
-  struct Actions {
-    const v1::AttendResponse* write = nullptr;
-    std::optional<grpc::Status> finish;
-  };
-
-  void Perform(const Actions& actions) {
-    if (actions.write != nullptr) this->StartWrite(actions.write);
-    if (actions.finish) this->Finish(*actions.finish);
-  }
-
-  void MaybeWriteLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || broken_ || slots_.empty() ||
-        !slots_.front()->ready) {
-      return;
-    }
-    writing_ = true;
-    actions->write = &slots_.front()->response;
-  }
-
-  void MaybeFinishLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_) return;
-    if (broken_) {
-      finished_ = true;
-      actions->finish =
-          grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
-    } else if (reads_done_ && slots_.empty()) {
-      finished_ = true;
-      actions->finish = grpc::Status::OK;
-    }
-  }
-
-  AttentionService* const service_;
-  grpc::CallbackServerContext* const context_;
-  std::unique_ptr<Slot> reading_;  // touched only by the read chain
-  std::atomic<bool> cancelled_{false};
-  absl::Mutex mu_;
-  std::deque<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
-  int pending_ ABSL_GUARDED_BY(mu_) = 0;
-  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 grpc::ServerBidiReactor<v1::AttendRequest, v1::AttendResponse>*
 AttentionService::AttendStream(grpc::CallbackServerContext* context) {
-  return new StreamReactor<v1::AttendRequest>(this, context);
+  return attend_streams_->Open(context);
 }
 
 grpc::ServerBidiReactor<v1::ModelRequest, v1::AttendResponse>*
 AttentionService::AttendModelStream(grpc::CallbackServerContext* context) {
-  return new StreamReactor<v1::ModelRequest>(this, context);
+  return model_streams_->Open(context);
 }
 
 grpc::ServerUnaryReactor* AttentionService::GetServerInfo(

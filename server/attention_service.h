@@ -3,20 +3,26 @@
 
 // The AttentionService on gRPC's callback API. Handlers only validate and
 // queue: kernels run on the scheduler's workers, which finish the calls.
+// Authentication is in auth.h, idle accounting in work_tracker.h, the stream
+// protocol in stream_reactor.h and what differs between Attend and
+// AttendModel in request_kind.h.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request_codec.h"
 #include "server/scheduler.h"
+#include "server/work_tracker.h"
 
 namespace attnserve::server {
 
@@ -33,6 +39,9 @@ struct ServiceOptions {
   const ModelRegistry* models = nullptr;
 };
 
+struct AttendKind;
+struct ModelKind;
+
 class AttentionService final : public v1::AttentionService::CallbackService {
  public:
   // `scheduler`, `metrics` and `validator` must outlive the service;
@@ -40,6 +49,7 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // nothing.
   AttentionService(ServiceOptions options, Scheduler* scheduler,
                    Metrics* metrics, const AttentionEngine* validator);
+  ~AttentionService() override;
 
   // From now on new calls, and new messages on open streams, get UNAVAILABLE.
   void StartDraining() { draining_.store(true); }
@@ -47,7 +57,9 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // Waits until no call or stream message is being processed, or until
   // `deadline`. True when idle. Open streams with nothing in flight count as
   // idle.
-  bool WaitUntilIdle(absl::Time deadline);
+  bool WaitUntilIdle(absl::Time deadline) {
+    return work_.WaitUntilIdle(deadline);
+  }
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
                                    const v1::AttendRequest* request,
@@ -65,58 +77,44 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   AttendModelStream(grpc::CallbackServerContext* context) override;
 
  private:
-  template <typename Request>
-  class StreamReactor;
+  // The StreamProcessor (stream_reactor.h) of Kind's streams.
+  template <typename Kind>
+  class Streams;
   class UnaryReactor;
-  template <typename Request>
-  friend class StreamReactor;
-  friend class UnaryReactor;
+
+  // Draining, then the bearer token.
+  absl::Status Admit(const grpc::CallbackServerContext& context) const;
 
   // The unary handler of Attend and AttendModel.
-  template <typename Request>
+  template <typename Kind>
   grpc::ServerUnaryReactor* HandleUnary(grpc::CallbackServerContext* context,
-                                        const Request* request,
+                                        const typename Kind::Request* request,
                                         v1::AttendResponse* response);
-  // Metrics of one answered request or stream message (per method, and per
-  // model for model requests).
-  void RecordAnswer(const v1::AttendRequest& request, Method method,
-                    grpc::StatusCode code, double seconds,
-                    int64_t request_bytes, int64_t response_bytes);
-  void RecordAnswer(const v1::ModelRequest& request, Method method,
-                    grpc::StatusCode code, double seconds,
-                    int64_t request_bytes, int64_t response_bytes);
 
-  // A call or stream message: BeginWork when it arrives (in-flight gauge up),
-  // Answered when its response is ready (gauge down), EndWork when gRPC no
-  // longer needs it (WaitUntilIdle).
-  void BeginWork();
-  void Answered();
-  void EndWork();
-
-  // Checks draining and the bearer token.
-  absl::Status Admit(const grpc::CallbackServerContext& context) const;
   // Decodes and queues one request; `done` is called exactly once, on a worker
-  // or inline, with the final status (response filled when OK).
-  void Process(const v1::AttendRequest& request, v1::AttendResponse* response,
-               absl::Time received, std::function<bool()> is_cancelled,
-               absl::Time deadline,
+  // or inline, with the final status (response filled and timed when OK).
+  template <typename Kind>
+  void Process(const typename Kind::Request& request,
+               v1::AttendResponse* response, absl::Time received,
+               std::function<bool()> is_cancelled, absl::Time deadline,
                absl::AnyInvocable<void(absl::Status)> done);
-  void Process(const v1::ModelRequest& request, v1::AttendResponse* response,
-               absl::Time received, std::function<bool()> is_cancelled,
-               absl::Time deadline,
-               absl::AnyInvocable<void(absl::Status)> done);
-  // Queues `run`, answering through `finish` (shared by run and reject).
-  void Submit(absl::Time deadline, std::function<bool()> is_cancelled,
-              absl::AnyInvocable<void(AttentionEngine&, absl::Duration)> run,
-              std::shared_ptr<absl::AnyInvocable<void(absl::Status)>> finish);
+
+  // Metrics of one answered request or stream message: per method, and per
+  // model for requests of a hosted model.
+  template <typename Kind>
+  void RecordAnswer(const typename Kind::Request& request, Method method,
+                    grpc::StatusCode code, double seconds,
+                    int64_t request_bytes, int64_t response_bytes);
 
   const ServiceOptions options_;
+  const BearerTokenAuth auth_;
   Scheduler* const scheduler_;
   Metrics* const metrics_;
   const AttentionEngine* const validator_;
   std::atomic<bool> draining_{false};
-  absl::Mutex work_mu_;
-  int64_t active_work_ ABSL_GUARDED_BY(work_mu_) = 0;
+  WorkTracker work_;
+  const std::unique_ptr<Streams<AttendKind>> attend_streams_;
+  const std::unique_ptr<Streams<ModelKind>> model_streams_;
 };
 
 }  // namespace attnserve::server
