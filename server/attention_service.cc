@@ -6,8 +6,8 @@
 #include "absl/time/clock.h"
 #include "server/log.h"
 #include "server/request_kind.h"
-#include "server/status_util.h"
-#include "server/stream_reactor.h"
+#include "server/rpc/status_util.h"
+#include "server/rpc/stream_reactor.h"
 
 namespace attnserve::server {
 namespace {

@@ -17,10 +17,10 @@
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention.h"
-#include "server/auth.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request_codec.h"
+#include "server/rpc/auth.h"
 #include "server/scheduler.h"
 #include "server/work_tracker.h"
 

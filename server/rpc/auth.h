@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_SERVER_AUTH_H_
-#define ATTNSERVE_SERVER_AUTH_H_
+#ifndef ATTNSERVE_SERVER_RPC_AUTH_H_
+#define ATTNSERVE_SERVER_RPC_AUTH_H_
 
 // The bearer-token check of AttentionService calls. It is a function the
 // handlers call rather than a gRPC interceptor so that it covers exactly the
@@ -34,4 +34,4 @@ class BearerTokenAuth {
 
 }  // namespace attnserve::server
 
-#endif  // ATTNSERVE_SERVER_AUTH_H_
+#endif  // ATTNSERVE_SERVER_RPC_AUTH_H_

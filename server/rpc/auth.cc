@@ -1,4 +1,4 @@
-#include "server/auth.h"
+#include "server/rpc/auth.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_SERVER_STATUS_UTIL_H_
-#define ATTNSERVE_SERVER_STATUS_UTIL_H_
+#ifndef ATTNSERVE_SERVER_RPC_STATUS_UTIL_H_
+#define ATTNSERVE_SERVER_RPC_STATUS_UTIL_H_
 
 // Conversions between gRPC's and Abseil's types at the service's edge.
 
@@ -18,4 +18,4 @@ absl::Time CallDeadline(const grpc::CallbackServerContext& context);
 
 }  // namespace attnserve::server
 
-#endif  // ATTNSERVE_SERVER_STATUS_UTIL_H_
+#endif  // ATTNSERVE_SERVER_RPC_STATUS_UTIL_H_

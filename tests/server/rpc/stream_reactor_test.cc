@@ -1,4 +1,4 @@
-#include "server/stream_reactor.h"
+#include "server/rpc/stream_reactor.h"
 
 #include <algorithm>
 #include <map>

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_SERVER_STREAM_REACTOR_H_
-#define ATTNSERVE_SERVER_STREAM_REACTOR_H_
+#ifndef ATTNSERVE_SERVER_RPC_STREAM_REACTOR_H_
+#define ATTNSERVE_SERVER_RPC_STREAM_REACTOR_H_
 
 // The reactor of AttendStream and AttendModelStream (docs/api.md,
 // "AttendStream"): reads messages one at a time, hands each to a
@@ -25,7 +25,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
-#include "server/status_util.h"
+#include "server/rpc/status_util.h"
 
 namespace attnserve::server {
 
@@ -277,4 +277,4 @@ class OrderedStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
 
 }  // namespace attnserve::server
 
-#endif  // ATTNSERVE_SERVER_STREAM_REACTOR_H_
+#endif  // ATTNSERVE_SERVER_RPC_STREAM_REACTOR_H_
