@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "base/random.h"
 #include "core/convert.h"
+#include "core/dnnl_context.h"
 #include "core/status_macros.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -28,32 +29,18 @@ using Tag = memory::format_tag;
 constexpr int64_t kGemmSize = 2048;
 constexpr double kMaxScoreBytes = 2.0 * (int64_t{1} << 30);
 
+// The process's oneDNN engine (core/dnnl_context.h: the one the measured
+// engine runs on) and the calling thread's stream.
 struct Dnnl {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
+  const dnnl::engine* engine;
+  dnnl::stream* stream;
 };
 
-Dnnl& GetDnnl() {
-  static Dnnl* dnnl = new Dnnl;
-  return *dnnl;
+absl::StatusOr<Dnnl> GetDnnl() {
+  ASSIGN_OR_RETURN(const dnnl::engine* engine, DnnlEngine());
+  ASSIGN_OR_RETURN(dnnl::stream * stream, ThreadDnnlStream());
+  return Dnnl{engine, stream};
 }
-
-// oneDNN runs on omp_get_max_threads() threads: sets that for the lifetime of
-// the object and restores it after, so the engine's runs never inherit a
-// baseline's setting (the engine must honour EngineOptions::num_threads on its
-// own).
-class ScopedOmpThreads {
- public:
-  explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
-    omp_set_num_threads(threads);
-  }
-  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
-  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
-  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 memory::data_type ToDnnl(DType dtype) {
   return dtype == DType::kBFloat16 ? memory::data_type::bf16
@@ -73,11 +60,11 @@ absl::Status DnnlError(const dnnl::error& e, absl::string_view what) {
 absl::Status Execute(const std::vector<dnnl::primitive>& prims,
                      const std::vector<std::unordered_map<int, memory>>& args) {
   try {
-    Dnnl& d = GetDnnl();
+    ASSIGN_OR_RETURN(const Dnnl d, GetDnnl());
     for (size_t i = 0; i < prims.size(); ++i) {
-      prims[i].execute(d.stream, args[i]);
+      prims[i].execute(*d.stream, args[i]);
     }
-    d.stream.wait();
+    d.stream->wait();
   } catch (const dnnl::error& e) {
     return DnnlError(e, "execute");
   }
@@ -116,24 +103,6 @@ const void* PrepareOperand(const AlignedBuffer& src, DType dtype, int64_t outer,
 
 }  // namespace
 
-bool HasBf16Matmul() {
-  static const bool has = [] {
-    try {
-      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-      const memory::desc a({64, 64}, memory::data_type::bf16,
-                           memory::format_tag::ab);
-      const memory::desc c({64, 64}, memory::data_type::f32,
-                           memory::format_tag::ab);
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c),
-                                            engine);
-      return std::string(pd.impl_info_str()).find("ref") == std::string::npos;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return has;
-}
-
 DType GemmDType(DType dtype) {
   return dtype == DType::kBFloat16 && HasBf16Matmul() ? DType::kBFloat16
                                                       : DType::kFloat32;
@@ -159,15 +128,15 @@ absl::StatusOr<double> GemmGflops(DType dtype, int threads,
   std::vector<dnnl::primitive> prims;
   std::vector<std::unordered_map<int, memory>> args;
   try {
-    Dnnl& d = GetDnnl();
+    ASSIGN_OR_RETURN(const Dnnl d, GetDnnl());
     const memory::desc a_md({n, n}, ToDnnl(gemm_dtype), Tag::ab);
     const memory::desc c_md({n, n}, memory::data_type::f32, Tag::ab);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, a_md, c_md),
-                                    d.engine);
+                                    *d.engine);
     prims.push_back(dnnl::matmul(pd));
-    args.push_back({{DNNL_ARG_SRC, memory(a_md, d.engine, a.data())},
-                    {DNNL_ARG_WEIGHTS, memory(a_md, d.engine, b.data())},
-                    {DNNL_ARG_DST, memory(c_md, d.engine, c.data())}});
+    args.push_back({{DNNL_ARG_SRC, memory(a_md, *d.engine, a.data())},
+                    {DNNL_ARG_WEIGHTS, memory(a_md, *d.engine, b.data())},
+                    {DNNL_ARG_DST, memory(c_md, *d.engine, c.data())}});
   } catch (const dnnl::error& e) {
     return DnnlError(e, "GEMM baseline");
   }
@@ -225,7 +194,7 @@ absl::StatusOr<UnfusedResult> TimeUnfused(const CaseBuffers& buffers,
   std::vector<std::unordered_map<int, memory>> args;
   UnfusedResult result;
   try {
-    Dnnl& d = GetDnnl();
+    ASSIGN_OR_RETURN(const Dnnl d, GetDnnl());
     const auto f32 = memory::data_type::f32;
     const memory::desc q_md({bh, s.lq, s.d}, ToDnnl(dt), Tag::abc);
     // Kᵀ as a strided view of K [bh, Lk, D]: no transpose copy.
@@ -240,12 +209,12 @@ absl::StatusOr<UnfusedResult> TimeUnfused(const CaseBuffers& buffers,
     dnnl::primitive_attr qk_attr;
     qk_attr.set_output_scales(0, {scale});
     dnnl::matmul::primitive_desc qk_pd(dnnl::matmul::desc(q_md, kt_md, s_md),
-                                       qk_attr, d.engine);
+                                       qk_attr, *d.engine);
     prims.push_back(dnnl::matmul(qk_pd));
     args.push_back(
-        {{DNNL_ARG_SRC, memory(q_md, d.engine, const_cast<void*>(q))},
-         {DNNL_ARG_WEIGHTS, memory(kt_md, d.engine, const_cast<void*>(k))},
-         {DNNL_ARG_DST, memory(s_md, d.engine, scores.data())}});
+        {{DNNL_ARG_SRC, memory(q_md, *d.engine, const_cast<void*>(q))},
+         {DNNL_ARG_WEIGHTS, memory(kt_md, *d.engine, const_cast<void*>(k))},
+         {DNNL_ARG_DST, memory(s_md, *d.engine, scores.data())}});
 
     // The causal mask as its own pass: as a binary post-op with a broadcast
     // mask the matmul falls back to ref:any in oneDNN 2.6 (minutes per call).
@@ -253,13 +222,13 @@ absl::StatusOr<UnfusedResult> TimeUnfused(const CaseBuffers& buffers,
     if (s.causal) {
       dnnl::binary::primitive_desc mask_pd(
           dnnl::binary::desc(dnnl::algorithm::binary_add, s_md, mask_md, s_md),
-          d.engine);
+          *d.engine);
       mask_impl = absl::StrCat(" -> binary_add causal mask in place [",
                                Impl(mask_pd), "]");
       prims.push_back(dnnl::binary(mask_pd));
-      args.push_back({{DNNL_ARG_SRC_0, memory(s_md, d.engine, scores.data())},
-                      {DNNL_ARG_SRC_1, memory(mask_md, d.engine, mask.data())},
-                      {DNNL_ARG_DST, memory(s_md, d.engine, scores.data())}});
+      args.push_back({{DNNL_ARG_SRC_0, memory(s_md, *d.engine, scores.data())},
+                      {DNNL_ARG_SRC_1, memory(mask_md, *d.engine, mask.data())},
+                      {DNNL_ARG_DST, memory(s_md, *d.engine, scores.data())}});
     }
 
     std::string softmax_impl;
@@ -271,7 +240,7 @@ absl::StatusOr<UnfusedResult> TimeUnfused(const CaseBuffers& buffers,
           dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference,
                                          dnnl::algorithm::softmax_accurate,
                                          s_md, p_md, 2),
-          d.engine);
+          *d.engine);
       softmax_impl = Impl(sm_pd);
       prims.push_back(dnnl::softmax_v2_forward(sm_pd));
       p = probs.data();
@@ -279,20 +248,20 @@ absl::StatusOr<UnfusedResult> TimeUnfused(const CaseBuffers& buffers,
       dnnl::softmax_forward::primitive_desc sm_pd(
           dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, s_md,
                                       2),
-          d.engine);
+          *d.engine);
       softmax_impl = Impl(sm_pd);
       prims.push_back(dnnl::softmax_forward(sm_pd));
     }
-    args.push_back({{DNNL_ARG_SRC, memory(s_md, d.engine, scores.data())},
-                    {DNNL_ARG_DST, memory(p_md, d.engine, p)}});
+    args.push_back({{DNNL_ARG_SRC, memory(s_md, *d.engine, scores.data())},
+                    {DNNL_ARG_DST, memory(p_md, *d.engine, p)}});
 
     dnnl::matmul::primitive_desc pv_pd(dnnl::matmul::desc(p_md, v_md, o_md),
-                                       d.engine);
+                                       *d.engine);
     prims.push_back(dnnl::matmul(pv_pd));
     args.push_back(
-        {{DNNL_ARG_SRC, memory(p_md, d.engine, p)},
-         {DNNL_ARG_WEIGHTS, memory(v_md, d.engine, const_cast<void*>(v))},
-         {DNNL_ARG_DST, memory(o_md, d.engine, out.data())}});
+        {{DNNL_ARG_SRC, memory(p_md, *d.engine, p)},
+         {DNNL_ARG_WEIGHTS, memory(v_md, *d.engine, const_cast<void*>(v))},
+         {DNNL_ARG_DST, memory(o_md, *d.engine, out.data())}});
 
     const std::string gemm = std::string(DTypeName(dt));
     result.note = absl::StrCat(

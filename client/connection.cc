@@ -115,4 +115,26 @@ void PrepareContext(const ConnectionOptions& options,
   }
 }
 
+ExitCode AskEveryTarget(
+    const ConnectionOptions& options, std::ostream& err,
+    absl::FunctionRef<ExitCode(size_t target,
+                               const std::shared_ptr<grpc::Channel>& channel,
+                               grpc::ClientContext* context)>
+        ask) {
+  absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> channels =
+      CreateChannels(options);
+  if (!channels.ok()) {
+    err << "error: " << channels.status().message() << "\n";
+    return kExitFileError;
+  }
+  ExitCode code = kExitOk;
+  for (size_t i = 0; i < channels->size(); ++i) {
+    grpc::ClientContext context;
+    PrepareContext(options, &context);
+    const ExitCode answer = ask(i, (*channels)[i], &context);
+    if (answer != kExitOk) code = answer;
+  }
+  return code;
+}
+
 }  // namespace attnserve::client

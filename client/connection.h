@@ -8,13 +8,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/exit_codes.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 
@@ -65,6 +68,18 @@ absl::Duration ConnectChannel(grpc::Channel& channel, absl::Duration timeout);
 // which must be fresh.
 void PrepareContext(const ConnectionOptions& options,
                     grpc::ClientContext* context);
+
+// Makes one channel per target and calls `ask(target, channel, context)` for
+// each in order, with a fresh context that PrepareContext has set. Returns
+// kExitOk when every `ask` did, else the last code other than kExitOk that one
+// returned; kExitFileError, with the message on `err`, when the channels
+// cannot be made (an unreadable CA file).
+ExitCode AskEveryTarget(
+    const ConnectionOptions& options, std::ostream& err,
+    absl::FunctionRef<ExitCode(size_t target,
+                               const std::shared_ptr<grpc::Channel>& channel,
+                               grpc::ClientContext* context)>
+        ask);
 
 }  // namespace attnserve::client
 

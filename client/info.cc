@@ -39,32 +39,27 @@ std::string FormatServerInfo(const v1::ServerInfo& info) {
 
 ExitCode RunInfo(const ConnectionOptions& connection, std::ostream& out,
                  std::ostream& err) {
-  auto channels = CreateChannels(connection);
-  if (!channels.ok()) {
-    err << "error: " << channels.status().message() << "\n";
-    return kExitFileError;
-  }
-  const bool several = channels->size() > 1;
-  ExitCode code = kExitOk;
-  for (size_t i = 0; i < channels->size(); ++i) {
-    if (several) {
-      out << (i > 0 ? "\n" : "") << "target: " << connection.targets[i] << "\n";
-    }
-    auto stub = v1::AttentionService::NewStub((*channels)[i]);
-    grpc::ClientContext context;
-    PrepareContext(connection, &context);
-    v1::ServerInfo info;
-    const grpc::Status status =
-        stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
-    if (!status.ok()) {
-      err << (several ? connection.targets[i] + ": " : "")
-          << RpcErrorLine(status) << "\n";
-      code = kExitRpcFailed;
-      continue;
-    }
-    out << FormatServerInfo(info);
-  }
-  return code;
+  const bool several = connection.targets.size() > 1;
+  return AskEveryTarget(
+      connection, err,
+      [&](size_t target, const std::shared_ptr<grpc::Channel>& channel,
+          grpc::ClientContext* context) {
+        if (several) {
+          out << (target > 0 ? "\n" : "")
+              << "target: " << connection.targets[target] << "\n";
+        }
+        auto stub = v1::AttentionService::NewStub(channel);
+        v1::ServerInfo info;
+        const grpc::Status status =
+            stub->GetServerInfo(context, v1::GetServerInfoRequest(), &info);
+        if (!status.ok()) {
+          err << (several ? connection.targets[target] + ": " : "")
+              << RpcErrorLine(status) << "\n";
+          return kExitRpcFailed;
+        }
+        out << FormatServerInfo(info);
+        return kExitOk;
+      });
 }
 
 }  // namespace attnserve::client

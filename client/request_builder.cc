@@ -1,6 +1,7 @@
 #include "client/request_builder.h"
 
 #include <array>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "client/wire_names.h"
 #include "client/wire_tensor.h"
 #include "core/convert.h"
+#include "core/status_macros.h"
 
 namespace attnserve::client {
 namespace {
@@ -39,6 +41,27 @@ void SetRandom(v1::DataType dtype, absl::Span<const int64_t> shape,
   tensor->set_data(UniformBytes(dtype, Product(shape), seed, stream));
 }
 
+// InvalidArgument naming the flag of the first negative value.
+absl::Status CheckNotNegative(
+    std::initializer_list<std::pair<const char*, int64_t>> flags) {
+  for (const auto& [flag, value] : flags) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be >= 0, got ", value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// InvalidArgument unless `dtype` is one of the float dtypes.
+absl::Status CheckFloatDType(absl::string_view what, v1::DataType dtype) {
+  if (dtype == v1::FLOAT32 || dtype == v1::BFLOAT16 || dtype == v1::FLOAT16) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " must be f32, bf16 or f16, not ", wire::ShortDataTypeName(dtype)));
+}
+
 }  // namespace
 
 RandomInputs ResolveDefaults(const RandomInputs& inputs) {
@@ -62,23 +85,14 @@ int64_t RandomInputBytes(const RandomInputs& inputs) {
 
 absl::Status ValidateRandomInputs(const RandomInputs& inputs,
                                   int64_t max_bytes) {
-  const std::pair<const char*, int64_t> dims[] = {
-      {"batch", inputs.batch},       {"heads", inputs.heads},
-      {"kv_heads", inputs.kv_heads}, {"lq", inputs.q_len},
-      {"lk", inputs.k_len},          {"dim", inputs.head_dim},
-      {"dv", inputs.value_dim}};
-  for (const auto& [flag, value] : dims) {
-    if (value < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, " must be >= 0, got ", value));
-    }
-  }
-  if (inputs.dtype != v1::FLOAT32 && inputs.dtype != v1::BFLOAT16 &&
-      inputs.dtype != v1::FLOAT16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("random inputs must be f32, bf16 or f16, not ",
-                     wire::ShortDataTypeName(inputs.dtype)));
-  }
+  RETURN_IF_ERROR(CheckNotNegative({{"batch", inputs.batch},
+                                    {"heads", inputs.heads},
+                                    {"kv_heads", inputs.kv_heads},
+                                    {"lq", inputs.q_len},
+                                    {"lk", inputs.k_len},
+                                    {"dim", inputs.head_dim},
+                                    {"dv", inputs.value_dim}}));
+  RETURN_IF_ERROR(CheckFloatDType("random inputs", inputs.dtype));
   const int64_t bytes = RandomInputBytes(inputs);
   if (bytes < 0 || bytes > max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -148,22 +162,10 @@ int64_t ModelInputBytes(const RandomInputs& inputs, const ModelSpec& model,
 
 absl::Status ValidateModelSpec(const RandomInputs& inputs,
                                const ModelSpec& model) {
-  const std::pair<const char*, int64_t> dims[] = {
-      {"batch", inputs.batch},
-      {"lq", inputs.q_len},
-      {"memory_len", model.memory_len}};
-  for (const auto& [flag, value] : dims) {
-    if (value < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, " must be >= 0, got ", value));
-    }
-  }
-  if (inputs.dtype != v1::FLOAT32 && inputs.dtype != v1::BFLOAT16 &&
-      inputs.dtype != v1::FLOAT16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hidden states must be f32, bf16 or f16, not ",
-                     wire::ShortDataTypeName(inputs.dtype)));
-  }
+  RETURN_IF_ERROR(CheckNotNegative({{"batch", inputs.batch},
+                                    {"lq", inputs.q_len},
+                                    {"memory_len", model.memory_len}}));
+  RETURN_IF_ERROR(CheckFloatDType("hidden states", inputs.dtype));
   if (model.position_offset) {
     const int64_t offset = *model.position_offset;
     constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
