@@ -1,6 +1,8 @@
 // The real attnctl binary against a real attnserve process: every subcommand,
 // the .npy path through the server, and the exit codes and messages of what
 // goes wrong.
+// One suite because its tests share one server fixture; each case is a few
+// lines of command and expected output, read one after another.
 
 #include <unistd.h>
 

@@ -1,5 +1,7 @@
 // Every kernel path of the engine against the reference oracle, over dtypes,
 // layouts, mask parts alone and combined, GQA/MQA, tile sizes and ISA paths.
+// Long because it is the sweep: the cases are generated from small tables,
+// each table next to the test that runs it.
 
 #include <cmath>
 #include <cstring>

@@ -1,3 +1,7 @@
+// The double-precision oracle against hand-computed values and against itself
+// under symmetries (layouts, GQA repeats, masks), and its validation errors.
+// Long because every mask part has its own hand-checked case.
+
 #include "core/reference.h"
 
 #include <cmath>

@@ -2,6 +2,8 @@
 // shutdown on real signals, /metrics over HTTP, health and reflection with the
 // standard protos, TLS and mTLS, bearer tokens, message size limits and bad
 // flags. Each test starts its own server with the flags it needs.
+// Long because each operational behaviour needs its own server and a few
+// lines of set-up; the shared harness is tests/util/server_process.h.
 
 #include <signal.h>
 #include <stdlib.h>

@@ -1,3 +1,7 @@
+// DecodeRequest field by field: every wire field valid and malformed, with the
+// exact message, and PrepareResponse. Long because it is one case per field
+// and error; the request builders at the top are shared.
+
 #include "server/request_codec.h"
 
 #include <cmath>

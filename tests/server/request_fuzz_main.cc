@@ -3,6 +3,8 @@
 // requests built here at the field level (shapes, data lengths, enum numbers,
 // mask parts) and at the byte level (bit flips, inserts, deletes), and feeds
 // each result to LLVMFuzzerTestOneInput.
+// One file because the mutators and the valid-request builders are one
+// driver, each mutator a few lines.
 //
 //   attnserve_request_fuzz [--seconds S] [--iterations N] [--seed K] [FILE...]
 //   attnserve_request_fuzz --write_seeds DIR

@@ -1,3 +1,7 @@
+// The scheduler with real worker threads and fake tasks: queue bounds,
+// deadlines at dequeue, cancellation, shutdown with a grace, depth metrics.
+// Long because each case sets up its own blocking tasks.
+
 #include "server/scheduler.h"
 
 #include <atomic>

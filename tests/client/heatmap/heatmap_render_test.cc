@@ -2,6 +2,8 @@
 // colour scale, the PNG writer (decoded back with libpng's reader), the
 // layout, the picture and the text rendering, and picking panels out of a
 // weights tensor.
+// Long because each part gets its own handful of cases; they share the
+// decoding helpers at the top.
 
 #include "client/heatmap/heatmap_render.h"
 

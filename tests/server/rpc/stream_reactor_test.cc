@@ -1,3 +1,8 @@
+// OrderedStreamReactor driven through a real gRPC server in this process with
+// a fake processor: order, per-message errors, backpressure, half-close,
+// cancellation, refusal and deadlines. Long because each of those needs its
+// own fake timing; the fake processor at the top is shared.
+
 #include "server/rpc/stream_reactor.h"
 
 #include <algorithm>
