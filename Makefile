@@ -6,17 +6,20 @@
 #              tracked .cc/.h) -> configure -> build -> every test through ctest, then
 #              the core, wire, server (unit, fuzz, end-to-end) tests again under
 #              ASan+UBSan in their own build directory (the client's suite runs in the
-#              Release build only)
+#              Release build only), then the KV-cache session store's tests under
+#              ThreadSanitizer (build-tsan/: the store alone, no gRPC or OpenMP,
+#              whose prebuilt Debian libraries TSan cannot see into)
 # make bench runs the full kernel and layer benchmarks and prints one JSON object per
 # case;
 # make bench-quick runs its quick subset.
 
 BUILD_DIR      ?= build
 ASAN_BUILD_DIR ?= build-asan
+TSAN_BUILD_DIR ?= build-tsan
 CMAKE_FLAGS    ?=
 JOBS           ?= $(shell nproc)
 
-.PHONY: all deps configure build run bench bench-quick test test-release test-sanitize \
+.PHONY: all deps configure build run bench bench-quick test test-release test-sanitize test-tsan \
         format format-check clean
 
 all: build
@@ -42,7 +45,7 @@ bench: build
 bench-quick: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --quick
 
-test: format-check test-release test-sanitize
+test: format-check test-release test-sanitize test-tsan
 
 test-release: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
@@ -54,6 +57,14 @@ test-sanitize: deps
 	@cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS)
 
+test-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DATTNSERVE_SANITIZE=thread -DATTNSERVE_BUILD_BENCHMARKS=OFF \
+	  -DATTNSERVE_BUILD_CLIENT=OFF >/dev/null
+	@cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target attnserve_kvcache_tests
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  $(TSAN_BUILD_DIR)/tests/kvcache/attnserve_kvcache_tests
+
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
@@ -64,4 +75,4 @@ format-check: deps
 	@echo "format-check: $$(git ls-files '*.cc' '*.h' | wc -l) files formatted"
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR)

@@ -1,0 +1,239 @@
+#include "kvcache/session_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/convert.h"
+#include "core/status_macros.h"
+
+namespace attnserve::kvcache {
+namespace {
+
+bool IsFloat(DType d) {
+  return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
+}
+
+absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
+                        int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", value, " is outside [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// Copies `n` elements of `src_dtype` at `src` to `dst` in `dst_dtype`.
+void CopyRow(const void* src, DType src_dtype, void* dst, DType dst_dtype,
+             int64_t n, std::vector<float>* buffer) {
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * DTypeSize(dst_dtype));
+    return;
+  }
+  buffer->resize(static_cast<size_t>(n));
+  ConvertToFloat(src, src_dtype, buffer->data(), static_cast<size_t>(n));
+  ConvertFromFloat(buffer->data(), dst, dst_dtype, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+std::string ShapeText(const SessionShape& s) {
+  return absl::StrCat("layers ", s.num_layers, ", kv heads ", s.num_kv_heads,
+                      ", head_dim ", s.head_dim, ", value_dim ", s.value_dim,
+                      ", ", DTypeName(s.dtype), ", max_tokens ", s.max_tokens);
+}
+
+absl::Status ValidateShape(const SessionShape& s) {
+  RETURN_IF_ERROR(CheckRange("shape.num_layers", s.num_layers, 1, kMaxLayers));
+  RETURN_IF_ERROR(
+      CheckRange("shape.num_kv_heads", s.num_kv_heads, 1, kMaxKvHeads));
+  RETURN_IF_ERROR(CheckRange("shape.head_dim", s.head_dim, 1, kMaxHeadDim));
+  RETURN_IF_ERROR(CheckRange("shape.value_dim", s.value_dim, 1, kMaxHeadDim));
+  RETURN_IF_ERROR(
+      CheckRange("shape.max_tokens", s.max_tokens, 1, kMaxSessionTokens));
+  if (!IsFloat(s.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape.storage_dtype: ", DTypeName(s.dtype),
+                     " is not supported (expected f32, bf16 or f16)"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t BytesPerToken(const SessionShape& s) {
+  return int64_t{s.num_kv_heads} * (s.head_dim + s.value_dim) *
+         static_cast<int64_t>(DTypeSize(s.dtype));
+}
+
+int64_t BlockBytes(const SessionShape& s, int block_tokens) {
+  return BytesPerToken(s) * block_tokens;
+}
+
+SessionCache::SessionCache(const SessionShape& shape, int block_tokens)
+    : shape_(shape),
+      block_tokens_(block_tokens),
+      block_bytes_(BlockBytes(shape, block_tokens)),
+      layers_(static_cast<size_t>(shape.num_layers)) {}
+
+absl::Status SessionCache::CheckAppend(int layer,
+                                       std::optional<int64_t> position,
+                                       const TensorView& keys,
+                                       const TensorView& values,
+                                       absl::string_view field_prefix) const {
+  if (layer < 0 || layer >= shape_.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer: ", layer, " is outside [0, ", shape_.num_layers,
+                     ") (the session has ", shape_.num_layers, " layers)"));
+  }
+  const int64_t hkv = shape_.num_kv_heads;
+  const auto check = [&](absl::string_view name, const TensorView& t,
+                         int64_t dim, absl::string_view dim_name) {
+    const std::string field = absl::StrCat(field_prefix, name);
+    if (!IsFloat(t.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".dtype: ", DTypeName(t.dtype),
+                       " is not supported (expected f32, bf16 or f16)"));
+    }
+    if (t.rank != 3 || t.shape[1] != hkv || t.shape[2] != dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".shape: expected [Lnew, num_kv_heads = ", hkv, ", ", dim_name,
+          " = ", dim, "], got ", ShapeString(t.dims())));
+    }
+    if (t.strides[2] != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": the last dimension must be dense"));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(check("key", keys, shape_.head_dim, "head_dim"));
+  RETURN_IF_ERROR(check("value", values, shape_.value_dim, "value_dim"));
+  const int64_t n = keys.shape[0];
+  if (values.shape[0] != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field_prefix, "value.shape: ", values.shape[0],
+        " tokens differ from the ", n, " tokens of ", field_prefix, "key"));
+  }
+  if (n < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field_prefix, "key.shape: no tokens (Lnew must be >= 1)"));
+  }
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  if (position && *position != l.tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field_prefix, "position: ", *position,
+        *position > l.tokens ? " leaves a gap after the " : " overlaps the ",
+        l.tokens, " tokens layer ", layer,
+        " holds (positions must be contiguous: expected ", l.tokens, ")"));
+  }
+  if (n > shape_.max_tokens - l.tokens) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "layer ", layer, " would hold ", l.tokens + n,
+        " tokens, above the session's max_tokens ", shape_.max_tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> SessionCache::Append(int layer,
+                                             std::optional<int64_t> position,
+                                             const TensorView& keys,
+                                             const TensorView& values,
+                                             absl::string_view field_prefix,
+                                             AllocateFn allocate) {
+  RETURN_IF_ERROR(CheckAppend(layer, position, keys, values, field_prefix));
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  const int64_t t0 = l.tokens;
+  const int64_t t1 = t0 + keys.shape[0];
+  const int64_t bt = block_tokens_;
+  // Every block this append needs, allocated before anything changes.
+  std::shared_ptr<Block> copy;
+  const size_t partial = static_cast<size_t>(t0 / bt);
+  if (t0 % bt != 0 && l.blocks[partial].use_count() > 1) {
+    ASSIGN_OR_RETURN(copy, allocate(block_bytes_));
+    std::memcpy(copy->data(), l.blocks[partial]->data(),
+                static_cast<size_t>(block_bytes_));
+  }
+  std::vector<std::shared_ptr<Block>> fresh;
+  for (int64_t i = static_cast<int64_t>(l.blocks.size()); i * bt < t1; ++i) {
+    ASSIGN_OR_RETURN(std::shared_ptr<Block> block, allocate(block_bytes_));
+    fresh.push_back(std::move(block));
+  }
+  if (copy) l.blocks[partial] = std::move(copy);
+  for (std::shared_ptr<Block>& block : fresh) {
+    l.blocks.push_back(std::move(block));
+  }
+  WriteRows(l, t0, keys, values);
+  l.tokens = t1;
+  return t1;
+}
+
+void SessionCache::WriteRows(Layer& l, int64_t t0, const TensorView& keys,
+                             const TensorView& values) const {
+  const int64_t bt = block_tokens_;
+  const int64_t hkv = shape_.num_kv_heads;
+  const int64_t d = shape_.head_dim;
+  const int64_t dv = shape_.value_dim;
+  const int64_t es = static_cast<int64_t>(DTypeSize(shape_.dtype));
+  const int64_t ks = static_cast<int64_t>(DTypeSize(keys.dtype));
+  const int64_t vs = static_cast<int64_t>(DTypeSize(values.dtype));
+  std::vector<float> buffer;
+  for (int64_t r = 0; r < keys.shape[0]; ++r) {
+    const int64_t t = t0 + r;
+    char* base =
+        static_cast<char*>(l.blocks[static_cast<size_t>(t / bt)]->data());
+    const int64_t row = t % bt;
+    for (int64_t h = 0; h < hkv; ++h) {
+      const char* k = static_cast<const char*>(keys.data) +
+                      (r * keys.strides[0] + h * keys.strides[1]) * ks;
+      const char* v = static_cast<const char*>(values.data) +
+                      (r * values.strides[0] + h * values.strides[1]) * vs;
+      char* kd = base + ((h * bt + row) * d) * es;
+      char* vd = base + (hkv * bt * d + (h * bt + row) * dv) * es;
+      CopyRow(k, keys.dtype, kd, shape_.dtype, d, &buffer);
+      CopyRow(v, values.dtype, vd, shape_.dtype, dv, &buffer);
+    }
+  }
+}
+
+PinnedLayer SessionCache::Pin(int layer) const {
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  PinnedLayer pinned;
+  pinned.tokens = l.tokens;
+  pinned.blocks.assign(l.blocks.begin(), l.blocks.end());
+  pinned.data.reserve(l.blocks.size());
+  for (const auto& block : l.blocks) pinned.data.push_back(block->data());
+  return pinned;
+}
+
+void SessionCache::Truncate(int64_t tokens) {
+  const int64_t bt = block_tokens_;
+  for (Layer& l : layers_) {
+    if (l.tokens <= tokens) continue;
+    l.tokens = tokens;
+    l.blocks.resize(static_cast<size_t>((tokens + bt - 1) / bt));
+  }
+}
+
+SessionCache SessionCache::Fork() const { return *this; }
+
+std::vector<int64_t> SessionCache::LayerTokens() const {
+  std::vector<int64_t> tokens;
+  tokens.reserve(layers_.size());
+  for (const Layer& l : layers_) tokens.push_back(l.tokens);
+  return tokens;
+}
+
+int64_t SessionCache::MaxTokens() const {
+  int64_t most = 0;
+  for (const Layer& l : layers_) most = std::max(most, l.tokens);
+  return most;
+}
+
+int64_t SessionCache::Bytes() const {
+  int64_t blocks = 0;
+  for (const Layer& l : layers_)
+    blocks += static_cast<int64_t>(l.blocks.size());
+  return blocks * block_bytes_;
+}
+
+}  // namespace attnserve::kvcache

@@ -1,0 +1,133 @@
+#ifndef ATTNSERVE_KVCACHE_SESSION_CACHE_H_
+#define ATTNSERVE_KVCACHE_SESSION_CACHE_H_
+
+// The KV cache of one sequence: per layer, the tokens appended so far in
+// fixed-size blocks. Block i of a layer holds tokens [i·T, (i+1)·T) (T =
+// block_tokens) of every kv head, laid out as core's PagedKv reads them in
+// place:
+//   keys   [Hkv][T][D]  from the block's start,
+//   values [Hkv][T][Dv] after the keys,
+// in the session's storage dtype. Blocks are shared after a fork and copied
+// before a write when shared (copy-on-write), so a pinned layer never changes
+// under an attention call.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/tensor.h"
+#include "kvcache/block_pool.h"
+
+namespace attnserve::kvcache {
+
+// Limits of a session's shape (what CreateSession accepts).
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxKvHeads = 1024;
+inline constexpr int kMaxHeadDim = 256;  // the kernels' limit
+inline constexpr int64_t kMaxSessionTokens = int64_t{1} << 24;
+
+struct SessionShape {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int value_dim = 0;
+  // kFloat32, kBFloat16 or kFloat16.
+  DType dtype = DType::kFloat32;
+  // Tokens one layer may hold.
+  int64_t max_tokens = 0;
+
+  bool operator==(const SessionShape& o) const {
+    return num_layers == o.num_layers && num_kv_heads == o.num_kv_heads &&
+           head_dim == o.head_dim && value_dim == o.value_dim &&
+           dtype == o.dtype && max_tokens == o.max_tokens;
+  }
+  bool operator!=(const SessionShape& o) const { return !(*this == o); }
+};
+
+// "layers 2, kv heads 8, head_dim 128, value_dim 128, bf16, max_tokens 8192"
+std::string ShapeText(const SessionShape& shape);
+
+// InvalidArgument naming the field ("shape.num_layers", ...) with the value and
+// the accepted range.
+absl::Status ValidateShape(const SessionShape& shape);
+
+// Bytes of one block of a layer of `shape`.
+int64_t BlockBytes(const SessionShape& shape, int block_tokens);
+
+// Bytes per token of one layer (every kv head, keys and values).
+int64_t BytesPerToken(const SessionShape& shape);
+
+// A layer pinned for an attention call: its blocks stay alive and unchanged
+// for this object's lifetime, whatever happens to the session meanwhile.
+struct PinnedLayer {
+  int64_t tokens = 0;
+  std::vector<std::shared_ptr<const Block>> blocks;
+  // blocks[i]->data(): what core's PagedKv takes.
+  std::vector<const void*> data;
+};
+
+using AllocateFn =
+    absl::FunctionRef<absl::StatusOr<std::shared_ptr<Block>>(int64_t bytes)>;
+
+// Not thread-safe: SessionStore serializes the calls on one session.
+class SessionCache {
+ public:
+  SessionCache(const SessionShape& shape, int block_tokens);
+
+  // Appends keys [Lnew, Hkv, D] and values [Lnew, Hkv, Dv] (float dtypes,
+  // dense last dimension, Lnew >= 1) to `layer`, converted to the storage
+  // dtype, at `position` (must equal the layer's tokens when set). Blocks come
+  // from `allocate`; a shared last block is copied first. InvalidArgument
+  // naming the field (`field_prefix` + "key.shape", "position", ...) with the
+  // expected and actual values; OutOfRange beyond max_tokens; `allocate`'s
+  // errors. On error nothing changes. Returns the layer's new token count.
+  absl::StatusOr<int64_t> Append(int layer, std::optional<int64_t> position,
+                                 const TensorView& keys,
+                                 const TensorView& values,
+                                 absl::string_view field_prefix,
+                                 AllocateFn allocate);
+
+  // Checks what Append would check, without appending.
+  absl::Status CheckAppend(int layer, std::optional<int64_t> position,
+                           const TensorView& keys, const TensorView& values,
+                           absl::string_view field_prefix) const;
+
+  // `layer` as it is now. The layer must exist.
+  PinnedLayer Pin(int layer) const;
+
+  // Every layer keeps at most `tokens` tokens; whole blocks past them are
+  // released.
+  void Truncate(int64_t tokens);
+
+  // A copy sharing every block (no K/V memory until one of the two writes).
+  SessionCache Fork() const;
+
+  std::vector<int64_t> LayerTokens() const;
+  int64_t MaxTokens() const;
+  // Bytes of the blocks this session references (shared ones included).
+  int64_t Bytes() const;
+  const SessionShape& shape() const { return shape_; }
+
+ private:
+  struct Layer {
+    int64_t tokens = 0;
+    std::vector<std::shared_ptr<Block>> blocks;
+  };
+
+  void WriteRows(Layer& layer, int64_t t0, const TensorView& keys,
+                 const TensorView& values) const;
+
+  SessionShape shape_;
+  int block_tokens_;
+  int64_t block_bytes_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace attnserve::kvcache
+
+#endif  // ATTNSERVE_KVCACHE_SESSION_CACHE_H_

@@ -1,0 +1,229 @@
+#ifndef ATTNSERVE_KVCACHE_SESSION_STORE_H_
+#define ATTNSERVE_KVCACHE_SESSION_STORE_H_
+
+// The server's KV-cache sessions: ids, idle TTLs, the block budget, LRU
+// eviction, fork, truncate, close, and the record of how recent sessions
+// ended (so a NOT_FOUND says why). Thread-safe: calls on different sessions
+// run in parallel; calls on one session are serialized in the order they
+// take its lock (the order the server received them). The locks are std::mutex
+// so that ThreadSanitizer sees them (tests/kvcache runs under it).
+//
+// Lock order: a session's lock may be held while taking the table's (an
+// append evicting), never the reverse.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/tensor.h"
+#include "kvcache/block_pool.h"
+#include "kvcache/session_cache.h"
+
+namespace attnserve::kvcache {
+
+struct StoreOptions {
+  // The KV-cache budget in bytes (--kv_cache_bytes; default 1 GiB).
+  int64_t budget_bytes = int64_t{1} << 30;
+  // Tokens per block (--kv_block_tokens; default 64, in [1, 4096]).
+  int block_tokens = 64;
+  // When the budget is full: false (default) refuses the tokens
+  // (ResourceExhausted); true evicts idle sessions, least recently used first.
+  bool evict_lru = false;
+  // The idle TTL of a session created without one (default 10 min) and the
+  // longest a client may ask for (default 24 h).
+  absl::Duration default_ttl = absl::Minutes(10);
+  absl::Duration max_ttl = absl::Hours(24);
+  // Live sessions at most (default 65536).
+  int64_t max_sessions = 65536;
+  // How often a background thread expires idle sessions (default 1 s; zero =
+  // no thread: the owner calls Sweep).
+  absl::Duration sweep_interval = absl::Seconds(1);
+  // How many ended sessions are remembered for NOT_FOUND messages.
+  int64_t remembered_endings = 65536;
+};
+
+// Why a session is no longer there.
+enum class EndReason { kClosed, kExpired, kEvicted };
+absl::string_view EndReasonName(EndReason reason);  // "closed", ...
+
+struct SessionInfo {
+  std::string id;
+  SessionShape shape;
+  std::vector<int64_t> layer_tokens;
+  // Bytes of the blocks the session references (blocks shared with a fork
+  // count for both).
+  int64_t bytes = 0;
+  absl::Duration ttl;
+  absl::Time created;
+  absl::Time last_use;
+  // CreateSession / ForkSession: false when the id already existed with this
+  // shape (an idempotent retry).
+  bool created_now = false;
+  // ForkSession: the parent's id.
+  std::string parent;
+};
+
+struct StoreStats {
+  int64_t budget_bytes = 0;
+  int64_t used_bytes = 0;
+  int64_t sessions = 0;
+  int64_t tokens_appended = 0;
+  int64_t ended_closed = 0;
+  int64_t ended_expired = 0;
+  int64_t ended_evicted = 0;
+};
+
+// One session's part of an attention call: optionally new keys and values to
+// append first, then the layer pinned.
+struct AttendPart {
+  std::string session_id;
+  std::optional<int64_t> position;
+  std::optional<TensorView> keys;
+  std::optional<TensorView> values;
+  // Prefix of the field names in messages, e.g. "sessions[2].".
+  std::string field_prefix;
+};
+
+struct PinnedPart {
+  PinnedLayer layer;
+  SessionShape shape;
+};
+
+class SessionStore {
+ public:
+  // InvalidArgument for block_tokens outside [1, 4096], a negative budget or
+  // non-positive TTLs.
+  static absl::StatusOr<std::unique_ptr<SessionStore>> Create(
+      const StoreOptions& options);
+  // Stops the sweeper; blocks still pinned by calls stay valid.
+  ~SessionStore();
+  SessionStore(const SessionStore&) = delete;
+  SessionStore& operator=(const SessionStore&) = delete;
+
+  // A session of `shape` with idle TTL `ttl` (zero = the default). An empty
+  // `id` gets a fresh server id. An id that exists with the same shape returns
+  // the existing session (created_now false; an idempotent retry);
+  // AlreadyExists when its shape differs (both shapes named). InvalidArgument
+  // for a bad id (1-128 of [A-Za-z0-9._:-]), shape or TTL; ResourceExhausted
+  // beyond max_sessions.
+  absl::StatusOr<SessionInfo> CreateSession(const std::string& id,
+                                            const SessionShape& shape,
+                                            absl::Duration ttl);
+
+  // SessionCache::Append on the session. NotFound (see NotFoundError) for a
+  // session that is not live; the budget's ResourceExhausted (with the
+  // session, layer and tokens) unless eviction frees enough.
+  absl::StatusOr<SessionInfo> Append(const std::string& id, int layer,
+                                     std::optional<int64_t> position,
+                                     const TensorView& keys,
+                                     const TensorView& values);
+
+  // For one attention call over `layer`: checks every part first (a session
+  // named twice, missing sessions, bad k/v), then for each part in order
+  // appends its keys and values and pins the layer. On an error in the
+  // checks nothing is appended; an allocation failure in the middle leaves
+  // the earlier parts' appends in place (each append is atomic on its own)
+  // and names the part.
+  absl::StatusOr<std::vector<PinnedPart>> AppendAndPin(
+      int layer, const std::vector<AttendPart>& parts);
+
+  // A child sharing every block of `parent_id` (copy-on-write), with its own
+  // TTL (zero = the parent's). `child_id` as CreateSession's id; an existing
+  // child id is AlreadyExists.
+  absl::StatusOr<SessionInfo> Fork(const std::string& parent_id,
+                                   const std::string& child_id,
+                                   absl::Duration ttl);
+
+  // Keeps the first `tokens` tokens of every layer. InvalidArgument when
+  // `tokens` is negative or beyond the longest layer.
+  absl::StatusOr<SessionInfo> Truncate(const std::string& id, int64_t tokens);
+
+  // Ends the session; its blocks are freed once no call pins them.
+  absl::StatusOr<SessionInfo> Close(const std::string& id);
+
+  absl::StatusOr<SessionInfo> Get(const std::string& id);
+
+  // Expires the sessions idle for longer than their TTL at `now` (sessions in
+  // use are not idle). Returns how many.
+  int64_t Sweep(absl::Time now);
+
+  // Ends every session (shutdown). Returns how many.
+  int64_t CloseAll();
+
+  StoreStats Stats() const;
+  const StoreOptions& options() const { return options_; }
+
+ private:
+  struct Session {
+    Session(std::string i, SessionCache c)
+        : id(std::move(i)), cache(std::move(c)) {}
+
+    std::string id;
+    std::string parent;
+    absl::Duration ttl;
+    absl::Time created;
+    // Read without `mu` by eviction and expiry.
+    std::atomic<int64_t> last_use_ns{0};
+    std::mutex mu;
+    SessionCache cache;  // guarded by mu
+  };
+  struct Ending {
+    EndReason reason;
+    absl::Time when;
+    absl::Duration ttl;
+  };
+
+  explicit SessionStore(const StoreOptions& options);
+
+  // The live session, touched; NotFoundError otherwise.
+  absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& id);
+  // mu_ held by the caller for the next three.
+  absl::Status NotFoundError(const std::string& id);
+  absl::Status CheckNewId(const std::string& id, std::string* out);
+  void EndLocked(const std::string& id, EndReason reason, absl::Time when);
+  absl::StatusOr<absl::Duration> ResolveTtl(absl::Duration ttl,
+                                            absl::Duration fallback) const;
+  // A block for `requester`'s layer, evicting idle sessions when allowed.
+  // requester.mu held, mu_ not.
+  absl::StatusOr<std::shared_ptr<Block>> Allocate(int64_t bytes,
+                                                  const Session& requester,
+                                                  int layer);
+  bool EvictOne(const Session& requester);
+  // s.mu held.
+  static SessionInfo InfoOf(const Session& s);
+  static void Touch(Session& s);
+  void SweeperLoop();
+
+  const StoreOptions options_;
+  BlockPool pool_;
+  std::atomic<int64_t> tokens_appended_{0};
+
+  // Guards everything below but the sweeper thread itself. A session is in
+  // use while a call holds a copy of its shared_ptr: only the table's copy
+  // left (use_count() == 1, read under mu_, where copies are made) = idle.
+  mutable std::mutex mu_;
+  std::condition_variable stop_;
+  std::unordered_map<std::string, std::shared_ptr<Session>> sessions_;
+  std::unordered_map<std::string, Ending> endings_;
+  std::deque<std::pair<std::string, absl::Time>> ending_order_;
+  int64_t ended_[3] = {0, 0, 0};
+  uint64_t next_id_ = 0;
+  bool stopping_ = false;
+  std::thread sweeper_;
+};
+
+}  // namespace attnserve::kvcache
+
+#endif  // ATTNSERVE_KVCACHE_SESSION_STORE_H_
