@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/paged.h"
 #include "core/tensor.h"
 
 namespace attnserve {
@@ -132,6 +133,13 @@ class AttentionEngine {
   // weights), Internal if oneDNN fails.
   virtual absl::Status Run(const AttentionInputs& inputs,
                            const AttentionOutputs& outputs) = 0;
+
+  // Attention over paged KV caches (core/paged.h): every sequence exactly as
+  // the stateless Run of PagedAsStateless would compute it, all sequences
+  // without weights in one run of the decode kernel reading the blocks in
+  // place (parallel over sequences × kv heads × key splits). InvalidArgument
+  // naming the field ("sequences[3].query", ...), Internal if oneDNN fails.
+  virtual absl::Status RunPaged(const PagedAttentionInputs& inputs) = 0;
 
   // The ISA our vectorized code uses.
   virtual Isa isa() const = 0;

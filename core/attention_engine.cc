@@ -67,24 +67,7 @@ class Engine final : public AttentionEngine {
     }
     if (s.batch == 0 || s.q_len == 0 || s.q_heads == 0) return absl::OkStatus();
 
-    KernelArgs args;
-    args.p = &problem;
-    args.out = outputs.output.data;
-    args.out_dtype = outputs.output.dtype;
-    args.out_strides = out_strides;
-    args.weights =
-        weights ? static_cast<float*>(outputs.weights->data) : nullptr;
-    args.ops = ops_;
-    args.gemm_dtype =
-        problem.dtype == DType::kBFloat16 && matmuls_->bf16_supported()
-            ? DType::kBFloat16
-            : DType::kFloat32;
-    args.q_block = options_.q_block > 0 ? options_.q_block
-                   : path == KernelPath::kMaterialized
-                       ? MaterializedQueryBlock(s.q_len, s.k_len)
-                       : AutoQueryBlock(s.q_len);
-    args.k_block = options_.k_block;
-    args.num_threads = threads_;
+    const KernelArgs args = ArgsFor(problem, outputs, out_strides, path);
 
     std::vector<std::unique_ptr<Workspace>> ws = AcquireWorkspaces();
     std::vector<Workspace*> raw(ws.size());
@@ -105,11 +88,99 @@ class Engine final : public AttentionEngine {
     return st;
   }
 
+  absl::Status RunPaged(const PagedAttentionInputs& inputs) override {
+    RETURN_IF_ERROR(CheckPagedInputs(inputs));
+    const size_t n = inputs.sequences.size();
+    std::vector<Problem> problems(n);
+    std::vector<KernelArgs> calls;
+    std::vector<size_t> with_weights;
+    calls.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const PagedSequence& seq = inputs.sequences[i];
+      if (seq.weights) {
+        with_weights.push_back(i);
+        continue;
+      }
+      absl::StatusOr<Problem> problem =
+          ResolveProblem(PagedAsStateless(inputs, seq, nullptr, nullptr));
+      if (!problem.ok()) return Prefixed(i, problem.status());
+      problems[i] = *std::move(problem);
+      problems[i].kv_blocks = seq.kv.blocks.data();
+      problems[i].block_tokens = inputs.block_tokens;
+      const AttentionOutputs outputs = PagedOutputs(seq);
+      absl::StatusOr<Strides4> out_strides =
+          ResolveOutput(problems[i], outputs);
+      if (!out_strides.ok()) return Prefixed(i, out_strides.status());
+      KernelArgs args =
+          ArgsFor(problems[i], outputs, *out_strides, KernelPath::kDecode);
+      // Key tiles are whole blocks, so that no tile crosses one.
+      args.k_block = inputs.block_tokens;
+      calls.push_back(args);
+    }
+    if (!calls.empty()) {
+      std::vector<std::unique_ptr<Workspace>> ws = AcquireWorkspaces();
+      std::vector<Workspace*> raw(ws.size());
+      for (size_t t = 0; t < ws.size(); ++t) raw[t] = ws[t].get();
+      const absl::Status st = RunDecodeBatch(calls, raw);
+      ReleaseWorkspaces(std::move(ws));
+      RETURN_IF_ERROR(st);
+    }
+    // Weights need the materialized kernel, which reads a contiguous cache.
+    for (size_t i : with_weights) {
+      const PagedSequence& seq = inputs.sequences[i];
+      const size_t es = DTypeSize(inputs.kv_dtype);
+      std::vector<char> keys(
+          static_cast<size_t>(seq.kv.tokens * inputs.kv_heads *
+                              inputs.head_dim) *
+          es);
+      std::vector<char> values(
+          static_cast<size_t>(seq.kv.tokens * inputs.kv_heads *
+                              inputs.value_dim) *
+          es);
+      GatherPagedKv(inputs, seq.kv, keys.data(), values.data());
+      const absl::Status st =
+          Run(PagedAsStateless(inputs, seq, keys.data(), values.data()),
+              PagedOutputs(seq));
+      if (!st.ok()) return Prefixed(i, st);
+    }
+    return absl::OkStatus();
+  }
+
   Isa isa() const override { return ops_->isa; }
   int num_threads() const override { return threads_; }
   bool bf16_gemm() const override { return matmuls_->bf16_supported(); }
 
  private:
+  static absl::Status Prefixed(size_t sequence, const absl::Status& status) {
+    return absl::Status(status.code(), absl::StrCat("sequences[", sequence,
+                                                    "]: ", status.message()));
+  }
+
+  KernelArgs ArgsFor(const Problem& problem, const AttentionOutputs& outputs,
+                     const Strides4& out_strides, KernelPath path) const {
+    const AttentionShape& s = problem.shape;
+    const bool weights = outputs.weights.has_value();
+    KernelArgs args;
+    args.p = &problem;
+    args.out = outputs.output.data;
+    args.out_dtype = outputs.output.dtype;
+    args.out_strides = out_strides;
+    args.weights =
+        weights ? static_cast<float*>(outputs.weights->data) : nullptr;
+    args.ops = ops_;
+    args.gemm_dtype =
+        problem.dtype == DType::kBFloat16 && matmuls_->bf16_supported()
+            ? DType::kBFloat16
+            : DType::kFloat32;
+    args.q_block = options_.q_block > 0 ? options_.q_block
+                   : path == KernelPath::kMaterialized
+                       ? MaterializedQueryBlock(s.q_len, s.k_len)
+                       : AutoQueryBlock(s.q_len);
+    args.k_block = options_.k_block;
+    args.num_threads = threads_;
+    return args;
+  }
+
   // One workspace per thread of this call, reused across calls; concurrent
   // calls each take their own.
   std::vector<std::unique_ptr<Workspace>> AcquireWorkspaces() {

@@ -182,12 +182,19 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
     if (!any) continue;
 
     int64_t ldk, ldv;
+    const bool paged = p.kv_blocks != nullptr;
     const void* kp = OperandRows(
-        args, ElementPtr(p.k, ks.offset(rows.batch, rows.kv_head, k0), p.dtype),
-        ks.row, n, dim, &ws->k, &ldk);
+        args,
+        paged
+            ? p.PagedKeys(rows.kv_head, k0)
+            : ElementPtr(p.k, ks.offset(rows.batch, rows.kv_head, k0), p.dtype),
+        paged ? dim : ks.row, n, dim, &ws->k, &ldk);
     const void* vp = OperandRows(
-        args, ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
-        vs.row, n, dv, &ws->v, &ldv);
+        args,
+        paged
+            ? p.PagedValues(rows.kv_head, k0)
+            : ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
+        paged ? dv : vs.row, n, dv, &ws->v, &ldv);
     if (!ragged) {
       absl::Status st = ProcessBlock(c, 0, m, k0, n, kp, ldk, vp, ldv);
       if (!st.ok()) return st;
@@ -255,41 +262,88 @@ absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws) {
       });
 }
 
-absl::Status RunDecode(const KernelArgs& args,
-                       absl::Span<Workspace* const> ws) {
-  const Problem& p = *args.p;
-  const AttentionShape& s = p.shape;
-  const int64_t dv = s.value_dim;
-  const int64_t kb = args.k_block;
-  // Rows of one kv head: every (query row i, head g of the group), i-major.
-  const int64_t group_rows = s.q_len * p.group;
-  const int64_t chunk = args.q_block;
-  const int64_t chunks = (group_rows + chunk - 1) / chunk;
-  const int64_t sets = s.batch * s.kv_heads * chunks;
-  const int64_t k_blocks = std::max<int64_t>(1, (s.k_len + kb - 1) / kb);
-  // Enough key splits to give every thread two items, never below one block
-  // each.
-  const int64_t splits = std::clamp<int64_t>(
-      (2 * args.num_threads + sets - 1) / std::max<int64_t>(sets, 1), 1,
-      k_blocks);
-  const int64_t blocks_per_split = (k_blocks + splits - 1) / splits;
+namespace {
+
+// One call of a decode batch: its rows of one kv head form `chunks` chunks of
+// at most `chunk` rows, each split over `splits` key ranges.
+struct DecodePlan {
+  int64_t group_rows = 0;
+  int64_t chunk = 0;
+  int64_t chunks = 0;
+  int64_t sets = 0;  // batch × kv heads × chunks
+  int64_t splits = 1;
+  int64_t blocks_per_split = 1;
+  int64_t first_item = 0;     // of this call in the batch's item list
+  int64_t first_partial = 0;  // floats
+};
+
+}  // namespace
+
+absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
+                            absl::Span<Workspace* const> ws) {
+  if (calls.empty()) return absl::OkStatus();
+  const int num_threads = calls[0].num_threads;
+  std::vector<DecodePlan> plans(calls.size());
+  int64_t all_sets = 0;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const Problem& p = *calls[c].p;
+    const AttentionShape& s = p.shape;
+    DecodePlan& plan = plans[c];
+    // Rows of one kv head: every (query row i, head g of the group), i-major.
+    plan.group_rows = s.q_len * p.group;
+    plan.chunk = calls[c].q_block;
+    plan.chunks = (plan.group_rows + plan.chunk - 1) / plan.chunk;
+    plan.sets = s.batch * s.kv_heads * plan.chunks;
+    all_sets += plan.sets;
+  }
+  int64_t items = 0, partial_floats = 0;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const Problem& p = *calls[c].p;
+    const int64_t kb = calls[c].k_block;
+    DecodePlan& plan = plans[c];
+    const int64_t k_blocks =
+        std::max<int64_t>(1, (p.shape.k_len + kb - 1) / kb);
+    // Enough key splits to give every thread two items, never below one
+    // block each.
+    plan.splits = std::clamp<int64_t>(
+        (2 * num_threads + all_sets - 1) / std::max<int64_t>(all_sets, 1), 1,
+        k_blocks);
+    plan.blocks_per_split = (k_blocks + plan.splits - 1) / plan.splits;
+    plan.first_item = items;
+    plan.first_partial = partial_floats;
+    items += plan.sets * plan.splits;
+    partial_floats +=
+        plan.sets * plan.splits * plan.chunk * (p.shape.value_dim + 2);
+  }
+  // The call and plan of a global item (items are grouped by call).
+  const auto locate = [&](int64_t item) {
+    size_t c = 0;
+    while (c + 1 < plans.size() && plans[c + 1].first_item <= item) ++c;
+    return c;
+  };
 
   // Partial results per (set, split): max and sum per row, acc per row.
-  const int64_t stride = chunk * (dv + 2);
-  std::vector<float> partial(static_cast<size_t>(sets * splits * stride));
-
-  absl::Status st = ParallelFor(
-      args.num_threads, ws, sets * splits, [&](Workspace* w, int64_t item) {
-        const int64_t split = item % splits;
-        const int64_t set = item / splits;
-        const int64_t c = set % chunks;
-        const int64_t hkv = (set / chunks) % s.kv_heads;
-        const int64_t b = set / (chunks * s.kv_heads);
-        const int64_t r0 = c * chunk;
+  std::vector<float> partial(static_cast<size_t>(partial_floats));
+  absl::Status st =
+      ParallelFor(num_threads, ws, items, [&](Workspace* w, int64_t global) {
+        const size_t ci = locate(global);
+        const KernelArgs& args = calls[ci];
+        const DecodePlan& plan = plans[ci];
+        const Problem& p = *args.p;
+        const AttentionShape& s = p.shape;
+        const int64_t dv = s.value_dim;
+        const int64_t kb = args.k_block;
+        const int64_t item = global - plan.first_item;
+        const int64_t split = item % plan.splits;
+        const int64_t set = item / plan.splits;
+        const int64_t c = set % plan.chunks;
+        const int64_t hkv = (set / plan.chunks) % s.kv_heads;
+        const int64_t b = set / (plan.chunks * s.kv_heads);
+        const int64_t r0 = c * plan.chunk;
         RowSet rows;
         rows.batch = b;
         rows.kv_head = hkv;
-        rows.count = std::min(chunk, group_rows - r0);
+        rows.count = std::min(plan.chunk, plan.group_rows - r0);
         w->row_head.resize(rows.count);
         w->row_index.resize(rows.count);
         w->row_lo.resize(rows.count);
@@ -314,50 +368,68 @@ absl::Status RunDecode(const KernelArgs& args,
         }
         rows.q = q;
         rows.ldq = s.head_dim;
-        const int64_t k_begin = split * blocks_per_split * kb;
+        const int64_t k_begin = split * plan.blocks_per_split * kb;
         const int64_t k_end =
-            std::min(s.k_len, k_begin + blocks_per_split * kb);
-        float* out = partial.data() + item * stride;
+            std::min(s.k_len, k_begin + plan.blocks_per_split * kb);
+        const int64_t stride = plan.chunk * (dv + 2);
+        float* out = partial.data() + plan.first_partial + item * stride;
         if (k_begin >= k_end) {
           std::fill(out, out + rows.count, kNegInf);
-          std::fill(out + chunk, out + chunk + rows.count, 0.0f);
-          std::fill(out + 2 * chunk, out + 2 * chunk + rows.count * dv, 0.0f);
+          std::fill(out + plan.chunk, out + plan.chunk + rows.count, 0.0f);
+          std::fill(out + 2 * plan.chunk,
+                    out + 2 * plan.chunk + rows.count * dv, 0.0f);
           return absl::OkStatus();
         }
         absl::Status st = Accumulate(args, rows, k_begin, k_end, w);
         if (!st.ok()) return st;
         std::memcpy(out, w->row_max.Get<float>(0), rows.count * sizeof(float));
-        std::memcpy(out + chunk, w->row_sum.Get<float>(0),
+        std::memcpy(out + plan.chunk, w->row_sum.Get<float>(0),
                     rows.count * sizeof(float));
-        std::memcpy(out + 2 * chunk, w->acc.Get<float>(0),
+        std::memcpy(out + 2 * plan.chunk, w->acc.Get<float>(0),
                     rows.count * dv * sizeof(float));
         return absl::OkStatus();
       });
   if (!st.ok()) return st;
 
   // Merge the splits of each set: rescale each partial to the common max.
+  int64_t all_merges = 0;
+  std::vector<int64_t> first_set(plans.size());
+  for (size_t c = 0; c < plans.size(); ++c) {
+    first_set[c] = all_merges;
+    all_merges += plans[c].sets;
+  }
   return ParallelFor(
-      args.num_threads, ws, sets, [&](Workspace* w, int64_t set) {
-        const int64_t c = set % chunks;
-        const int64_t hkv = (set / chunks) % s.kv_heads;
-        const int64_t b = set / (chunks * s.kv_heads);
-        const int64_t r0 = c * chunk;
-        const int64_t count = std::min(chunk, group_rows - r0);
+      num_threads, ws, all_merges, [&](Workspace* w, int64_t global) {
+        size_t ci = 0;
+        while (ci + 1 < plans.size() && first_set[ci + 1] <= global) ++ci;
+        const KernelArgs& args = calls[ci];
+        const DecodePlan& plan = plans[ci];
+        const Problem& p = *args.p;
+        const int64_t dv = p.shape.value_dim;
+        const int64_t set = global - first_set[ci];
+        const int64_t splits = plan.splits;
+        const int64_t c = set % plan.chunks;
+        const int64_t hkv = (set / plan.chunks) % p.shape.kv_heads;
+        const int64_t b = set / (plan.chunks * p.shape.kv_heads);
+        const int64_t r0 = c * plan.chunk;
+        const int64_t count = std::min(plan.chunk, plan.group_rows - r0);
+        const int64_t stride = plan.chunk * (dv + 2);
+        const float* base = partial.data() + plan.first_partial;
         float* merged = w->acc.Get<float>(dv);
         for (int64_t r = 0; r < count; ++r) {
           float max = kNegInf;
           for (int64_t sp = 0; sp < splits; ++sp) {
-            max = std::max(max, partial[(set * splits + sp) * stride + r]);
+            max = std::max(max, base[(set * splits + sp) * stride + r]);
           }
           float sum = 0.0f;
           std::fill(merged, merged + dv, 0.0f);
           if (max != kNegInf) {
             for (int64_t sp = 0; sp < splits; ++sp) {
-              const float* part = partial.data() + (set * splits + sp) * stride;
+              const float* part = base + (set * splits + sp) * stride;
               if (part[r] == kNegInf) continue;
               const float alpha = std::exp(part[r] - max);
-              sum += alpha * part[chunk + r];
-              const float* a = part + 2 * chunk + r * dv;
+              sum += alpha * part[plan.chunk + r];
+              const float* a = part + 2 * plan.chunk + r * dv;
               for (int64_t d = 0; d < dv; ++d) merged[d] += alpha * a[d];
             }
           }
@@ -367,6 +439,11 @@ absl::Status RunDecode(const KernelArgs& args,
         }
         return absl::OkStatus();
       });
+}
+
+absl::Status RunDecode(const KernelArgs& args,
+                       absl::Span<Workspace* const> ws) {
+  return RunDecodeBatch(absl::MakeConstSpan(&args, 1), ws);
 }
 
 }  // namespace attnserve

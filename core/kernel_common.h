@@ -64,6 +64,11 @@ struct KernelArgs {
 
 absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws);
 absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws);
+// The decode kernel over several calls at once (one per sequence of a paged
+// batch): one parallel region over every call's (batch, kv head, row chunk,
+// key split) items, then one over the merges. The calls share num_threads.
+absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
+                            absl::Span<Workspace* const> ws);
 absl::Status RunMaterialized(const KernelArgs& args,
                              absl::Span<Workspace* const> ws);
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/attention.h"
+#include "core/paged.h"
 #include "core/tensor.h"
 
 namespace attnserve {
@@ -47,6 +48,28 @@ struct Problem {
 
   KernelPath kernel = KernelPath::kAuto;
 
+  // Paged keys and values (AttentionEngine::RunPaged; core/paged.h's block
+  // layout): when kv_blocks is set, k and v are unused and the rows of kv
+  // head h at tokens [t, block end) start at PagedKeys / PagedValues. The
+  // kernels then take key blocks of block_tokens keys, so none crosses a
+  // block.
+  const void* const* kv_blocks = nullptr;
+  int64_t block_tokens = 0;
+
+  const void* PagedKeys(int64_t h, int64_t t) const {
+    const int64_t bt = block_tokens;
+    return static_cast<const char*>(kv_blocks[t / bt]) +
+           (h * bt + t % bt) * shape.head_dim *
+               static_cast<int64_t>(DTypeSize(dtype));
+  }
+  const void* PagedValues(int64_t h, int64_t t) const {
+    const int64_t bt = block_tokens;
+    return static_cast<const char*>(kv_blocks[t / bt]) +
+           (shape.kv_heads * bt * shape.head_dim +
+            (h * bt + t % bt) * shape.value_dim) *
+               static_cast<int64_t>(DTypeSize(dtype));
+  }
+
   // True when some part of the mask is decided per element (explicit, ALiBi).
   bool has_elementwise_mask() const {
     return mask != nullptr || alibi != nullptr;
@@ -75,6 +98,24 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs);
 // the output over [b][h][row][col] (in the problem's layout).
 absl::StatusOr<Strides4> ResolveOutput(const Problem& problem,
                                        const AttentionOutputs& outputs);
+
+// Paged calls (core/paged.h), per sequence as the equivalent stateless call.
+
+// Every shape-level check of a paged call: InvalidArgument naming the field
+// ("sequences[2].query", "kv_heads", ...).
+absl::Status CheckPagedInputs(const PagedAttentionInputs& inputs);
+
+// Sequence `seq` of `inputs` as a stateless call: query [1, Lnew, Hq, D] and
+// key/value [1, tokens, Hkv, ·] (BLHD) over `keys`/`values` — a gathered copy
+// — or, when null, placeholders whose shapes only are valid (for
+// ResolveProblem before setting Problem::kv_blocks).
+AttentionInputs PagedAsStateless(const PagedAttentionInputs& inputs,
+                                 const PagedSequence& seq, const void* keys,
+                                 const void* values);
+
+// The sequence's output (and weights) as [1, Lnew, Hq, Dv] ([1, Hq, Lnew,
+// tokens]) views.
+AttentionOutputs PagedOutputs(const PagedSequence& seq);
 
 }  // namespace attnserve
 

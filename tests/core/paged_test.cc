@@ -1,0 +1,316 @@
+// AttentionEngine::RunPaged against the reference over the equivalent
+// stateless call (built here from a contiguous copy of the same keys and
+// values): dtypes, GQA/MQA, block sizes, lengths around block edges, new
+// queries from 1 to many, causal or not, windows, ALiBi, scales, batches of
+// sequences of different lengths in one call, weights, validation, ISA paths.
+
+#include "core/paged.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention.h"
+#include "core/reference.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_env.h"
+#include "tests/util/test_util.h"
+
+namespace attnserve {
+namespace {
+
+using ::attnserve::testing::CapIsa;
+using ::attnserve::testing::TestTensor;
+using ::testing::HasSubstr;
+
+// A sequence's cache in both forms: contiguous [T, Hkv, D] / [T, Hkv, Dv]
+// tensors, and blocks in core/paged.h's layout holding the same values.
+struct Cache {
+  TestTensor keys, values;
+  std::vector<std::vector<char>> blocks;
+  std::vector<const void*> pointers;
+
+  Cache(DType dtype, int64_t tokens, int64_t hkv, int64_t d, int64_t dv,
+        int64_t bt, uint64_t seed)
+      : keys(TestTensor::Random(dtype, {tokens, hkv, d}, seed)),
+        values(TestTensor::Random(dtype, {tokens, hkv, dv}, seed + 1)) {
+    const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
+    const int64_t n = (tokens + bt - 1) / bt;
+    // Every byte the tokens do not fill, and one spare block past the end,
+    // holds 0x7f (about 3e38 in f32/bf16, NaN in f16): reading any shows.
+    blocks.assign(
+        static_cast<size_t>(n + 1),
+        std::vector<char>(static_cast<size_t>(hkv * bt * (d + dv) * es),
+                          static_cast<char>(0x7f)));
+    for (int64_t t = 0; t < tokens; ++t) {
+      char* block = blocks[static_cast<size_t>(t / bt)].data();
+      for (int64_t h = 0; h < hkv; ++h) {
+        std::memcpy(
+            block + (h * bt + t % bt) * d * es,
+            static_cast<const char*>(keys.data()) + (t * hkv + h) * d * es,
+            d * es);
+        std::memcpy(
+            block + (hkv * bt * d + (h * bt + t % bt) * dv) * es,
+            static_cast<const char*>(values.data()) + (t * hkv + h) * dv * es,
+            dv * es);
+      }
+    }
+    for (auto& b : blocks) pointers.push_back(b.data());
+  }
+};
+
+struct PagedCase {
+  DType dtype = DType::kFloat32;
+  int64_t hq = 4, hkv = 2, d = 16, dv = 16, bt = 16;
+  std::vector<int64_t> tokens = {40};
+  std::vector<int64_t> lnew = {1};
+  bool causal = true;
+  std::optional<int64_t> window_left;
+  bool alibi = false;
+  std::optional<float> scale;
+  std::vector<bool> weights;  // per sequence; empty = none
+  Isa isa = Isa::kAuto;
+
+  std::string Name() const {
+    return absl::StrCat(DTypeName(dtype), " hq", hq, " hkv", hkv, " d", d,
+                        " dv", dv, " bt", bt, " causal", causal, " window",
+                        window_left.value_or(-1), " alibi", alibi);
+  }
+};
+
+void ExpectPagedMatchesReference(const PagedCase& c) {
+  SCOPED_TRACE(c.Name());
+  EngineOptions options;
+  options.max_isa = CapIsa(c.isa);
+  options.num_threads = 2;
+  auto engine = AttentionEngine::Create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+
+  const size_t n = c.tokens.size();
+  std::vector<std::unique_ptr<Cache>> caches;
+  std::vector<TestTensor> queries, outputs, weights;
+  std::vector<float> slopes;
+  for (int64_t h = 0; h < c.hq; ++h) slopes.push_back(0.1f * (h + 1));
+  std::vector<PagedSequence> seqs(n);
+  for (size_t i = 0; i < n; ++i) {
+    caches.push_back(std::make_unique<Cache>(c.dtype, c.tokens[i], c.hkv, c.d,
+                                             c.dv, c.bt, 10 + 3 * i));
+    queries.push_back(
+        TestTensor::Random(c.dtype, {c.lnew[i], c.hq, c.d}, 100 + i));
+    outputs.emplace_back(DType::kFloat32,
+                         std::vector<int64_t>{c.lnew[i], c.hq, c.dv});
+    outputs.back().Fill(NAN);
+    const bool w = !c.weights.empty() && c.weights[i];
+    weights.emplace_back(DType::kFloat32,
+                         std::vector<int64_t>{c.hq, c.lnew[i], c.tokens[i]});
+  }
+  for (size_t i = 0; i < n; ++i) {
+    seqs[i].query = queries[i].view();
+    seqs[i].kv.blocks = caches[i]->pointers;
+    seqs[i].kv.tokens = c.tokens[i];
+    seqs[i].output = outputs[i].mutable_view();
+    if (!c.weights.empty() && c.weights[i]) {
+      seqs[i].weights = weights[i].mutable_view();
+    }
+  }
+  PagedAttentionInputs in;
+  in.q_heads = c.hq;
+  in.kv_heads = c.hkv;
+  in.head_dim = c.d;
+  in.value_dim = c.dv;
+  in.block_tokens = c.bt;
+  in.kv_dtype = c.dtype;
+  in.causal = c.causal;
+  in.window_left = c.window_left;
+  if (c.alibi) in.alibi_slopes = slopes;
+  in.scale = c.scale;
+  in.sequences = seqs;
+  const absl::Status st = (*engine)->RunPaged(in);
+  ASSERT_TRUE(st.ok()) << st;
+
+  const float tol = c.dtype == DType::kFloat32 ? 1e-5f : 2e-2f;
+  for (size_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(absl::StrCat("sequence ", i, " tokens ", c.tokens[i], " lnew ",
+                              c.lnew[i]));
+    // The stateless call: BLHD, batch 1, bottom-right causal.
+    AttentionInputs ref_in;
+    ref_in.layout = Layout::kBLHD;
+    const TensorView q = queries[i].view();
+    ref_in.query = MakeTensorView(q.data, c.dtype, {1, c.lnew[i], c.hq, c.d});
+    ref_in.key = MakeTensorView(caches[i]->keys.data(), c.dtype,
+                                {1, c.tokens[i], c.hkv, c.d});
+    ref_in.value = MakeTensorView(caches[i]->values.data(), c.dtype,
+                                  {1, c.tokens[i], c.hkv, c.dv});
+    ref_in.mask.causal = c.causal;
+    ref_in.mask.alignment = CausalAlignment::kBottomRight;
+    ref_in.mask.window_left = c.window_left;
+    if (c.alibi) ref_in.mask.alibi_slopes = slopes;
+    ref_in.scale = c.scale;
+    TestTensor ref_out(DType::kFloat32, {1, c.lnew[i], c.hq, c.dv});
+    TestTensor ref_w(DType::kFloat32, {1, c.hq, c.lnew[i], c.tokens[i]});
+    AttentionOutputs ref_outputs;
+    ref_outputs.output = ref_out.mutable_view();
+    ref_outputs.weights = ref_w.mutable_view();
+    ASSERT_TRUE(ReferenceAttention(ref_in, ref_outputs).ok());
+    for (int64_t e = 0; e < ref_out.size(); ++e) {
+      const float ref = ref_out.at(e);
+      ASSERT_NEAR(outputs[i].at(e), ref, tol * (1 + std::fabs(ref)))
+          << "output element " << e;
+    }
+    if (!c.weights.empty() && c.weights[i]) {
+      for (int64_t e = 0; e < ref_w.size(); ++e) {
+        ASSERT_NEAR(weights[i].at(e), ref_w.at(e), tol)
+            << "weights element " << e;
+      }
+    }
+  }
+}
+
+class PagedTest : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(PagedTest, DecodeStepsOverEveryDTypeAndHeadGrouping) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {4, 1}}) {
+      PagedCase c;
+      c.isa = GetParam();
+      c.dtype = dtype;
+      c.hq = hq;
+      c.hkv = hkv;
+      c.tokens = {1, 15, 16, 17, 300};
+      c.lnew = {1, 1, 1, 1, 1};
+      ExpectPagedMatchesReference(c);
+    }
+  }
+}
+
+TEST_P(PagedTest, ManyNewQueriesBlockSizesAndDims) {
+  for (int64_t bt : {1, 16, 64, 100}) {
+    PagedCase c;
+    c.isa = GetParam();
+    c.bt = bt;
+    c.d = 32;
+    c.dv = 8;
+    c.hq = 6;
+    c.hkv = 3;
+    // Chunked prefill and speculative verification: Lnew > 1, up to the
+    // whole cache, and more new queries than cached tokens (early rows see
+    // no key: zeros).
+    c.tokens = {130, 64, 5, 3};
+    c.lnew = {17, 64, 5, 7};
+    ExpectPagedMatchesReference(c);
+  }
+}
+
+TEST_P(PagedTest, MaskPartsAndScale) {
+  PagedCase c;
+  c.isa = GetParam();
+  c.tokens = {200, 33};
+  c.lnew = {3, 2};
+  c.window_left = 20;
+  ExpectPagedMatchesReference(c);
+  c.window_left.reset();
+  c.alibi = true;
+  ExpectPagedMatchesReference(c);
+  c.alibi = false;
+  c.scale = 0.5f;
+  c.causal = false;
+  ExpectPagedMatchesReference(c);
+  c.scale = 0.0f;
+  ExpectPagedMatchesReference(c);
+}
+
+TEST_P(PagedTest, EmptyCachesAndWeights) {
+  PagedCase c;
+  c.isa = GetParam();
+  c.tokens = {0, 70, 9};
+  c.lnew = {1, 4, 2};
+  c.weights = {false, true, false};
+  c.dtype = DType::kBFloat16;
+  ExpectPagedMatchesReference(c);
+}
+
+TEST_P(PagedTest, ABatchOfManySequencesInOneCall) {
+  PagedCase c;
+  c.isa = GetParam();
+  c.hq = 8;
+  c.hkv = 2;
+  c.d = 64;
+  c.dv = 64;
+  c.bt = 32;
+  c.tokens.clear();
+  c.lnew.clear();
+  for (int i = 0; i < 24; ++i) {
+    c.tokens.push_back(1 + (i * 37) % 400);
+    c.lnew.push_back(1 + i % 3);
+  }
+  ExpectPagedMatchesReference(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Isas, PagedTest, ::testing::ValuesIn(::attnserve::testing::MachineIsas()),
+    [](const ::testing::TestParamInfo<Isa>& p) {
+      return p.param == Isa::kAvx512 ? std::string("Avx512")
+                                     : std::string("Avx2");
+    });
+
+TEST(PagedValidationTest, NamesTheSequenceAndTheField) {
+  auto engine = AttentionEngine::Create(EngineOptions{});
+  ASSERT_TRUE(engine.ok());
+  Cache cache(DType::kFloat32, 20, 2, 8, 8, 16, 1);
+  TestTensor q = TestTensor::Random(DType::kFloat32, {1, 4, 8}, 2);
+  TestTensor out(DType::kFloat32, {1, 4, 8});
+  std::vector<PagedSequence> seqs(2);
+  for (PagedSequence& s : seqs) {
+    s.query = q.view();
+    s.kv.blocks = cache.pointers;
+    s.kv.tokens = 20;
+    s.output = out.mutable_view();
+  }
+  PagedAttentionInputs in;
+  in.q_heads = 4;
+  in.kv_heads = 2;
+  in.head_dim = 8;
+  in.value_dim = 8;
+  in.block_tokens = 16;
+  in.sequences = seqs;
+  ASSERT_TRUE((*engine)->RunPaged(in).ok());
+
+  const auto message = [&] {
+    return std::string((*engine)->RunPaged(in).message());
+  };
+  seqs[1].kv.blocks = absl::MakeConstSpan(cache.pointers.data(), 1);
+  EXPECT_THAT(message(), HasSubstr("sequences[1].kv.blocks: 1 blocks hold "
+                                   "fewer than 20 tokens (2 blocks needed)"));
+  seqs[1].kv.blocks = cache.pointers;
+  TestTensor q16 = TestTensor::Random(DType::kFloat16, {1, 4, 8}, 2);
+  seqs[1].query = q16.view();
+  EXPECT_THAT(message(), HasSubstr("sequences[1].query: dtype f16 differs "
+                                   "from the cache's f32"));
+  TestTensor q3 = TestTensor::Random(DType::kFloat32, {1, 3, 8}, 2);
+  seqs[1].query = q3.view();
+  EXPECT_THAT(message(), HasSubstr("sequences[1].query: expected [Lnew >= 1, "
+                                   "Hq = 4, D = 8], got [1, 3, 8]"));
+  seqs[1].query = q.view();
+  TestTensor w(DType::kFloat32, {4, 1, 19});
+  seqs[0].weights = w.mutable_view();
+  EXPECT_THAT(message(), HasSubstr("sequences[0].weights: expected dense f32 "
+                                   "[4, 1, 20], got f32 [4, 1, 19]"));
+  seqs[0].weights.reset();
+  in.kv_heads = 3;
+  EXPECT_THAT(message(),
+              HasSubstr("q_heads: 4 is not a multiple of kv_heads 3"));
+  in.kv_heads = 2;
+  in.block_tokens = 0;
+  EXPECT_THAT(message(), HasSubstr("block_tokens: 0 is outside [1, 65536]"));
+  in.block_tokens = 16;
+  in.scale = NAN;
+  EXPECT_THAT(message(), HasSubstr("sequences[0]: "));
+}
+
+}  // namespace
+}  // namespace attnserve
