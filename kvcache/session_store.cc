@@ -142,11 +142,11 @@ absl::Status SessionStore::NotFoundError(const std::string& id) {
 }
 
 absl::StatusOr<std::shared_ptr<SessionStore::Session>> SessionStore::Find(
-    const std::string& id) {
+    const std::string& id, bool touch) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return NotFoundError(id);
-  Touch(*it->second);
+  if (touch) Touch(*it->second);
   return it->second;
 }
 
@@ -298,6 +298,13 @@ absl::StatusOr<SessionInfo> SessionStore::Append(
 
 absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
     int layer, const std::vector<AttendPart>& parts) {
+  return AppendAndPin(layer, parts, [](absl::Span<const PartPlan>) {
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
+    int layer, const std::vector<AttendPart>& parts, AdmitFn admit) {
   std::vector<std::shared_ptr<Session>> sessions;
   sessions.reserve(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -318,10 +325,12 @@ absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
     sessions.push_back(*std::move(s));
   }
   // Every check before any append.
+  std::vector<PartPlan> plans(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
     const AttendPart& part = parts[i];
     std::lock_guard<std::mutex> lock(sessions[i]->mu);
     const SessionCache& cache = sessions[i]->cache;
+    plans[i].shape = cache.shape();
     if (layer < 0 || layer >= cache.shape().num_layers) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layer: ", layer, " is outside [0, ", cache.shape().num_layers,
@@ -341,7 +350,10 @@ absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
       return absl::InvalidArgumentError(absl::StrCat(
           part.field_prefix, "position: set without key and value"));
     }
+    plans[i].tokens_after = cache.LayerTokens()[static_cast<size_t>(layer)] +
+                            (part.keys ? part.keys->shape[0] : 0);
   }
+  RETURN_IF_ERROR(admit(plans));
   std::vector<PinnedPart> pinned(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
     const AttendPart& part = parts[i];
@@ -435,7 +447,7 @@ absl::StatusOr<SessionInfo> SessionStore::Close(const std::string& id) {
 }
 
 absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id) {
-  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(id));
+  ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(id, /*touch=*/false));
   std::lock_guard<std::mutex> lock(s->mu);
   return InfoOf(*s);
 }

@@ -25,8 +25,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "core/tensor.h"
 #include "kvcache/block_pool.h"
 #include "kvcache/session_cache.h"
@@ -101,6 +103,15 @@ struct PinnedPart {
   SessionShape shape;
 };
 
+// What a part will be once its keys and values are appended: for the caller's
+// own checks (shapes across sessions, response size, work) before anything is
+// appended.
+struct PartPlan {
+  SessionShape shape;
+  int64_t tokens_after = 0;
+};
+using AdmitFn = absl::FunctionRef<absl::Status(absl::Span<const PartPlan>)>;
+
 class SessionStore {
  public:
   // InvalidArgument for block_tokens outside [1, 4096], a negative budget or
@@ -136,6 +147,10 @@ class SessionStore {
   // checks nothing is appended; an allocation failure in the middle leaves
   // the earlier parts' appends in place (each append is atomic on its own)
   // and names the part.
+  // `admit` runs after the store's checks and before any append, with each
+  // part's plan; its error is returned as it is.
+  absl::StatusOr<std::vector<PinnedPart>> AppendAndPin(
+      int layer, const std::vector<AttendPart>& parts, AdmitFn admit);
   absl::StatusOr<std::vector<PinnedPart>> AppendAndPin(
       int layer, const std::vector<AttendPart>& parts);
 
@@ -153,6 +168,7 @@ class SessionStore {
   // Ends the session; its blocks are freed once no call pins them.
   absl::StatusOr<SessionInfo> Close(const std::string& id);
 
+  // The session as it is; not a use (its idle time and TTL run on).
   absl::StatusOr<SessionInfo> Get(const std::string& id);
 
   // Expires the sessions idle for longer than their TTL at `now` (sessions in
@@ -187,8 +203,10 @@ class SessionStore {
 
   explicit SessionStore(const StoreOptions& options);
 
-  // The live session, touched; NotFoundError otherwise.
-  absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& id);
+  // The live session, touched (its last use is now) unless `touch` is false;
+  // NotFoundError otherwise.
+  absl::StatusOr<std::shared_ptr<Session>> Find(const std::string& id,
+                                                bool touch = true);
   // mu_ held by the caller for the next three.
   absl::Status NotFoundError(const std::string& id);
   absl::Status CheckNewId(const std::string& id, std::string* out);

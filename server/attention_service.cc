@@ -141,26 +141,11 @@ void AttentionService::RecordAnswer(const typename Kind::Request& request,
   }
 }
 
-// A unary call counts as work until gRPC is done with it, not merely until
-// Finish: shutdown cancels whatever is open once the service is idle, and a
-// response still being sent must not be cut off.
-class AttentionService::UnaryReactor : public grpc::ServerUnaryReactor {
- public:
-  explicit UnaryReactor(WorkTracker* work) : work_(work) { work_->Begin(); }
-  void OnDone() override {
-    work_->End();
-    delete this;
-  }
-
- private:
-  WorkTracker* const work_;
-};
-
 template <typename Kind>
 grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     grpc::CallbackServerContext* context, const typename Kind::Request* request,
     v1::AttendResponse* response) {
-  grpc::ServerUnaryReactor* reactor = new UnaryReactor(&work_);
+  grpc::ServerUnaryReactor* reactor = new TrackedUnaryReactor(&work_);
   const absl::Time received = absl::Now();
   const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   auto finish = [this, reactor, request, response, received,
@@ -220,7 +205,10 @@ grpc::ServerUnaryReactor* AttentionService::GetServerInfo(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time received = absl::Now();
   absl::Status status = Admit(*context);
-  if (status.ok()) *response = options_.info;
+  if (status.ok()) {
+    *response = options_.info;
+    if (options_.live_info) options_.live_info(response);
+  }
   const grpc::Status grpc_status = ToGrpcStatus(status);
   metrics_->RecordRequest(Method::kGetServerInfo, grpc_status.error_code(),
                           absl::ToDoubleSeconds(absl::Now() - received),

@@ -37,6 +37,9 @@ struct ServiceOptions {
   v1::ServerInfo info;
   // The hosted models (AttendModel); null = none. Must outlive the service.
   const ModelRegistry* models = nullptr;
+  // Fills the figures of `info` that change while serving (the sessions'
+  // counts), at each GetServerInfo; null = none. Thread-safe.
+  std::function<void(v1::ServerInfo* info)> live_info;
 };
 
 struct AttendKind;
@@ -80,7 +83,6 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // The StreamProcessor (stream_reactor.h) of Kind's streams.
   template <typename Kind>
   class Streams;
-  class UnaryReactor;
 
   // Draining, then the bearer token.
   absl::Status Admit(const grpc::CallbackServerContext& context) const;

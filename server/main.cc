@@ -56,6 +56,22 @@ ABSL_FLAG(bool, skip_bad_models, false,
           "start without the models that fail to load (each is logged) "
           "instead of refusing to start");
 
+ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{1} << 30,
+          "KV-cache sessions: bytes of keys and values all sessions may hold "
+          "together; 0 turns sessions off");
+ABSL_FLAG(int, kv_block_tokens, 64,
+          "tokens per block of one session layer (memory is allocated and "
+          "shared by forks in blocks), 1..4096");
+ABSL_FLAG(std::string, kv_eviction, "none",
+          "when the KV cache is full: none (new tokens get RESOURCE_EXHAUSTED) "
+          "or lru (idle sessions are evicted, least recently used first)");
+ABSL_FLAG(absl::Duration, kv_session_ttl, absl::Minutes(10),
+          "idle time after which a session expires, unless it asks for its "
+          "own");
+ABSL_FLAG(absl::Duration, kv_max_session_ttl, absl::Hours(24),
+          "the longest idle TTL a session may ask for");
+ABSL_FLAG(int64_t, kv_max_sessions, 65536, "live sessions at most");
+
 namespace {
 
 using attnserve::server::LogLevel;
@@ -110,6 +126,17 @@ int main(int argc, char** argv) {
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.skip_bad_models = absl::GetFlag(FLAGS_skip_bad_models);
+  options.sessions.budget_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  options.sessions.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
+  options.sessions.default_ttl = absl::GetFlag(FLAGS_kv_session_ttl);
+  options.sessions.max_ttl = absl::GetFlag(FLAGS_kv_max_session_ttl);
+  options.sessions.max_sessions = absl::GetFlag(FLAGS_kv_max_sessions);
+  const std::string eviction = absl::GetFlag(FLAGS_kv_eviction);
+  if (eviction == "lru") {
+    options.sessions.evict_lru = true;
+  } else if (eviction != "none") {
+    return Fail("--kv_eviction must be none or lru, got \"" + eviction + "\"");
+  }
   const std::string isa = absl::GetFlag(FLAGS_max_isa);
   if (isa == "avx2") {
     options.scheduler.engine.max_isa = attnserve::Isa::kAvx2;

@@ -7,25 +7,31 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
+#include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 
 namespace attnserve::server {
 namespace {
 
-constexpr int kNumMethods = 5;
+constexpr int kNumMethods = 13;
 constexpr int kNumCodes =
     17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
 constexpr int kNumKernels = 3;
 constexpr int kNumRejections = 4;
 
 constexpr const char* kMethodNames[kNumMethods] = {
-    "Attend", "AttendStream", "GetServerInfo", "AttendModel",
-    "AttendModelStream"};
+    "Attend",      "AttendStream",      "GetServerInfo",
+    "AttendModel", "AttendModelStream", "CreateSession",
+    "AppendKv",    "AppendKvStream",    "AttendSessions",
+    "ForkSession", "TruncateSession",   "CloseSession",
+    "GetSession"};
 // The names gRPC itself prints for each code, so dashboards match grpc_*
 // metrics.
 constexpr const char* kCodeNames[kNumCodes] = {
@@ -76,6 +82,22 @@ int MethodIndex(Method method) {
       return 3;
     case Method::kAttendModelStream:
       return 4;
+    case Method::kCreateSession:
+      return 5;
+    case Method::kAppendKv:
+      return 6;
+    case Method::kAppendKvStream:
+      return 7;
+    case Method::kAttendSessions:
+      return 8;
+    case Method::kForkSession:
+      return 9;
+    case Method::kTruncateSession:
+      return 10;
+    case Method::kCloseSession:
+      return 11;
+    case Method::kGetSession:
+      return 12;
   }
   return 0;
 }
@@ -116,6 +138,80 @@ int RejectionIndex(Rejection reason) {
   return 0;
 }
 
+prometheus::MetricFamily Family(const char* name, const char* help,
+                                prometheus::MetricType type) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  return f;
+}
+
+void AddSample(prometheus::MetricFamily* f, double value,
+               std::vector<prometheus::ClientMetric::Label> labels = {}) {
+  prometheus::ClientMetric m;
+  m.label = std::move(labels);
+  if (f->type == prometheus::MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f->metric.push_back(std::move(m));
+}
+
+// The session figures, read from the store when Prometheus scrapes, so that
+// expiries and evictions show without a call to record them.
+class SessionCollectable : public prometheus::Collectable {
+ public:
+  void SetSource(std::function<SessionStats()> source) {
+    absl::MutexLock lock(&mu_);
+    source_ = std::move(source);
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::function<SessionStats()> source;
+    {
+      absl::MutexLock lock(&mu_);
+      source = source_;
+    }
+    if (!source) return {};
+    const SessionStats s = source();
+    using prometheus::MetricType;
+    std::vector<prometheus::MetricFamily> out;
+    out.push_back(Family("attnserve_kv_bytes",
+                         "KV-cache bytes of session blocks (used) and left "
+                         "in the --kv_cache_bytes budget (free), in bytes.",
+                         MetricType::Gauge));
+    AddSample(&out.back(), static_cast<double>(s.used_bytes),
+              {{"state", "used"}});
+    AddSample(&out.back(), static_cast<double>(s.budget_bytes - s.used_bytes),
+              {{"state", "free"}});
+    out.push_back(Family("attnserve_kv_sessions",
+                         "Live KV-cache sessions, in sessions.",
+                         MetricType::Gauge));
+    AddSample(&out.back(), static_cast<double>(s.sessions));
+    out.push_back(Family("attnserve_kv_tokens_appended_total",
+                         "Tokens appended to sessions (per layer), in tokens.",
+                         MetricType::Counter));
+    AddSample(&out.back(), static_cast<double>(s.tokens_appended));
+    out.push_back(Family("attnserve_kv_sessions_ended_total",
+                         "Sessions ended, by reason: closed by a client, "
+                         "expired past their idle TTL, evicted for memory.",
+                         MetricType::Counter));
+    AddSample(&out.back(), static_cast<double>(s.ended_closed),
+              {{"reason", "closed"}});
+    AddSample(&out.back(), static_cast<double>(s.ended_expired),
+              {{"reason", "expired"}});
+    AddSample(&out.back(), static_cast<double>(s.ended_evicted),
+              {{"reason", "evicted"}});
+    return out;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::function<SessionStats()> source_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 struct Metrics::Impl {
@@ -140,6 +236,8 @@ struct Metrics::Impl {
     prometheus::Histogram* compute_duration = nullptr;
   };
   std::vector<ModelSeries> models;
+  std::shared_ptr<SessionCollectable> sessions =
+      std::make_shared<SessionCollectable>();
 
   absl::Mutex mu;
   // Declared after the registry so they stop serving before it is destroyed.
@@ -302,6 +400,7 @@ absl::StatusOr<int> Metrics::Expose(const std::string& listen) {
                      e.what(), "); set another with --metrics_listen"));
   }
   exposer->RegisterCollectable(impl_->registry);
+  exposer->RegisterCollectable(impl_->sessions);
   const std::vector<int> ports = exposer->GetListeningPorts();
   if (ports.empty()) {
     return absl::UnavailableError(
@@ -366,5 +465,9 @@ void Metrics::AddInflight(int64_t delta) {
 }
 
 prometheus::Registry& Metrics::registry() { return *impl_->registry; }
+
+void Metrics::SetSessionStatsSource(std::function<SessionStats()> source) {
+  impl_->sessions->SetSource(std::move(source));
+}
 
 }  // namespace attnserve::server

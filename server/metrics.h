@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +29,27 @@ enum class Method {
   kAttendStream,
   kGetServerInfo,
   kAttendModel,
-  kAttendModelStream
+  kAttendModelStream,
+  // SessionService.
+  kCreateSession,
+  kAppendKv,
+  kAppendKvStream,
+  kAttendSessions,
+  kForkSession,
+  kTruncateSession,
+  kCloseSession,
+  kGetSession,
+};
+
+// The KV-cache sessions' figures, read at each scrape.
+struct SessionStats {
+  int64_t budget_bytes = 0;
+  int64_t used_bytes = 0;
+  int64_t sessions = 0;
+  int64_t tokens_appended = 0;
+  int64_t ended_closed = 0;
+  int64_t ended_expired = 0;
+  int64_t ended_evicted = 0;
 };
 
 // Why a task never reached a kernel.
@@ -74,6 +95,12 @@ class Metrics {
   // attnserve_queue_depth, attnserve_inflight_requests.
   void SetQueueDepth(int64_t depth);
   void AddInflight(int64_t delta);
+  // attnserve_kv_bytes{state="used"|"free"}, attnserve_kv_sessions,
+  // attnserve_kv_tokens_appended_total and
+  // attnserve_kv_sessions_ended_total{reason="closed"|"expired"|"evicted"},
+  // from `source` at every scrape (thread-safe; it must stay callable until
+  // the metrics are destroyed). Without a source these are not exported.
+  void SetSessionStatsSource(std::function<SessionStats()> source);
 
   prometheus::Registry& registry();
 

@@ -21,6 +21,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/session_service.h"
 #include "wire/transport.h"
 
 #ifndef ATTNSERVE_VERSION
@@ -76,8 +77,11 @@ struct AttnServer::Impl {
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<AttentionEngine> validator;
   std::unique_ptr<ModelRegistry> models;
+  // Before the scheduler: queued session calls hold blocks of the store.
+  std::unique_ptr<kvcache::SessionStore> sessions;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<AttentionService> service;
+  std::unique_ptr<SessionService> session_service;
   std::unique_ptr<grpc::Server> server;  // last: destroyed first
   int port = 0;
   int metrics_port = 0;
@@ -165,6 +169,27 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   ASSIGN_OR_RETURN(impl->scheduler,
                    Scheduler::Create(options.scheduler, impl->metrics.get()));
 
+  absl::StatusOr<std::unique_ptr<kvcache::SessionStore>> sessions =
+      kvcache::SessionStore::Create(options.sessions);
+  if (!sessions.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", sessions.status().message()));
+  }
+  impl->sessions = *std::move(sessions);
+  kvcache::SessionStore* store = impl->sessions.get();
+  impl->metrics->SetSessionStatsSource([store] {
+    const kvcache::StoreStats s = store->Stats();
+    SessionStats out;
+    out.budget_bytes = s.budget_bytes;
+    out.used_bytes = s.used_bytes;
+    out.sessions = s.sessions;
+    out.tokens_appended = s.tokens_appended;
+    out.ended_closed = s.ended_closed;
+    out.ended_expired = s.ended_expired;
+    out.ended_evicted = s.ended_evicted;
+    return out;
+  });
+
   ServiceOptions service_options;
   service_options.limits.max_response_bytes = options.max_response_bytes;
   service_options.limits.max_flops = options.max_request_flops;
@@ -179,16 +204,34 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   info.set_max_request_bytes(options.max_request_bytes);
   info.set_max_response_bytes(options.max_response_bytes);
   impl->models->Describe(&info);
+  v1::SessionLimits* session_limits = info.mutable_sessions();
+  session_limits->set_kv_cache_bytes(options.sessions.budget_bytes);
+  session_limits->set_block_tokens(options.sessions.block_tokens);
+  session_limits->set_eviction(options.sessions.evict_lru ? "lru" : "none");
+  session_limits->set_default_ttl_ms(
+      absl::ToInt64Milliseconds(options.sessions.default_ttl));
+  session_limits->set_max_ttl_ms(
+      absl::ToInt64Milliseconds(options.sessions.max_ttl));
+  session_limits->set_max_sessions(options.sessions.max_sessions);
+  service_options.live_info = [store](v1::ServerInfo* info) {
+    const kvcache::StoreStats s = store->Stats();
+    info->mutable_sessions()->set_live_sessions(s.sessions);
+    info->mutable_sessions()->set_kv_bytes_used(s.used_bytes);
+  };
   service_options.models = impl->models.get();
+  const RequestLimits request_limits = service_options.limits;
   impl->service = std::make_unique<AttentionService>(
       std::move(service_options), impl->scheduler.get(), impl->metrics.get(),
       impl->validator.get());
+  impl->session_service = std::make_unique<SessionService>(
+      request_limits, token, store, impl->scheduler.get(), impl->metrics.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, credentials, &impl->port);
   builder.RegisterService(impl->service.get());
+  builder.RegisterService(impl->session_service.get());
   wire::ServerTransportOptions transport;
   transport.max_request_bytes = options.max_request_bytes;
   transport.max_response_bytes = options.max_response_bytes;
@@ -205,6 +248,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
       impl->server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(v1::AttentionService::service_full_name(), true);
+  health->SetServingStatus(v1::SessionService::service_full_name(), true);
   return std::unique_ptr<AttnServer>(new AttnServer(std::move(impl)));
 }
 
@@ -224,6 +268,10 @@ std::string AttnServer::ConfigSummary() const {
       " max_request_bytes=", o.max_request_bytes,
       " max_response_bytes=", o.max_response_bytes,
       " max_request_flops=", o.max_request_flops,
+      " kv_cache_bytes=", o.sessions.budget_bytes,
+      " kv_block_tokens=", o.sessions.block_tokens,
+      " kv_eviction=", o.sessions.evict_lru ? "lru" : "none",
+      " kv_session_ttl=", absl::FormatDuration(o.sessions.default_ttl),
       " shutdown_grace=", absl::FormatDuration(o.shutdown_grace),
       " max_connection_age=",
       o.max_connection_age > absl::ZeroDuration()
@@ -247,6 +295,7 @@ void AttnServer::Shutdown() {
   }
   impl_->server->GetHealthCheckService()->SetServingStatus(false);
   impl_->service->StartDraining();
+  impl_->session_service->StartDraining();
   // In-flight work gets the grace; the listener stays open meanwhile so that
   // health checks see NOT_SERVING and new calls a clear UNAVAILABLE. Then
   // whatever is still open (idle streams, health watches, calls past the grace)
@@ -254,7 +303,8 @@ void AttnServer::Shutdown() {
   // streams that never end by themselves. Queued work of cancelled calls is
   // rejected by the scheduler.
   const absl::Time deadline = absl::Now() + impl_->options.shutdown_grace;
-  if (!impl_->service->WaitUntilIdle(deadline)) {
+  if (!impl_->service->WaitUntilIdle(deadline) ||
+      !impl_->session_service->WaitUntilIdle(deadline)) {
     ATTNSERVE_LOG(LogLevel::kWarning,
                   "shutdown grace ended with calls in flight; cancelling them");
   }

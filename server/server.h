@@ -1,7 +1,8 @@
 #ifndef ATTNSERVE_SERVER_SERVER_H_
 #define ATTNSERVE_SERVER_SERVER_H_
 
-// Builds and runs the whole server: gRPC (AttentionService, health, reflection,
+// Builds and runs the whole server: gRPC (AttentionService, SessionService,
+// health, reflection,
 // TLS, limits), the scheduler, metrics over HTTP; shuts it down gracefully.
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "kvcache/session_store.h"
 #include "server/scheduler.h"
 
 namespace attnserve::server {
@@ -42,6 +44,10 @@ struct ServerOptions {
   // which leaves it out with a warning.
   std::string model_repository;
   bool skip_bad_models = false;
+  // KV-cache sessions (SessionService): the budget, block size, eviction and
+  // TTLs (kvcache/session_store.h). With budget_bytes 0 no session can hold a
+  // token (appends are RESOURCE_EXHAUSTED naming --kv_cache_bytes).
+  kvcache::StoreOptions sessions;
 };
 
 class AttnServer {

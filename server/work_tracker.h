@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/support/server_callback.h"
 #include "server/metrics.h"
 
 namespace attnserve::server {
@@ -35,6 +36,24 @@ class WorkTracker {
   Metrics* const metrics_;
   absl::Mutex mu_;
   int64_t active_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A unary call's reactor that counts the call as work until gRPC is done with
+// it, not merely until Finish: shutdown cancels whatever is open once the
+// services are idle, and a response still being sent must not be cut off.
+// Heap-allocated per call; deletes itself.
+class TrackedUnaryReactor : public grpc::ServerUnaryReactor {
+ public:
+  explicit TrackedUnaryReactor(WorkTracker* work) : work_(work) {
+    work_->Begin();
+  }
+  void OnDone() override {
+    work_->End();
+    delete this;
+  }
+
+ private:
+  WorkTracker* const work_;
 };
 
 }  // namespace attnserve::server

@@ -208,8 +208,11 @@ TEST_F(MetricsTest, ExposesEveryFamilyWithHelpAndType) {
 
 TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
   const Scrape scrape = Get();
-  for (const char* method : {"Attend", "AttendStream", "GetServerInfo",
-                             "AttendModel", "AttendModelStream"}) {
+  for (const char* method :
+       {"Attend", "AttendStream", "GetServerInfo", "AttendModel",
+        "AttendModelStream", "CreateSession", "AppendKv", "AppendKvStream",
+        "AttendSessions", "ForkSession", "TruncateSession", "CloseSession",
+        "GetSession"}) {
     for (const char* code :
          {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
           "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
@@ -239,7 +242,7 @@ TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
   for (const Line& line : scrape) {
     requests_series += line.name == "attnserve_requests_total";
   }
-  EXPECT_EQ(requests_series, 5 * 17);
+  EXPECT_EQ(requests_series, 13 * 17);
   int model_series = 0;
   for (const Line& line : scrape) {
     model_series += line.name == "attnserve_model_requests_total";
@@ -403,6 +406,37 @@ TEST_F(MetricsTest, RecordsQueueComputeAndFlops) {
               Optional(DoubleNear(0.07, 1e-9)));
   EXPECT_THAT(Delta(before, after, "attnserve_attention_flops_total"),
               Optional(DoubleEq(1e9 + 2.5e8 + 1e9 + 1e6)));
+}
+
+TEST_F(MetricsTest, SessionFiguresAreReadAtEachScrape) {
+  EXPECT_EQ(Value(Get(), "attnserve_kv_sessions", {}), std::nullopt);
+  SessionStats stats;
+  stats.budget_bytes = 1000;
+  stats.used_bytes = 300;
+  stats.sessions = 2;
+  stats.tokens_appended = 40;
+  stats.ended_closed = 3;
+  stats.ended_expired = 4;
+  stats.ended_evicted = 5;
+  metrics_->SetSessionStatsSource([&stats] { return stats; });
+  Scrape scrape = Get();
+  EXPECT_EQ(Value(scrape, "attnserve_kv_bytes", {{"state", "used"}}), 300);
+  EXPECT_EQ(Value(scrape, "attnserve_kv_bytes", {{"state", "free"}}), 700);
+  EXPECT_EQ(Value(scrape, "attnserve_kv_sessions", {}), 2);
+  EXPECT_EQ(Value(scrape, "attnserve_kv_tokens_appended_total", {}), 40);
+  EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_ended_total",
+                  {{"reason", "closed"}}),
+            3);
+  EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_ended_total",
+                  {{"reason", "expired"}}),
+            4);
+  EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_ended_total",
+                  {{"reason", "evicted"}}),
+            5);
+  stats.sessions = 7;  // no call records it: the scrape reads it
+  EXPECT_EQ(Value(Get(), "attnserve_kv_sessions", {}), 7);
+  metrics_->SetSessionStatsSource(nullptr);
+  EXPECT_EQ(Value(Get(), "attnserve_kv_sessions", {}), std::nullopt);
 }
 
 TEST_F(MetricsTest, GaugesAndRejections) {

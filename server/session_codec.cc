@@ -1,0 +1,257 @@
+#include "server/session_codec.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/convert.h"
+#include "core/status_macros.h"
+#include "wire/dtype.h"
+#include "wire/tensor.h"
+
+namespace attnserve::server {
+namespace {
+
+// A rank-3 float tensor named `name`: [L, H, E] with L >= 1.
+absl::StatusOr<TensorView> DecodeRows(absl::string_view name, bool present,
+                                      const v1::Tensor& tensor,
+                                      absl::string_view axes) {
+  if (!present) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
+        axes, ")"));
+  }
+  ASSIGN_OR_RETURN(const DType dtype, wire::FloatDType(name, tensor));
+  ASSIGN_OR_RETURN(const TensorView view, wire::ViewAs(name, tensor, dtype));
+  if (view.rank != 3 || view.shape[0] < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".shape: expected ", axes, " with Lnew >= 1, got ",
+                     ShapeString(view.dims())));
+  }
+  return view;
+}
+
+}  // namespace
+
+absl::StatusOr<kvcache::SessionShape> DecodeShape(
+    const v1::SessionShape& wire) {
+  kvcache::SessionShape shape;
+  shape.num_layers = wire.num_layers();
+  shape.num_kv_heads = wire.num_kv_heads();
+  shape.head_dim = wire.head_dim();
+  shape.value_dim = wire.value_dim() == 0 ? wire.head_dim() : wire.value_dim();
+  shape.max_tokens = wire.max_tokens();
+  if (wire.storage_dtype() == v1::DATA_TYPE_UNSPECIFIED) {
+    shape.dtype = DType::kFloat32;
+  } else {
+    ASSIGN_OR_RETURN(shape.dtype, wire::DTypeFromWire(wire.storage_dtype(),
+                                                      "shape.storage_dtype"));
+  }
+  return shape;
+}
+
+void EncodeInfo(const kvcache::SessionInfo& info, v1::SessionInfo* wire) {
+  wire->set_session_id(info.id);
+  v1::SessionShape* shape = wire->mutable_shape();
+  shape->set_num_layers(info.shape.num_layers);
+  shape->set_num_kv_heads(info.shape.num_kv_heads);
+  shape->set_head_dim(info.shape.head_dim);
+  shape->set_value_dim(info.shape.value_dim);
+  shape->set_storage_dtype(wire::DTypeToWire(info.shape.dtype));
+  shape->set_max_tokens(info.shape.max_tokens);
+  wire->clear_layer_tokens();
+  for (int64_t t : info.layer_tokens) wire->add_layer_tokens(t);
+  wire->set_kv_bytes(info.bytes);
+  wire->set_ttl_ms(absl::ToInt64Milliseconds(info.ttl));
+  wire->set_idle_ms(std::max<int64_t>(
+      0, absl::ToInt64Milliseconds(absl::Now() - info.last_use)));
+  wire->set_created(info.created_now);
+  wire->set_parent_id(info.parent);
+}
+
+absl::StatusOr<absl::Duration> DecodeTtl(int64_t ttl_ms) {
+  if (ttl_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl_ms: ", ttl_ms, " is negative (0 = the server's)"));
+  }
+  return absl::Milliseconds(ttl_ms);
+}
+
+absl::StatusOr<DecodedAppend> DecodeAppend(const v1::AppendKvRequest& request) {
+  DecodedAppend decoded;
+  ASSIGN_OR_RETURN(decoded.key,
+                   DecodeRows("key", request.has_key(), request.key(),
+                              "[Lnew, num_kv_heads, head_dim]"));
+  ASSIGN_OR_RETURN(decoded.value,
+                   DecodeRows("value", request.has_value(), request.value(),
+                              "[Lnew, num_kv_heads, value_dim]"));
+  return decoded;
+}
+
+absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
+    const v1::AttendSessionsRequest& request) {
+  DecodedSessionsRequest d;
+  d.layer = request.layer();
+  const int n = request.sessions_size();
+  if (n < 1 || n > kMaxSessionsPerCall) {
+    return absl::InvalidArgumentError(absl::StrCat("sessions: ", n,
+                                                   " sessions (expected 1 to ",
+                                                   kMaxSessionsPerCall, ")"));
+  }
+  d.parts.resize(static_cast<size_t>(n));
+  d.queries.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const v1::SessionQuery& q = request.sessions(i);
+    const std::string at = absl::StrCat("sessions[", i, "].");
+    kvcache::AttendPart& part = d.parts[static_cast<size_t>(i)];
+    part.session_id = q.session_id();
+    part.field_prefix = at;
+    if (q.session_id().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, "session_id: missing"));
+    }
+    ASSIGN_OR_RETURN(d.queries[static_cast<size_t>(i)],
+                     DecodeRows(absl::StrCat(at, "query"), q.has_query(),
+                                q.query(), "[Lnew, Hq, head_dim]"));
+    if (q.has_key()) {
+      ASSIGN_OR_RETURN(part.keys,
+                       DecodeRows(absl::StrCat(at, "key"), true, q.key(),
+                                  "[Lnew, num_kv_heads, head_dim]"));
+    }
+    if (q.has_value()) {
+      ASSIGN_OR_RETURN(part.values,
+                       DecodeRows(absl::StrCat(at, "value"), true, q.value(),
+                                  "[Lnew, num_kv_heads, value_dim]"));
+    }
+    if (q.has_position()) part.position = q.position();
+  }
+  d.causal = !request.has_causal() || request.causal();
+  if (request.has_window_left()) {
+    if (request.window_left() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("window_left: ", request.window_left(), " is negative"));
+    }
+    d.window_left = request.window_left();
+  }
+  d.alibi_slopes = absl::MakeConstSpan(request.alibi_slopes().data(),
+                                       request.alibi_slopes().size());
+  if (request.has_scale()) {
+    if (!std::isfinite(request.scale())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scale: ", request.scale(), " is not finite"));
+    }
+    d.scale = request.scale();
+  }
+  d.return_weights = request.return_weights();
+  ASSIGN_OR_RETURN(d.output_dtype, DecodeOutputDType(request.output_dtype(),
+                                                     d.queries[0].dtype));
+  return d;
+}
+
+absl::StatusOr<double> AdmitSessions(const DecodedSessionsRequest& d,
+                                     absl::Span<const kvcache::PartPlan> plans,
+                                     const RequestLimits& limits) {
+  const kvcache::SessionShape& first = plans[0].shape;
+  const int64_t hq = d.queries[0].shape[1];
+  double flops = 0;
+  int64_t bytes = 0;
+  const int64_t out_size = static_cast<int64_t>(DTypeSize(d.output_dtype));
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const kvcache::SessionShape& s = plans[i].shape;
+    const std::string& at = d.parts[i].field_prefix;
+    if (s.num_kv_heads != first.num_kv_heads || s.head_dim != first.head_dim ||
+        s.value_dim != first.value_dim || s.dtype != first.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, "session_id: session \"", d.parts[i].session_id, "\" has ",
+          kvcache::ShapeText(s), ", sessions[0] ", kvcache::ShapeText(first),
+          " (the sessions of one call share kv heads, dims and storage "
+          "dtype)"));
+    }
+    const TensorView& q = d.queries[i];
+    if (q.shape[1] != hq || q.shape[2] != s.head_dim ||
+        hq % s.num_kv_heads != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, "query.shape: expected [Lnew, Hq = ", hq,
+          " (a multiple of num_kv_heads = ", s.num_kv_heads,
+          "), head_dim = ", s.head_dim, "], got ", ShapeString(q.dims())));
+    }
+    const int64_t lnew = q.shape[0];
+    const int64_t tokens = plans[i].tokens_after;
+    flops += 2.0 * hq * lnew * tokens * double(s.head_dim + s.value_dim);
+    bytes += lnew * hq * s.value_dim * out_size;
+    if (d.return_weights) bytes += hq * lnew * tokens * 4;
+  }
+  if (bytes > limits.max_response_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("response: ", bytes, " bytes of outputs",
+                     d.return_weights ? " and weights" : "",
+                     " exceed the limit of ", limits.max_response_bytes,
+                     " bytes (the server's --max_response_bytes flag)"));
+  }
+  if (flops > limits.max_flops) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request: ", flops, " FLOPs of attention exceed the limit of ",
+        limits.max_flops, " (the server's --max_request_flops flag)"));
+  }
+  return flops;
+}
+
+void PrepareSessionsCall(const DecodedSessionsRequest& d,
+                         std::vector<kvcache::PinnedPart> pinned,
+                         int block_tokens, v1::AttendSessionsResponse* response,
+                         SessionsCall* call) {
+  call->pinned = std::move(pinned);
+  const size_t n = call->pinned.size();
+  const kvcache::SessionShape& shape = call->pinned[0].shape;
+  const int64_t hq = d.queries[0].shape[1];
+  call->converted_queries.resize(n);
+  call->sequences.resize(n);
+  response->clear_results();
+  for (size_t i = 0; i < n; ++i) {
+    const kvcache::PinnedLayer& layer = call->pinned[i].layer;
+    const TensorView& q = d.queries[i];
+    const int64_t lnew = q.shape[0];
+    PagedSequence& seq = call->sequences[i];
+    if (q.dtype == shape.dtype) {
+      seq.query = q;
+    } else {
+      // The engine's operands share the cache's dtype.
+      const size_t elements = static_cast<size_t>(q.num_elements());
+      std::vector<float> widened(elements);
+      ConvertToFloat(q.data, q.dtype, widened.data(), elements);
+      std::vector<char>& bytes = call->converted_queries[i];
+      bytes.resize(elements * DTypeSize(shape.dtype));
+      ConvertFromFloat(widened.data(), bytes.data(), shape.dtype, elements);
+      seq.query = MakeTensorView(bytes.data(), shape.dtype,
+                                 {lnew, hq, int64_t{shape.head_dim}});
+    }
+    seq.kv.blocks = layer.data;
+    seq.kv.tokens = layer.tokens;
+    v1::SessionResult* result = response->add_results();
+    result->set_session_id(d.parts[i].session_id);
+    result->set_tokens(layer.tokens);
+    const int64_t out_shape[] = {lnew, hq, int64_t{shape.value_dim}};
+    seq.output = wire::PrepareTensor(d.output_dtype, out_shape,
+                                     result->mutable_output());
+    if (d.return_weights) {
+      const int64_t w_shape[] = {hq, lnew, layer.tokens};
+      seq.weights = wire::PrepareTensor(DType::kFloat32, w_shape,
+                                        result->mutable_weights());
+    }
+  }
+  PagedAttentionInputs& in = call->inputs;
+  in.q_heads = hq;
+  in.kv_heads = shape.num_kv_heads;
+  in.head_dim = shape.head_dim;
+  in.value_dim = shape.value_dim;
+  in.kv_dtype = shape.dtype;
+  in.block_tokens = block_tokens;
+  in.causal = d.causal;
+  in.window_left = d.window_left;
+  in.alibi_slopes = d.alibi_slopes;
+  in.scale = d.scale;
+  in.sequences = call->sequences;
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,92 @@
+#ifndef ATTNSERVE_SERVER_SESSION_CODEC_H_
+#define ATTNSERVE_SERVER_SESSION_CODEC_H_
+
+// SessionService's messages ↔ the KV-cache store and the paged engine call.
+// As request_codec.h: every field checked, tensor data viewed in place (the
+// queries are converted to the storage dtype when it differs).
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "attnserve/v1/sessions.pb.h"
+#include "core/paged.h"
+#include "core/tensor.h"
+#include "kvcache/session_store.h"
+#include "server/request_codec.h"
+
+namespace attnserve::server {
+
+// Sessions in one AttendSessions call at most.
+inline constexpr int kMaxSessionsPerCall = 4096;
+
+// The wire shape (value_dim 0 = head_dim, unspecified dtype = FLOAT32) as the
+// store's. InvalidArgument naming "shape.storage_dtype" for BOOL, INT32 or
+// unknown values; the store checks the ranges.
+absl::StatusOr<kvcache::SessionShape> DecodeShape(const v1::SessionShape& wire);
+void EncodeInfo(const kvcache::SessionInfo& info, v1::SessionInfo* wire);
+
+// A wire ttl_ms as a duration: InvalidArgument for a negative value.
+absl::StatusOr<absl::Duration> DecodeTtl(int64_t ttl_ms);
+
+// An AppendKvRequest's key and value as views into it. InvalidArgument naming
+// the field for a missing tensor, a non-float dtype or data that does not
+// match its shape; the store checks the shape against the session's.
+struct DecodedAppend {
+  TensorView key;
+  TensorView value;
+};
+absl::StatusOr<DecodedAppend> DecodeAppend(const v1::AppendKvRequest& request);
+
+// An AttendSessionsRequest checked field by field; views borrow from it.
+struct DecodedSessionsRequest {
+  int layer = 0;
+  std::vector<kvcache::AttendPart> parts;
+  std::vector<TensorView> queries;  // [Lnew, Hq, D], wire dtypes
+  bool causal = true;
+  std::optional<int64_t> window_left;
+  absl::Span<const float> alibi_slopes;
+  std::optional<float> scale;
+  bool return_weights = false;
+  DType output_dtype = DType::kFloat32;
+};
+absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
+    const v1::AttendSessionsRequest& request);
+
+// The checks that need each session's shape and tokens, made before anything
+// is appended: the sessions share num_kv_heads, head_dim, value_dim and
+// storage dtype; each query is [Lnew, Hq, head_dim] with one Hq for all, a
+// multiple of num_kv_heads; the response fits limits.max_response_bytes and
+// the work limits.max_flops. Returns the call's dense FLOPs.
+absl::StatusOr<double> AdmitSessions(const DecodedSessionsRequest& decoded,
+                                     absl::Span<const kvcache::PartPlan> plans,
+                                     const RequestLimits& limits);
+
+// What the engine run needs, owned: converted queries (when the storage dtype
+// differs from the wire's) and the block pointers, pinned.
+struct SessionsCall {
+  // The request's decoded form: its views and mask parts outlive the run.
+  std::shared_ptr<const DecodedSessionsRequest> decoded;
+  std::vector<kvcache::PinnedPart> pinned;
+  std::vector<std::vector<char>> converted_queries;
+  std::vector<PagedSequence> sequences;
+  PagedAttentionInputs inputs;
+  double flops = 0;
+};
+
+// Sets each result's output (and weights) tensors in `response` and builds
+// the engine's inputs over them. `decoded` and `response` must outlive the
+// returned call, which must not be moved once built (sequences point into
+// it).
+void PrepareSessionsCall(const DecodedSessionsRequest& decoded,
+                         std::vector<kvcache::PinnedPart> pinned,
+                         int block_tokens, v1::AttendSessionsResponse* response,
+                         SessionsCall* call);
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_SESSION_CODEC_H_

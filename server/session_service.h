@@ -1,0 +1,89 @@
+#ifndef ATTNSERVE_SERVER_SESSION_SERVICE_H_
+#define ATTNSERVE_SERVER_SESSION_SERVICE_H_
+
+// SessionService (sessions.proto) on gRPC's callback API: KV-cache sessions
+// in a kvcache::SessionStore. Calls that change a session (create, append,
+// fork, truncate, close) are applied on receipt, in the order the server
+// receives them: they are bookkeeping and memory copies of the bytes that
+// just arrived. The attention of AttendSessions runs on the scheduler's
+// workers, over the layers pinned on receipt.
+
+#include <atomic>
+#include <string>
+
+#include "absl/time/time.h"
+#include "attnserve/v1/sessions.grpc.pb.h"
+#include "kvcache/session_store.h"
+#include "server/metrics.h"
+#include "server/request_codec.h"
+#include "server/rpc/auth.h"
+#include "server/scheduler.h"
+#include "server/work_tracker.h"
+
+namespace attnserve::server {
+
+class SessionService final : public v1::SessionService::CallbackService {
+ public:
+  // `store`, `scheduler` and `metrics` must outlive the service. A non-empty
+  // `auth_token` is required on every call, as AttentionService requires it.
+  SessionService(const RequestLimits& limits, const std::string& auth_token,
+                 kvcache::SessionStore* store, Scheduler* scheduler,
+                 Metrics* metrics);
+
+  // As AttentionService's: new calls get UNAVAILABLE from now on.
+  void StartDraining() { draining_.store(true); }
+  bool WaitUntilIdle(absl::Time deadline) {
+    return work_.WaitUntilIdle(deadline);
+  }
+
+  grpc::ServerUnaryReactor* CreateSession(
+      grpc::CallbackServerContext* context,
+      const v1::CreateSessionRequest* request,
+      v1::SessionInfo* response) override;
+  grpc::ServerUnaryReactor* AppendKv(grpc::CallbackServerContext* context,
+                                     const v1::AppendKvRequest* request,
+                                     v1::SessionInfo* response) override;
+  grpc::ServerReadReactor<v1::AppendKvRequest>* AppendKvStream(
+      grpc::CallbackServerContext* context, v1::SessionInfo* response) override;
+  grpc::ServerUnaryReactor* AttendSessions(
+      grpc::CallbackServerContext* context,
+      const v1::AttendSessionsRequest* request,
+      v1::AttendSessionsResponse* response) override;
+  grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
+                                        const v1::ForkSessionRequest* request,
+                                        v1::SessionInfo* response) override;
+  grpc::ServerUnaryReactor* TruncateSession(
+      grpc::CallbackServerContext* context,
+      const v1::TruncateSessionRequest* request,
+      v1::SessionInfo* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+                                         const v1::CloseSessionRequest* request,
+                                         v1::SessionInfo* response) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
+                                       const v1::GetSessionRequest* request,
+                                       v1::SessionInfo* response) override;
+
+ private:
+  class AppendStream;
+
+  absl::Status Admit(const grpc::CallbackServerContext& context) const;
+  // Answers a call whose work is `op`, run here, with its metrics.
+  template <typename Request, typename Op>
+  grpc::ServerUnaryReactor* Inline(grpc::CallbackServerContext* context,
+                                   Method method, const Request& request,
+                                   v1::SessionInfo* response, Op op);
+  absl::Status Append(const v1::AppendKvRequest& request,
+                      v1::SessionInfo* response);
+
+  const RequestLimits limits_;
+  kvcache::SessionStore* const store_;
+  Scheduler* const scheduler_;
+  Metrics* const metrics_;
+  const BearerTokenAuth auth_;
+  std::atomic<bool> draining_{false};
+  WorkTracker work_;
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_SESSION_SERVICE_H_

@@ -1,0 +1,126 @@
+#include "tests/util/session_mirror.h"
+
+#include <cstring>
+
+#include "base/random.h"
+#include "core/attention.h"
+#include "core/convert.h"
+#include "core/reference.h"
+#include "wire/dtype.h"
+
+namespace attnserve::testing {
+namespace {
+
+float Round(float x, DType dtype) {
+  if (dtype == DType::kBFloat16) return BFloat16ToFloat(FloatToBFloat16(x));
+  if (dtype == DType::kFloat16) return Float16ToFloat(FloatToFloat16(x));
+  return x;
+}
+
+}  // namespace
+
+v1::SessionShape WireShape(const MirrorShape& s) {
+  v1::SessionShape w;
+  w.set_num_layers(s.layers);
+  w.set_num_kv_heads(s.kv_heads);
+  w.set_head_dim(s.head_dim);
+  w.set_value_dim(s.value_dim);
+  w.set_storage_dtype(wire::DTypeToWire(s.dtype));
+  w.set_max_tokens(s.max_tokens);
+  return w;
+}
+
+v1::Tensor WireRows(DType dtype, int64_t rows, int64_t heads, int64_t dim,
+                    absl::Span<const float> values) {
+  v1::Tensor t;
+  t.set_dtype(wire::DTypeToWire(dtype));
+  t.add_shape(rows);
+  t.add_shape(heads);
+  t.add_shape(dim);
+  std::string data(values.size() * DTypeSize(dtype), '\0');
+  ConvertFromFloat(values.data(), data.data(), dtype, values.size());
+  t.set_data(std::move(data));
+  return t;
+}
+
+std::vector<float> WireFloats(const v1::Tensor& tensor) {
+  const absl::StatusOr<DType> dtype = wire::DTypeFromWire(tensor.dtype(), "");
+  if (!dtype.ok()) return {};
+  const size_t n = tensor.data().size() / DTypeSize(*dtype);
+  std::vector<float> out(n);
+  ConvertToFloat(tensor.data().data(), *dtype, out.data(), n);
+  return out;
+}
+
+std::vector<float> RandomValues(uint64_t seed, int64_t n) {
+  base::SplitMix64 rng(seed);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = rng.Uniform(-1.0f, 1.0f);
+  return v;
+}
+
+SessionMirror::SessionMirror(const MirrorShape& shape)
+    : shape_(shape),
+      keys_(static_cast<size_t>(shape.layers)),
+      values_(static_cast<size_t>(shape.layers)) {}
+
+int64_t SessionMirror::tokens(int layer) const {
+  return static_cast<int64_t>(keys_[static_cast<size_t>(layer)].size()) /
+         (shape_.kv_heads * shape_.head_dim);
+}
+
+void SessionMirror::Append(int layer, absl::Span<const float> keys,
+                           absl::Span<const float> values) {
+  for (float k : keys) {
+    keys_[static_cast<size_t>(layer)].push_back(Round(k, shape_.dtype));
+  }
+  for (float v : values) {
+    values_[static_cast<size_t>(layer)].push_back(Round(v, shape_.dtype));
+  }
+}
+
+void SessionMirror::Truncate(int64_t tokens) {
+  for (int l = 0; l < shape_.layers; ++l) {
+    if (this->tokens(l) <= tokens) continue;
+    keys_[static_cast<size_t>(l)].resize(
+        static_cast<size_t>(tokens * shape_.kv_heads * shape_.head_dim));
+    values_[static_cast<size_t>(l)].resize(
+        static_cast<size_t>(tokens * shape_.kv_heads * shape_.value_dim));
+  }
+}
+
+absl::StatusOr<std::vector<float>> SessionMirror::Reference(
+    int layer, int64_t hq, absl::Span<const float> query, bool causal,
+    std::optional<int64_t> window_left, absl::Span<const float> alibi,
+    std::optional<float> scale, std::vector<float>* weights) const {
+  const int64_t d = shape_.head_dim, dv = shape_.value_dim;
+  const int64_t lnew = static_cast<int64_t>(query.size()) / (hq * d);
+  const int64_t t = tokens(layer);
+  std::vector<float> q(query.begin(), query.end());
+  for (float& x : q) x = Round(x, shape_.dtype);
+  AttentionInputs in;
+  in.layout = Layout::kBLHD;
+  in.query = MakeTensorView(q.data(), DType::kFloat32, {1, lnew, hq, d});
+  in.key = MakeTensorView(keys_[static_cast<size_t>(layer)].data(),
+                          DType::kFloat32, {1, t, shape_.kv_heads, d});
+  in.value = MakeTensorView(values_[static_cast<size_t>(layer)].data(),
+                            DType::kFloat32, {1, t, shape_.kv_heads, dv});
+  in.mask.causal = causal;
+  in.mask.alignment = CausalAlignment::kBottomRight;
+  in.mask.window_left = window_left;
+  in.mask.alibi_slopes = alibi;
+  in.scale = scale;
+  std::vector<float> out(static_cast<size_t>(lnew * hq * dv));
+  std::vector<float> w(static_cast<size_t>(hq * lnew * t));
+  AttentionOutputs outputs;
+  outputs.output =
+      MakeMutableTensorView(out.data(), DType::kFloat32, {1, lnew, hq, dv});
+  outputs.weights =
+      MakeMutableTensorView(w.data(), DType::kFloat32, {1, hq, lnew, t});
+  const absl::Status st = ReferenceAttention(in, outputs);
+  if (!st.ok()) return st;
+  if (weights != nullptr) *weights = std::move(w);
+  return out;
+}
+
+}  // namespace attnserve::testing

@@ -1,0 +1,74 @@
+#ifndef ATTNSERVE_TESTS_UTIL_SESSION_MIRROR_H_
+#define ATTNSERVE_TESTS_UTIL_SESSION_MIRROR_H_
+
+// A client-side copy of a KV-cache session, for end-to-end tests: what the
+// server should hold (keys and values rounded to the storage dtype, as the
+// server stores them), the wire tensors to send it, and the stateless
+// reference of an AttendSessions result over the copy.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "attnserve/v1/sessions.pb.h"
+#include "core/tensor.h"
+
+namespace attnserve::testing {
+
+struct MirrorShape {
+  int layers = 1;
+  int kv_heads = 2;
+  int head_dim = 16;
+  int value_dim = 16;
+  DType dtype = DType::kFloat32;
+  int64_t max_tokens = 4096;
+};
+
+// The wire form of a session shape.
+v1::SessionShape WireShape(const MirrorShape& shape);
+
+// A wire tensor [rows, heads, dim] of `dtype` holding `values` (rounded).
+v1::Tensor WireRows(DType dtype, int64_t rows, int64_t heads, int64_t dim,
+                    absl::Span<const float> values);
+
+// Floats of a wire tensor (any float dtype).
+std::vector<float> WireFloats(const v1::Tensor& tensor);
+
+// Seeded uniform values in [-1, 1).
+std::vector<float> RandomValues(uint64_t seed, int64_t n);
+
+class SessionMirror {
+ public:
+  SessionMirror() = default;
+  explicit SessionMirror(const MirrorShape& shape);
+
+  const MirrorShape& shape() const { return shape_; }
+  int64_t tokens(int layer) const;
+
+  // Appends rows [n, kv_heads, head_dim] / [n, kv_heads, value_dim] (as they
+  // will be sent, before rounding).
+  void Append(int layer, absl::Span<const float> keys,
+              absl::Span<const float> values);
+  void Truncate(int64_t tokens);
+
+  // The reference output [Lnew, Hq, Dv] (f32) of `query` [Lnew, Hq, D] over
+  // `layer`, as AttendSessions defines it: the query rounded to the storage
+  // dtype, bottom-right causal when `causal`, and the other mask parts.
+  // With `weights`, also [Hq, Lnew, tokens].
+  absl::StatusOr<std::vector<float>> Reference(
+      int layer, int64_t hq, absl::Span<const float> query, bool causal,
+      std::optional<int64_t> window_left, absl::Span<const float> alibi,
+      std::optional<float> scale, std::vector<float>* weights = nullptr) const;
+
+ private:
+  MirrorShape shape_;
+  // Per layer: rows [tokens][kv_heads][dim], rounded to the storage dtype.
+  std::vector<std::vector<float>> keys_, values_;
+};
+
+}  // namespace attnserve::testing
+
+#endif  // ATTNSERVE_TESTS_UTIL_SESSION_MIRROR_H_
