@@ -18,6 +18,8 @@ packages=(
   python3
   # deployment checks (tests/deploy): promtool, YAML parsing with /usr/bin/python3
   prometheus python3-yaml
+  # session routing (tests/server/e2e_session_routing_test.cc, deploy/haproxy/)
+  haproxy
 )
 
 missing=()

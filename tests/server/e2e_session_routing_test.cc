@@ -1,0 +1,247 @@
+// Session routing with a real load balancer: a real haproxy process (the
+// configuration of deploy/haproxy/haproxy.cfg: consistent hashing on the
+// `attnserve-session` header) in front of two real attnserve replicas. Every
+// session's calls reach the replica that holds it, and the sessions spread
+// over both.
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "attnserve/v1/sessions.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/util/server_process.h"
+#include "tests/util/session_mirror.h"
+#include "tests/util/temp_dir.h"
+
+#ifndef ATTNSERVE_HAPROXY_BINARY
+#error "ATTNSERVE_HAPROXY_BINARY must name the haproxy binary"
+#endif
+#ifndef ATTNSERVE_SOURCE_DIR
+#error "ATTNSERVE_SOURCE_DIR must name the source tree"
+#endif
+
+namespace attnserve {
+namespace {
+
+using ::attnserve::testing::MetricSample;
+using ::attnserve::testing::MirrorShape;
+using ::attnserve::testing::RandomValues;
+using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::TempDir;
+using ::attnserve::testing::WireRows;
+using ::attnserve::testing::WireShape;
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// deploy/haproxy/haproxy.cfg with its listen port and servers replaced.
+std::string ConfigFor(int port, const ServerProcess& a,
+                      const ServerProcess& b) {
+  std::ifstream in(std::string(ATTNSERVE_SOURCE_DIR) +
+                   "/deploy/haproxy/haproxy.cfg");
+  std::string cfg((std::istreambuf_iterator<char>(in)),
+                  std::istreambuf_iterator<char>());
+  EXPECT_FALSE(cfg.empty());
+  const auto server = [](const ServerProcess& p) {
+    return absl::StrCat(p.target(), " proto h2 check port ", p.metrics_port());
+  };
+  return absl::StrReplaceAll(
+      cfg, {{"0.0.0.0:50050", absl::StrCat("127.0.0.1:", port)},
+            {"attnserve-a:50051 proto h2 check port 9464", server(a)},
+            {"attnserve-b:50051 proto h2 check port 9464", server(b)}});
+}
+
+// True once `port` on 127.0.0.1 accepts a TCP connection (at most 10 s), so
+// that the gRPC channel made next does not start in connection backoff.
+bool AwaitListening(int port) {
+  for (int i = 0; i < 200; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok =
+        connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    close(fd);
+    if (ok) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+class Haproxy {
+ public:
+  explicit Haproxy(const std::string& config_path) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl(ATTNSERVE_HAPROXY_BINARY, "haproxy", "-db", "-f",
+            config_path.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Haproxy() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool running() const {
+    return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+void Route(grpc::ClientContext* context, const std::string& session) {
+  context->AddMetadata("attnserve-session", session);
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(30));
+}
+
+TEST(E2eSessionRoutingTest, TheShippedConfigIsValid) {
+  const std::string command =
+      absl::StrCat(ATTNSERVE_HAPROXY_BINARY, " -c -q -f ", ATTNSERVE_SOURCE_DIR,
+                   "/deploy/haproxy/haproxy.cfg");
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+TEST(E2eSessionRoutingTest, EachSessionStaysOnOneReplicaAndSessionsSpread) {
+  auto a = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  auto b = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  TempDir dir;
+  const int port = FreePort();
+  const std::string config = dir.path() + "/haproxy.cfg";
+  {
+    std::ofstream out(config);
+    out << ConfigFor(port, **a, **b);
+  }
+  Haproxy haproxy(config);
+  ASSERT_TRUE(AwaitListening(port)) << "haproxy is not listening on " << port;
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                     grpc::InsecureChannelCredentials());
+  auto info_stub = v1::AttentionService::NewStub(channel);
+  // Up once a call passes through it.
+  bool up = false;
+  grpc::Status last;
+  for (int i = 0; i < 100 && !up && haproxy.running(); ++i) {
+    v1::ServerInfo info;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(500));
+    last = info_stub->GetServerInfo(&context, {}, &info);
+    up = last.ok();
+    if (!up) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(up) << "haproxy did not come up on port " << port << ": "
+                  << last.error_message() << " (running " << haproxy.running()
+                  << ") with\n"
+                  << ConfigFor(port, **a, **b);
+
+  auto stub = v1::SessionService::NewStub(channel);
+  MirrorShape shape;
+  constexpr int kSessions = 16, kSteps = 3;
+  std::vector<std::string> ids;
+  for (int s = 0; s < kSessions; ++s) {
+    const std::string id = absl::StrCat("routed-", s);
+    ids.push_back(id);
+    {
+      v1::CreateSessionRequest r;
+      r.set_session_id(id);
+      *r.mutable_shape() = WireShape(shape);
+      v1::SessionInfo info;
+      grpc::ClientContext context;
+      Route(&context, id);
+      ASSERT_TRUE(stub->CreateSession(&context, r, &info).ok());
+    }
+    {
+      v1::AppendKvRequest r;
+      r.set_session_id(id);
+      r.set_position(0);
+      *r.mutable_key() =
+          WireRows(DType::kFloat32, 32, 2, 16, RandomValues(s, 32 * 32));
+      *r.mutable_value() =
+          WireRows(DType::kFloat32, 32, 2, 16, RandomValues(s + 99, 32 * 32));
+      v1::SessionInfo info;
+      grpc::ClientContext context;
+      Route(&context, id);
+      const grpc::Status st = stub->AppendKv(&context, r, &info);
+      ASSERT_TRUE(st.ok()) << st.error_message();
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      v1::AttendSessionsRequest r;
+      v1::SessionQuery* q = r.add_sessions();
+      q->set_session_id(id);
+      *q->mutable_query() =
+          WireRows(DType::kFloat32, 1, 4, 16, RandomValues(step, 64));
+      *q->mutable_key() =
+          WireRows(DType::kFloat32, 1, 2, 16, RandomValues(step, 32));
+      *q->mutable_value() =
+          WireRows(DType::kFloat32, 1, 2, 16, RandomValues(step + 5, 32));
+      q->set_position(32 + step);
+      v1::AttendSessionsResponse response;
+      grpc::ClientContext context;
+      Route(&context, id);
+      // A step landing on the other replica would be NOT_FOUND.
+      const grpc::Status st = stub->AttendSessions(&context, r, &response);
+      ASSERT_TRUE(st.ok()) << id << " step " << step << ": "
+                           << st.error_message();
+      EXPECT_EQ(response.results(0).tokens(), 33 + step);
+    }
+  }
+  // Directly on each replica: every session is on exactly one.
+  int on_a = 0, on_b = 0;
+  for (const std::string& id : ids) {
+    int found = 0;
+    for (ServerProcess* replica : {a->get(), b->get()}) {
+      auto direct = v1::SessionService::NewStub(replica->Channel());
+      v1::GetSessionRequest r;
+      r.set_session_id(id);
+      v1::SessionInfo info;
+      grpc::ClientContext context;
+      if (direct->GetSession(&context, r, &info).ok()) {
+        ++found;
+        EXPECT_EQ(info.layer_tokens(0), 32 + kSteps);
+        (replica == a->get() ? on_a : on_b) += 1;
+      }
+    }
+    EXPECT_EQ(found, 1) << id;
+  }
+  EXPECT_EQ(on_a + on_b, kSessions);
+  EXPECT_GT(on_a, 0);
+  EXPECT_GT(on_b, 0);
+  // And each replica computed exactly its sessions' steps.
+  const std::string steps =
+      "attnserve_requests_total{code=\"OK\",method=\"AttendSessions\"}";
+  EXPECT_EQ(testing::AwaitMetric(**a, steps, on_a * kSteps), on_a * kSteps);
+  EXPECT_EQ(testing::AwaitMetric(**b, steps, on_b * kSteps), on_b * kSteps);
+  EXPECT_EQ(MetricSample(**a, "attnserve_kv_sessions"), on_a);
+  EXPECT_EQ(MetricSample(**b, "attnserve_kv_sessions"), on_b);
+}
+
+}  // namespace
+}  // namespace attnserve
