@@ -36,6 +36,9 @@ constexpr Subcommand kSubcommands[] = {
      attnserve::client::HeatmapMain},
     {"bench", "load test: closed or open loop, sweeps, percentiles, CSV/JSON",
      attnserve::client::BenchMain},
+    {"session",
+     "KV-cache sessions: create, append, step, info, fork, truncate, close",
+     attnserve::client::SessionMain},
 };
 
 std::string Usage() {

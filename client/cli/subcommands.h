@@ -13,6 +13,7 @@ int InfoMain(absl::Span<char* const> args);
 int InferMain(absl::Span<char* const> args);
 int HeatmapMain(absl::Span<char* const> args);
 int BenchMain(absl::Span<char* const> args);
+int SessionMain(absl::Span<char* const> args);
 
 }  // namespace attnserve::client
 

@@ -1,0 +1,122 @@
+// attnctl session against a real attnserve process: every action, the
+// outputs a user reads, and the exit codes of what goes wrong.
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/client/attnctl_runner.h"
+#include "tests/util/server_process.h"
+
+namespace attnserve {
+namespace {
+
+using ::attnserve::testing::CommandResult;
+using ::attnserve::testing::Describe;
+using ::attnserve::testing::RunAttnctl;
+using ::attnserve::testing::ServerProcess;
+using ::testing::HasSubstr;
+
+class AttnctlSessionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto server = ServerProcess::Start(
+        {"--workers=1", "--threads_per_worker=1", "--kv_block_tokens=16"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  CommandResult Session(std::vector<std::string> args) {
+    args.insert(args.begin(), "session");
+    args.push_back("--target=" + server_->target());
+    return RunAttnctl(args);
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* AttnctlSessionTest::server_ = nullptr;
+
+TEST_F(AttnctlSessionTest, EveryActionOnOneSession) {
+  CommandResult r =
+      Session({"create", "--session=cli", "--layers=2", "--kv_heads=2",
+               "--dim=32", "--storage_dtype=bf16"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("session_id: cli\n"));
+  EXPECT_THAT(r.out, HasSubstr("shape: layers 2, kv_heads 2, head_dim 32, "
+                               "value_dim 32, bf16, max_tokens 8192"));
+  EXPECT_THAT(r.out, HasSubstr("created: true"));
+
+  r = Session({"append", "--session=cli", "--kv_tokens=100",
+               "--chunk_tokens=30", "--position=0"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("chunks: 4\n"));
+  EXPECT_THAT(r.out, HasSubstr("layer_tokens: [100, 0]"));
+  // 7 blocks of 16 tokens × 2 heads × 64 elements × 2 bytes.
+  EXPECT_THAT(r.out, HasSubstr("kv_bytes: 28672\n"));
+
+  r = Session({"step", "--session=cli", "--heads=4", "--lnew=2"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out,
+              HasSubstr("session cli: tokens 102, output f32 [2, 4, 32]"));
+  EXPECT_THAT(r.out, HasSubstr("timing: queue "));
+
+  r = Session({"fork", "--session=cli", "--child=cli-child"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("parent_id: cli\n"));
+  r = Session(
+      {"step", "--session=cli,cli-child", "--heads=4", "--return_weights"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("session cli: tokens 103"));
+  EXPECT_THAT(r.out, HasSubstr("session cli-child: tokens 103"));
+  EXPECT_THAT(r.out, HasSubstr("weights [4, 1, 103]"));
+
+  r = Session({"truncate", "--session=cli", "--kv_tokens=50"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("layer_tokens: [50, 0]"));
+  r = Session({"info", "--session=cli-child"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("layer_tokens: [103, 0]"));
+
+  r = Session({"close", "--session=cli"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  r = Session({"info", "--session=cli"});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_THAT(r.err,
+              HasSubstr("error: NOT_FOUND: session \"cli\" was closed at"));
+  ASSERT_EQ(Session({"close", "--session=cli-child"}).exit_code, 0);
+}
+
+TEST_F(AttnctlSessionTest, ServerIdsAndErrors) {
+  CommandResult r = Session({"create", "--kv_heads=1", "--dim=8"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("session_id: s-[0-9a-f]{16}"));
+
+  ASSERT_EQ(Session({"create", "--session=e", "--kv_heads=1"}).exit_code, 0);
+  r = Session({"append", "--session=e", "--position=3"});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("INVALID_ARGUMENT: position: 3 leaves a gap "
+                               "after the 0 tokens"));
+  r = Session({"step", "--session=e", "--heads=3", "--kv_heads=2"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);  // kv_heads is the session's: 1
+  r = Session({"append"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--session is required for session append"));
+  r = Session({"explode", "--session=e"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("unknown session action \"explode\""));
+  r = Session({"create", "--storage_dtype=bool"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--storage_dtype"));
+  r = RunAttnctl({"session"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("attnctl session create|append|step"));
+  r = RunAttnctl({"session", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("--kv_tokens"));
+}
+
+}  // namespace
+}  // namespace attnserve
