@@ -3,6 +3,7 @@
 #include <iostream>
 #include <string>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,8 @@
 #include "client/cli/subcommands.h"
 #include "client/load/bench.h"
 #include "client/load/bench_levels.h"
+#include "client/load/decode_bench.h"
+#include "client/wire_names.h"
 
 ABSL_FLAG(std::string, concurrency, "1",
           "closed loop: requests outstanding at all times; a sweep as "
@@ -42,8 +45,55 @@ ABSL_FLAG(std::string, output, "",
 ABSL_FLAG(bool, progress, true,
           "a live progress line on stderr (only when it is a terminal)");
 
+ABSL_FLAG(bool, decode, false,
+          "decode load instead: --sequences sessions, each prefilled with "
+          "--prefill tokens per layer, then --steps decode steps over "
+          "--layers layers; and the same through stateless Attend calls");
+ABSL_FLAG(int, sequences, 4, "decode: concurrent sequences (sessions)");
+ABSL_FLAG(int64_t, prefill, 1024, "decode: tokens per layer before stepping");
+ABSL_FLAG(int64_t, steps, 32, "decode: steps per sequence");
+ABSL_FLAG(int64_t, stateless_steps, 8,
+          "decode: steps per sequence of the stateless comparison (each "
+          "resends the cache); 0 = none");
+// Shared with attnctl session.
+ABSL_DECLARE_FLAG(int, layers);
+ABSL_DECLARE_FLAG(std::string, storage_dtype);
+
 namespace attnserve::client {
 namespace {
+
+ExitCode DecodeMain(const ParsedFlags& parsed, ConnectionOptions connection,
+                    const RequestSpec& spec) {
+  DecodeBenchOptions o;
+  o.connection = std::move(connection);
+  o.sequences = absl::GetFlag(FLAGS_sequences);
+  o.prefill = absl::GetFlag(FLAGS_prefill);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.stateless_steps =
+      parsed.Specified("stateless_steps")
+          ? absl::GetFlag(FLAGS_stateless_steps)
+          : std::min(absl::GetFlag(FLAGS_stateless_steps), o.steps);
+  o.layers = absl::GetFlag(FLAGS_layers);
+  // The random-input flags' defaults are Attend's; decode's are a GQA 32/8,
+  // D128 model unless given.
+  o.heads = parsed.Specified("heads") ? spec.random.heads : 32;
+  o.kv_heads = parsed.Specified("kv_heads") ? spec.random.kv_heads
+               : parsed.Specified("heads")  ? spec.random.heads
+                                            : 8;
+  o.head_dim = parsed.Specified("dim") ? spec.random.head_dim : 128;
+  absl::StatusOr<v1::DataType> storage =
+      ParseFloatDataType("storage_dtype", absl::GetFlag(FLAGS_storage_dtype));
+  if (!storage.ok()) return UsageError(std::cerr, "bench", storage.status());
+  o.storage_dtype = *storage;
+  const std::string format = absl::GetFlag(FLAGS_output_format);
+  if (format != "table" && format != "json") {
+    return UsageError(std::cerr, "bench",
+                      absl::InvalidArgumentError(
+                          "--decode reports as --output_format table or json"));
+  }
+  o.json = format == "json";
+  return RunDecodeBench(o, std::cout, std::cerr);
+}
 
 absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const ParsedFlags& parsed) {
   BenchOptions options;
@@ -116,6 +166,9 @@ int BenchMain(absl::Span<char* const> args) {
        {"concurrency", "rate", "arrival", "duration", "warmup", "stream",
         "connections", "max_outstanding"}},
       {"report", {"output_format", "output", "progress"}},
+      {"decode",
+       {"decode", "sequences", "prefill", "steps", "stateless_steps", "layers",
+        "storage_dtype"}},
       RandomInputFlagGroup(),
       CallFlagGroup(),
       ModelFlagGroup(),
@@ -132,7 +185,9 @@ int BenchMain(absl::Span<char* const> args) {
         "percentiles. Exit code 1 when any\nmeasured request failed. With "
         "--model NAME, AttendModel calls (AttendModelStream\nwith --stream) "
         "of a hosted model with random hidden states, as infer\n--model "
-        "sends them.",
+        "sends them. With --decode, KV-cache session decoding (see the "
+        "decode flags)\nagainst the same decoding through stateless Attend "
+        "calls.",
         groups);
     return kExitOk;
   }
@@ -142,6 +197,9 @@ int BenchMain(absl::Span<char* const> args) {
   }
   absl::StatusOr<RequestSpec> spec = RequestSpecFromFlags();
   if (!spec.ok()) return UsageError(std::cerr, "bench", spec.status());
+  if (absl::GetFlag(FLAGS_decode)) {
+    return DecodeMain(*parsed, *std::move(connection), *spec);
+  }
   if (const absl::Status use = CheckModelFlagUse(*parsed); !use.ok()) {
     return UsageError(std::cerr, "bench", use);
   }

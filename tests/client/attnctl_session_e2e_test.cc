@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/client/attnctl_runner.h"
 #include "tests/util/server_process.h"
 
@@ -116,6 +117,36 @@ TEST_F(AttnctlSessionTest, ServerIdsAndErrors) {
   r = RunAttnctl({"session", "--help"});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(r.out, HasSubstr("--kv_tokens"));
+}
+
+TEST_F(AttnctlSessionTest, BenchDecodeAgainstStatelessAttend) {
+  const double live_before =
+      ::attnserve::testing::MetricSample(*server_, "attnserve_kv_sessions");
+  CommandResult r =
+      RunAttnctl({"bench", "--decode", "--sequences=2", "--prefill=100",
+                  "--steps=5", "--layers=2", "--heads=4", "--kv_heads=2",
+                  "--dim=16", "--stateless_steps=3", "--output_format=json",
+                  "--target=" + server_->target()});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const nlohmann::json j = ::attnserve::testing::ParseJson(r);
+  EXPECT_EQ(j["mode"], "decode");
+  EXPECT_EQ(j["sessions"]["tokens"], 2 * 5);
+  EXPECT_EQ(j["stateless"]["tokens"], 2 * 3);
+  // Two sequences × two layers × 105 tokens × 2 heads × (16 + 16) × 4 bytes,
+  // in blocks of 16 tokens: 7 blocks per layer.
+  EXPECT_EQ(j["kv_bytes"], 2 * 2 * 7 * 16 * 2 * 32 * 4);
+  EXPECT_GT(j["sessions"]["step_p50_us"].get<double>(), 0);
+  // A session step sends one token; a stateless step the whole cache.
+  EXPECT_LT(j["sessions"]["request_bytes_per_step"].get<int64_t>(),
+            j["stateless"]["request_bytes_per_step"].get<int64_t>());
+  // The sessions were closed.
+  EXPECT_EQ(
+      ::attnserve::testing::MetricSample(*server_, "attnserve_kv_sessions"), 0);
+
+  r = RunAttnctl({"bench", "--decode", "--heads=6", "--kv_heads=4",
+                  "--target=" + server_->target()});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--heads a multiple of --kv_heads"));
 }
 
 }  // namespace

@@ -1,0 +1,335 @@
+#include "client/load/decode_bench.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "attnserve/v1/sessions.grpc.pb.h"
+#include "client/load/latency_histogram.h"
+#include "client/request_builder.h"
+#include "client/rpc_status.h"
+#include "client/session.h"
+#include "nlohmann/json.hpp"
+#include "wire/dtype.h"
+
+namespace attnserve::client {
+namespace {
+
+v1::Tensor Rows(v1::DataType dtype, std::vector<int64_t> shape, uint64_t seed,
+                uint64_t stream) {
+  v1::Tensor t;
+  t.set_dtype(dtype);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    t.add_shape(d);
+    n *= d;
+  }
+  t.set_data(UniformBytes(dtype, n, seed, stream));
+  return t;
+}
+
+// What one phase measured.
+struct Phase {
+  LatencyHistogram steps;
+  int64_t tokens = 0;
+  absl::Duration elapsed;
+  int64_t request_bytes = 0;  // of the last step, summed over layers
+  std::mutex mu;
+  std::string first_error;
+  std::atomic<int> errors{0};
+
+  void Fail(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (errors++ == 0) first_error = what;
+  }
+};
+
+class Sequence {
+ public:
+  Sequence(const DecodeBenchOptions& o, std::shared_ptr<grpc::Channel> channel,
+           int index)
+      : o_(o),
+        sessions_(v1::SessionService::NewStub(channel)),
+        attention_(v1::AttentionService::NewStub(channel)),
+        id_(absl::StrCat("decode-bench-", getpid(), "-", index)),
+        seed_(1000 + index) {}
+
+  const std::string& id() const { return id_; }
+
+  void Prepare(grpc::ClientContext* context) const {
+    PrepareContext(o_.connection, context);
+    context->AddMetadata(kSessionRouteHeader, id_);
+  }
+
+  bool Create(Phase& phase) {
+    v1::CreateSessionRequest r;
+    r.set_session_id(id_);
+    v1::SessionShape* s = r.mutable_shape();
+    s->set_num_layers(o_.layers);
+    s->set_num_kv_heads(static_cast<int32_t>(o_.kv_heads));
+    s->set_head_dim(static_cast<int32_t>(o_.head_dim));
+    s->set_storage_dtype(o_.storage_dtype);
+    s->set_max_tokens(o_.prefill + o_.steps);
+    v1::SessionInfo info;
+    grpc::ClientContext context;
+    Prepare(&context);
+    return Check(phase, "CreateSession",
+                 sessions_->CreateSession(&context, r, &info));
+  }
+
+  bool Prefill(Phase& phase) {
+    constexpr int64_t kChunk = 512;
+    for (int layer = 0; layer < o_.layers; ++layer) {
+      v1::SessionInfo info;
+      grpc::ClientContext context;
+      Prepare(&context);
+      auto writer = sessions_->AppendKvStream(&context, &info);
+      for (int64_t t = 0; t < o_.prefill; t += kChunk) {
+        const int64_t n = std::min(kChunk, o_.prefill - t);
+        v1::AppendKvRequest r;
+        r.set_session_id(id_);
+        r.set_layer(layer);
+        r.set_position(t);
+        *r.mutable_key() =
+            Rows(o_.storage_dtype, {n, o_.kv_heads, o_.head_dim}, seed_, 2 * t);
+        *r.mutable_value() = Rows(
+            o_.storage_dtype, {n, o_.kv_heads, o_.head_dim}, seed_, 2 * t + 1);
+        if (!writer->Write(r)) break;
+      }
+      writer->WritesDone();
+      if (!Check(phase, "AppendKvStream", writer->Finish())) return false;
+    }
+    return true;
+  }
+
+  bool Step(Phase& phase, int64_t step) {
+    const absl::Time start = absl::Now();
+    int64_t bytes = 0;
+    for (int layer = 0; layer < o_.layers; ++layer) {
+      v1::AttendSessionsRequest r;
+      r.set_layer(layer);
+      v1::SessionQuery* q = r.add_sessions();
+      q->set_session_id(id_);
+      *q->mutable_query() =
+          Rows(o_.storage_dtype, {1, o_.heads, o_.head_dim}, seed_, 7 * step);
+      *q->mutable_key() = Rows(o_.storage_dtype, {1, o_.kv_heads, o_.head_dim},
+                               seed_, 7 * step + 1);
+      *q->mutable_value() = Rows(
+          o_.storage_dtype, {1, o_.kv_heads, o_.head_dim}, seed_, 7 * step + 2);
+      q->set_position(o_.prefill + step);
+      bytes += static_cast<int64_t>(r.ByteSizeLong());
+      v1::AttendSessionsResponse response;
+      grpc::ClientContext context;
+      Prepare(&context);
+      if (!Check(phase, "AttendSessions",
+                 sessions_->AttendSessions(&context, r, &response))) {
+        return false;
+      }
+    }
+    Record(phase, absl::Now() - start, bytes);
+    return true;
+  }
+
+  // The same step as an Attend call per layer carrying the whole cache
+  // (BLHD, so that a prefix of the buffer is a prefix of the tokens).
+  bool StatelessStep(Phase& phase, int64_t step) {
+    const int64_t tokens = o_.prefill + step + 1;
+    if (cache_.empty()) {
+      cache_ = UniformBytes(
+          o_.storage_dtype,
+          (o_.prefill + o_.steps + 1) * o_.kv_heads * o_.head_dim, seed_, 99);
+    }
+    const size_t used =
+        static_cast<size_t>(tokens * o_.kv_heads * o_.head_dim *
+                            wire::ElementSize(o_.storage_dtype));
+    const absl::Time start = absl::Now();
+    int64_t bytes = 0;
+    for (int layer = 0; layer < o_.layers; ++layer) {
+      v1::AttendRequest r;
+      r.set_layout(v1::BLHD);
+      *r.mutable_query() = Rows(o_.storage_dtype, {1, 1, o_.heads, o_.head_dim},
+                                seed_, 7 * step);
+      for (v1::Tensor* t : {r.mutable_key(), r.mutable_value()}) {
+        t->set_dtype(o_.storage_dtype);
+        for (int64_t d : {int64_t{1}, tokens, o_.kv_heads, o_.head_dim}) {
+          t->add_shape(d);
+        }
+        t->set_data(cache_.data(), used);
+      }
+      r.mutable_mask()->set_causal(true);
+      r.mutable_mask()->set_alignment(v1::BOTTOM_RIGHT);
+      bytes += static_cast<int64_t>(r.ByteSizeLong());
+      v1::AttendResponse response;
+      grpc::ClientContext context;
+      PrepareContext(o_.connection, &context);
+      if (!Check(phase, "Attend", attention_->Attend(&context, r, &response))) {
+        return false;
+      }
+    }
+    Record(phase, absl::Now() - start, bytes);
+    return true;
+  }
+
+  int64_t CloseAndCountBytes(Phase& phase) {
+    v1::CloseSessionRequest r;
+    r.set_session_id(id_);
+    v1::SessionInfo info;
+    grpc::ClientContext context;
+    Prepare(&context);
+    if (!Check(phase, "CloseSession",
+               sessions_->CloseSession(&context, r, &info))) {
+      return 0;
+    }
+    return info.kv_bytes();
+  }
+
+ private:
+  bool Check(Phase& phase, const char* method, const grpc::Status& st) {
+    if (st.ok()) return true;
+    phase.Fail(absl::StrCat(method, " of ", id_, ": ", RpcErrorLine(st)));
+    return false;
+  }
+  void Record(Phase& phase, absl::Duration latency, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(phase.mu);
+    phase.steps.Record(latency);
+    ++phase.tokens;
+    phase.request_bytes = bytes;
+  }
+
+  const DecodeBenchOptions& o_;
+  std::unique_ptr<v1::SessionService::Stub> sessions_;
+  std::unique_ptr<v1::AttentionService::Stub> attention_;
+  const std::string id_;
+  const uint64_t seed_;
+  std::string cache_;
+};
+
+// Runs `body(sequence)` on one thread per sequence and times the whole.
+template <typename Body>
+void RunAll(std::vector<std::unique_ptr<Sequence>>& seqs, Phase& phase,
+            Body body) {
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  for (auto& s : seqs) threads.emplace_back([&, seq = s.get()] { body(*seq); });
+  for (std::thread& t : threads) t.join();
+  phase.elapsed = absl::Now() - start;
+}
+
+double Micros(absl::Duration d) { return absl::ToDoubleMicroseconds(d); }
+
+nlohmann::json PhaseJson(const Phase& p) {
+  const double seconds = absl::ToDoubleSeconds(p.elapsed);
+  return {{"tokens", p.tokens},
+          {"seconds", seconds},
+          {"tokens_per_s", seconds > 0 ? p.tokens / seconds : 0},
+          {"step_p50_us", Micros(p.steps.Percentile(50))},
+          {"step_p99_us", Micros(p.steps.Percentile(99))},
+          {"request_bytes_per_step", p.request_bytes}};
+}
+
+}  // namespace
+
+ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
+                        std::ostream& err) {
+  if (o.sequences < 1 || o.prefill < 0 || o.steps < 1 || o.layers < 1 ||
+      o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 ||
+      o.head_dim < 1 || o.stateless_steps < 0 || o.stateless_steps > o.steps) {
+    err << "error: --decode needs --sequences >= 1, --prefill >= 0, "
+           "--steps >= 1, --layers >= 1, --heads a multiple of --kv_heads, "
+           "--dim >= 1 and 0 <= --stateless_steps <= --steps\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> channels =
+      CreateChannels(o.connection, std::min(o.sequences, 4));
+  if (!channels.ok()) {
+    err << "error: " << channels.status().message() << "\n";
+    return kExitFileError;
+  }
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (int i = 0; i < o.sequences; ++i) {
+    seqs.push_back(std::make_unique<Sequence>(
+        o, (*channels)[static_cast<size_t>(i) % channels->size()], i));
+  }
+  Phase setup, sessions, stateless;
+  RunAll(seqs, setup,
+         [&](Sequence& s) { s.Create(setup) && s.Prefill(setup); });
+  if (setup.errors == 0) {
+    RunAll(seqs, sessions, [&](Sequence& s) {
+      for (int64_t step = 0; step < o.steps && s.Step(sessions, step); ++step) {
+      }
+    });
+  }
+  int64_t kv_bytes = 0;
+  for (auto& s : seqs) kv_bytes += s->CloseAndCountBytes(setup);
+  if (setup.errors == 0 && sessions.errors == 0 && o.stateless_steps > 0) {
+    RunAll(seqs, stateless, [&](Sequence& s) {
+      for (int64_t step = 0;
+           step < o.stateless_steps && s.StatelessStep(stateless, step);
+           ++step) {
+      }
+    });
+  }
+  for (Phase* p : {&setup, &sessions, &stateless}) {
+    if (p->errors > 0) {
+      err << "error: " << p->errors
+          << " calls failed; the first: " << p->first_error << "\n";
+      return kExitRpcFailed;
+    }
+  }
+  nlohmann::json j = {
+      {"mode", "decode"},
+      {"sequences", o.sequences},
+      {"prefill", o.prefill},
+      {"steps", o.steps},
+      {"layers", o.layers},
+      {"heads", o.heads},
+      {"kv_heads", o.kv_heads},
+      {"head_dim", o.head_dim},
+      {"storage_dtype", wire::ShortDataTypeName(o.storage_dtype)},
+      {"kv_bytes", kv_bytes},
+      {"sessions", PhaseJson(sessions)}};
+  if (o.stateless_steps > 0) {
+    j["stateless"] = PhaseJson(stateless);
+    j["step_p50_speedup"] =
+        Micros(stateless.steps.Percentile(50)) /
+        std::max(1e-9, Micros(sessions.steps.Percentile(50)));
+  }
+  if (o.json) {
+    out << j.dump() << "\n";
+    return kExitOk;
+  }
+  out << absl::StrFormat(
+      "decode: %d sequences, prefill %d, %d steps over %d layers; Hq %d, "
+      "Hkv %d, D %d, %s; sessions hold %.1f MiB of KV\n",
+      o.sequences, o.prefill, o.steps, o.layers, o.heads, o.kv_heads,
+      o.head_dim, wire::ShortDataTypeName(o.storage_dtype),
+      kv_bytes / 1048576.0);
+  out << absl::StrFormat("%-10s %10s %12s %12s %14s\n", "", "tokens/s",
+                         "step_p50_us", "step_p99_us", "bytes/step");
+  for (const auto& [name, p] :
+       {std::pair<const char*, const Phase*>{"sessions", &sessions},
+        {"stateless", &stateless}}) {
+    if (p == &stateless && o.stateless_steps == 0) continue;
+    const double seconds = absl::ToDoubleSeconds(p->elapsed);
+    out << absl::StrFormat("%-10s %10.1f %12.0f %12.0f %14d\n", name,
+                           seconds > 0 ? p->tokens / seconds : 0.0,
+                           Micros(p->steps.Percentile(50)),
+                           Micros(p->steps.Percentile(99)), p->request_bytes);
+  }
+  if (o.stateless_steps > 0) {
+    out << absl::StrFormat("step p50 speedup of sessions: %.1fx\n",
+                           j["step_p50_speedup"].get<double>());
+  }
+  return kExitOk;
+}
+
+}  // namespace attnserve::client
