@@ -1,0 +1,225 @@
+// Session requests under random mutation, through the session codec and a real
+// store and engine: every AppendKvRequest and AttendSessionsRequest that
+// parses is either refused with a known code and a message, or applied and
+// computed with finite results, and the store stays within its budget and
+// accounts for every block. Seeded and bounded, so it runs in every build (the
+// ASan+UBSan tree included).
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "attnserve/v1/sessions.pb.h"
+#include "base/random.h"
+#include "core/attention.h"
+#include "gtest/gtest.h"
+#include "kvcache/session_store.h"
+#include "server/session_codec.h"
+#include "tests/util/session_mirror.h"
+
+namespace attnserve::server {
+namespace {
+
+using Rng = ::attnserve::base::SplitMix64;
+using ::attnserve::testing::RandomValues;
+using ::attnserve::testing::WireRows;
+
+const char* const kIds[] = {"a", "b", "c", "", "missing", "a"};
+
+int64_t Interesting(Rng& rng) {
+  switch (rng.Below(6)) {
+    case 0:
+      return 0;
+    case 1:
+      return -1;
+    case 2:
+      return 1 + rng.Below(4);
+    case 3:
+      return int64_t{1} << 31;
+    case 4:
+      return 8;
+    default:
+      return rng.Below(40);
+  }
+}
+
+void MutateTensor(Rng& rng, v1::Tensor* t) {
+  switch (rng.Below(5)) {
+    case 0:
+      t->set_dtype(static_cast<v1::DataType>(rng.Below(8)));
+      break;
+    case 1:
+      if (t->shape_size() > 0) {
+        t->set_shape(static_cast<int>(rng.Below(t->shape_size())),
+                     Interesting(rng));
+      }
+      break;
+    case 2:
+      t->add_shape(Interesting(rng));
+      break;
+    case 3:
+      t->mutable_data()->resize(rng.Below(t->data().size() + 9));
+      break;
+    default:
+      t->clear_shape();
+  }
+}
+
+void Mutate(Rng& rng, v1::AttendSessionsRequest* r) {
+  switch (rng.Below(10)) {
+    case 0:
+      r->set_layer(static_cast<int32_t>(Interesting(rng)));
+      break;
+    case 1:
+      if (r->sessions_size() > 0) {
+        r->mutable_sessions(static_cast<int>(rng.Below(r->sessions_size())))
+            ->set_session_id(kIds[rng.Below(6)]);
+      }
+      break;
+    case 2:
+    case 3:
+      if (r->sessions_size() > 0) {
+        v1::SessionQuery* q = r->mutable_sessions(
+            static_cast<int>(rng.Below(r->sessions_size())));
+        MutateTensor(rng, rng.OneIn(2)   ? q->mutable_query()
+                          : rng.OneIn(2) ? q->mutable_key()
+                                         : q->mutable_value());
+      }
+      break;
+    case 4:
+      if (r->sessions_size() > 0) {
+        r->mutable_sessions(0)->set_position(Interesting(rng));
+      }
+      break;
+    case 5:
+      r->set_window_left(static_cast<int32_t>(Interesting(rng)));
+      break;
+    case 6:
+      r->add_alibi_slopes(rng.OneIn(3) ? NAN : 0.5f);
+      break;
+    case 7:
+      r->set_scale(rng.OneIn(3) ? INFINITY : 0.7f);
+      break;
+    case 8:
+      r->set_output_dtype(static_cast<v1::DataType>(rng.Below(7)));
+      break;
+    default:
+      if (r->sessions_size() > 0 && rng.OneIn(2)) {
+        r->mutable_sessions()->RemoveLast();
+      } else {
+        *r->add_sessions() =
+            r->sessions_size() > 0 ? r->sessions(0) : v1::SessionQuery();
+      }
+  }
+}
+
+bool KnownRefusal(absl::StatusCode code) {
+  return code == absl::StatusCode::kInvalidArgument ||
+         code == absl::StatusCode::kNotFound ||
+         code == absl::StatusCode::kResourceExhausted ||
+         code == absl::StatusCode::kOutOfRange;
+}
+
+TEST(SessionCodecFuzzTest, EveryRequestIsRefusedClearlyOrComputed) {
+  kvcache::StoreOptions options;
+  options.block_tokens = 4;
+  options.budget_bytes = 64 << 10;
+  options.evict_lru = true;
+  options.sweep_interval = absl::ZeroDuration();
+  auto store = *kvcache::SessionStore::Create(options);
+  EngineOptions engine_options;
+  engine_options.num_threads = 1;
+  auto engine = *AttentionEngine::Create(engine_options);
+  RequestLimits limits;
+  limits.max_response_bytes = 1 << 20;
+  Rng rng(20261201);
+  int refused = 0, computed = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    // Keep three sessions of one shape alive (eviction may take them).
+    for (const char* id : {"a", "b", "c"}) {
+      kvcache::SessionShape shape;
+      shape.num_layers = 2;
+      shape.num_kv_heads = 2;
+      shape.head_dim = 8;
+      shape.value_dim = 8;
+      shape.max_tokens = 64;
+      shape.dtype = iter % 2 ? DType::kBFloat16 : DType::kFloat32;
+      (void)store->CreateSession(id, shape, {});
+    }
+    v1::AttendSessionsRequest r;
+    r.set_layer(static_cast<int32_t>(rng.Below(2)));
+    const int n = 1 + static_cast<int>(rng.Below(3));
+    for (int i = 0; i < n; ++i) {
+      v1::SessionQuery* q = r.add_sessions();
+      q->set_session_id(kIds[i]);
+      *q->mutable_query() =
+          WireRows(DType::kFloat32, 1, 4, 8, RandomValues(iter * 7 + i, 32));
+      if (rng.OneIn(2)) {
+        *q->mutable_key() =
+            WireRows(DType::kFloat16, 1, 2, 8, RandomValues(iter + i, 16));
+        *q->mutable_value() =
+            WireRows(DType::kFloat16, 1, 2, 8, RandomValues(iter - i, 16));
+      }
+    }
+    const int mutations = static_cast<int>(rng.Below(4));
+    for (int k = 0; k < mutations; ++k) Mutate(rng, &r);
+    if (rng.OneIn(8)) {
+      std::string bytes = r.SerializeAsString();
+      if (!bytes.empty()) bytes[rng.Below(bytes.size())] ^= 0x5a;
+      if (!r.ParseFromString(bytes)) continue;
+    }
+    SCOPED_TRACE(absl::StrCat("iteration ", iter, ": ",
+                              r.ShortDebugString().substr(0, 300)));
+    absl::Status status;
+    absl::StatusOr<DecodedSessionsRequest> decoded = DecodeAttendSessions(r);
+    std::vector<kvcache::PinnedPart> pinned;
+    if (!decoded.ok()) {
+      status = decoded.status();
+    } else {
+      absl::StatusOr<std::vector<kvcache::PinnedPart>> parts =
+          store->AppendAndPin(
+              decoded->layer, decoded->parts,
+              [&](absl::Span<const kvcache::PartPlan> plans) {
+                return AdmitSessions(*decoded, plans, limits).status();
+              });
+      status = parts.status();
+      if (parts.ok()) pinned = *std::move(parts);
+    }
+    if (!status.ok()) {
+      ASSERT_TRUE(KnownRefusal(status.code())) << status;
+      ASSERT_FALSE(status.message().empty());
+      ++refused;
+    } else {
+      v1::AttendSessionsResponse response;
+      SessionsCall call;
+      PrepareSessionsCall(*decoded, std::move(pinned), options.block_tokens,
+                          &response, &call);
+      const absl::Status run = engine->RunPaged(call.inputs);
+      if (!run.ok()) {
+        // The engine checks the mask parts the codec passes on (ALiBi).
+        ASSERT_EQ(run.code(), absl::StatusCode::kInvalidArgument) << run;
+        ++refused;
+      } else {
+        for (const v1::SessionResult& result : response.results()) {
+          for (float x : ::attnserve::testing::WireFloats(result.output())) {
+            ASSERT_TRUE(std::isfinite(x));
+          }
+        }
+        ++computed;
+      }
+    }
+    const kvcache::StoreStats stats = store->Stats();
+    ASSERT_LE(stats.used_bytes, stats.budget_bytes);
+  }
+  EXPECT_GT(computed, 3000);
+  EXPECT_GT(refused, 3000);
+  store->CloseAll();
+  EXPECT_EQ(store->Stats().used_bytes, 0);
+}
+
+}  // namespace
+}  // namespace attnserve::server
