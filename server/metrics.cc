@@ -163,19 +163,19 @@ void AddSample(prometheus::MetricFamily* f, double value,
 // expiries and evictions show without a call to record them.
 class SessionCollectable : public prometheus::Collectable {
  public:
-  void SetSource(std::function<SessionStats()> source) {
+  void SetSource(std::function<kvcache::StoreStats()> source) {
     absl::MutexLock lock(&mu_);
     source_ = std::move(source);
   }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
-    std::function<SessionStats()> source;
+    std::function<kvcache::StoreStats()> source;
     {
       absl::MutexLock lock(&mu_);
       source = source_;
     }
     if (!source) return {};
-    const SessionStats s = source();
+    const kvcache::StoreStats s = source();
     using prometheus::MetricType;
     std::vector<prometheus::MetricFamily> out;
     out.push_back(Family("attnserve_kv_bytes",
@@ -209,7 +209,7 @@ class SessionCollectable : public prometheus::Collectable {
 
  private:
   mutable absl::Mutex mu_;
-  std::function<SessionStats()> source_ ABSL_GUARDED_BY(mu_);
+  std::function<kvcache::StoreStats()> source_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -466,7 +466,8 @@ void Metrics::AddInflight(int64_t delta) {
 
 prometheus::Registry& Metrics::registry() { return *impl_->registry; }
 
-void Metrics::SetSessionStatsSource(std::function<SessionStats()> source) {
+void Metrics::SetSessionStatsSource(
+    std::function<kvcache::StoreStats()> source) {
   impl_->sessions->SetSource(std::move(source));
 }
 

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "core/attention.h"
 #include "grpcpp/support/status.h"
+#include "kvcache/session_store.h"
 
 namespace prometheus {
 class Registry;
@@ -39,17 +40,6 @@ enum class Method {
   kTruncateSession,
   kCloseSession,
   kGetSession,
-};
-
-// The KV-cache sessions' figures, read at each scrape.
-struct SessionStats {
-  int64_t budget_bytes = 0;
-  int64_t used_bytes = 0;
-  int64_t sessions = 0;
-  int64_t tokens_appended = 0;
-  int64_t ended_closed = 0;
-  int64_t ended_expired = 0;
-  int64_t ended_evicted = 0;
 };
 
 // Why a task never reached a kernel.
@@ -100,7 +90,7 @@ class Metrics {
   // attnserve_kv_sessions_ended_total{reason="closed"|"expired"|"evicted"},
   // from `source` at every scrape (thread-safe; it must stay callable until
   // the metrics are destroyed). Without a source these are not exported.
-  void SetSessionStatsSource(std::function<SessionStats()> source);
+  void SetSessionStatsSource(std::function<kvcache::StoreStats()> source);
 
   prometheus::Registry& registry();
 

@@ -177,18 +177,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   }
   impl->sessions = *std::move(sessions);
   kvcache::SessionStore* store = impl->sessions.get();
-  impl->metrics->SetSessionStatsSource([store] {
-    const kvcache::StoreStats s = store->Stats();
-    SessionStats out;
-    out.budget_bytes = s.budget_bytes;
-    out.used_bytes = s.used_bytes;
-    out.sessions = s.sessions;
-    out.tokens_appended = s.tokens_appended;
-    out.ended_closed = s.ended_closed;
-    out.ended_expired = s.ended_expired;
-    out.ended_evicted = s.ended_evicted;
-    return out;
-  });
+  impl->metrics->SetSessionStatsSource([store] { return store->Stats(); });
 
   ServiceOptions service_options;
   service_options.limits.max_response_bytes = options.max_response_bytes;

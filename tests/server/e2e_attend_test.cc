@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/util/server_process.h"
 #include "tests/util/test_util.h"
+#include "wire/dtype.h"
 
 namespace attnserve {
 namespace {
@@ -25,22 +26,8 @@ using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::TestTensor;
 using ::testing::HasSubstr;
 
-v1::DataType Wire(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return v1::FLOAT32;
-    case DType::kBFloat16:
-      return v1::BFLOAT16;
-    case DType::kFloat16:
-      return v1::FLOAT16;
-    case DType::kBool:
-      return v1::BOOL;
-  }
-  return v1::DATA_TYPE_UNSPECIFIED;
-}
-
 void ToWire(const TestTensor& t, v1::Tensor* out) {
-  out->set_dtype(Wire(t.dtype()));
+  out->set_dtype(wire::DTypeToWire(t.dtype()));
   for (int64_t d : t.shape()) out->add_shape(d);
   out->set_data(static_cast<const char*>(t.data()),
                 t.size() * DTypeSize(t.dtype()));
@@ -79,7 +66,7 @@ struct WireCase {
     ToWire(k, r.mutable_key());
     ToWire(v, r.mutable_value());
     r.set_layout(layout == Layout::kBHLD ? v1::BHLD : v1::BLHD);
-    r.set_output_dtype(Wire(out_dtype));
+    r.set_output_dtype(wire::DTypeToWire(out_dtype));
     r.set_return_weights(weights);
     v1::Mask* m = r.mutable_mask();
     m->set_causal(causal);
@@ -133,7 +120,7 @@ struct WireCase {
 // Compares a wire tensor with the reference values.
 void ExpectTensorNear(const v1::Tensor& got, DType dtype,
                       const TestTensor& expected, float tol) {
-  ASSERT_EQ(got.dtype(), Wire(dtype));
+  ASSERT_EQ(got.dtype(), wire::DTypeToWire(dtype));
   ASSERT_EQ(std::vector<int64_t>(got.shape().begin(), got.shape().end()),
             expected.shape());
   ASSERT_EQ(got.data().size(), expected.size() * DTypeSize(dtype));

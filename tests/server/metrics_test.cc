@@ -410,7 +410,7 @@ TEST_F(MetricsTest, RecordsQueueComputeAndFlops) {
 
 TEST_F(MetricsTest, SessionFiguresAreReadAtEachScrape) {
   EXPECT_EQ(Value(Get(), "attnserve_kv_sessions", {}), std::nullopt);
-  SessionStats stats;
+  kvcache::StoreStats stats;
   stats.budget_bytes = 1000;
   stats.used_bytes = 300;
   stats.sessions = 2;
