@@ -203,12 +203,9 @@ absl::StatusOr<SessionInfo> SessionStore::CreateSession(
       session->ttl = resolved_ttl;
       session->created = absl::Now();
       Touch(*session);
-      SessionInfo info;
-      {
-        // Not yet shared: no other thread can hold its lock.
-        std::lock_guard<std::mutex> session_lock(session->mu);
-        info = InfoOf(*session);
-      }
+      // Not yet shared, so read without its lock: taking a session's lock
+      // while holding the table's would invert the lock order.
+      SessionInfo info = InfoOf(*session);
       info.created_now = true;
       sessions_[new_id] = std::move(session);
       endings_.erase(new_id);

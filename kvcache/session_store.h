@@ -219,7 +219,7 @@ class SessionStore {
                                                   const Session& requester,
                                                   int layer);
   bool EvictOne(const Session& requester);
-  // s.mu held.
+  // s.mu held, or s not yet shared.
   static SessionInfo InfoOf(const Session& s);
   static void Touch(Session& s);
   void SweeperLoop();
