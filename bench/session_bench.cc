@@ -26,7 +26,8 @@
 #include "kvcache/session_cache.h"
 
 ABSL_FLAG(bool, quick, false, "fewer reps (a few seconds in all)");
-ABSL_FLAG(int, block_tokens, 64, "tokens per block, as --kv_block_tokens");
+ABSL_FLAG(int, block_tokens, 128,
+          "tokens per block, as the server's --kv_block_tokens");
 
 namespace attnserve::bench {
 namespace {

@@ -38,8 +38,10 @@ namespace attnserve::kvcache {
 struct StoreOptions {
   // The KV-cache budget in bytes (--kv_cache_bytes; default 1 GiB).
   int64_t budget_bytes = int64_t{1} << 30;
-  // Tokens per block (--kv_block_tokens; default 64, in [1, 4096]).
-  int block_tokens = 64;
+  // Tokens per block (--kv_block_tokens; default 128, in [1, 4096]): the
+  // decode kernel takes one block per key tile, and smaller tiles cost more
+  // calls (docs/benchmarks.md, "Sessions").
+  int block_tokens = 128;
   // When the budget is full: false (default) refuses the tokens
   // (ResourceExhausted); true evicts idle sessions, least recently used first.
   bool evict_lru = false;

@@ -59,7 +59,7 @@ ABSL_FLAG(bool, skip_bad_models, false,
 ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{1} << 30,
           "KV-cache sessions: bytes of keys and values all sessions may hold "
           "together; 0 turns sessions off");
-ABSL_FLAG(int, kv_block_tokens, 64,
+ABSL_FLAG(int, kv_block_tokens, 128,
           "tokens per block of one session layer (memory is allocated and "
           "shared by forks in blocks), 1..4096");
 ABSL_FLAG(std::string, kv_eviction, "none",
