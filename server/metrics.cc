@@ -169,13 +169,14 @@ class SessionCollectable : public prometheus::Collectable {
   }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
-    std::function<kvcache::StoreStats()> source;
+    kvcache::StoreStats s;
     {
+      // Called under the lock, so that SetSource(nullptr) returns only once no
+      // scrape is reading the old source.
       absl::MutexLock lock(&mu_);
-      source = source_;
+      if (!source_) return {};
+      s = source_();
     }
-    if (!source) return {};
-    const kvcache::StoreStats s = source();
     using prometheus::MetricType;
     std::vector<prometheus::MetricFamily> out;
     out.push_back(Family("attnserve_kv_bytes",

@@ -73,6 +73,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
 }  // namespace
 
 struct AttnServer::Impl {
+  // The metrics outlive the session store (members are destroyed in reverse
+  // order): a scrape during destruction must not read a destroyed store.
+  ~Impl() {
+    if (metrics) metrics->SetSessionStatsSource(nullptr);
+  }
+
   ServerOptions options;
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<AttentionEngine> validator;
