@@ -160,6 +160,9 @@ int main(int argc, char** argv) {
 
   int signal = 0;
   sigwait(&signals, &signal);
+  // Draining first, then the log line: whoever reads "draining" in the log
+  // (an operator, a test) finds health already NOT_SERVING.
+  (*server)->StartDraining();
   attnserve::server::WriteLog(LogLevel::kInfo,
                               std::string("received ") +
                                   (signal == SIGTERM ? "SIGTERM" : "SIGINT") +

@@ -282,15 +282,19 @@ std::string AttnServer::ConfigSummary() const {
       " isa=", IsaName(impl_->validator->isa()), " onednn=", OneDnnVersion());
 }
 
+void AttnServer::StartDraining() {
+  impl_->server->GetHealthCheckService()->SetServingStatus(false);
+  impl_->service->StartDraining();
+  impl_->session_service->StartDraining();
+}
+
 void AttnServer::Shutdown() {
   {
     absl::MutexLock lock(&impl_->mu);
     if (impl_->shut_down) return;
     impl_->shut_down = true;
   }
-  impl_->server->GetHealthCheckService()->SetServingStatus(false);
-  impl_->service->StartDraining();
-  impl_->session_service->StartDraining();
+  StartDraining();
   // In-flight work gets the grace; the listener stays open meanwhile so that
   // health checks see NOT_SERVING and new calls a clear UNAVAILABLE. Then
   // whatever is still open (idle streams, health watches, calls past the grace)

@@ -68,6 +68,10 @@ class AttnServer {
   // The effective configuration, one line.
   std::string ConfigSummary() const;
 
+  // Health goes NOT_SERVING and new calls get UNAVAILABLE; returns at once
+  // (Shutdown does the rest). Idempotent.
+  void StartDraining();
+
   // Health goes NOT_SERVING, new calls get UNAVAILABLE, in-flight calls finish
   // within the grace period (later ones are cancelled), workers stop.
   // Idempotent.
