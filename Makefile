@@ -9,8 +9,8 @@
 #              Release build only), then the KV-cache session store's tests under
 #              ThreadSanitizer (build-tsan/: the store alone, no gRPC or OpenMP,
 #              whose prebuilt Debian libraries TSan cannot see into)
-# make bench runs the full kernel and layer benchmarks and prints one JSON object per
-# case;
+# make bench runs the full kernel and layer benchmarks (one JSON object per case) and
+# the session benchmark (a table);
 # make bench-quick runs its quick subset.
 
 BUILD_DIR      ?= build
@@ -41,6 +41,7 @@ run: build
 bench: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --json
 	$(BUILD_DIR)/bench/attnserve_layer_bench --json
+	$(BUILD_DIR)/bench/attnserve_session_bench
 
 bench-quick: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --quick
