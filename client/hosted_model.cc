@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "client/wire_names.h"
-#include "client/wire_tensor.h"
+#include "client/tensors/wire_names.h"
+#include "client/tensors/wire_tensor.h"
 #include "nlohmann/json.hpp"
 
 namespace attnserve::client {

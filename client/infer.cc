@@ -12,11 +12,11 @@
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "client/check.h"
 #include "client/hosted_model.h"
-#include "client/input_files.h"
-#include "client/npy.h"
 #include "client/rpc_status.h"
-#include "client/wire_names.h"
-#include "client/wire_tensor.h"
+#include "client/tensors/input_files.h"
+#include "client/tensors/npy.h"
+#include "client/tensors/wire_names.h"
+#include "client/tensors/wire_tensor.h"
 
 namespace attnserve::client {
 namespace {

@@ -12,8 +12,8 @@
 #include "attnserve/v1/attention.pb.h"
 #include "client/connection.h"
 #include "client/exit_codes.h"
-#include "client/input_files.h"
 #include "client/request_builder.h"
+#include "client/tensors/input_files.h"
 
 namespace attnserve::client {
 

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "base/random.h"
-#include "client/wire_names.h"
-#include "client/wire_tensor.h"
+#include "client/tensors/wire_names.h"
+#include "client/tensors/wire_tensor.h"
 #include "core/convert.h"
 #include "core/status_macros.h"
 

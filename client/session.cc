@@ -8,7 +8,7 @@
 #include "attnserve/v1/sessions.grpc.pb.h"
 #include "client/request_builder.h"
 #include "client/rpc_status.h"
-#include "client/wire_tensor.h"
+#include "client/tensors/wire_tensor.h"
 #include "wire/dtype.h"
 
 namespace attnserve::client {

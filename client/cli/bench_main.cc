@@ -15,7 +15,7 @@
 #include "client/load/bench.h"
 #include "client/load/bench_levels.h"
 #include "client/load/decode_bench.h"
-#include "client/wire_names.h"
+#include "client/tensors/wire_names.h"
 
 ABSL_FLAG(std::string, concurrency, "1",
           "closed loop: requests outstanding at all times; a sweep as "

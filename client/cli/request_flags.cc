@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/wire_names.h"
+#include "client/tensors/wire_names.h"
 
 ABSL_FLAG(int64_t, batch, 1, "batch size B (random inputs)");
 ABSL_FLAG(int64_t, heads, 8, "query heads Hq (random inputs)");

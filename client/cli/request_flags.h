@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "client/cli/flag_parser.h"
 #include "client/cli/help.h"
-#include "client/input_files.h"
 #include "client/request_builder.h"
+#include "client/tensors/input_files.h"
 
 namespace attnserve::client {
 

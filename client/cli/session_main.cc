@@ -9,7 +9,7 @@
 #include "client/cli/request_flags.h"
 #include "client/cli/subcommands.h"
 #include "client/session.h"
-#include "client/wire_names.h"
+#include "client/tensors/wire_names.h"
 
 ABSL_FLAG(std::string, session, "",
           "the session id; step takes a comma list (one call over all); "

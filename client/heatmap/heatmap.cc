@@ -11,10 +11,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "client/input_files.h"
 #include "client/rpc_status.h"
-#include "client/wire_names.h"
-#include "client/wire_tensor.h"
+#include "client/tensors/input_files.h"
+#include "client/tensors/wire_names.h"
+#include "client/tensors/wire_tensor.h"
 
 namespace attnserve::client {
 namespace {

@@ -15,8 +15,8 @@
 #include "client/connection.h"
 #include "client/exit_codes.h"
 #include "client/heatmap/heatmap_render.h"
-#include "client/input_files.h"
 #include "client/request_builder.h"
+#include "client/tensors/input_files.h"
 
 namespace attnserve::client {
 

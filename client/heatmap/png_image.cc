@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "client/file_util.h"
+#include "client/tensors/file_util.h"
 
 namespace attnserve::client {
 

@@ -5,11 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "client/file_util.h"
 #include "client/hosted_model.h"
 #include "client/rpc_status.h"
-#include "client/wire_names.h"
-#include "client/wire_tensor.h"
+#include "client/tensors/file_util.h"
+#include "client/tensors/wire_names.h"
+#include "client/tensors/wire_tensor.h"
 
 namespace attnserve::client {
 namespace {

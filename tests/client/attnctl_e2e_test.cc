@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/npy.h"
 #include "client/request_builder.h"
+#include "client/tensors/npy.h"
 #include "core/attention.h"
 #include "core/convert.h"
 #include "core/reference.h"

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/npy.h"
+#include "client/tensors/npy.h"
 #include "core/convert.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

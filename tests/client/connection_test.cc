@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "client/rpc_status.h"
-#include "client/wire_names.h"
+#include "client/tensors/wire_names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"

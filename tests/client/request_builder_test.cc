@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "client/wire_tensor.h"
+#include "client/tensors/wire_tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"

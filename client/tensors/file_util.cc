@@ -1,4 +1,4 @@
-#include "client/file_util.h"
+#include "client/tensors/file_util.h"
 
 #include <cerrno>
 #include <cstdio>

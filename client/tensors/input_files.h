@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_INPUT_FILES_H_
-#define ATTNSERVE_CLIENT_INPUT_FILES_H_
+#ifndef ATTNSERVE_CLIENT_TENSORS_INPUT_FILES_H_
+#define ATTNSERVE_CLIENT_TENSORS_INPUT_FILES_H_
 
 // Reading a request's tensors from .npy files (infer, heatmap): the inputs'
 // and the explicit mask's dtype rules, with messages that name the flags.
@@ -49,4 +49,4 @@ absl::Status LoadMaskFile(const std::string& path, v1::Tensor* tensor);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_INPUT_FILES_H_
+#endif  // ATTNSERVE_CLIENT_TENSORS_INPUT_FILES_H_

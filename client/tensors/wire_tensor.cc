@@ -1,11 +1,11 @@
-#include "client/wire_tensor.h"
+#include "client/tensors/wire_tensor.h"
 
 #include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/wire_names.h"
+#include "client/tensors/wire_names.h"
 #include "core/convert.h"
 #include "wire/dtype.h"
 #include "wire/tensor.h"

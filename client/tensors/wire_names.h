@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_WIRE_NAMES_H_
-#define ATTNSERVE_CLIENT_WIRE_NAMES_H_
+#ifndef ATTNSERVE_CLIENT_TENSORS_WIRE_NAMES_H_
+#define ATTNSERVE_CLIENT_TENSORS_WIRE_NAMES_H_
 
 // The command-line names of the wire enums: "f32", "bhld", "top_left", ...
 
@@ -29,4 +29,4 @@ std::string AlignmentName(v1::Alignment alignment);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_WIRE_NAMES_H_
+#endif  // ATTNSERVE_CLIENT_TENSORS_WIRE_NAMES_H_

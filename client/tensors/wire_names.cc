@@ -1,4 +1,4 @@
-#include "client/wire_names.h"
+#include "client/tensors/wire_names.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_NPY_H_
-#define ATTNSERVE_CLIENT_NPY_H_
+#ifndef ATTNSERVE_CLIENT_TENSORS_NPY_H_
+#define ATTNSERVE_CLIENT_TENSORS_NPY_H_
 
 // Reads and writes numpy's .npy format (format versions 1.0, 2.0 and 3.0):
 // https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html
@@ -66,4 +66,4 @@ absl::Status WriteNpyFile(const std::string& path, const NpyArray& array);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_NPY_H_
+#endif  // ATTNSERVE_CLIENT_TENSORS_NPY_H_

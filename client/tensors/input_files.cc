@@ -1,12 +1,12 @@
-#include "client/input_files.h"
+#include "client/tensors/input_files.h"
 
 #include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "client/npy.h"
-#include "client/wire_names.h"
-#include "client/wire_tensor.h"
+#include "client/tensors/npy.h"
+#include "client/tensors/wire_names.h"
+#include "client/tensors/wire_tensor.h"
 
 namespace attnserve::client {
 

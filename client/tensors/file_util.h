@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_FILE_UTIL_H_
-#define ATTNSERVE_CLIENT_FILE_UTIL_H_
+#ifndef ATTNSERVE_CLIENT_TENSORS_FILE_UTIL_H_
+#define ATTNSERVE_CLIENT_TENSORS_FILE_UTIL_H_
 
 #include <string>
 
@@ -22,4 +22,4 @@ absl::Status WriteStringToFile(const std::string& path,
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_FILE_UTIL_H_
+#endif  // ATTNSERVE_CLIENT_TENSORS_FILE_UTIL_H_

@@ -1,4 +1,4 @@
-#include "client/npy.h"
+#include "client/tensors/npy.h"
 
 #include <cstdint>
 #include <cstdio>

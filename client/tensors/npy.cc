@@ -1,4 +1,4 @@
-#include "client/npy.h"
+#include "client/tensors/npy.h"
 
 #include <limits>
 #include <string>
@@ -7,7 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/file_util.h"
+#include "client/tensors/file_util.h"
 
 namespace attnserve::client {
 namespace {

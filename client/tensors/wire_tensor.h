@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_CLIENT_WIRE_TENSOR_H_
-#define ATTNSERVE_CLIENT_WIRE_TENSOR_H_
+#ifndef ATTNSERVE_CLIENT_TENSORS_WIRE_TENSOR_H_
+#define ATTNSERVE_CLIENT_TENSORS_WIRE_TENSOR_H_
 
 // attnctl's helpers for v1::Tensor: element access, summaries, and conversion
 // from and to .npy arrays (sizes, shapes and dtype names are wire/'s).
@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
-#include "client/npy.h"
+#include "client/tensors/npy.h"
 #include "wire/dtype.h"
 #include "wire/tensor.h"
 
@@ -43,4 +43,4 @@ absl::StatusOr<NpyArray> NpyFromTensor(const v1::Tensor& tensor);
 
 }  // namespace attnserve::client
 
-#endif  // ATTNSERVE_CLIENT_WIRE_TENSOR_H_
+#endif  // ATTNSERVE_CLIENT_TENSORS_WIRE_TENSOR_H_
