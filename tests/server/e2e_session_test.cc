@@ -5,8 +5,8 @@
 // dtype, GQA and MQA, windows and ALiBi; a batch of many sessions in one call;
 // every error with its message; the budget, LRU eviction and TTL expiry;
 // a fork's memory; metrics and server info; SIGTERM during decode steps.
-// Long because the client-side mirror and its checked step (Client) serve
-// every test; split, each file would need its own copy of them.
+// One file, past 500 lines, because every test here drives the same checked
+// session client (Client, below), which no other suite uses.
 
 #include <signal.h>
 
