@@ -315,18 +315,27 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
     partial_floats +=
         plan.sets * plan.splits * plan.chunk * (p.shape.value_dim + 2);
   }
-  // The call and plan of a global item (items are grouped by call).
-  const auto locate = [&](int64_t item) {
-    size_t c = 0;
-    while (c + 1 < plans.size() && plans[c + 1].first_item <= item) ++c;
-    return c;
+  // Items (and, below, merges) are grouped by call: the call of a global index
+  // is found by binary search over the calls' first indices, not a scan (a
+  // batch may hold thousands of sequences).
+  std::vector<int64_t> first_items(plans.size()), first_sets(plans.size());
+  int64_t all_merges = 0;
+  for (size_t c = 0; c < plans.size(); ++c) {
+    first_items[c] = plans[c].first_item;
+    first_sets[c] = all_merges;
+    all_merges += plans[c].sets;
+  }
+  const auto call_of = [](const std::vector<int64_t>& firsts, int64_t index) {
+    return static_cast<size_t>(
+        std::upper_bound(firsts.begin(), firsts.end(), index) - firsts.begin() -
+        1);
   };
 
   // Partial results per (set, split): max and sum per row, acc per row.
   std::vector<float> partial(static_cast<size_t>(partial_floats));
   absl::Status st =
       ParallelFor(num_threads, ws, items, [&](Workspace* w, int64_t global) {
-        const size_t ci = locate(global);
+        const size_t ci = call_of(first_items, global);
         const KernelArgs& args = calls[ci];
         const DecodePlan& plan = plans[ci];
         const Problem& p = *args.p;
@@ -392,21 +401,14 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
   if (!st.ok()) return st;
 
   // Merge the splits of each set: rescale each partial to the common max.
-  int64_t all_merges = 0;
-  std::vector<int64_t> first_set(plans.size());
-  for (size_t c = 0; c < plans.size(); ++c) {
-    first_set[c] = all_merges;
-    all_merges += plans[c].sets;
-  }
   return ParallelFor(
       num_threads, ws, all_merges, [&](Workspace* w, int64_t global) {
-        size_t ci = 0;
-        while (ci + 1 < plans.size() && first_set[ci + 1] <= global) ++ci;
+        const size_t ci = call_of(first_sets, global);
         const KernelArgs& args = calls[ci];
         const DecodePlan& plan = plans[ci];
         const Problem& p = *args.p;
         const int64_t dv = p.shape.value_dim;
-        const int64_t set = global - first_set[ci];
+        const int64_t set = global - first_sets[ci];
         const int64_t splits = plan.splits;
         const int64_t c = set % plan.chunks;
         const int64_t hkv = (set / plan.chunks) % p.shape.kv_heads;
