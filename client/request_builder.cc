@@ -35,10 +35,7 @@ int64_t Product(absl::Span<const int64_t> dims) {
 
 void SetRandom(v1::DataType dtype, absl::Span<const int64_t> shape,
                uint64_t seed, uint64_t stream, v1::Tensor* tensor) {
-  tensor->set_dtype(dtype);
-  tensor->clear_shape();
-  for (int64_t d : shape) tensor->add_shape(d);
-  tensor->set_data(UniformBytes(dtype, Product(shape), seed, stream));
+  *tensor = RandomTensor(dtype, shape, seed, stream);
 }
 
 // InvalidArgument naming the flag of the first negative value.
@@ -251,6 +248,15 @@ std::string UniformBytes(v1::DataType dtype, int64_t count, uint64_t seed,
     StoreFromFloat(bytes.data(), core_dtype, i, value);
   }
   return bytes;
+}
+
+v1::Tensor RandomTensor(v1::DataType dtype, absl::Span<const int64_t> shape,
+                        uint64_t seed, uint64_t stream) {
+  v1::Tensor tensor;
+  tensor.set_dtype(dtype);
+  for (int64_t d : shape) tensor.add_shape(d);
+  tensor.set_data(UniformBytes(dtype, Product(shape), seed, stream));
+  return tensor;
 }
 
 }  // namespace attnserve::client

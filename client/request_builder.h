@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "attnserve/v1/attention.pb.h"
 
 namespace attnserve::client {
@@ -127,6 +128,11 @@ void FillModelRequest(const RandomInputs& inputs, const ModelSpec& model,
 // counter-based generator: value i depends only on (seed, stream, i).
 std::string UniformBytes(v1::DataType dtype, int64_t count, uint64_t seed,
                          uint64_t stream);
+
+// A wire tensor of `shape` (valid, non-negative) holding UniformBytes(dtype,
+// product(shape), seed, stream).
+v1::Tensor RandomTensor(v1::DataType dtype, absl::Span<const int64_t> shape,
+                        uint64_t seed, uint64_t stream);
 
 }  // namespace attnserve::client
 

@@ -14,17 +14,6 @@
 namespace attnserve::client {
 namespace {
 
-v1::Tensor RandomRows(v1::DataType dtype, int64_t rows, int64_t heads,
-                      int64_t dim, uint64_t seed, uint64_t stream) {
-  v1::Tensor t;
-  t.set_dtype(dtype);
-  t.add_shape(rows);
-  t.add_shape(heads);
-  t.add_shape(dim);
-  t.set_data(UniformBytes(dtype, rows * heads * dim, seed, stream));
-  return t;
-}
-
 class Caller {
  public:
   Caller(const SessionCommand& c, std::shared_ptr<grpc::Channel> channel)
@@ -68,10 +57,12 @@ ExitCode Append(const SessionCommand& c, Caller& caller,
     r.set_session_id(c.sessions.front());
     r.set_layer(c.layer);
     if (c.position) r.set_position(*c.position + done);
-    *r.mutable_key() = RandomRows(c.input_dtype, rows, shape.num_kv_heads(),
-                                  shape.head_dim(), c.seed, 2 * done);
-    *r.mutable_value() = RandomRows(c.input_dtype, rows, shape.num_kv_heads(),
-                                    shape.value_dim(), c.seed, 2 * done + 1);
+    *r.mutable_key() = RandomTensor(
+        c.input_dtype, {rows, shape.num_kv_heads(), shape.head_dim()}, c.seed,
+        2 * done);
+    *r.mutable_value() = RandomTensor(
+        c.input_dtype, {rows, shape.num_kv_heads(), shape.value_dim()}, c.seed,
+        2 * done + 1);
     chunks.push_back(std::move(r));
   }
   v1::SessionInfo info;
@@ -104,15 +95,15 @@ ExitCode Step(const SessionCommand& c, Caller& caller,
   for (size_t i = 0; i < c.sessions.size(); ++i) {
     v1::SessionQuery* q = r.add_sessions();
     q->set_session_id(c.sessions[i]);
-    *q->mutable_query() = RandomRows(c.input_dtype, c.lnew, c.heads,
-                                     shape.head_dim(), c.seed, 3 * i);
+    *q->mutable_query() = RandomTensor(
+        c.input_dtype, {c.lnew, c.heads, shape.head_dim()}, c.seed, 3 * i);
     if (c.append) {
-      *q->mutable_key() =
-          RandomRows(c.input_dtype, c.lnew, shape.num_kv_heads(),
-                     shape.head_dim(), c.seed, 3 * i + 1);
-      *q->mutable_value() =
-          RandomRows(c.input_dtype, c.lnew, shape.num_kv_heads(),
-                     shape.value_dim(), c.seed, 3 * i + 2);
+      *q->mutable_key() = RandomTensor(
+          c.input_dtype, {c.lnew, shape.num_kv_heads(), shape.head_dim()},
+          c.seed, 3 * i + 1);
+      *q->mutable_value() = RandomTensor(
+          c.input_dtype, {c.lnew, shape.num_kv_heads(), shape.value_dim()},
+          c.seed, 3 * i + 2);
     }
   }
   v1::AttendSessionsResponse response;

@@ -24,19 +24,6 @@
 namespace attnserve::client {
 namespace {
 
-v1::Tensor Rows(v1::DataType dtype, std::vector<int64_t> shape, uint64_t seed,
-                uint64_t stream) {
-  v1::Tensor t;
-  t.set_dtype(dtype);
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    t.add_shape(d);
-    n *= d;
-  }
-  t.set_data(UniformBytes(dtype, n, seed, stream));
-  return t;
-}
-
 // What one phase measured.
 struct Phase {
   LatencyHistogram steps;
@@ -99,9 +86,9 @@ class Sequence {
         r.set_session_id(id_);
         r.set_layer(layer);
         r.set_position(t);
-        *r.mutable_key() =
-            Rows(o_.storage_dtype, {n, o_.kv_heads, o_.head_dim}, seed_, 2 * t);
-        *r.mutable_value() = Rows(
+        *r.mutable_key() = RandomTensor(
+            o_.storage_dtype, {n, o_.kv_heads, o_.head_dim}, seed_, 2 * t);
+        *r.mutable_value() = RandomTensor(
             o_.storage_dtype, {n, o_.kv_heads, o_.head_dim}, seed_, 2 * t + 1);
         if (!writer->Write(r)) break;
       }
@@ -119,11 +106,11 @@ class Sequence {
       r.set_layer(layer);
       v1::SessionQuery* q = r.add_sessions();
       q->set_session_id(id_);
-      *q->mutable_query() =
-          Rows(o_.storage_dtype, {1, o_.heads, o_.head_dim}, seed_, 7 * step);
-      *q->mutable_key() = Rows(o_.storage_dtype, {1, o_.kv_heads, o_.head_dim},
-                               seed_, 7 * step + 1);
-      *q->mutable_value() = Rows(
+      *q->mutable_query() = RandomTensor(
+          o_.storage_dtype, {1, o_.heads, o_.head_dim}, seed_, 7 * step);
+      *q->mutable_key() = RandomTensor(
+          o_.storage_dtype, {1, o_.kv_heads, o_.head_dim}, seed_, 7 * step + 1);
+      *q->mutable_value() = RandomTensor(
           o_.storage_dtype, {1, o_.kv_heads, o_.head_dim}, seed_, 7 * step + 2);
       q->set_position(o_.prefill + step);
       bytes += static_cast<int64_t>(r.ByteSizeLong());
@@ -156,8 +143,8 @@ class Sequence {
     for (int layer = 0; layer < o_.layers; ++layer) {
       v1::AttendRequest r;
       r.set_layout(v1::BLHD);
-      *r.mutable_query() = Rows(o_.storage_dtype, {1, 1, o_.heads, o_.head_dim},
-                                seed_, 7 * step);
+      *r.mutable_query() = RandomTensor(
+          o_.storage_dtype, {1, 1, o_.heads, o_.head_dim}, seed_, 7 * step);
       for (v1::Tensor* t : {r.mutable_key(), r.mutable_value()}) {
         t->set_dtype(o_.storage_dtype);
         for (int64_t d : {int64_t{1}, tokens, o_.kv_heads, o_.head_dim}) {
