@@ -1,5 +1,8 @@
 #include "core/convert.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace attnserve {
 
 float Float16ToFloat(uint16_t h) {
@@ -106,6 +109,24 @@ void ConvertToFloat(const void* src, DType dtype, float* dst, size_t n) {
     return;
   }
   for (size_t i = 0; i < n; ++i) dst[i] = LoadAsFloat(src, dtype, i);
+}
+
+void ConvertDType(const void* src, DType from, void* dst, DType to, size_t n) {
+  if (n == 0) return;
+  if (from == to) {
+    std::memcpy(dst, src, n * DTypeSize(to));
+    return;
+  }
+  // Through f32, a chunk at a time on the stack.
+  constexpr size_t kChunk = 1024;
+  float buffer[kChunk];
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t m = std::min(kChunk, n - i);
+    ConvertToFloat(s + i * DTypeSize(from), from, buffer, m);
+    ConvertFromFloat(buffer, d + i * DTypeSize(to), to, m);
+  }
 }
 
 }  // namespace attnserve

@@ -41,6 +41,9 @@ void StoreFromFloat(void* data, DType dtype, int64_t i, float value);
 void ConvertFromFloat(const float* src, void* dst, DType dtype, size_t n);
 // Converts n elements of `dtype` to floats; `src` may be unaligned.
 void ConvertToFloat(const void* src, DType dtype, float* dst, size_t n);
+// Converts n elements of float dtype `from` to float dtype `to` (a copy when
+// they are the same); both buffers may be unaligned and must not overlap.
+void ConvertDType(const void* src, DType from, void* dst, DType to, size_t n);
 
 }  // namespace attnserve
 

@@ -64,7 +64,7 @@ absl::Status CheckPagedInputs(const PagedAttentionInputs& in) {
   RETURN_IF_ERROR(CheckRange("head_dim", in.head_dim, 1, 256));
   RETURN_IF_ERROR(CheckRange("value_dim", in.value_dim, 1, 256));
   RETURN_IF_ERROR(CheckRange("block_tokens", in.block_tokens, 1, 1 << 16));
-  if (in.kv_dtype == DType::kBool) {
+  if (!IsFloatDType(in.kv_dtype)) {
     return absl::InvalidArgumentError(
         "kv_dtype: bool is not supported (expected f32, bf16 or f16)");
   }

@@ -10,8 +10,6 @@
 namespace attnserve {
 namespace {
 
-bool IsFloatDType(DType d) { return d != DType::kBool; }
-
 std::string ExpectedShape(Layout layout, int64_t b, int64_t h, int64_t l,
                           int64_t d) {
   return layout == Layout::kBHLD ? ShapeString({b, h, l, d})

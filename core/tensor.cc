@@ -21,6 +21,11 @@ size_t DTypeSize(DType dtype) {
   return 0;
 }
 
+bool IsFloatDType(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat16;
+}
+
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:

@@ -20,6 +20,8 @@ enum class DType { kFloat32, kBFloat16, kFloat16, kBool };
 size_t DTypeSize(DType dtype);
 // "f32", "bf16", "f16", "bool".
 absl::string_view DTypeName(DType dtype);
+// True for kFloat32, kBFloat16 and kFloat16: the dtypes of attention operands.
+bool IsFloatDType(DType dtype);
 
 inline constexpr int kMaxRank = 4;
 

@@ -12,10 +12,6 @@
 namespace attnserve::kvcache {
 namespace {
 
-bool IsFloat(DType d) {
-  return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
-}
-
 absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
                         int64_t hi) {
   if (value < lo || value > hi) {
@@ -23,18 +19,6 @@ absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
         absl::StrCat(field, ": ", value, " is outside [", lo, ", ", hi, "]"));
   }
   return absl::OkStatus();
-}
-
-// Copies `n` elements of `src_dtype` at `src` to `dst` in `dst_dtype`.
-void CopyRow(const void* src, DType src_dtype, void* dst, DType dst_dtype,
-             int64_t n, std::vector<float>* buffer) {
-  if (src_dtype == dst_dtype) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * DTypeSize(dst_dtype));
-    return;
-  }
-  buffer->resize(static_cast<size_t>(n));
-  ConvertToFloat(src, src_dtype, buffer->data(), static_cast<size_t>(n));
-  ConvertFromFloat(buffer->data(), dst, dst_dtype, static_cast<size_t>(n));
 }
 
 }  // namespace
@@ -53,7 +37,7 @@ absl::Status ValidateShape(const SessionShape& s) {
   RETURN_IF_ERROR(CheckRange("shape.value_dim", s.value_dim, 1, kMaxHeadDim));
   RETURN_IF_ERROR(
       CheckRange("shape.max_tokens", s.max_tokens, 1, kMaxSessionTokens));
-  if (!IsFloat(s.dtype)) {
+  if (!IsFloatDType(s.dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("shape.storage_dtype: ", DTypeName(s.dtype),
                      " is not supported (expected f32, bf16 or f16)"));
@@ -90,7 +74,7 @@ absl::Status SessionCache::CheckAppend(int layer,
   const auto check = [&](absl::string_view name, const TensorView& t,
                          int64_t dim, absl::string_view dim_name) {
     const std::string field = absl::StrCat(field_prefix, name);
-    if (!IsFloat(t.dtype)) {
+    if (!IsFloatDType(t.dtype)) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".dtype: ", DTypeName(t.dtype),
                        " is not supported (expected f32, bf16 or f16)"));
@@ -176,7 +160,6 @@ void SessionCache::WriteRows(Layer& l, int64_t t0, const TensorView& keys,
   const int64_t es = static_cast<int64_t>(DTypeSize(shape_.dtype));
   const int64_t ks = static_cast<int64_t>(DTypeSize(keys.dtype));
   const int64_t vs = static_cast<int64_t>(DTypeSize(values.dtype));
-  std::vector<float> buffer;
   for (int64_t r = 0; r < keys.shape[0]; ++r) {
     const int64_t t = t0 + r;
     char* base =
@@ -189,8 +172,8 @@ void SessionCache::WriteRows(Layer& l, int64_t t0, const TensorView& keys,
                       (r * values.strides[0] + h * values.strides[1]) * vs;
       char* kd = base + ((h * bt + row) * d) * es;
       char* vd = base + (hkv * bt * d + (h * bt + row) * dv) * es;
-      CopyRow(k, keys.dtype, kd, shape_.dtype, d, &buffer);
-      CopyRow(v, values.dtype, vd, shape_.dtype, dv, &buffer);
+      ConvertDType(k, keys.dtype, kd, shape_.dtype, static_cast<size_t>(d));
+      ConvertDType(v, values.dtype, vd, shape_.dtype, static_cast<size_t>(dv));
     }
   }
 }

@@ -17,11 +17,6 @@
 namespace attnserve::model {
 namespace {
 
-bool IsFloat(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 ||
-         dtype == DType::kFloat16;
-}
-
 // `rows` × `cols` f32 values as product operands: themselves, or rounded to
 // bf16 into `buffer` for a bf16 model.
 const void* Operand(const float* values, int64_t count, bool bf16,
@@ -170,7 +165,7 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
   const int64_t d = impl_->config.d_model;
   auto check_states = [d](absl::string_view name,
                           const TensorView& t) -> absl::Status {
-    if (!IsFloat(t.dtype)) {
+    if (!IsFloatDType(t.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, " must be f32, bf16 or f16, got ", DTypeName(t.dtype)));
     }
@@ -270,7 +265,7 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
   const int64_t q_rows = b * lq, k_rows = b * lk;
   const std::array<int64_t, 3> out_shape = {b, lq, d};
   if (out.output.dims() != absl::MakeConstSpan(out_shape) ||
-      !IsFloat(out.output.dtype) || !out.output.is_contiguous()) {
+      !IsFloatDType(out.output.dtype) || !out.output.is_contiguous()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "output must be dense float ", ShapeString(out_shape), ", got ",
         DTypeName(out.output.dtype), " ", ShapeString(out.output.dims())));

@@ -218,11 +218,9 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
     } else {
       // The engine's operands share the cache's dtype.
       const size_t elements = static_cast<size_t>(q.num_elements());
-      std::vector<float> widened(elements);
-      ConvertToFloat(q.data, q.dtype, widened.data(), elements);
       std::vector<char>& bytes = call->converted_queries[i];
       bytes.resize(elements * DTypeSize(shape.dtype));
-      ConvertFromFloat(widened.data(), bytes.data(), shape.dtype, elements);
+      ConvertDType(q.data, q.dtype, bytes.data(), shape.dtype, elements);
       seq.query = MakeTensorView(bytes.data(), shape.dtype,
                                  {lnew, hq, int64_t{shape.head_dim}});
     }

@@ -436,6 +436,32 @@ TEST(ConvertTest, EmptyConversionsAcceptNullPointers) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     ConvertFromFloat(nullptr, nullptr, dtype, 0);
     ConvertToFloat(nullptr, dtype, nullptr, 0);
+    ConvertDType(nullptr, dtype, nullptr, DType::kFloat32, 0);
+  }
+}
+
+TEST(ConvertTest, ConvertDTypeMatchesElementwiseRoundingAcrossChunks) {
+  // 3000 elements: past the 1024-element chunks of the f32 staging buffer.
+  std::vector<float> values(3000);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = 0.001f * static_cast<float>(i) - 1.3f;
+  }
+  for (DType from : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (DType to : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      std::vector<char> src(values.size() * DTypeSize(from));
+      ConvertFromFloat(values.data(), src.data(), from, values.size());
+      std::vector<char> dst(values.size() * DTypeSize(to));
+      ConvertDType(src.data(), from, dst.data(), to, values.size());
+      for (size_t i = 0; i < values.size(); ++i) {
+        float expected = LoadAsFloat(src.data(), from, static_cast<int64_t>(i));
+        std::vector<char> one(DTypeSize(to));
+        StoreFromFloat(one.data(), to, 0, expected);
+        expected = LoadAsFloat(one.data(), to, 0);
+        ASSERT_EQ(LoadAsFloat(dst.data(), to, static_cast<int64_t>(i)),
+                  expected)
+            << DTypeName(from) << " -> " << DTypeName(to) << " element " << i;
+      }
+    }
   }
 }
 
