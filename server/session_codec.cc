@@ -13,20 +13,31 @@
 namespace attnserve::server {
 namespace {
 
-// A rank-3 float tensor named `name`: [L, H, E] with L >= 1.
-absl::StatusOr<TensorView> DecodeRows(absl::string_view name, bool present,
-                                      const v1::Tensor& tensor,
-                                      absl::string_view axes) {
+// A float tensor named `name`, viewed in the message: the wire's facts only.
+// Keys and values get their shape rules from SessionCache::CheckAppend, which
+// knows the session's heads and dims.
+absl::StatusOr<TensorView> DecodeFloat(absl::string_view name, bool present,
+                                       const v1::Tensor& tensor,
+                                       absl::string_view axes) {
   if (!present) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
         axes, ")"));
   }
   ASSIGN_OR_RETURN(const DType dtype, wire::FloatDType(name, tensor));
-  ASSIGN_OR_RETURN(const TensorView view, wire::ViewAs(name, tensor, dtype));
+  return wire::ViewAs(name, tensor, dtype);
+}
+
+// A query: [Lnew, Hq, D] with Lnew >= 1, its one shape rule that no session
+// knows (AdmitSessions checks Hq and D against the sessions).
+absl::StatusOr<TensorView> DecodeQuery(absl::string_view name, bool present,
+                                       const v1::Tensor& tensor) {
+  constexpr absl::string_view kAxes = "[Lnew, Hq, head_dim]";
+  ASSIGN_OR_RETURN(const TensorView view,
+                   DecodeFloat(name, present, tensor, kAxes));
   if (view.rank != 3 || view.shape[0] < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(name, ".shape: expected ", axes, " with Lnew >= 1, got ",
+        absl::StrCat(name, ".shape: expected ", kAxes, " with Lnew >= 1, got ",
                      ShapeString(view.dims())));
   }
   return view;
@@ -81,11 +92,11 @@ absl::StatusOr<absl::Duration> DecodeTtl(int64_t ttl_ms) {
 absl::StatusOr<DecodedAppend> DecodeAppend(const v1::AppendKvRequest& request) {
   DecodedAppend decoded;
   ASSIGN_OR_RETURN(decoded.key,
-                   DecodeRows("key", request.has_key(), request.key(),
-                              "[Lnew, num_kv_heads, head_dim]"));
+                   DecodeFloat("key", request.has_key(), request.key(),
+                               "[Lnew, num_kv_heads, head_dim]"));
   ASSIGN_OR_RETURN(decoded.value,
-                   DecodeRows("value", request.has_value(), request.value(),
-                              "[Lnew, num_kv_heads, value_dim]"));
+                   DecodeFloat("value", request.has_value(), request.value(),
+                               "[Lnew, num_kv_heads, value_dim]"));
   return decoded;
 }
 
@@ -111,18 +122,18 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
       return absl::InvalidArgumentError(
           absl::StrCat(at, "session_id: missing"));
     }
-    ASSIGN_OR_RETURN(d.queries[static_cast<size_t>(i)],
-                     DecodeRows(absl::StrCat(at, "query"), q.has_query(),
-                                q.query(), "[Lnew, Hq, head_dim]"));
+    ASSIGN_OR_RETURN(
+        d.queries[static_cast<size_t>(i)],
+        DecodeQuery(absl::StrCat(at, "query"), q.has_query(), q.query()));
     if (q.has_key()) {
       ASSIGN_OR_RETURN(part.keys,
-                       DecodeRows(absl::StrCat(at, "key"), true, q.key(),
-                                  "[Lnew, num_kv_heads, head_dim]"));
+                       DecodeFloat(absl::StrCat(at, "key"), true, q.key(),
+                                   "[Lnew, num_kv_heads, head_dim]"));
     }
     if (q.has_value()) {
       ASSIGN_OR_RETURN(part.values,
-                       DecodeRows(absl::StrCat(at, "value"), true, q.value(),
-                                  "[Lnew, num_kv_heads, value_dim]"));
+                       DecodeFloat(absl::StrCat(at, "value"), true, q.value(),
+                                   "[Lnew, num_kv_heads, value_dim]"));
     }
     if (q.has_position()) part.position = q.position();
   }
