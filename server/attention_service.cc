@@ -38,7 +38,7 @@ class AttentionService::Streams final
       grpc::CallbackServerContext* context) {
     return new OrderedStreamReactor<Request, v1::AttendResponse>(
         context, this, service_->options_.max_stream_inflight,
-        service_->Admit(*context));
+        service_->admission_->Admit(*context));
   }
 
   void Submit(const Request& request, v1::AttendResponse* response,
@@ -46,7 +46,7 @@ class AttentionService::Streams final
               absl::AnyInvocable<void(absl::Status)> done) override {
     service_->work_.Begin();
     // Streams opened before draining began stay open, but take no new work.
-    if (service_->draining_.load()) {
+    if (service_->admission_->draining()) {
       done(absl::UnavailableError("server is shutting down"));
       return;
     }
@@ -70,11 +70,12 @@ class AttentionService::Streams final
   AttentionService* const service_;
 };
 
-AttentionService::AttentionService(ServiceOptions options, Scheduler* scheduler,
-                                   Metrics* metrics,
+AttentionService::AttentionService(ServiceOptions options,
+                                   const Admission* admission,
+                                   Scheduler* scheduler, Metrics* metrics,
                                    const AttentionEngine* validator)
     : options_(std::move(options)),
-      auth_(options_.auth_token),
+      admission_(admission),
       scheduler_(scheduler),
       metrics_(metrics),
       validator_(validator),
@@ -83,13 +84,6 @@ AttentionService::AttentionService(ServiceOptions options, Scheduler* scheduler,
       model_streams_(std::make_unique<Streams<ModelKind>>(this)) {}
 
 AttentionService::~AttentionService() = default;
-
-absl::Status AttentionService::Admit(
-    const grpc::CallbackServerContext& context) const {
-  if (draining_.load())
-    return absl::UnavailableError("server is shutting down");
-  return auth_.Check(context.client_metadata());
-}
 
 template <typename Kind>
 void AttentionService::Process(const typename Kind::Request& request,
@@ -165,7 +159,7 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
                   " ", status.message());
     reactor->Finish(grpc_status);
   };
-  const absl::Status admitted = Admit(*context);
+  const absl::Status admitted = admission_->Admit(*context);
   if (!admitted.ok()) {
     finish(admitted);
     return reactor;
@@ -204,7 +198,7 @@ grpc::ServerUnaryReactor* AttentionService::GetServerInfo(
     const v1::GetServerInfoRequest* request, v1::ServerInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time received = absl::Now();
-  absl::Status status = Admit(*context);
+  absl::Status status = admission_->Admit(*context);
   if (status.ok()) {
     *response = options_.info;
     if (options_.live_info) options_.live_info(response);

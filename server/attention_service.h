@@ -20,7 +20,7 @@
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request_codec.h"
-#include "server/rpc/auth.h"
+#include "server/rpc/admission.h"
 #include "server/scheduler.h"
 #include "server/work_tracker.h"
 
@@ -28,8 +28,6 @@ namespace attnserve::server {
 
 struct ServiceOptions {
   RequestLimits limits;
-  // When non-empty, every call must carry "authorization: Bearer <token>".
-  std::string auth_token;
   // Messages of one AttendStream being computed or waiting to be written;
   // reading pauses beyond it (backpressure).
   int max_stream_inflight = 16;
@@ -47,15 +45,14 @@ struct ModelKind;
 
 class AttentionService final : public v1::AttentionService::CallbackService {
  public:
-  // `scheduler`, `metrics` and `validator` must outlive the service;
-  // `validator` only checks requests (AttentionEngine::Validate), it computes
-  // nothing.
-  AttentionService(ServiceOptions options, Scheduler* scheduler,
-                   Metrics* metrics, const AttentionEngine* validator);
+  // `admission` (the server's, shared with SessionService; its
+  // StartDraining also refuses new messages on open streams), `scheduler`,
+  // `metrics` and `validator` must outlive the service; `validator` only
+  // checks requests (AttentionEngine::Validate), it computes nothing.
+  AttentionService(ServiceOptions options, const Admission* admission,
+                   Scheduler* scheduler, Metrics* metrics,
+                   const AttentionEngine* validator);
   ~AttentionService() override;
-
-  // From now on new calls, and new messages on open streams, get UNAVAILABLE.
-  void StartDraining() { draining_.store(true); }
 
   // Waits until no call or stream message is being processed, or until
   // `deadline`. True when idle. Open streams with nothing in flight count as
@@ -84,9 +81,6 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   template <typename Kind>
   class Streams;
 
-  // Draining, then the bearer token.
-  absl::Status Admit(const grpc::CallbackServerContext& context) const;
-
   // The unary handler of Attend and AttendModel.
   template <typename Kind>
   grpc::ServerUnaryReactor* HandleUnary(grpc::CallbackServerContext* context,
@@ -109,11 +103,10 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                     int64_t request_bytes, int64_t response_bytes);
 
   const ServiceOptions options_;
-  const BearerTokenAuth auth_;
+  const Admission* const admission_;
   Scheduler* const scheduler_;
   Metrics* const metrics_;
   const AttentionEngine* const validator_;
-  std::atomic<bool> draining_{false};
   WorkTracker work_;
   const std::unique_ptr<Streams<AttendKind>> attend_streams_;
   const std::unique_ptr<Streams<ModelKind>> model_streams_;

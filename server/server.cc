@@ -86,6 +86,8 @@ struct AttnServer::Impl {
   // Before the scheduler: queued session calls hold blocks of the store.
   std::unique_ptr<kvcache::SessionStore> sessions;
   std::unique_ptr<Scheduler> scheduler;
+  // Shared by both services.
+  std::unique_ptr<Admission> admission;
   std::unique_ptr<AttentionService> service;
   std::unique_ptr<SessionService> session_service;
   std::unique_ptr<grpc::Server> server;  // last: destroyed first
@@ -188,7 +190,6 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   ServiceOptions service_options;
   service_options.limits.max_response_bytes = options.max_response_bytes;
   service_options.limits.max_flops = options.max_request_flops;
-  service_options.auth_token = token;
   v1::ServerInfo& info = service_options.info;
   info.set_version(ATTNSERVE_VERSION);
   info.set_onednn_version(OneDnnVersion());
@@ -215,11 +216,13 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   };
   service_options.models = impl->models.get();
   const RequestLimits request_limits = service_options.limits;
+  impl->admission = std::make_unique<Admission>(token);
   impl->service = std::make_unique<AttentionService>(
-      std::move(service_options), impl->scheduler.get(), impl->metrics.get(),
-      impl->validator.get());
+      std::move(service_options), impl->admission.get(), impl->scheduler.get(),
+      impl->metrics.get(), impl->validator.get());
   impl->session_service = std::make_unique<SessionService>(
-      request_limits, token, store, impl->scheduler.get(), impl->metrics.get());
+      request_limits, impl->admission.get(), store, impl->scheduler.get(),
+      impl->metrics.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -284,8 +287,7 @@ std::string AttnServer::ConfigSummary() const {
 
 void AttnServer::StartDraining() {
   impl_->server->GetHealthCheckService()->SetServingStatus(false);
-  impl_->service->StartDraining();
-  impl_->session_service->StartDraining();
+  impl_->admission->StartDraining();
 }
 
 void AttnServer::Shutdown() {

@@ -19,23 +19,15 @@ int64_t Micros(absl::Duration d) { return absl::ToInt64Microseconds(d); }
 }  // namespace
 
 SessionService::SessionService(const RequestLimits& limits,
-                               const std::string& auth_token,
+                               const Admission* admission,
                                kvcache::SessionStore* store,
                                Scheduler* scheduler, Metrics* metrics)
     : limits_(limits),
       store_(store),
       scheduler_(scheduler),
       metrics_(metrics),
-      auth_(auth_token),
+      admission_(admission),
       work_(metrics) {}
-
-absl::Status SessionService::Admit(
-    const grpc::CallbackServerContext& context) const {
-  if (draining_.load()) {
-    return absl::UnavailableError("server is shutting down");
-  }
-  return auth_.Check(context.client_metadata());
-}
 
 template <typename Request, typename Op>
 grpc::ServerUnaryReactor* SessionService::Inline(
@@ -43,7 +35,7 @@ grpc::ServerUnaryReactor* SessionService::Inline(
     v1::SessionInfo* response, Op op) {
   grpc::ServerUnaryReactor* reactor = new TrackedUnaryReactor(&work_);
   const absl::Time received = absl::Now();
-  absl::Status status = Admit(*context);
+  absl::Status status = admission_->Admit(*context);
   if (status.ok()) status = op();
   if (!status.ok()) response->Clear();
   const grpc::Status grpc_status = ToGrpcStatus(status);
@@ -98,7 +90,7 @@ class SessionService::AppendStream
                v1::SessionInfo* response)
       : service_(service), response_(response), received_(absl::Now()) {
     service_->work_.Begin();
-    const absl::Status admitted = service_->Admit(*context);
+    const absl::Status admitted = service_->admission_->Admit(*context);
     if (!admitted.ok()) {
       End(admitted);
       return;
@@ -190,7 +182,7 @@ grpc::ServerUnaryReactor* SessionService::AttendSessions(
       });
   // Everything up to the pin happens here, in arrival order.
   auto prepare = [&]() -> absl::StatusOr<std::shared_ptr<SessionsCall>> {
-    RETURN_IF_ERROR(Admit(*context));
+    RETURN_IF_ERROR(admission_->Admit(*context));
     auto decoded = std::make_shared<DecodedSessionsRequest>();
     ASSIGN_OR_RETURN(*decoded, DecodeAttendSessions(*request));
     double flops = 0;

@@ -16,7 +16,7 @@
 #include "kvcache/session_store.h"
 #include "server/metrics.h"
 #include "server/request_codec.h"
-#include "server/rpc/auth.h"
+#include "server/rpc/admission.h"
 #include "server/scheduler.h"
 #include "server/work_tracker.h"
 
@@ -24,14 +24,11 @@ namespace attnserve::server {
 
 class SessionService final : public v1::SessionService::CallbackService {
  public:
-  // `store`, `scheduler` and `metrics` must outlive the service. A non-empty
-  // `auth_token` is required on every call, as AttentionService requires it.
-  SessionService(const RequestLimits& limits, const std::string& auth_token,
+  // `admission` (the server's, shared with AttentionService), `store`,
+  // `scheduler` and `metrics` must outlive the service.
+  SessionService(const RequestLimits& limits, const Admission* admission,
                  kvcache::SessionStore* store, Scheduler* scheduler,
                  Metrics* metrics);
-
-  // As AttentionService's: new calls get UNAVAILABLE from now on.
-  void StartDraining() { draining_.store(true); }
   bool WaitUntilIdle(absl::Time deadline) {
     return work_.WaitUntilIdle(deadline);
   }
@@ -66,7 +63,6 @@ class SessionService final : public v1::SessionService::CallbackService {
  private:
   class AppendStream;
 
-  absl::Status Admit(const grpc::CallbackServerContext& context) const;
   // Answers a call whose work is `op`, run here, with its metrics.
   template <typename Request, typename Op>
   grpc::ServerUnaryReactor* Inline(grpc::CallbackServerContext* context,
@@ -79,8 +75,7 @@ class SessionService final : public v1::SessionService::CallbackService {
   kvcache::SessionStore* const store_;
   Scheduler* const scheduler_;
   Metrics* const metrics_;
-  const BearerTokenAuth auth_;
-  std::atomic<bool> draining_{false};
+  const Admission* const admission_;
   WorkTracker work_;
 };
 

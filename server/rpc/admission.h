@@ -1,0 +1,41 @@
+#ifndef ATTNSERVE_SERVER_RPC_ADMISSION_H_
+#define ATTNSERVE_SERVER_RPC_ADMISSION_H_
+
+// Whether a call may start work: UNAVAILABLE "server is shutting down" once
+// draining, then the bearer token (auth.h). One per server, shared by its
+// services, so that one StartDraining stops new work on all of them.
+
+#include <atomic>
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/server_context.h"
+#include "server/rpc/auth.h"
+
+namespace attnserve::server {
+
+class Admission {
+ public:
+  // An empty `token` turns the token check off.
+  explicit Admission(const std::string& token) : auth_(token) {}
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
+
+  // From now on Admit refuses. Thread-safe, idempotent.
+  void StartDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
+  // OK, or Unavailable while draining, or BearerTokenAuth::Check's error.
+  absl::Status Admit(const grpc::CallbackServerContext& context) const {
+    if (draining()) return absl::UnavailableError("server is shutting down");
+    return auth_.Check(context.client_metadata());
+  }
+
+ private:
+  std::atomic<bool> draining_{false};
+  const BearerTokenAuth auth_;
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_RPC_ADMISSION_H_
