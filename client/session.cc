@@ -20,12 +20,12 @@ class Caller {
       : command_(c), stub_(v1::SessionService::NewStub(std::move(channel))) {}
 
   void Prepare(grpc::ClientContext* context) const {
-    PrepareContext(command_.connection, context);
-    const std::string& key = !command_.route_key.empty() ? command_.route_key
-                             : command_.sessions.empty()
-                                 ? std::string()
-                                 : command_.sessions.front();
-    if (!key.empty()) context->AddMetadata(kSessionRouteHeader, key);
+    PrepareSessionContext(command_.connection,
+                          !command_.route_key.empty() ? command_.route_key
+                          : command_.sessions.empty()
+                              ? std::string()
+                              : command_.sessions.front(),
+                          context);
   }
   v1::SessionService::Stub& stub() { return *stub_; }
 
@@ -137,6 +137,13 @@ ExitCode Step(const SessionCommand& c, Caller& caller,
 }
 
 }  // namespace
+
+void PrepareSessionContext(const ConnectionOptions& options,
+                           const std::string& route_key,
+                           grpc::ClientContext* context) {
+  PrepareContext(options, context);
+  if (!route_key.empty()) context->AddMetadata(kSessionRouteHeader, route_key);
+}
 
 std::string FormatSessionInfo(const v1::SessionInfo& info) {
   const v1::SessionShape& s = info.shape();

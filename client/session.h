@@ -23,6 +23,12 @@ namespace attnserve::client {
 // The metadata header HAProxy hashes to route a session's calls.
 inline constexpr char kSessionRouteHeader[] = "attnserve-session";
 
+// PrepareContext, plus the routing header set to `route_key` (none when it is
+// empty). `context` must be fresh.
+void PrepareSessionContext(const ConnectionOptions& options,
+                           const std::string& route_key,
+                           grpc::ClientContext* context);
+
 struct SessionCommand {
   ConnectionOptions connection;
   // create, append, step, info, fork, truncate or close.

@@ -53,8 +53,7 @@ class Sequence {
   const std::string& id() const { return id_; }
 
   void Prepare(grpc::ClientContext* context) const {
-    PrepareContext(o_.connection, context);
-    context->AddMetadata(kSessionRouteHeader, id_);
+    PrepareSessionContext(o_.connection, id_, context);
   }
 
   bool Create(Phase& phase) {
