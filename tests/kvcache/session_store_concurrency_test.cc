@@ -151,7 +151,6 @@ TEST(SessionStoreConcurrencyTest, ManyClientsLeaveEveryBlockAccountedFor) {
   EXPECT_EQ(stats.sessions, 0);
   EXPECT_EQ(stats.used_bytes, 0);
   EXPECT_GT(stats.tokens_appended, 0);
-  EXPECT_LE(stats.used_bytes, stats.budget_bytes);
 }
 
 TEST(SessionStoreConcurrencyTest, CallsOnOneSessionAreSerialized) {

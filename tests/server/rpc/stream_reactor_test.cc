@@ -294,6 +294,15 @@ class StreamReactorTest : public ::testing::Test {
     context->set_deadline(absl::ToChronoTime(absl::Now() + 2 * kPatience));
   }
 
+  // The stream ends OK and the processor gets back all `released` messages.
+  template <typename Stream>
+  void ExpectEndsOkReleasing(Stream& stream, int released) {
+    const grpc::Status status = stream.Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::OK)
+        << status.error_message();
+    EXPECT_TRUE(processor_.WaitForReleased(released));
+  }
+
   FakeProcessor processor_;  // outlives the server
   std::unique_ptr<ReactorService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -330,10 +339,7 @@ TEST_F(StreamReactorTest, WritesInRequestOrderWhateverTheCompletionOrder) {
                           Pair("r0", grpc::StatusCode::OK)));
   ASSERT_TRUE(stream->WritesDone());
   EXPECT_TRUE(reader.WaitForEnd());
-  const grpc::Status status = stream->Finish();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::OK)
-      << status.error_message();
-  EXPECT_TRUE(processor_.WaitForReleased(5));
+  ExpectEndsOkReleasing(*stream, 5);
 }
 
 TEST_F(StreamReactorTest, AFailedMessageGetsAnErrorResponseAndTheStreamGoesOn) {
@@ -365,10 +371,7 @@ TEST_F(StreamReactorTest, AFailedMessageGetsAnErrorResponseAndTheStreamGoesOn) {
                           Pair("r2", grpc::StatusCode::RESOURCE_EXHAUSTED),
                           Pair("r3", grpc::StatusCode::OK),
                           Pair("r0", grpc::StatusCode::OK)));
-  const grpc::Status status = stream->Finish();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::OK)
-      << status.error_message();
-  EXPECT_TRUE(processor_.WaitForReleased(4));
+  ExpectEndsOkReleasing(*stream, 4);
 }
 
 TEST_F(StreamReactorTest, ReadsNoMoreThanMaxInflightAheadOfTheWrites) {
@@ -400,10 +403,7 @@ TEST_F(StreamReactorTest, ReadsNoMoreThanMaxInflightAheadOfTheWrites) {
               ElementsAreArray(Texts({Ok("r0", 0), Ok("r1", 1), Ok("r2", 2),
                                       Ok("r3", 3), Ok("r4", 4)})));
   EXPECT_EQ(processor_.max_outstanding(), 2);
-  const grpc::Status status = stream->Finish();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::OK)
-      << status.error_message();
-  EXPECT_TRUE(processor_.WaitForReleased(5));
+  ExpectEndsOkReleasing(*stream, 5);
 }
 
 TEST_F(StreamReactorTest, HalfCloseWaitsForSlowMessagesThenEndsOk) {
@@ -423,10 +423,7 @@ TEST_F(StreamReactorTest, HalfCloseWaitsForSlowMessagesThenEndsOk) {
   EXPECT_TRUE(reader.WaitForEnd());
   EXPECT_THAT(Texts(reader.WaitFor(3)),
               ElementsAreArray(Texts({Ok("r0", 0), Ok("r1", 1), Ok("r2", 2)})));
-  const grpc::Status status = stream->Finish();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::OK)
-      << status.error_message();
-  EXPECT_TRUE(processor_.WaitForReleased(3));
+  ExpectEndsOkReleasing(*stream, 3);
 }
 
 TEST_F(StreamReactorTest, HalfCloseWithoutMessagesEndsOk) {
