@@ -108,6 +108,10 @@ class SessionCache {
   SessionCache Fork() const;
 
   std::vector<int64_t> LayerTokens() const;
+  // Tokens `layer` holds; the layer must exist.
+  int64_t Tokens(int layer) const {
+    return layers_[static_cast<size_t>(layer)].tokens;
+  }
   int64_t MaxTokens() const;
   // Bytes of the blocks this session references (shared ones included).
   int64_t Bytes() const;

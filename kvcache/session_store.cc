@@ -347,8 +347,8 @@ absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
       return absl::InvalidArgumentError(absl::StrCat(
           part.field_prefix, "position: set without key and value"));
     }
-    plans[i].tokens_after = cache.LayerTokens()[static_cast<size_t>(layer)] +
-                            (part.keys ? part.keys->shape[0] : 0);
+    plans[i].tokens_after =
+        cache.Tokens(layer) + (part.keys ? part.keys->shape[0] : 0);
   }
   RETURN_IF_ERROR(admit(plans));
   std::vector<PinnedPart> pinned(parts.size());
