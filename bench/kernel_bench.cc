@@ -220,7 +220,7 @@ class Benchmark {
   absl::StatusOr<Json> CaseRecord(const CaseSpec& spec, int threads,
                                   double median_us, int reps) {
     ASSIGN_OR_RETURN(const double gemm, GemmRate(spec.dtype, threads));
-    const double gflops = ShapeOf(spec).flops() / (median_us * 1e3);
+    const double gflops = ShapeOf(spec).dense_flops() / (median_us * 1e3);
     Json r;
     r["case"] = spec.name;
     r["dtype"] = std::string(DTypeName(spec.dtype));

@@ -37,6 +37,40 @@ enum class KernelPath { kAuto, kFlash, kMaterialized, kDecode };
 enum class Isa { kAuto, kAvx2, kAvx512 };
 absl::string_view IsaName(Isa isa);  // "auto", "avx2", "avx512"
 
+// How a block-sparse layout picks key blocks by stride (BlockSparseSpec):
+// kStrided (Sparse Transformer "strided"): key block kb for query block qb when
+//   (qb + o - kb) is a multiple of the stride (o: see BlockSparseSpec);
+// kFixed (Sparse Transformer "fixed"): key blocks kb with kb % stride ==
+//   stride - 1, the last block of every stride group, for every query block.
+enum class StridePattern { kStrided, kFixed };
+
+// A block-sparse layout over blocks of block_size query rows × block_size keys:
+// query block qb = floor(i / block_size), key block kb = floor(j / block_size),
+// nqb = ceil(Lq / block_size), nkb = ceil(Lk / block_size), and the diagonal
+// block offset o = floor(d(0) / block_size) with d the causal diagonal
+// (CausalAlignment; 0 for top-left). The layout keeps block (qb, kb) when any
+// component present keeps it:
+//   local:   qb + o - local_left <= kb <= qb + o + local_right (present when
+//            either side is set; an unset side is 0);
+//   stride:  see StridePattern (present when stride > 0);
+//   random:  random_blocks distinct key blocks per query block, drawn from
+//            `seed` (docs/api.md "Block-sparse attention" gives the procedure);
+//   block_mask: kBool [nqb, nkb], nonzero = keep.
+// Key j is then allowed for query row i when the layout keeps (qb, kb), or i
+// or j is one of global_tokens (a global token attends to and is attended by
+// every position), and every other mask part allows it.
+struct BlockSparseSpec {
+  int64_t block_size = 0;  // [1, 4096]
+  std::optional<int64_t> local_left, local_right;
+  int64_t stride = 0;
+  StridePattern stride_pattern = StridePattern::kStrided;
+  int64_t random_blocks = 0;
+  uint64_t seed = 0;
+  // Strictly increasing token indices, each < max(Lq, Lk).
+  absl::Span<const int32_t> global_tokens;
+  std::optional<TensorView> block_mask;
+};
+
 // The parts of a mask. A key j is attended by query row i only if every part
 // allows it; a row that no key is allowed for yields zeros (output and
 // weights).
@@ -57,6 +91,46 @@ struct MaskSpec {
   std::optional<TensorView> explicit_mask;
   // Empty, or [Hq]: adds -slope[h] * |d(i) - j| to the scaled scores (ALiBi).
   absl::Span<const float> alibi_slopes;
+  // Optional block-sparse layout (see BlockSparseSpec); softmax method only.
+  std::optional<BlockSparseSpec> block_sparse;
+};
+
+// How scores become the output (AttentionInputs::method).
+//   kSoftmax: exact softmax attention, every mask part.
+//   kLinear:  linear attention (LinearSpec).
+//   kLsh:     Reformer's LSH attention (LshSpec).
+enum class AttentionMethod { kSoftmax, kLinear, kLsh };
+
+// Feature maps of linear attention, applied to x = sqrt(scale) * q (and k):
+//   kEluPlusOne: elu(x) + 1;  kRelu: max(x, 0);
+//   kFavorPlus:  Performer's positive orthogonal random features,
+//                exp(w_r . x - |x|^2 / 2) / sqrt(m), r < m = num_features.
+enum class FeatureMap { kEluPlusOne, kRelu, kFavorPlus };
+
+// Linear attention: out_i = phi(q_i) . S_i / phi(q_i) . z_i with
+// S_i = sum_j phi(k_j) v_j^T and z_i = sum_j phi(k_j) over the keys j that
+// causal (prefix sums) and key_lengths allow; a zero denominator gives zeros.
+// Windows, explicit masks, ALiBi and block-sparse layouts cannot be linearised
+// and are InvalidArgument.
+struct LinearSpec {
+  FeatureMap feature_map = FeatureMap::kEluPlusOne;
+  int64_t num_features = 0;  // kFavorPlus only: m in [1, 4096]
+  uint64_t seed = 0;         // kFavorPlus only: draws the random matrix
+};
+
+// LSH attention (Reformer), shared-QK: keys are the queries normalised to unit
+// length (AttentionInputs::key must be empty; value has Hq heads and Lq rows).
+// num_hashes rounds each hash every position with a seeded random rotation into
+// num_buckets buckets, sort by (bucket, position), and attend within chunks of
+// chunk_size sorted positions and one chunk back; a position attends to itself
+// only when nothing else is allowed; rounds are combined by their
+// log-sum-exp. Causal and key_lengths apply; other mask parts are
+// InvalidArgument.
+struct LshSpec {
+  int64_t num_hashes = 0;   // [1, 64]
+  int64_t num_buckets = 0;  // 1, or even in [2, 4096]
+  int64_t chunk_size = 0;   // [1, 65536]
+  uint64_t seed = 0;
 };
 
 // One attention call's inputs. All views are borrowed for the duration of Run.
@@ -71,6 +145,9 @@ struct AttentionInputs {
   // Multiplies q·k; default 1/sqrt(D). Must be finite.
   std::optional<float> scale;
   KernelPath kernel = KernelPath::kAuto;
+  AttentionMethod method = AttentionMethod::kSoftmax;
+  LinearSpec linear;  // method kLinear only
+  LshSpec lsh;        // method kLsh only
 };
 
 // Where results go. `output` has the output shape (see Layout) in any of the
@@ -89,7 +166,11 @@ struct AttentionShape {
   std::array<int64_t, 4> output_shape{};
   std::array<int64_t, 4> weights_shape{};
   // Dense-attention FLOPs, 2·B·Hq·Lq·Lk·(D + Dv).
-  double flops() const;
+  double dense_flops() const;
+  // The FLOPs this call's method and layout compute (set by Validate): dense
+  // for softmax, the kept blocks' share of it for block-sparse layouts, the
+  // method's own count for linear and LSH attention.
+  double flops = 0.0;
 };
 
 struct EngineOptions {

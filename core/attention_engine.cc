@@ -14,6 +14,8 @@
 #include "core/matmul.h"
 #include "core/problem.h"
 #include "core/status_macros.h"
+#include "core/variants/linear.h"
+#include "core/variants/lsh.h"
 #include "core/vec_ops.h"
 #include "dnnl.hpp"
 
@@ -57,9 +59,26 @@ class Engine final : public AttentionEngine {
     ASSIGN_OR_RETURN(Problem problem, ResolveProblem(inputs));
     ASSIGN_OR_RETURN(Strides4 out_strides, ResolveOutput(problem, outputs));
     const AttentionShape& s = problem.shape;
+    switch (problem.method) {
+      case AttentionMethod::kLinear:
+        return RunLinear(problem, outputs, out_strides, *ops_, threads_);
+      case AttentionMethod::kLsh:
+        return RunLsh(problem, outputs, out_strides, *ops_, threads_);
+      case AttentionMethod::kSoftmax:
+        break;
+    }
 
     const bool weights = outputs.weights.has_value();
-    const KernelPath path = ChooseKernel(s, problem.kernel, weights);
+    KernelPath path = ChooseKernel(s, problem.kernel, weights);
+    if (problem.block_layout != nullptr && path == KernelPath::kDecode) {
+      // The decode kernel's row sets span query blocks; flash tiles are the
+      // layout's blocks.
+      if (problem.kernel == KernelPath::kDecode) {
+        return absl::InvalidArgumentError(
+            "kernel: the decode kernel does not take block-sparse layouts");
+      }
+      path = KernelPath::kFlash;
+    }
     if (weights != (path == KernelPath::kMaterialized)) {
       return absl::InvalidArgumentError(
           weights ? "kernel: only the materialized kernel returns weights"
@@ -177,6 +196,10 @@ class Engine final : public AttentionEngine {
                        ? MaterializedQueryBlock(s.q_len, s.k_len)
                        : AutoQueryBlock(s.q_len);
     args.k_block = options_.k_block;
+    if (problem.block_layout != nullptr && path == KernelPath::kFlash) {
+      // One tile per block: each is kept, skipped or checked per element.
+      args.q_block = args.k_block = problem.block_layout->block_size();
+    }
     args.num_threads = threads_;
     return args;
   }

@@ -28,6 +28,9 @@ struct RowSet {
   int64_t count = 0;
   const void* q = nullptr;
   int64_t ldq = 0;
+  // Flash with a block-sparse layout: the rows' query block (the tile is one
+  // block), else -1.
+  int64_t layout_row = -1;
 };
 
 // Sets each row's allowed key interval from causal/window/key_lengths, clipped
@@ -69,10 +72,10 @@ struct BlockContext {
 };
 
 // Rows [r0, r1) of the set against keys [k0, k0 + n) whose operands are kp /
-// vp.
+// vp; with `use_bias`, the elementwise mask parts (FillBias) apply.
 absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
                           int64_t k0, int64_t n, const void* kp, int64_t ldk,
-                          const void* vp, int64_t ldv) {
+                          const void* vp, int64_t ldv, bool use_bias) {
   const KernelArgs& args = c.args;
   const Problem& p = *args.p;
   const VecOps& ops = *args.ops;
@@ -92,12 +95,12 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
 
   for (int64_t r = r0; r < r1; ++r) {
     float* s = c.scores + r * kb;
-    if (c.bias != nullptr) {
-      FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n,
-               c.bias);
+    float* bias = use_bias ? c.bias : nullptr;
+    if (bias != nullptr) {
+      FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
     }
     const float tile_max = ops.scale_mask_max(s, n, p.scale, ws->row_lo[r] - k0,
-                                              ws->row_hi[r] - k0, c.bias);
+                                              ws->row_hi[r] - k0, bias);
     const float new_max = std::max(c.row_max[r], tile_max);
     if (new_max == kNegInf) {
       // Nothing allowed so far: this row contributes zeros to acc.
@@ -161,7 +164,18 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
 
   const Strides4& ks = p.k_strides;
   const Strides4& vs = p.v_strides;
+  const BlockLayout* layout =
+      rows.layout_row >= 0 ? p.block_layout.get() : nullptr;
+  const bool value_mask = p.mask != nullptr || p.alibi != nullptr;
   for (int64_t k0 = first_block; k0 < hi_all; k0 += kb) {
+    // With a layout, tiles are its blocks (kb = block size): skipped ones cost
+    // nothing, kept ones need no per-element check of the layout.
+    bool use_bias = c.bias != nullptr;
+    if (layout != nullptr) {
+      const BlockLayout::Tile tile = layout->TileKind(rows.layout_row, k0 / kb);
+      if (tile == BlockLayout::Tile::kSkipped) continue;
+      use_bias = value_mask || tile == BlockLayout::Tile::kPartial;
+    }
     const int64_t n = KeyBlockEnd(k0, kb, hi_all, k_end) - k0;
     // Per row group: how far its rows need this block (0 = not at all).
     int64_t group_n[(kMaxQueryBlock + kRowGranule - 1) / kRowGranule];
@@ -196,7 +210,8 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
             : ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
         paged ? dv : vs.row, n, dv, &ws->v, &ldv);
     if (!ragged) {
-      absl::Status st = ProcessBlock(c, 0, m, k0, n, kp, ldk, vp, ldv);
+      absl::Status st =
+          ProcessBlock(c, 0, m, k0, n, kp, ldk, vp, ldv, use_bias);
       if (!st.ok()) return st;
       continue;
     }
@@ -204,7 +219,7 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
       if (group_n[g] == 0) continue;
       absl::Status st =
           ProcessBlock(c, g * kRowGranule, std::min(m, (g + 1) * kRowGranule),
-                       k0, group_n[g], kp, ldk, vp, ldv);
+                       k0, group_n[g], kp, ldk, vp, ldv, use_bias);
       if (!st.ok()) return st;
     }
   }
@@ -243,6 +258,7 @@ absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws) {
         rows.batch = b;
         rows.kv_head = h / p.group;
         rows.count = std::min(qb, s.q_len - i0);
+        if (p.block_layout != nullptr) rows.layout_row = block;
         w->row_head.assign(rows.count, h);
         w->row_index.resize(rows.count);
         w->row_lo.resize(rows.count);

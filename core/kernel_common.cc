@@ -51,6 +51,7 @@ void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0,
       bias[c] -= slope * static_cast<float>(dist);
     }
   }
+  if (p.block_layout != nullptr) p.block_layout->Restrict(i, k0, n, bias);
 }
 
 }  // namespace attnserve

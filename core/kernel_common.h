@@ -106,7 +106,8 @@ inline int64_t KeyBlockEnd(int64_t k0, int64_t k_block, int64_t allowed_end,
   return end;
 }
 
-// Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi) for
+// Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi, the
+// block-sparse layout) for
 // query row i of (b, h) against keys [k0, k0 + n).
 void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0,
               int64_t n, float* bias);

@@ -6,6 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/variants/linear.h"
+#include "core/variants/lsh.h"
 
 namespace attnserve {
 namespace {
@@ -95,12 +97,25 @@ absl::Status ResolveExplicitMask(const TensorView& m, Problem* p) {
 
 }  // namespace
 
-double AttentionShape::flops() const {
+double AttentionShape::dense_flops() const {
   return 2.0 * batch * q_heads * q_len * k_len * double(head_dim + value_dim);
 }
 
-absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& in) {
+absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
   Problem p;
+  // LSH attention shares queries and keys: the key is the query.
+  AttentionInputs shared_qk;
+  const bool lsh = inputs.method == AttentionMethod::kLsh;
+  if (lsh) {
+    if (inputs.key.rank != 0 || inputs.key.data != nullptr) {
+      return absl::InvalidArgumentError(
+          "key: LSH attention shares queries and keys (Reformer's shared-QK); "
+          "send no key");
+    }
+    shared_qk = inputs;
+    shared_qk.key = inputs.query;
+  }
+  const AttentionInputs& in = lsh ? shared_qk : inputs;
   const DType dtype = in.query.dtype;
   if (!IsFloatDType(dtype)) {
     return absl::InvalidArgumentError(
@@ -147,6 +162,14 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& in) {
   }
   const std::string expected_value =
       ExpectedShape(in.layout, s.batch, s.kv_heads, s.k_len, s.value_dim);
+  if (lsh && in.value.rank == 4 &&
+      (in.value.shape[0] != s.batch || in.value.shape[h_axis] != s.kv_heads ||
+       in.value.shape[l_axis] != s.k_len)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "value: LSH attention takes its keys from the queries, so value needs "
+        "the query's batch, heads and length: expected ",
+        expected_value, ", got ", ShapeString(in.value.dims())));
+  }
   if (in.value.shape[0] != s.batch || in.value.shape[h_axis] != s.kv_heads ||
       in.value.shape[l_axis] != s.k_len) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -241,7 +264,29 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& in) {
     }
     p.alibi = m.alibi_slopes.data();
   }
+  if (m.block_sparse) {
+    ASSIGN_OR_RETURN(
+        p.block_layout,
+        BlockLayout::Build(*m.block_sparse, s.q_len, s.k_len, p.diag_offset));
+  }
   p.kernel = in.kernel;
+  p.method = in.method;
+  p.linear = in.linear;
+  p.lsh = in.lsh;
+  switch (p.method) {
+    case AttentionMethod::kSoftmax:
+      s.flops =
+          s.dense_flops() * (p.block_layout ? p.block_layout->density() : 1.0);
+      break;
+    case AttentionMethod::kLinear:
+      RETURN_IF_ERROR(CheckLinear(p));
+      s.flops = LinearFlops(p);
+      break;
+    case AttentionMethod::kLsh:
+      RETURN_IF_ERROR(CheckLsh(p));
+      s.flops = LshFlops(p);
+      break;
+  }
   return p;
 }
 

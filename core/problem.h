@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include "absl/status/statusor.h"
 #include "core/attention.h"
+#include "core/block_sparse.h"
 #include "core/paged.h"
 #include "core/tensor.h"
 
@@ -45,6 +47,12 @@ struct Problem {
   DType mask_dtype = DType::kBool;
   Strides4 mask_strides;         // broadcast dims have stride 0
   const float* alibi = nullptr;  // [Hq] or null
+  std::shared_ptr<const BlockLayout> block_layout;  // or null
+
+  // Softmax, or a variant (core/variants/) with its parameters as given.
+  AttentionMethod method = AttentionMethod::kSoftmax;
+  LinearSpec linear;
+  LshSpec lsh;
 
   KernelPath kernel = KernelPath::kAuto;
 
@@ -70,9 +78,10 @@ struct Problem {
                static_cast<int64_t>(DTypeSize(dtype));
   }
 
-  // True when some part of the mask is decided per element (explicit, ALiBi).
+  // True when some part of the mask is decided per element (explicit, ALiBi,
+  // a block-sparse layout): FillBias then has work to do.
   bool has_elementwise_mask() const {
-    return mask != nullptr || alibi != nullptr;
+    return mask != nullptr || alibi != nullptr || block_layout != nullptr;
   }
 
   // The half-open key interval [lo, hi) that causal, window and key_lengths

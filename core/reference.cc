@@ -10,6 +10,8 @@
 #include "core/convert.h"
 #include "core/problem.h"
 #include "core/status_macros.h"
+#include "core/variants/linear.h"
+#include "core/variants/lsh.h"
 
 namespace attnserve {
 
@@ -17,6 +19,14 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
                                 const AttentionOutputs& outputs) {
   ASSIGN_OR_RETURN(const Problem p, ResolveProblem(inputs));
   ASSIGN_OR_RETURN(const Strides4 out_strides, ResolveOutput(p, outputs));
+  switch (p.method) {
+    case AttentionMethod::kLinear:
+      return ReferenceLinear(p, outputs, out_strides);
+    case AttentionMethod::kLsh:
+      return ReferenceLsh(p, outputs, out_strides);
+    case AttentionMethod::kSoftmax:
+      break;
+  }
   const AttentionShape& s = p.shape;
   const MutableTensorView& out = outputs.output;
   const MutableTensorView* weights =
@@ -37,7 +47,9 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
         double max_score = kMinusInf;
         bool any_allowed = false;
         for (int64_t j = 0; j < s.k_len; ++j) {
-          allowed[j] = lo <= j && j < hi;
+          allowed[j] =
+              lo <= j && j < hi &&
+              (p.block_layout == nullptr || p.block_layout->Allowed(i, j));
           double bias = 0.0;
           if (allowed[j] && p.mask != nullptr) {
             const float m = LoadAsFloat(

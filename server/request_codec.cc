@@ -210,9 +210,9 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
   // A small request can ask for hours of compute (Lq = Lk = 1e5, D = 1 is 400
   // KB per tensor); the limit keeps one call from holding a worker
   // indefinitely.
-  if (decoded.shape.flops() > limits.max_flops) {
+  if (decoded.shape.flops > limits.max_flops) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "request: ", decoded.shape.flops(),
+        "request: ", decoded.shape.flops,
         " FLOPs of attention exceed the limit of ", limits.max_flops,
         " (the server's --max_request_flops flag)"));
   }
@@ -232,7 +232,7 @@ AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
   } else {
     response->clear_weights();
   }
-  response->mutable_timing()->set_flops(decoded.shape.flops());
+  response->mutable_timing()->set_flops(decoded.shape.flops);
   return outputs;
 }
 

@@ -19,7 +19,7 @@ namespace attnserve::server {
 struct RequestLimits {
   // Largest response payload (output + weights bytes) a request may ask for.
   int64_t max_response_bytes = int64_t{256} << 20;
-  // Largest dense attention FLOP count (AttentionShape::flops()) a request may
+  // Largest FLOP count (AttentionShape::flops, the method's own) a request may
   // ask for; about 10 s on one core at 1e12.
   double max_flops = 1e12;
 };

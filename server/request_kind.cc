@@ -20,7 +20,7 @@ void AttendKind::RecordCompute(const Decoded& decoded, double seconds,
                                Metrics& metrics) {
   metrics.RecordCompute(ChooseKernel(decoded.shape, decoded.inputs.kernel,
                                      decoded.return_weights),
-                        seconds, decoded.shape.flops());
+                        seconds, decoded.shape.flops);
 }
 
 const HostedModel* AttendKind::ModelOf(const Request& request,

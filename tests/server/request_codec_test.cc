@@ -603,7 +603,7 @@ TEST_F(RequestCodecTest, WorkOverLimit) {
   v1::AttendRequest request = ValidRequest();
   auto decoded = Decode(request);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
-  const double flops = decoded->shape.flops();
+  const double flops = decoded->shape.flops;
   limits_.max_flops = flops - 1;
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kResourceExhausted,

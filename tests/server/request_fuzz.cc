@@ -80,7 +80,7 @@ void FuzzOneRequest(const uint8_t* data, size_t size) {
   if (decoded->response_payload_bytes > kMaxResponseBytes) {
     Fail("response_payload_bytes exceeds the limit", absl::OkStatus());
   }
-  if (decoded->shape.flops() > kMaxFlops) return;
+  if (decoded->shape.flops > kMaxFlops) return;
 
   v1::AttendResponse response;
   const AttentionOutputs outputs = PrepareResponse(*decoded, &response);
@@ -94,7 +94,7 @@ void FuzzOneRequest(const uint8_t* data, size_t size) {
   const absl::Status run = engine.Run(decoded->inputs, outputs);
   if (!run.ok()) Fail("Run failed on a decoded request", run);
   ++g_counts.computed;
-  if (decoded->shape.flops() > 0) ++g_counts.computed_nonempty;
+  if (decoded->shape.flops > 0) ++g_counts.computed_nonempty;
 }
 
 }  // namespace

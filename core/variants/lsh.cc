@@ -1,0 +1,68 @@
+#include "core/variants/lsh.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace attnserve {
+
+absl::Status CheckLsh(const Problem& p) {
+  const LshSpec& l = p.lsh;
+  if (l.num_hashes < 1 || l.num_hashes > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lsh.num_hashes: must be in [1, 64], got ", l.num_hashes));
+  }
+  if (l.num_buckets != 1 &&
+      (l.num_buckets < 2 || l.num_buckets > 4096 || l.num_buckets % 2 != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lsh.num_buckets: must be 1 or even in [2, 4096], got ",
+                     l.num_buckets));
+  }
+  if (l.chunk_size < 1 || l.chunk_size > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lsh.chunk_size: must be in [1, 65536], got ", l.chunk_size));
+  }
+  const char* why =
+      " is not supported by LSH attention, which attends within hash chunks "
+      "(only causal and key_lengths apply)";
+  if (p.window_left || p.window_right) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask.window_left/window_right: a sliding window", why));
+  }
+  if (p.mask != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask.explicit_mask: an explicit mask", why));
+  }
+  if (p.alibi != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask.alibi_slopes: ALiBi", why));
+  }
+  if (p.block_layout != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask.block_sparse: a block-sparse layout", why));
+  }
+  return absl::OkStatus();
+}
+
+double LshFlops(const Problem& p) {
+  const AttentionShape& s = p.shape;
+  const LshSpec& l = p.lsh;
+  const double keys = std::min<double>(2.0 * l.chunk_size, s.k_len);
+  // Rotations (D x num_buckets/2 per round), then every query against at
+  // most two chunks of keys per round.
+  const double per_round = 2.0 * s.q_len * s.head_dim * (l.num_buckets / 2.0) +
+                           2.0 * s.q_len * keys * (s.head_dim + s.value_dim);
+  return double(s.batch) * s.q_heads * l.num_hashes * per_round;
+}
+
+absl::Status RunLsh(const Problem&, const AttentionOutputs&, const Strides4&,
+                    const VecOps&, int) {
+  return absl::UnimplementedError("LSH attention: not built yet");
+}
+
+absl::Status ReferenceLsh(const Problem&, const AttentionOutputs&,
+                          const Strides4&) {
+  return absl::UnimplementedError("LSH attention: not built yet");
+}
+
+}  // namespace attnserve
