@@ -21,6 +21,7 @@
 
 ABSL_FLAG(bool, quick, false, "L = 4096 and fewer reps (seconds in all)");
 ABSL_FLAG(int64_t, length, 16384, "Lq = Lk");
+ABSL_FLAG(int64_t, block, 128, "block_size of the layouts");
 
 namespace attnserve::bench {
 namespace {
@@ -67,7 +68,8 @@ double RelativeL2(const std::vector<float>& got,
 int Run() {
   const bool quick = absl::GetFlag(FLAGS_quick);
   const int64_t length = quick ? 4096 : absl::GetFlag(FLAGS_length);
-  const int64_t b = 1, h = 4, d = 64, block = 128;
+  const int64_t b = 1, h = 4, d = 64;
+  const int64_t block = absl::GetFlag(FLAGS_block);
   RepPolicy policy;
   policy.min_seconds = quick ? 0.2 : 1.0;
   policy.min_reps = quick ? 3 : 5;

@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/status_macros.h"
+#include "wire/attend.h"
 #include "wire/dtype.h"
 #include "wire/tensor.h"
 
@@ -29,20 +30,6 @@ absl::StatusOr<Layout> DecodeLayout(v1::Layout layout) {
       return absl::InvalidArgumentError(
           absl::StrCat("layout: unknown value ", static_cast<int>(layout),
                        " (expected BHLD = 1 or BLHD = 2)"));
-  }
-}
-
-absl::StatusOr<CausalAlignment> DecodeAlignment(v1::Alignment alignment) {
-  switch (alignment) {
-    case v1::ALIGNMENT_UNSPECIFIED:
-    case v1::TOP_LEFT:
-      return CausalAlignment::kTopLeft;
-    case v1::BOTTOM_RIGHT:
-      return CausalAlignment::kBottomRight;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mask.alignment: unknown value ", static_cast<int>(alignment),
-          " (expected TOP_LEFT = 1 or BOTTOM_RIGHT = 2)"));
   }
 }
 
@@ -78,20 +65,6 @@ absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
   return view;
 }
 
-absl::StatusOr<TensorView> DecodeExplicitMask(const v1::Tensor& tensor) {
-  ASSIGN_OR_RETURN(
-      DType dtype,
-      wire::DTypeFromWire(tensor.dtype(), "mask.explicit_mask.dtype"));
-  if (dtype != DType::kBool && dtype != DType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mask.explicit_mask.dtype: ", wire::DataTypeName(tensor.dtype()),
-        " is not supported (expected BOOL or FLOAT32)"));
-  }
-  // Rank above 4 is rejected here; broadcastability needs the attention shape
-  // and is the engine's check.
-  return wire::ViewAs("mask.explicit_mask", tensor, dtype);
-}
-
 // Bytes of a dense tensor of `shape`. Like TensorViewFromBytes, it also
 // requires the product of the nonzero dimensions to fit: an empty tensor's
 // strides are still built from them.
@@ -117,117 +90,7 @@ absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
   return empty ? 0 : elements * element_size;
 }
 
-absl::StatusOr<BlockSparseSpec> DecodeBlockSparse(const v1::BlockSparse& wire) {
-  BlockSparseSpec spec;
-  spec.block_size = wire.block_size();
-  if (wire.has_local_left()) spec.local_left = wire.local_left();
-  if (wire.has_local_right()) spec.local_right = wire.local_right();
-  spec.stride = wire.stride();
-  switch (wire.stride_pattern()) {
-    case v1::STRIDE_PATTERN_UNSPECIFIED:
-    case v1::STRIDED:
-      spec.stride_pattern = StridePattern::kStrided;
-      break;
-    case v1::FIXED:
-      spec.stride_pattern = StridePattern::kFixed;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("mask.block_sparse.stride_pattern: unknown value ",
-                       static_cast<int>(wire.stride_pattern()),
-                       " (expected STRIDED = 1 or FIXED = 2)"));
-  }
-  spec.random_blocks = wire.random_blocks();
-  spec.seed = wire.seed();
-  spec.global_tokens = absl::MakeConstSpan(wire.global_tokens().data(),
-                                           wire.global_tokens().size());
-  if (wire.has_block_mask()) {
-    ASSIGN_OR_RETURN(const DType dtype,
-                     wire::DTypeFromWire(wire.block_mask().dtype(),
-                                         "mask.block_sparse.block_mask.dtype"));
-    if (dtype != DType::kBool) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mask.block_sparse.block_mask.dtype: ",
-                       wire::DataTypeName(wire.block_mask().dtype()),
-                       " is not supported (expected BOOL)"));
-    }
-    ASSIGN_OR_RETURN(
-        spec.block_mask,
-        wire::ViewAs("mask.block_sparse.block_mask", wire.block_mask(), dtype));
-  }
-  return spec;
-}
-
-// The method oneof: unset is softmax.
-absl::Status DecodeMethod(const v1::AttendRequest& request,
-                          AttentionInputs* inputs) {
-  switch (request.method_case()) {
-    case v1::AttendRequest::METHOD_NOT_SET:
-      inputs->method = AttentionMethod::kSoftmax;
-      return absl::OkStatus();
-    case v1::AttendRequest::kLinear: {
-      const v1::LinearAttention& wire = request.linear();
-      inputs->method = AttentionMethod::kLinear;
-      switch (wire.feature_map()) {
-        case v1::ELU_PLUS_ONE:
-          inputs->linear.feature_map = FeatureMap::kEluPlusOne;
-          break;
-        case v1::RELU:
-          inputs->linear.feature_map = FeatureMap::kRelu;
-          break;
-        case v1::FAVOR_PLUS:
-          inputs->linear.feature_map = FeatureMap::kFavorPlus;
-          break;
-        default:
-          return absl::InvalidArgumentError(absl::StrCat(
-              "linear.feature_map: ",
-              wire.feature_map() == v1::FEATURE_MAP_UNSPECIFIED
-                  ? std::string("missing")
-                  : absl::StrCat("unknown value ",
-                                 static_cast<int>(wire.feature_map())),
-              " (expected ELU_PLUS_ONE = 1, RELU = 2 or FAVOR_PLUS = 3)"));
-      }
-      inputs->linear.num_features = wire.num_features();
-      inputs->linear.seed = wire.seed();
-      return absl::OkStatus();
-    }
-    case v1::AttendRequest::kLsh: {
-      const v1::LshAttention& wire = request.lsh();
-      inputs->method = AttentionMethod::kLsh;
-      inputs->lsh.num_hashes = wire.num_hashes();
-      inputs->lsh.num_buckets = wire.num_buckets();
-      inputs->lsh.chunk_size = wire.chunk_size();
-      inputs->lsh.seed = wire.seed();
-      return absl::OkStatus();
-    }
-  }
-  return absl::InvalidArgumentError("method: unknown variant");
-}
-
 }  // namespace
-
-absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
-  MaskSpec mask;
-  mask.causal = wire_mask.causal();
-  ASSIGN_OR_RETURN(mask.alignment, DecodeAlignment(wire_mask.alignment()));
-  if (wire_mask.has_window_left()) mask.window_left = wire_mask.window_left();
-  if (wire_mask.has_window_right()) {
-    mask.window_right = wire_mask.window_right();
-  }
-  mask.key_lengths = absl::MakeConstSpan(wire_mask.key_lengths().data(),
-                                         wire_mask.key_lengths().size());
-  if (wire_mask.has_explicit_mask()) {
-    ASSIGN_OR_RETURN(mask.explicit_mask,
-                     DecodeExplicitMask(wire_mask.explicit_mask()));
-  }
-  mask.alibi_slopes = absl::MakeConstSpan(wire_mask.alibi_slopes().data(),
-                                          wire_mask.alibi_slopes().size());
-  if (wire_mask.has_block_sparse()) {
-    ASSIGN_OR_RETURN(mask.block_sparse,
-                     DecodeBlockSparse(wire_mask.block_sparse()));
-  }
-  return mask;
-}
 
 absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {
   if (wire == v1::DATA_TYPE_UNSPECIFIED) return fallback;
@@ -275,7 +138,7 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
   DecodedRequest decoded;
   AttentionInputs& inputs = decoded.inputs;
   ASSIGN_OR_RETURN(inputs.layout, DecodeLayout(request.layout()));
-  RETURN_IF_ERROR(DecodeMethod(request, &inputs));
+  RETURN_IF_ERROR(wire::DecodeMethod(request, &inputs));
   ASSIGN_OR_RETURN(inputs.query,
                    DecodeOperand("query", request.has_query(), request.query(),
                                  inputs.layout, std::nullopt));
@@ -292,7 +155,7 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
                    DecodeOperand("value", request.has_value(), request.value(),
                                  inputs.layout, inputs.query.dtype));
 
-  ASSIGN_OR_RETURN(inputs.mask, DecodeMask(request.mask()));
+  ASSIGN_OR_RETURN(inputs.mask, wire::DecodeMask(request.mask()));
   if (request.has_scale()) inputs.scale = request.scale();
   ASSIGN_OR_RETURN(
       decoded.output_dtype,
