@@ -92,6 +92,7 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
       decoded.output_dtype,
       DecodeOutputDType(request.output_dtype(), inputs.hidden.dtype));
   decoded.return_weights = request.return_weights();
+  inputs.return_weights = decoded.return_weights;
   // The layer owns the shape rules of hidden and memory; the positions' wire
   // shape is checked against the sizes it found, and the layer then checks
   // their values.
