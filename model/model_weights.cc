@@ -67,11 +67,12 @@ const Slot* FindSlot(absl::string_view name) {
 // Why a tensor the file holds is not wanted, when a config option explains it.
 std::string UnusedHint(absl::string_view name, const ModelConfig& config) {
   if (FindSlot(name) == nullptr) return " (not a tensor of this layer)";
-  if (absl::EndsWith(name, "_proj.bias")) return " (bias is false)";
-  if (absl::StartsWith(name, "norm.")) return " (norm is \"none\")";
-  if (absl::StartsWith(name, "k_proj.")) {
+  if (absl::StartsWith(name, "k_proj.") &&
+      config.attention == AttentionKind::kLsh) {
     return " (attention \"lsh\" shares queries and keys)";
   }
+  if (absl::EndsWith(name, "_proj.bias")) return " (bias is false)";
+  if (absl::StartsWith(name, "norm.")) return " (norm is \"none\")";
   if (absl::StartsWith(name, "linformer.")) {
     return absl::StrCat(" (attention is \"",
                         AttentionKindName(config.attention), "\")");
