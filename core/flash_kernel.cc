@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "core/kernel_common.h"
+#include "core/status_macros.h"
 
 namespace attnserve {
 namespace {
@@ -72,10 +73,13 @@ struct BlockContext {
 };
 
 // Rows [r0, r1) of the set against keys [k0, k0 + n) whose operands are kp /
-// vp; with `use_bias`, the elementwise mask parts (FillBias) apply.
+// vp; with `use_bias`, the elementwise mask parts (FillBias) apply. With
+// `all_allowed` (gathered blocks, which every row allows whole) the rows'
+// intervals are not consulted.
 absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
                           int64_t k0, int64_t n, const void* kp, int64_t ldk,
-                          const void* vp, int64_t ldv, bool use_bias) {
+                          const void* vp, int64_t ldv, bool use_bias,
+                          bool all_allowed = false) {
   const KernelArgs& args = c.args;
   const Problem& p = *args.p;
   const VecOps& ops = *args.ops;
@@ -99,8 +103,9 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
     if (bias != nullptr) {
       FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
     }
-    const float tile_max = ops.scale_mask_max(s, n, p.scale, ws->row_lo[r] - k0,
-                                              ws->row_hi[r] - k0, bias);
+    const int64_t lo = all_allowed ? 0 : ws->row_lo[r] - k0;
+    const int64_t hi = all_allowed ? n : ws->row_hi[r] - k0;
+    const float tile_max = ops.scale_mask_max(s, n, p.scale, lo, hi, bias);
     const float new_max = std::max(c.row_max[r], tile_max);
     if (new_max == kNegInf) {
       // Nothing allowed so far: this row contributes zeros to acc.
@@ -130,6 +135,149 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
   return ws->matmul->Run(pv, probs, vp, c.acc + r0 * dv);
 }
 
+// Keys [k0, k0 + span) of the set's key range (cut short after hi_all and at
+// k_end): one product for every row that needs them, or one per row group
+// when the rows need different lengths (the causal diagonal, padding).
+absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
+                         int64_t hi_all, int64_t k_end, bool use_bias) {
+  const KernelArgs& args = c.args;
+  const Problem& p = *args.p;
+  const RowSet& rows = c.rows;
+  Workspace* ws = c.ws;
+  const int64_t m = rows.count;
+  const int64_t dim = p.shape.head_dim;
+  const int64_t dv = p.shape.value_dim;
+  const int64_t n = KeyBlockEnd(k0, span, hi_all, k_end) - k0;
+  // Per row group: how far its rows need this block (0 = not at all).
+  int64_t group_n[(kMaxQueryBlock + kRowGranule - 1) / kRowGranule];
+  const int64_t groups = (m + kRowGranule - 1) / kRowGranule;
+  bool any = false, ragged = false;
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t hi = k0;
+    for (int64_t r = g * kRowGranule; r < std::min(m, (g + 1) * kRowGranule);
+         ++r) {
+      if (ws->row_lo[r] < k0 + n && ws->row_hi[r] > k0) {
+        hi = std::max(hi, ws->row_hi[r]);
+      }
+    }
+    group_n[g] = hi > k0 ? KeyBlockEnd(k0, span, hi, k_end) - k0 : 0;
+    any |= group_n[g] > 0;
+    ragged |= group_n[g] != n;
+  }
+  if (!any) return absl::OkStatus();
+
+  const Strides4& ks = p.k_strides;
+  const Strides4& vs = p.v_strides;
+  int64_t ldk, ldv;
+  const bool paged = p.kv_blocks != nullptr;
+  const void* kp = OperandRows(
+      args,
+      paged ? p.PagedKeys(rows.kv_head, k0)
+            : ElementPtr(p.k, ks.offset(rows.batch, rows.kv_head, k0), p.dtype),
+      paged ? dim : ks.row, n, dim, &ws->k, &ldk);
+  const void* vp = OperandRows(
+      args,
+      paged ? p.PagedValues(rows.kv_head, k0)
+            : ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
+      paged ? dv : vs.row, n, dv, &ws->v, &ldv);
+  if (!ragged) return ProcessBlock(c, 0, m, k0, n, kp, ldk, vp, ldv, use_bias);
+  for (int64_t g = 0; g < groups; ++g) {
+    if (group_n[g] == 0) continue;
+    RETURN_IF_ERROR(ProcessBlock(c, g * kRowGranule,
+                                 std::min(m, (g + 1) * kRowGranule), k0,
+                                 group_n[g], kp, ldk, vp, ldv, use_bias));
+  }
+  return absl::OkStatus();
+}
+
+// `rows` of `block` rows, the start keys of the layout's key blocks in
+// `starts`, copied (as the product operand type) into one dense operand.
+const void* GatherBlocks(const KernelArgs& args, const RowSet& rows,
+                         absl::Span<const int64_t> starts, int64_t block,
+                         bool values, ScratchBuffer* buffer) {
+  const Problem& p = *args.p;
+  const int64_t cols = values ? p.shape.value_dim : p.shape.head_dim;
+  const void* base = values ? p.v : p.k;
+  const Strides4& st = values ? p.v_strides : p.k_strides;
+  const size_t es = DTypeSize(args.gemm_dtype);
+  char* out = buffer->Get<char>(starts.size() * block * cols * es);
+  char* dst = out;
+  for (const int64_t k0 : starts) {
+    for (int64_t t = 0; t < block; ++t, dst += cols * es) {
+      const char* src = ElementPtr(
+          base, st.offset(rows.batch, rows.kv_head, k0 + t), p.dtype);
+      if (p.dtype == args.gemm_dtype) {
+        std::memcpy(dst, src, cols * es);
+      } else {
+        args.ops->load(src, p.dtype, cols, reinterpret_cast<float*>(dst));
+      }
+    }
+  }
+  return out;
+}
+
+// The block-sparse path of Accumulate: the layout's key blocks in order, the
+// skipped ones not at all. Kept blocks that every row of the set allows whole
+// (inside every row's causal/window/padding interval, no explicit mask or
+// ALiBi) are gathered, up to k_block keys, into one product — wide products
+// whatever the layout's pattern; the other blocks (global-only ones, those on
+// an interval's edge) run one by one with the per-element checks they need.
+absl::Status AccumulateSparse(const BlockContext& c, const BlockLayout& layout,
+                              int64_t k_begin, int64_t first_block,
+                              int64_t hi_all, int64_t k_end) {
+  const KernelArgs& args = c.args;
+  const Problem& p = *args.p;
+  const RowSet& rows = c.rows;
+  Workspace* ws = c.ws;
+  const int64_t bs = layout.block_size();
+  const int64_t per_product = std::max<int64_t>(1, args.k_block / bs);
+  const bool value_mask = p.mask != nullptr || p.alibi != nullptr;
+  int64_t lo_max = k_begin, hi_min = k_end;
+  for (int64_t r = 0; r < rows.count; ++r) {
+    lo_max = std::max(lo_max, ws->row_lo[r]);
+    hi_min = std::min(hi_min, ws->row_hi[r]);
+  }
+  std::vector<int64_t>& gathered = ws->block_starts;
+  gathered.clear();
+  const auto flush = [&]() -> absl::Status {
+    if (gathered.empty()) return absl::OkStatus();
+    const int64_t count = static_cast<int64_t>(gathered.size());
+    absl::Status st;
+    if (gathered.back() - gathered.front() == (count - 1) * bs) {
+      // Consecutive: read in place.
+      st = ProcessSpan(c, gathered.front(), count * bs, hi_all, k_end, false);
+    } else {
+      const void* kp =
+          GatherBlocks(args, rows, gathered, bs, /*values=*/false, &ws->k);
+      const void* vp =
+          GatherBlocks(args, rows, gathered, bs, /*values=*/true, &ws->v);
+      st = ProcessBlock(c, 0, rows.count, 0, count * bs, kp, p.shape.head_dim,
+                        vp, p.shape.value_dim,
+                        /*use_bias=*/false, /*all_allowed=*/true);
+    }
+    gathered.clear();
+    return st;
+  };
+  for (int64_t k0 = first_block; k0 < hi_all; k0 += bs) {
+    const BlockLayout::Tile tile = layout.TileKind(rows.layout_row, k0 / bs);
+    if (tile == BlockLayout::Tile::kSkipped) continue;
+    const bool whole = tile == BlockLayout::Tile::kKept && !value_mask &&
+                       k0 >= lo_max && k0 + bs <= hi_min;
+    if (whole) {
+      gathered.push_back(k0);
+      if (static_cast<int64_t>(gathered.size()) == per_product) {
+        RETURN_IF_ERROR(flush());
+      }
+      continue;
+    }
+    RETURN_IF_ERROR(flush());
+    RETURN_IF_ERROR(ProcessSpan(
+        c, k0, bs, hi_all, k_end,
+        /*use_bias=*/value_mask || tile == BlockLayout::Tile::kPartial));
+  }
+  return flush();
+}
+
 // Runs the online softmax of `rows` over keys [k_begin, k_end) (block aligned
 // at k_begin). On return the workspace holds, per row, the running max
 // (row_max), the sum of exp(s - max) (row_sum) and the unnormalized output
@@ -138,7 +286,6 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
                         int64_t k_begin, int64_t k_end, Workspace* ws) {
   const Problem& p = *args.p;
   const int64_t m = rows.count;
-  const int64_t dim = p.shape.head_dim;
   const int64_t dv = p.shape.value_dim;
   const int64_t kb = args.k_block;
   const bool bf16 = args.gemm_dtype == DType::kBFloat16;
@@ -162,82 +309,13 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
   if (lo_all >= hi_all) return absl::OkStatus();
   const int64_t first_block = k_begin + (lo_all - k_begin) / kb * kb;
 
-  const Strides4& ks = p.k_strides;
-  const Strides4& vs = p.v_strides;
-  const BlockLayout* layout =
-      rows.layout_row >= 0 ? p.block_layout.get() : nullptr;
-  const bool value_mask = p.mask != nullptr || p.alibi != nullptr;
-  for (int64_t k0 = first_block, span = kb; k0 < hi_all; k0 += span) {
-    // With a layout, tiles are runs of its blocks up to kb keys: skipped
-    // blocks cost nothing, runs of kept ones need no per-element check of the
-    // layout.
-    bool use_bias = c.bias != nullptr;
-    if (layout != nullptr) {
-      const int64_t bs = layout->block_size();
-      int64_t block = k0 / bs;
-      while (k0 < hi_all && layout->TileKind(rows.layout_row, block) ==
-                                BlockLayout::Tile::kSkipped) {
-        k0 += bs;
-        ++block;
-      }
-      if (k0 >= hi_all) break;
-      bool partial = false;
-      span = 0;
-      while (span + bs <= kb && k0 + span < hi_all) {
-        const BlockLayout::Tile tile =
-            layout->TileKind(rows.layout_row, block + span / bs);
-        if (tile == BlockLayout::Tile::kSkipped) break;
-        partial |= tile == BlockLayout::Tile::kPartial;
-        span += bs;
-      }
-      use_bias = value_mask || partial;
-    }
-    const int64_t n = KeyBlockEnd(k0, span, hi_all, k_end) - k0;
-    // Per row group: how far its rows need this block (0 = not at all).
-    int64_t group_n[(kMaxQueryBlock + kRowGranule - 1) / kRowGranule];
-    const int64_t groups = (m + kRowGranule - 1) / kRowGranule;
-    bool any = false, ragged = false;
-    for (int64_t g = 0; g < groups; ++g) {
-      int64_t hi = k0;
-      for (int64_t r = g * kRowGranule; r < std::min(m, (g + 1) * kRowGranule);
-           ++r) {
-        if (ws->row_lo[r] < k0 + n && ws->row_hi[r] > k0) {
-          hi = std::max(hi, ws->row_hi[r]);
-        }
-      }
-      group_n[g] = hi > k0 ? KeyBlockEnd(k0, span, hi, k_end) - k0 : 0;
-      any |= group_n[g] > 0;
-      ragged |= group_n[g] != n;
-    }
-    if (!any) continue;
-
-    int64_t ldk, ldv;
-    const bool paged = p.kv_blocks != nullptr;
-    const void* kp = OperandRows(
-        args,
-        paged
-            ? p.PagedKeys(rows.kv_head, k0)
-            : ElementPtr(p.k, ks.offset(rows.batch, rows.kv_head, k0), p.dtype),
-        paged ? dim : ks.row, n, dim, &ws->k, &ldk);
-    const void* vp = OperandRows(
-        args,
-        paged
-            ? p.PagedValues(rows.kv_head, k0)
-            : ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
-        paged ? dv : vs.row, n, dv, &ws->v, &ldv);
-    if (!ragged) {
-      absl::Status st =
-          ProcessBlock(c, 0, m, k0, n, kp, ldk, vp, ldv, use_bias);
-      if (!st.ok()) return st;
-      continue;
-    }
-    for (int64_t g = 0; g < groups; ++g) {
-      if (group_n[g] == 0) continue;
-      absl::Status st =
-          ProcessBlock(c, g * kRowGranule, std::min(m, (g + 1) * kRowGranule),
-                       k0, group_n[g], kp, ldk, vp, ldv, use_bias);
-      if (!st.ok()) return st;
-    }
+  if (rows.layout_row >= 0) {
+    return AccumulateSparse(c, *p.block_layout, k_begin, first_block, hi_all,
+                            k_end);
+  }
+  for (int64_t k0 = first_block; k0 < hi_all; k0 += kb) {
+    RETURN_IF_ERROR(
+        ProcessSpan(c, k0, kb, hi_all, k_end, /*use_bias=*/c.bias != nullptr));
   }
   return absl::OkStatus();
 }

@@ -46,6 +46,7 @@ struct Workspace {
   std::unique_ptr<MatmulRunner> matmul;
   ScratchBuffer scores, probs, acc, row_max, row_sum, q, k, v, bias;
   std::vector<int64_t> row_head, row_index, row_lo, row_hi;
+  std::vector<int64_t> block_starts;  // block-sparse: the blocks of a product
   absl::Status status;
 };
 
