@@ -157,8 +157,9 @@ def from_wire(tensor, kind, field="output"):
     if kind == TORCH:
         if torch is None:
             raise RuntimeError("torch is not importable")
-        t = torch.from_numpy(raw)
-        return t.view(torch.bfloat16) if dtype is BFLOAT16 else t
+        if dtype is BFLOAT16:  # torch has no uint16: reinterpret as int16, then bf16
+            return torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(raw)
     if dtype is BFLOAT16:
         return (raw.astype("<u4") << 16).view("<f4")
     return raw
