@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 # Imported here so that a missing dependency fails collection of every test.
 import matplotlib  # noqa: F401
@@ -73,12 +74,22 @@ class ServerProcess:
             for line in self.log().splitlines():
                 if " port=" in line:
                     self.port = int(line.split(" port=")[1].split()[0])
+                    self.metrics_port = int(line.split(" metrics_port=")[1].split()[0])
                     return self
             if self.proc.poll() is not None:
                 self._reader.join(5)
                 raise RuntimeError(f"attnserve exited with {self.proc.returncode}: {self.log()}")
             time.sleep(0.01)
         raise RuntimeError(f"attnserve did not start in {timeout} s: {self.log()}")
+
+    def metric(self, series):
+        """A sample of /metrics (start the server with --metrics_listen=127.0.0.1:0)."""
+        body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                      timeout=10).read().decode()
+        for line in body.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        return 0.0
 
     @property
     def target(self):
