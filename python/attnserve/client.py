@@ -331,8 +331,9 @@ def _sessions_call(layer, parts, causal, window_left, alibi_slopes, scale,
             raise TypeError("attend_sessions: each part is (session, query[, key, value"
                             f"[, position]]), got {p!r}")
         s = p[0]
-        sid = s.session_id if isinstance(s, Session) else str(s)
-        ids.append(s.route if isinstance(s, Session) else sid)
+        handle = hasattr(s, "session_id")  # a Session or AsyncSession
+        sid = s.session_id if handle else str(s)
+        ids.append(s.route if handle else sid)
         rest = list(p[1:]) + [None] * (5 - len(p))
         appends |= rest[1] is not None
         tuples.append((sid, *rest))
