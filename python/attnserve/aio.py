@@ -33,9 +33,10 @@ class AsyncClient(_Base):
     """As attnserve.Client (same arguments and methods), with coroutines."""
 
     def __init__(self, target, *, tls=None, token=None, timeout=None, connections=1,
-                 retries=4):
+                 retries=4, retain_heap=True):
         super().__init__(target, tls=tls, token=token, timeout=timeout,
-                         connections=connections, retries=retries, grpc_module=grpc.aio)
+                         connections=connections, retries=retries, retain_heap=retain_heap,
+                         grpc_module=grpc.aio)
         self._lock = None
 
     async def _ready(self):
