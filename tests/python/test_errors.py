@@ -4,6 +4,7 @@ in the server's words; retries of idempotent calls on UNAVAILABLE."""
 import asyncio
 import concurrent.futures
 import signal
+import subprocess
 import threading
 import time
 
@@ -320,3 +321,17 @@ def test_non_idempotent_calls_are_not_retried():
         with pytest.raises(attnserve.Unavailable):
             c.session("s").append(0, f32(1, 1, 8), f32(1, 1, 8))
         assert time.monotonic() - started < 0.5  # no backoff: one attempt
+
+
+def test_tls_with_a_ca_file(start_server, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key),
+                    "-out", str(cert)], check=True, capture_output=True)
+    srv = start_server(f"--tls_cert={cert}", f"--tls_key={key}")
+    with attnserve.Client(srv.target, tls=str(cert), timeout=30) as c:
+        assert c.attend(**GOOD).shape == (1, 4, 3, 8)
+    with attnserve.Client(srv.target, timeout=5, retries=0) as plain:
+        with pytest.raises(attnserve.Unavailable):
+            plain.attend(**GOOD)

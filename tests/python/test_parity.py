@@ -157,3 +157,17 @@ def test_non_contiguous_and_big_endian_inputs(client):
     qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # views, not copies
     out = client.attend(qt, kt, vt.astype(">f4"))
     assert_close(out, attention(q, k, v, layout="BLHD")[0].transpose(1, 2), 1e-5)
+
+
+def test_the_worked_example_of_docs(client):
+    # docs/api.md "Worked example" and docs/python.md: the same request, the same figures.
+    q = np.array([[[[1, 0], [0, 1], [1, 1]], [[0, 0], [2, 0], [0, -1]]]], np.float32)
+    k = np.array([[[[1, 0], [0, 1], [1, 1], [-1, 0]]]], np.float32)
+    v = np.array([[[[1, 0], [0, 1], [2, 2], [5, 5]]]], np.float32)
+    mask = np.array([1, 1, 1, 1, 1, 0, 1, 1], bool).reshape(1, 2, 1, 4)
+    out, w = client.attend(q, k, v, attn_mask=mask, is_causal=True, alignment="bottom_right",
+                           key_lengths=[3], return_weights=True)
+    np.testing.assert_allclose(out[0], [[[0.6698, 0.3302], [1.0, 1.2033], [1.2552, 1.2552]],
+                                        [[1.0, 0.0], [1.5, 1.0], [1.3302, 0.6605]]], atol=1e-4)
+    np.testing.assert_allclose(w[0, 1], [[1, 0, 0, 0], [0.5, 0, 0.5, 0],
+                                         [0.6698, 0, 0.3302, 0]], atol=1e-4)
