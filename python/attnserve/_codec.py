@@ -293,7 +293,6 @@ def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=
     if linear is not None and lsh is not None:
         raise InvalidArgument("linear, lsh: one method per request (AttendRequest.method "
                               "is a oneof)")
-    shared = ("query", None, "query, key and value must share one dtype")
     q, qd = float_operand("query", query, _axes("query", req.layout), check=check)
     shared = ("query", qd, "query, key and value must share one dtype")
     to_check = [("query", q)]
@@ -302,7 +301,7 @@ def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=
             raise InvalidArgument("key: LSH attention shares queries and keys (Reformer's "
                                   "shared-QK); send no key")
     else:
-        key, kd = float_operand("key", key, _axes("key", req.layout), shared, check)
+        key, _ = float_operand("key", key, _axes("key", req.layout), shared, check)
         to_check.append(("key", key))
     value, vd = float_operand("value", value, _axes("value", req.layout), shared, check)
     to_check.append(("value", value))

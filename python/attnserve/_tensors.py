@@ -126,25 +126,6 @@ def to_wire(x, dtype, out):
     return out
 
 
-def convert(x, dtype):
-    """x converted to `dtype`, keeping its kind (torch stays torch)."""
-    if is_torch(x):
-        return x.to(getattr(torch, dtype.torch_name))
-    if dtype is BFLOAT16:
-        return float32_to_bf16_bits(np.asarray(x, np.float32))
-    return np.asarray(x, dtype.numpy)
-
-
-def float32_to_bf16_bits(a):
-    """Rounds f32 to bf16 (nearest even), as uint16 bit patterns."""
-    bits = np.ascontiguousarray(a, "<f4").view("<u4")
-    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
-    nan = np.isnan(a)
-    out = rounded.astype("<u2")
-    out[nan] = 0x7FC0
-    return out
-
-
 def from_wire(tensor, kind, field="output"):
     """An array (kind "numpy") or tensor ("torch") holding a copy of `tensor`."""
     dtype = _BY_WIRE.get(tensor.dtype)

@@ -2,8 +2,6 @@
 
 import asyncio
 
-import numpy as np
-import pytest
 import torch
 
 import attnserve

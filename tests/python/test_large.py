@@ -1,7 +1,4 @@
 """Messages past gRPC's 4 MiB default, both ways: the channels take the server's limits."""
-
-import numpy as np
-
 from reference import attention, random
 from test_parity import assert_close
 

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-import attnserve
 from reference import attention, random
 
 B, HQ, HKV, LQ, LK, D = 2, 4, 2, 5, 7, 16
