@@ -1,4 +1,5 @@
 """Messages past gRPC's 4 MiB default, both ways: the channels take the server's limits."""
+
 from reference import attention, random
 from test_parity import assert_close
 
