@@ -223,9 +223,20 @@ class Client(_Base):
                 slots.put((done, None))
 
         call = method(requests(), timeout=self._timeout(timeout), metadata=self._metadata)
+
+        def next_slot():
+            # A call that fails at its start (auth, shutdown) may never take an
+            # item: then no slot comes, and the call's own end is the answer.
+            while True:
+                try:
+                    return slots.get(timeout=0.05)
+                except queue.Empty:
+                    if call.done() and slots.empty():
+                        return True, None
+
         try:
             while True:
-                sent, ctx = slots.get()
+                sent, ctx = next_slot()
                 if sent is done:
                     break
                 if sent is None:

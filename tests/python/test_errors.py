@@ -169,6 +169,14 @@ def test_unauthenticated(start_server, tmp_path):
         with pytest.raises(attnserve.Unauthenticated) as caught:
             c.attend(**GOOD)
         assert caught.value.message == 'missing "authorization: Bearer <token>" metadata'
+        # A stream refused at its start ends with the stream's status (the
+        # channels opened by hand: GetServerInfo itself needs the token).
+        c._open_data_channels(pb.ServerInfo(max_request_bytes=1 << 20,
+                                            max_response_bytes=1 << 20))
+        with pytest.raises(attnserve.Unauthenticated):
+            list(c.attend_many([GOOD] * 3))
+        with pytest.raises(attnserve.Unauthenticated):
+            list(c.attend_many(iter(())))
     with attnserve.Client(srv.target, token="wrong", timeout=30) as c:
         with pytest.raises(attnserve.Unauthenticated, match="^invalid bearer token$"):
             c.server_info()
