@@ -150,7 +150,12 @@ absl::Status Run() {
     model::LayerOutputs outputs;
     outputs.output = MakeMutableTensorView(out.data(), DType::kFloat32,
                                            {c.batch, c.len, c.config.d_model});
-    const double flops = layer->Flops({c.batch, c.len, c.len});
+    EngineOptions validation;
+    validation.num_threads = 1;
+    ASSIGN_OR_RETURN(auto validator, AttentionEngine::Create(validation));
+    ASSIGN_OR_RETURN(const model::LayerShape shape,
+                     layer->Validate(in, *validator));
+    const double flops = layer->Flops(shape);
     for (int threads : {1, 2}) {
       if (gemm.find(threads) == gemm.end()) {
         ASSIGN_OR_RETURN(gemm[threads],

@@ -14,6 +14,7 @@
 #include "core/attention.h"
 #include "core/reference.h"
 #include "core/tensor.h"
+#include "wire/attend.h"
 #include "wire/dtype.h"
 #include "wire/tensor.h"
 
@@ -73,43 +74,36 @@ double CheckTolerance(v1::DataType input, v1::DataType result) {
 absl::StatusOr<std::vector<CheckReport>> CheckResponse(
     const v1::AttendRequest& request, const v1::AttendResponse& response) {
   AttentionInputs inputs;
+  const absl::Status method = wire::DecodeMethod(request, &inputs);
+  if (!method.ok()) return method;
+  // LSH attention takes no key: its keys are the queries.
+  const bool lsh = inputs.method == AttentionMethod::kLsh;
   for (auto [name, tensor, view] :
        {std::make_tuple("query", &request.query(), &inputs.query),
         std::make_tuple("key", &request.key(), &inputs.key),
         std::make_tuple("value", &request.value(), &inputs.value)}) {
+    if (lsh && view == &inputs.key) continue;
     absl::StatusOr<TensorView> v = wire::ViewOf(name, *tensor);
     if (!v.ok()) return v.status();
     *view = *v;
   }
-  if (inputs.query.rank != 4 || inputs.key.rank != 4 ||
+  if (inputs.query.rank != 4 || (!lsh && inputs.key.rank != 4) ||
       inputs.value.rank != 4) {
     return absl::InvalidArgumentError("query, key and value must have rank 4");
   }
   const bool blhd = request.layout() == v1::BLHD;
   inputs.layout = blhd ? Layout::kBLHD : Layout::kBHLD;
-  const v1::Mask& mask = request.mask();
-  inputs.mask.causal = mask.causal();
-  inputs.mask.alignment = mask.alignment() == v1::BOTTOM_RIGHT
-                              ? CausalAlignment::kBottomRight
-                              : CausalAlignment::kTopLeft;
-  if (mask.has_window_left()) inputs.mask.window_left = mask.window_left();
-  if (mask.has_window_right()) inputs.mask.window_right = mask.window_right();
-  inputs.mask.key_lengths =
-      absl::MakeConstSpan(mask.key_lengths().data(), mask.key_lengths().size());
-  inputs.mask.alibi_slopes = absl::MakeConstSpan(mask.alibi_slopes().data(),
-                                                 mask.alibi_slopes().size());
-  if (mask.has_explicit_mask()) {
-    absl::StatusOr<TensorView> v = wire::ViewOf("mask", mask.explicit_mask());
-    if (!v.ok()) return v.status();
-    inputs.mask.explicit_mask = *v;
-  }
+  absl::StatusOr<MaskSpec> mask = wire::DecodeMask(request.mask());
+  if (!mask.ok()) return mask.status();
+  inputs.mask = *std::move(mask);
   if (request.has_scale()) inputs.scale = request.scale();
 
   const TensorView& q = inputs.query;
   const int64_t batch = q.dim(0);
   const int64_t q_heads = blhd ? q.dim(2) : q.dim(1);
   const int64_t q_len = blhd ? q.dim(1) : q.dim(2);
-  const int64_t k_len = blhd ? inputs.key.dim(1) : inputs.key.dim(2);
+  const TensorView& keys = lsh ? inputs.query : inputs.key;
+  const int64_t k_len = blhd ? keys.dim(1) : keys.dim(2);
   const int64_t value_dim = inputs.value.dim(3);
   const std::vector<int64_t> output_shape =
       blhd ? std::vector<int64_t>{batch, q_len, q_heads, value_dim}

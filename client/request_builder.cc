@@ -126,6 +126,12 @@ void ApplyCallOptions(const CallOptions& options, v1::AttendRequest* request) {
   }
   request->set_return_weights(options.return_weights);
   request->set_output_dtype(options.output_dtype);
+  request->clear_method();
+  if (options.linear) *request->mutable_linear() = *options.linear;
+  if (options.lsh) {
+    *request->mutable_lsh() = *options.lsh;
+    request->clear_key();
+  }
 }
 
 void ApplyMaskOptions(const CallOptions& options, v1::Mask* mask) {
@@ -143,6 +149,11 @@ void ApplyMaskOptions(const CallOptions& options, v1::Mask* mask) {
   }
   mask->mutable_key_lengths()->Assign(options.key_lengths.begin(),
                                       options.key_lengths.end());
+  if (options.block_sparse) {
+    *mask->mutable_block_sparse() = *options.block_sparse;
+  } else {
+    mask->clear_block_sparse();
+  }
 }
 
 int64_t ModelInputBytes(const RandomInputs& inputs, const ModelSpec& model,

@@ -50,6 +50,12 @@ struct CallOptions {
   bool return_weights = false;
   // DATA_TYPE_UNSPECIFIED (default) = the inputs' dtype.
   v1::DataType output_dtype = v1::DATA_TYPE_UNSPECIFIED;
+  // The long-sequence variants (docs/long_sequences.md): a block-sparse
+  // layout (a mask part), and linear or LSH attention instead of softmax
+  // (at most one of the two). Unset (default) = none.
+  std::optional<v1::BlockSparse> block_sparse;
+  std::optional<v1::LinearAttention> linear;
+  std::optional<v1::LshAttention> lsh;
 };
 
 // What a request-sending subcommand was asked for.
@@ -91,11 +97,12 @@ void FillRandomInputs(const RandomInputs& inputs, v1::Layout layout,
                       v1::AttendRequest* request);
 
 // Sets the layout, mask parts (leaving explicit_mask alone), scale, weights
-// flag and output dtype of `request`.
+// flag, output dtype and method of `request`; with LSH, clears the key (LSH
+// attention takes its keys from the queries).
 void ApplyCallOptions(const CallOptions& options, v1::AttendRequest* request);
 
-// Sets the mask parts of `options` (causal, alignment, window, key lengths)
-// on `mask`, leaving explicit_mask alone.
+// Sets the mask parts of `options` (causal, alignment, window, key lengths,
+// block-sparse layout) on `mask`, leaving explicit_mask alone.
 void ApplyMaskOptions(const CallOptions& options, v1::Mask* mask);
 
 // Hidden + memory bytes of a model call, or -1 when that overflows.

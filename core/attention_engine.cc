@@ -197,8 +197,11 @@ class Engine final : public AttentionEngine {
                        : AutoQueryBlock(s.q_len);
     args.k_block = options_.k_block;
     if (problem.block_layout != nullptr && path == KernelPath::kFlash) {
-      // One tile per block: each is kept, skipped or checked per element.
-      args.q_block = args.k_block = problem.block_layout->block_size();
+      // Query tiles are the layout's blocks; key tiles are runs of its blocks
+      // (each block kept, skipped or checked per element) up to k_block keys.
+      const int64_t bs = problem.block_layout->block_size();
+      args.q_block = bs;
+      args.k_block = bs * std::max<int64_t>(1, options_.k_block / bs);
     }
     args.num_threads = threads_;
     return args;

@@ -167,16 +167,32 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
   const BlockLayout* layout =
       rows.layout_row >= 0 ? p.block_layout.get() : nullptr;
   const bool value_mask = p.mask != nullptr || p.alibi != nullptr;
-  for (int64_t k0 = first_block; k0 < hi_all; k0 += kb) {
-    // With a layout, tiles are its blocks (kb = block size): skipped ones cost
-    // nothing, kept ones need no per-element check of the layout.
+  for (int64_t k0 = first_block, span = kb; k0 < hi_all; k0 += span) {
+    // With a layout, tiles are runs of its blocks up to kb keys: skipped
+    // blocks cost nothing, runs of kept ones need no per-element check of the
+    // layout.
     bool use_bias = c.bias != nullptr;
     if (layout != nullptr) {
-      const BlockLayout::Tile tile = layout->TileKind(rows.layout_row, k0 / kb);
-      if (tile == BlockLayout::Tile::kSkipped) continue;
-      use_bias = value_mask || tile == BlockLayout::Tile::kPartial;
+      const int64_t bs = layout->block_size();
+      int64_t block = k0 / bs;
+      while (k0 < hi_all && layout->TileKind(rows.layout_row, block) ==
+                                BlockLayout::Tile::kSkipped) {
+        k0 += bs;
+        ++block;
+      }
+      if (k0 >= hi_all) break;
+      bool partial = false;
+      span = 0;
+      while (span + bs <= kb && k0 + span < hi_all) {
+        const BlockLayout::Tile tile =
+            layout->TileKind(rows.layout_row, block + span / bs);
+        if (tile == BlockLayout::Tile::kSkipped) break;
+        partial |= tile == BlockLayout::Tile::kPartial;
+        span += bs;
+      }
+      use_bias = value_mask || partial;
     }
-    const int64_t n = KeyBlockEnd(k0, kb, hi_all, k_end) - k0;
+    const int64_t n = KeyBlockEnd(k0, span, hi_all, k_end) - k0;
     // Per row group: how far its rows need this block (0 = not at all).
     int64_t group_n[(kMaxQueryBlock + kRowGranule - 1) / kRowGranule];
     const int64_t groups = (m + kRowGranule - 1) / kRowGranule;
@@ -189,7 +205,7 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
           hi = std::max(hi, ws->row_hi[r]);
         }
       }
-      group_n[g] = hi > k0 ? KeyBlockEnd(k0, kb, hi, k_end) - k0 : 0;
+      group_n[g] = hi > k0 ? KeyBlockEnd(k0, span, hi, k_end) - k0 : 0;
       any |= group_n[g] > 0;
       ragged |= group_n[g] != n;
     }

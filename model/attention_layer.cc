@@ -63,12 +63,82 @@ void AddExplicitMask(const TensorView& mask, const std::array<int64_t, 4>& dims,
   }
 }
 
+// The method of the engine call of a layer of `c` (LSH's key is its query:
+// the call has none).
+void ApplyMethod(const ModelConfig& c, AttentionInputs* attention) {
+  switch (c.attention) {
+    case AttentionKind::kLinear:
+      attention->method = AttentionMethod::kLinear;
+      attention->linear.feature_map = c.feature_map;
+      attention->linear.num_features = c.num_features;
+      attention->linear.seed = c.seed;
+      break;
+    case AttentionKind::kLsh:
+      attention->method = AttentionMethod::kLsh;
+      attention->lsh.num_hashes = c.num_hashes;
+      attention->lsh.num_buckets = c.num_buckets;
+      attention->lsh.chunk_size = c.chunk_size;
+      attention->lsh.seed = c.seed;
+      attention->key = TensorView();
+      break;
+    case AttentionKind::kSoftmax:
+    case AttentionKind::kLinformer:
+      break;
+  }
+}
+
+// A Linformer layer mixes the keys along the sequence before attending, so
+// only padding (applied in the projection) can restrict them.
+absl::Status CheckLinformerCall(const MaskSpec& mask, int64_t batch,
+                                int64_t k_len, bool weights) {
+  const char* why =
+      " does not apply to a Linformer layer, which attends over k learned "
+      "mixtures of the keys (only key_lengths can restrict them)";
+  if (mask.causal)
+    return absl::InvalidArgumentError(absl::StrCat("mask.causal", why));
+  if (mask.window_left || mask.window_right) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask.window_left/window_right", why));
+  }
+  if (mask.explicit_mask) {
+    return absl::InvalidArgumentError(absl::StrCat("mask.explicit_mask", why));
+  }
+  if (!mask.alibi_slopes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("mask.alibi_slopes", why));
+  }
+  if (mask.block_sparse) {
+    return absl::InvalidArgumentError(absl::StrCat("mask.block_sparse", why));
+  }
+  if (weights) {
+    return absl::InvalidArgumentError(
+        "return_weights: a Linformer layer attends over k learned mixtures of "
+        "the keys, so it has no weights per key");
+  }
+  if (!mask.key_lengths.empty()) {
+    if (static_cast<int64_t>(mask.key_lengths.size()) != batch) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mask.key_lengths: expected ", batch,
+          " entries (one per batch), got ", mask.key_lengths.size()));
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      if (mask.key_lengths[b] < 0 || mask.key_lengths[b] > k_len) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("mask.key_lengths[", b, "] = ", mask.key_lengths[b],
+                         " is out of range [0, Lk = ", k_len, "]"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct AttentionLayer::Impl {
   ModelConfig config;
   int64_t additive_dim = 0;
   std::vector<float> norm_weight, norm_bias, additive_v;
+  // Linformer's [k, max_len] projections of keys and values.
+  std::vector<float> linformer_e, linformer_f;
   std::unique_ptr<PackedMatmul> q_proj, k_proj, v_proj, o_proj;
   // Per query head: q·W_h (general); q·W1_hᵀ and k·W2_hᵀ (additive).
   std::vector<std::unique_ptr<PackedMatmul>> general, additive_q, additive_k;
@@ -92,6 +162,8 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
   impl->norm_bias = w.norm_bias;
   impl->additive_v = w.additive_v;
   impl->additive_dim = w.additive_dim;
+  impl->linformer_e = w.linformer_e;
+  impl->linformer_f = w.linformer_f;
   // The config as loaded may leave A to the tensors; the layer's config says
   // it (GetServerInfo reports it, and clients count FLOPs with it).
   if (config.scoring == Scoring::kAdditive) {
@@ -112,8 +184,10 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
   };
   ASSIGN_OR_RETURN(impl->q_proj,
                    linear(impl->q_width(), d, w.q_proj_weight, w.q_proj_bias));
-  ASSIGN_OR_RETURN(impl->k_proj,
-                   linear(impl->kv_width(), d, w.k_proj_weight, w.k_proj_bias));
+  if (config.attention != AttentionKind::kLsh) {
+    ASSIGN_OR_RETURN(impl->k_proj, linear(impl->kv_width(), d, w.k_proj_weight,
+                                          w.k_proj_bias));
+  }
   ASSIGN_OR_RETURN(impl->v_proj,
                    linear(impl->kv_width(), d, w.v_proj_weight, w.v_proj_bias));
   ASSIGN_OR_RETURN(impl->o_proj,
@@ -219,18 +293,37 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
   // reads shapes, dtypes and strides only.
   static const char kPlaceholder = 0;
   const ModelConfig& c = impl_->config;
+  int64_t attended = shape.k_len;
+  if (c.attention == AttentionKind::kLsh && in.memory) {
+    return absl::InvalidArgumentError(
+        "memory: attention \"lsh\" is self-attention (queries and keys are "
+        "shared); send no memory");
+  }
+  if (c.attention == AttentionKind::kLinformer) {
+    if (shape.k_len > c.linformer_max_len) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(in.memory ? "memory" : "hidden", ": Lk = ", shape.k_len,
+                       " keys exceed the model's linformer_max_len = ",
+                       c.linformer_max_len));
+    }
+    RETURN_IF_ERROR(CheckLinformerCall(in.mask, shape.batch, shape.k_len,
+                                       in.return_weights));
+    attended = c.linformer_k;
+  }
   const DType dtype = impl_->bf16() ? DType::kBFloat16 : DType::kFloat32;
   AttentionInputs attention;
   attention.layout = Layout::kBLHD;
-  attention.mask = in.mask;
+  if (c.attention != AttentionKind::kLinformer) attention.mask = in.mask;
   attention.query =
       MakeTensorView(&kPlaceholder, dtype,
                      {shape.batch, shape.q_len, c.num_heads, c.head_dim});
   attention.key =
       MakeTensorView(&kPlaceholder, dtype,
-                     {shape.batch, shape.k_len, c.num_kv_heads, c.head_dim});
+                     {shape.batch, attended, c.num_kv_heads, c.head_dim});
   attention.value = attention.key;
-  RETURN_IF_ERROR(engine.Validate(attention).status());
+  ApplyMethod(c, &attention);
+  ASSIGN_OR_RETURN(const AttentionShape a, engine.Validate(attention));
+  shape.attention_flops = a.flops;
   return shape;
 }
 
@@ -240,11 +333,15 @@ double AttentionLayer::Flops(const LayerShape& s) const {
   const double k_rows = double(s.batch) * s.k_len;
   const double hq_hd = double(c.num_heads) * c.head_dim;
   const double hkv_hd = double(c.num_kv_heads) * c.head_dim;
-  double flops = 2 * q_rows * c.d_model * hq_hd     // q
-                 + 4 * k_rows * c.d_model * hkv_hd  // k, v
-                 + 2 * q_rows * hq_hd * c.d_model;  // o
+  const double kv_projections = c.attention == AttentionKind::kLsh ? 1 : 2;
+  double flops = 2 * q_rows * c.d_model * hq_hd                      // q
+                 + 2 * kv_projections * k_rows * c.d_model * hkv_hd  // k, v
+                 + 2 * q_rows * hq_hd * c.d_model;                   // o
+  if (c.attention == AttentionKind::kLinformer) {
+    flops += 4 * double(c.linformer_k) * k_rows * hkv_hd;  // E·K, F·V
+  }
   const double pairs = double(s.batch) * c.num_heads * s.q_len * s.k_len;
-  flops += 4 * pairs * c.head_dim;  // scores and P·V
+  flops += s.attention_flops;  // scores and P·V
   if (c.scoring == Scoring::kGeneral) flops += 2 * q_rows * hq_hd * c.head_dim;
   if (c.scoring == Scoring::kAdditive) {
     const double a = double(impl_->additive_dim);
@@ -311,23 +408,45 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
 
   // Projections.
   std::vector<float> q(static_cast<size_t>(q_rows * m.q_width()));
-  std::vector<float> k(static_cast<size_t>(k_rows * m.kv_width()));
-  std::vector<float> v(k.size());
+  const bool lsh = c.attention == AttentionKind::kLsh;
+  std::vector<float> k(lsh ? 0 : static_cast<size_t>(k_rows * m.kv_width()));
+  std::vector<float> v(static_cast<size_t>(k_rows * m.kv_width()));
   std::vector<uint16_t> q_src_bits, kv_src_bits;
   const void* q_src = Operand(queries_from, q_rows * d, bf16, &q_src_bits);
   const void* kv_src =
       in.memory ? Operand(memory.data(), k_rows * d, bf16, &kv_src_bits)
                 : q_src;
   RETURN_IF_ERROR(m.q_proj->Run(q_src, q_rows, q.data()));
-  RETURN_IF_ERROR(m.k_proj->Run(kv_src, k_rows, k.data()));
+  if (!lsh) RETURN_IF_ERROR(m.k_proj->Run(kv_src, k_rows, k.data()));
   RETURN_IF_ERROR(m.v_proj->Run(kv_src, k_rows, v.data()));
   if (c.positional == Positional::kRope) {
     ApplyRope(q.data(), q_rows, hq, hd, m.q_width(), positions, lq,
               c.rope_theta);
-    ApplyRope(k.data(), k_rows, hkv, hd, m.kv_width(),
-              in.memory ? nullptr : positions, in.memory ? lk : lq,
-              c.rope_theta);
+    if (!lsh) {
+      ApplyRope(k.data(), k_rows, hkv, hd, m.kv_width(),
+                in.memory ? nullptr : positions, in.memory ? lk : lq,
+                c.rope_theta);
+    }
   }
+  // Linformer: the keys and values become k learned mixtures of themselves.
+  int64_t attended = lk;
+  if (c.attention == AttentionKind::kLinformer) {
+    attended = c.linformer_k;
+    const int32_t* lengths =
+        in.mask.key_lengths.empty() ? nullptr : in.mask.key_lengths.data();
+    std::vector<float> projected(
+        static_cast<size_t>(b * attended * m.kv_width()));
+    ProjectAlongSequence(k.data(), b, lk, m.kv_width(), m.linformer_e.data(),
+                         attended, c.linformer_max_len, lengths,
+                         projected.data());
+    k.swap(projected);
+    projected.resize(k.size());
+    ProjectAlongSequence(v.data(), b, lk, m.kv_width(), m.linformer_f.data(),
+                         attended, c.linformer_max_len, lengths,
+                         projected.data());
+    v.swap(projected);
+  }
+  const int64_t kv_rows = b * attended;
 
   // The engine's operands: [B, L, H, hd] (BLHD), f32 or bf16.
   std::vector<uint16_t> q_bits, k_bits, v_bits;
@@ -335,16 +454,17 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
   std::vector<float> a(static_cast<size_t>(q_rows * m.q_width()));
   AttentionInputs attention;
   attention.layout = Layout::kBLHD;
-  attention.mask = in.mask;
+  if (c.attention != AttentionKind::kLinformer) attention.mask = in.mask;
   attention.query =
       MakeTensorView(Operand(q.data(), q_rows * m.q_width(), bf16, &q_bits),
                      operand_dtype, {b, lq, hq, hd});
   attention.key =
-      MakeTensorView(Operand(k.data(), k_rows * m.kv_width(), bf16, &k_bits),
-                     operand_dtype, {b, lk, hkv, hd});
+      MakeTensorView(Operand(k.data(), kv_rows * m.kv_width(), bf16, &k_bits),
+                     operand_dtype, {b, attended, hkv, hd});
   attention.value =
-      MakeTensorView(Operand(v.data(), k_rows * m.kv_width(), bf16, &v_bits),
-                     operand_dtype, {b, lk, hkv, hd});
+      MakeTensorView(Operand(v.data(), kv_rows * m.kv_width(), bf16, &v_bits),
+                     operand_dtype, {b, attended, hkv, hd});
+  ApplyMethod(c, &attention);
 
   std::vector<float> general_q;
   std::vector<float> scores;

@@ -31,6 +31,9 @@ struct LayerInputs {
   // and keys in self-attention); default 0..Lq-1. Memory tokens sit at
   // 0..Lk-1.
   absl::Span<const int32_t> positions;
+  // Whether the caller will ask for weights (a Linformer layer has none per
+  // key: Validate refuses them).
+  bool return_weights = false;
 };
 
 struct LayerOutputs {
@@ -42,6 +45,9 @@ struct LayerOutputs {
 
 struct LayerShape {
   int64_t batch = 0, q_len = 0, k_len = 0;
+  // The attention's own FLOPs (AttentionShape::flops of the engine call the
+  // layer makes: dense, or the variant's count), set by Validate.
+  double attention_flops = 0;
 };
 
 class AttentionLayer {
@@ -67,7 +73,9 @@ class AttentionLayer {
   absl::Status Run(const LayerInputs& inputs, const LayerOutputs& outputs,
                    AttentionEngine& engine) const;
 
-  // FLOPs of a call of `shape`: projections, scores (dense) and P·V.
+  // FLOPs of a call of `shape` (as Validate returns it): projections,
+  // Linformer's projections along the sequence, the attention and the score
+  // functions.
   double Flops(const LayerShape& shape) const;
 
   // The config the layer was created with, additive_dim filled in from the

@@ -83,4 +83,23 @@ void ApplyRope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
   }
 }
 
+void ProjectAlongSequence(const float* x, int64_t batch, int64_t k_len,
+                          int64_t width, const float* proj, int64_t k,
+                          int64_t max_len, const int32_t* lengths, float* out) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t r = 0; r < k; ++r) {
+      const int64_t len = lengths != nullptr ? lengths[b] : k_len;
+      float* y = out + (b * k + r) * width;
+      for (int64_t c = 0; c < width; ++c) y[c] = 0.0f;
+      const float* e = proj + r * max_len;
+      for (int64_t j = 0; j < len; ++j) {
+        const float w = e[j];
+        const float* row = x + (b * k_len + j) * width;
+        for (int64_t c = 0; c < width; ++c) y[c] += w * row[c];
+      }
+    }
+  }
+}
+
 }  // namespace attnserve::model

@@ -30,6 +30,14 @@ void ApplyRope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                int64_t row_stride, const int32_t* positions, int64_t period,
                double theta);
 
+// Linformer's projection along the sequence: for each batch element b,
+// out[b] = proj[:, :len_b] · x[b][:len_b] with x [B, Lk, width] and proj
+// [k, max_len] (row-major), out [B, k, width]; len_b = lengths[b] when given
+// (padding keys take no part), else Lk. Lk <= max_len.
+void ProjectAlongSequence(const float* x, int64_t batch, int64_t k_len,
+                          int64_t width, const float* proj, int64_t k,
+                          int64_t max_len, const int32_t* lengths, float* out);
+
 }  // namespace attnserve::model
 
 #endif  // ATTNSERVE_MODEL_LAYER_OPS_H_

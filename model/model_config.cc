@@ -25,9 +25,12 @@ constexpr int64_t kMaxHeadDim = 256;
 
 const std::set<std::string, std::less<>>& KnownKeys() {
   static const auto* const keys = new std::set<std::string, std::less<>>{
-      "kind",    "d_model",      "num_heads", "num_kv_heads", "head_dim",
-      "bias",    "norm",         "norm_eps",  "positional",   "rope_theta",
-      "scoring", "additive_dim", "dtype"};
+      "kind",        "d_model",      "num_heads",   "num_kv_heads",
+      "head_dim",    "bias",         "norm",        "norm_eps",
+      "positional",  "rope_theta",   "scoring",     "additive_dim",
+      "dtype",       "attention",    "linformer_k", "linformer_max_len",
+      "feature_map", "num_features", "num_hashes",  "num_buckets",
+      "chunk_size",  "seed"};
   return *keys;
 }
 
@@ -80,6 +83,19 @@ absl::Status ReadPositiveNumber(const json& object, absl::string_view key,
         key, absl::StrCat(JsonShortDump(*it), " must be positive and finite"));
   }
   *out = value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadSeed(const json& object, absl::string_view key,
+                      uint64_t* out) {
+  const auto it = object.find(key);
+  if (it == object.end()) return absl::OkStatus();
+  if (!it->is_number_integer() ||
+      (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
+    return KeyError(key, absl::StrCat("expected a non-negative integer, got ",
+                                      JsonShortDump(*it)));
+  }
+  *out = it->get<uint64_t>();
   return absl::OkStatus();
 }
 
@@ -171,6 +187,48 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
       object, "dtype",
       {{"float32", ModelDType::kFloat32}, {"bfloat16", ModelDType::kBFloat16}},
       &config.dtype));
+  RETURN_IF_ERROR(
+      ReadEnum<AttentionKind>(object, "attention",
+                              {{"softmax", AttentionKind::kSoftmax},
+                               {"linformer", AttentionKind::kLinformer},
+                               {"linear", AttentionKind::kLinear},
+                               {"lsh", AttentionKind::kLsh}},
+                              &config.attention));
+  const bool linformer = config.attention == AttentionKind::kLinformer;
+  RETURN_IF_ERROR(ReadDimension(object, "linformer_k", linformer ? 1 : 0,
+                                /*required=*/linformer, &config.linformer_k));
+  RETURN_IF_ERROR(ReadDimension(object, "linformer_max_len", linformer ? 1 : 0,
+                                /*required=*/linformer,
+                                &config.linformer_max_len));
+  RETURN_IF_ERROR(ReadEnum<FeatureMap>(object, "feature_map",
+                                       {{"elu", FeatureMap::kEluPlusOne},
+                                        {"relu", FeatureMap::kRelu},
+                                        {"favor", FeatureMap::kFavorPlus}},
+                                       &config.feature_map));
+  RETURN_IF_ERROR(ReadDimension(object, "num_features", 1, /*required=*/false,
+                                &config.num_features));
+  RETURN_IF_ERROR(ReadDimension(object, "num_hashes", 1, /*required=*/false,
+                                &config.num_hashes));
+  RETURN_IF_ERROR(ReadDimension(object, "num_buckets", 1, /*required=*/false,
+                                &config.num_buckets));
+  RETURN_IF_ERROR(ReadDimension(object, "chunk_size", 1, /*required=*/false,
+                                &config.chunk_size));
+  RETURN_IF_ERROR(ReadSeed(object, "seed", &config.seed));
+  if (config.attention != AttentionKind::kSoftmax &&
+      config.scoring != Scoring::kScaledDot) {
+    return KeyError("attention",
+                    absl::StrCat("\"", AttentionKindName(config.attention),
+                                 "\" needs scoring \"scaled_dot\", got \"",
+                                 ScoringName(config.scoring), "\""));
+  }
+  if (config.attention == AttentionKind::kLsh &&
+      config.num_kv_heads != config.num_heads) {
+    return KeyError(
+        "num_kv_heads",
+        absl::StrCat("attention \"lsh\" shares queries and keys, "
+                     "so num_kv_heads must equal num_heads ",
+                     config.num_heads, ", got ", config.num_kv_heads));
+  }
 
   if (config.num_kv_heads > config.num_heads ||
       config.num_heads % config.num_kv_heads != 0) {
@@ -222,6 +280,15 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   out["scoring"] = std::string(ScoringName(config.scoring));
   out["additive_dim"] = config.additive_dim;
   out["dtype"] = std::string(ModelDTypeName(config.dtype));
+  out["attention"] = std::string(AttentionKindName(config.attention));
+  out["linformer_k"] = config.linformer_k;
+  out["linformer_max_len"] = config.linformer_max_len;
+  out["feature_map"] = std::string(FeatureMapName(config.feature_map));
+  out["num_features"] = config.num_features;
+  out["num_hashes"] = config.num_hashes;
+  out["num_buckets"] = config.num_buckets;
+  out["chunk_size"] = config.chunk_size;
+  out["seed"] = config.seed;
   return out.dump(-1, ' ', false,
                   nlohmann::ordered_json::error_handler_t::replace);
 }
@@ -268,6 +335,32 @@ absl::string_view ModelDTypeName(ModelDType dtype) {
       return "float32";
     case ModelDType::kBFloat16:
       return "bfloat16";
+  }
+  return "unknown";
+}
+
+absl::string_view AttentionKindName(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kSoftmax:
+      return "softmax";
+    case AttentionKind::kLinformer:
+      return "linformer";
+    case AttentionKind::kLinear:
+      return "linear";
+    case AttentionKind::kLsh:
+      return "lsh";
+  }
+  return "unknown";
+}
+
+absl::string_view FeatureMapName(FeatureMap map) {
+  switch (map) {
+    case FeatureMap::kEluPlusOne:
+      return "elu";
+    case FeatureMap::kRelu:
+      return "relu";
+    case FeatureMap::kFavorPlus:
+      return "favor";
   }
   return "unknown";
 }

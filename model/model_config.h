@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/attention.h"
 
 namespace attnserve::model {
 
@@ -28,6 +29,13 @@ enum class Scoring {
   kAdditive,   // Bahdanau: v_hᵀ·tanh(W1_h·q + W2_h·k), unscaled
 };
 enum class ModelDType { kFloat32, kBFloat16 };
+// How the layer attends (docs/long_sequences.md).
+enum class AttentionKind {
+  kSoftmax,    // exact softmax attention
+  kLinformer,  // softmax over k learned projections of the keys and values
+  kLinear,     // linear attention (feature_map, num_features, seed)
+  kLsh,        // Reformer's LSH attention, shared-QK (no k_proj)
+};
 
 struct ModelConfig {
   // "multi_head_attention", the only kind so far.
@@ -48,6 +56,20 @@ struct ModelConfig {
   // additive.* tensors say; when set, they must agree.
   int64_t additive_dim = 0;
   ModelDType dtype = ModelDType::kFloat32;
+  AttentionKind attention = AttentionKind::kSoftmax;
+  // Linformer: keys and values are projected along the sequence by
+  // linformer.e / linformer.f [linformer_k, linformer_max_len], Lk <=
+  // linformer_max_len.
+  int64_t linformer_k = 0;
+  int64_t linformer_max_len = 0;
+  // Linear attention's feature map ("elu", "relu", "favor") and FAVOR+'s
+  // random features; LSH's rounds, buckets and chunk; the seed of both.
+  FeatureMap feature_map = FeatureMap::kEluPlusOne;
+  int64_t num_features = 256;
+  int64_t num_hashes = 4;
+  int64_t num_buckets = 64;
+  int64_t chunk_size = 64;
+  uint64_t seed = 0;
 };
 
 // Parses config.json text. Optional keys take their defaults (filled in, so
@@ -56,7 +78,9 @@ struct ModelConfig {
 // of the wrong JSON type, an unknown enum string, d_model/num_heads/...
 // not positive, num_heads % num_kv_heads != 0, d_model % num_heads != 0
 // without head_dim, an odd head_dim with "rope", norm_eps or rope_theta not
-// positive and finite, dimensions above 65536.
+// positive and finite, dimensions above 65536, an "attention" other than
+// "softmax" with a scoring other than "scaled_dot", "linformer" without its
+// lengths, "lsh" with num_kv_heads != num_heads.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json);
 
 // The config as JSON with every key (defaults filled in), for GetServerInfo.
@@ -68,6 +92,9 @@ absl::string_view NormPlacementName(NormPlacement norm);
 absl::string_view PositionalName(Positional positional);
 absl::string_view ScoringName(Scoring scoring);
 absl::string_view ModelDTypeName(ModelDType dtype);
+// "softmax", "linformer", "linear", "lsh"; "elu", "relu", "favor".
+absl::string_view AttentionKindName(AttentionKind kind);
+absl::string_view FeatureMapName(FeatureMap map);
 
 }  // namespace attnserve::model
 

@@ -51,6 +51,8 @@ constexpr Slot kSlots[] = {
     {"additive.w_query", &LayerWeights::additive_w_query},
     {"additive.w_key", &LayerWeights::additive_w_key},
     {"additive.v", &LayerWeights::additive_v},
+    {"linformer.e", &LayerWeights::linformer_e},
+    {"linformer.f", &LayerWeights::linformer_f},
 };
 
 // Where the tensor `name` goes in LayerWeights; nullptr for a name no config
@@ -65,8 +67,16 @@ const Slot* FindSlot(absl::string_view name) {
 // Why a tensor the file holds is not wanted, when a config option explains it.
 std::string UnusedHint(absl::string_view name, const ModelConfig& config) {
   if (FindSlot(name) == nullptr) return " (not a tensor of this layer)";
+  if (absl::StartsWith(name, "k_proj.") &&
+      config.attention == AttentionKind::kLsh) {
+    return " (attention \"lsh\" shares queries and keys)";
+  }
   if (absl::EndsWith(name, "_proj.bias")) return " (bias is false)";
   if (absl::StartsWith(name, "norm.")) return " (norm is \"none\")";
+  if (absl::StartsWith(name, "linformer.")) {
+    return absl::StrCat(" (attention is \"",
+                        AttentionKindName(config.attention), "\")");
+  }
   return absl::StrCat(" (scoring is \"", ScoringName(config.scoring), "\")");
 }
 
@@ -119,7 +129,8 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config,
     if (config.bias) out.push_back({absl::StrCat(name, ".bias"), {rows}});
   };
   linear("q_proj", q, d);
-  linear("k_proj", kv, d);
+  // LSH attention's keys are its queries.
+  if (config.attention != AttentionKind::kLsh) linear("k_proj", kv, d);
   linear("v_proj", kv, d);
   linear("o_proj", d, q);
   if (config.norm != NormPlacement::kNone) {
@@ -134,6 +145,11 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config,
     out.push_back({"additive.w_query", {hq, a, hd}});
     out.push_back({"additive.w_key", {hq, a, hd}});
     out.push_back({"additive.v", {hq, a}});
+  }
+  if (config.attention == AttentionKind::kLinformer) {
+    const int64_t k = config.linformer_k, n = config.linformer_max_len;
+    out.push_back({"linformer.e", {k, n}});
+    out.push_back({"linformer.f", {k, n}});
   }
   return out;
 }

@@ -32,6 +32,8 @@ struct LayerWeights {
   std::vector<float> additive_w_query;  // [Hq, A, hd] when scoring = additive
   std::vector<float> additive_w_key;    // [Hq, A, hd]
   std::vector<float> additive_v;        // [Hq, A]
+  std::vector<float> linformer_e;       // [k, max_len] when linformer
+  std::vector<float> linformer_f;       // [k, max_len]
   // A (from the additive tensors); 0 unless scoring = additive.
   int64_t additive_dim = 0;
 };

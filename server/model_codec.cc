@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "wire/attend.h"
 #include "wire/dtype.h"
 #include "wire/tensor.h"
 
@@ -86,11 +87,12 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
         inputs.memory,
         DecodeStates("memory", true, request.memory(), inputs.hidden.dtype));
   }
-  ASSIGN_OR_RETURN(inputs.mask, DecodeMask(request.mask()));
+  ASSIGN_OR_RETURN(inputs.mask, wire::DecodeMask(request.mask()));
   ASSIGN_OR_RETURN(
       decoded.output_dtype,
       DecodeOutputDType(request.output_dtype(), inputs.hidden.dtype));
   decoded.return_weights = request.return_weights();
+  inputs.return_weights = decoded.return_weights;
   // The layer owns the shape rules of hidden and memory; the positions' wire
   // shape is checked against the sizes it found, and the layer then checks
   // their values.

@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/status_macros.h"
+#include "wire/attend.h"
 #include "wire/dtype.h"
 #include "wire/tensor.h"
 
@@ -29,20 +30,6 @@ absl::StatusOr<Layout> DecodeLayout(v1::Layout layout) {
       return absl::InvalidArgumentError(
           absl::StrCat("layout: unknown value ", static_cast<int>(layout),
                        " (expected BHLD = 1 or BLHD = 2)"));
-  }
-}
-
-absl::StatusOr<CausalAlignment> DecodeAlignment(v1::Alignment alignment) {
-  switch (alignment) {
-    case v1::ALIGNMENT_UNSPECIFIED:
-    case v1::TOP_LEFT:
-      return CausalAlignment::kTopLeft;
-    case v1::BOTTOM_RIGHT:
-      return CausalAlignment::kBottomRight;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mask.alignment: unknown value ", static_cast<int>(alignment),
-          " (expected TOP_LEFT = 1 or BOTTOM_RIGHT = 2)"));
   }
 }
 
@@ -78,20 +65,6 @@ absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
   return view;
 }
 
-absl::StatusOr<TensorView> DecodeExplicitMask(const v1::Tensor& tensor) {
-  ASSIGN_OR_RETURN(
-      DType dtype,
-      wire::DTypeFromWire(tensor.dtype(), "mask.explicit_mask.dtype"));
-  if (dtype != DType::kBool && dtype != DType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mask.explicit_mask.dtype: ", wire::DataTypeName(tensor.dtype()),
-        " is not supported (expected BOOL or FLOAT32)"));
-  }
-  // Rank above 4 is rejected here; broadcastability needs the attention shape
-  // and is the engine's check.
-  return wire::ViewAs("mask.explicit_mask", tensor, dtype);
-}
-
 // Bytes of a dense tensor of `shape`. Like TensorViewFromBytes, it also
 // requires the product of the nonzero dimensions to fit: an empty tensor's
 // strides are still built from them.
@@ -118,25 +91,6 @@ absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
 }
 
 }  // namespace
-
-absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
-  MaskSpec mask;
-  mask.causal = wire_mask.causal();
-  ASSIGN_OR_RETURN(mask.alignment, DecodeAlignment(wire_mask.alignment()));
-  if (wire_mask.has_window_left()) mask.window_left = wire_mask.window_left();
-  if (wire_mask.has_window_right()) {
-    mask.window_right = wire_mask.window_right();
-  }
-  mask.key_lengths = absl::MakeConstSpan(wire_mask.key_lengths().data(),
-                                         wire_mask.key_lengths().size());
-  if (wire_mask.has_explicit_mask()) {
-    ASSIGN_OR_RETURN(mask.explicit_mask,
-                     DecodeExplicitMask(wire_mask.explicit_mask()));
-  }
-  mask.alibi_slopes = absl::MakeConstSpan(wire_mask.alibi_slopes().data(),
-                                          wire_mask.alibi_slopes().size());
-  return mask;
-}
 
 absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {
   if (wire == v1::DATA_TYPE_UNSPECIFIED) return fallback;
@@ -184,17 +138,24 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
   DecodedRequest decoded;
   AttentionInputs& inputs = decoded.inputs;
   ASSIGN_OR_RETURN(inputs.layout, DecodeLayout(request.layout()));
+  RETURN_IF_ERROR(wire::DecodeMethod(request, &inputs));
   ASSIGN_OR_RETURN(inputs.query,
                    DecodeOperand("query", request.has_query(), request.query(),
                                  inputs.layout, std::nullopt));
-  ASSIGN_OR_RETURN(inputs.key,
-                   DecodeOperand("key", request.has_key(), request.key(),
-                                 inputs.layout, inputs.query.dtype));
+  if (inputs.method != AttentionMethod::kLsh) {
+    ASSIGN_OR_RETURN(inputs.key,
+                     DecodeOperand("key", request.has_key(), request.key(),
+                                   inputs.layout, inputs.query.dtype));
+  } else if (request.has_key()) {
+    return absl::InvalidArgumentError(
+        "key: LSH attention shares queries and keys (Reformer's shared-QK); "
+        "send no key");
+  }
   ASSIGN_OR_RETURN(inputs.value,
                    DecodeOperand("value", request.has_value(), request.value(),
                                  inputs.layout, inputs.query.dtype));
 
-  ASSIGN_OR_RETURN(inputs.mask, DecodeMask(request.mask()));
+  ASSIGN_OR_RETURN(inputs.mask, wire::DecodeMask(request.mask()));
   if (request.has_scale()) inputs.scale = request.scale();
   ASSIGN_OR_RETURN(
       decoded.output_dtype,

@@ -53,11 +53,6 @@ AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
 
 // Helpers the model codec (server/model_codec.h) shares.
 
-// The mask parts of `mask`, as views into it. InvalidArgument naming the
-// field (mask.alignment, mask.explicit_mask.dtype, ...). Broadcastability and
-// ranges need the attention shape: the engine checks them.
-absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& mask);
-
 // The response's output dtype: `fallback` for UNSPECIFIED, InvalidArgument
 // for BOOL, INT32 or unknown values.
 absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback);

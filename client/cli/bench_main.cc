@@ -171,6 +171,7 @@ int BenchMain(absl::Span<char* const> args) {
         "storage_dtype"}},
       RandomInputFlagGroup(),
       CallFlagGroup(),
+      VariantFlagGroup(),
       ModelFlagGroup(),
       ConnectionFlagGroup()};
   absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, FlagNames(groups));

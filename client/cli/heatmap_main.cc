@@ -77,6 +77,7 @@ int HeatmapMain(absl::Span<char* const> args) {
       InputFileFlagGroup(),
       random,
       call,
+      VariantFlagGroup(),
       ConnectionFlagGroup()};
   absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, FlagNames(groups));
   if (!parsed.ok()) return UsageError(std::cerr, "heatmap", parsed.status());

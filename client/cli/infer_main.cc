@@ -28,6 +28,7 @@ int InferMain(absl::Span<char* const> args) {
        {"q", "k", "v", "mask", "out", "weights_out", "check"}},
       random,
       CallFlagGroup(),
+      VariantFlagGroup(),
       ModelFlagGroup(),
       ConnectionFlagGroup()};
   absl::StatusOr<ParsedFlags> parsed = ParseFlags(args, FlagNames(groups));

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
@@ -54,6 +55,43 @@ ABSL_FLAG(bool, return_weights, false,
           "also return the attention weights (f32 [B, Hq, Lq, Lk])");
 ABSL_FLAG(std::string, output_dtype, "",
           "f32, bf16 or f16; empty = the inputs' dtype");
+ABSL_FLAG(std::string, method, "softmax",
+          "softmax (exact), linear (linear attention) or lsh (Reformer's LSH "
+          "attention: no key is sent, keys are the queries; --kv_heads and "
+          "--lk must be 0 or match); docs/long_sequences.md");
+ABSL_FLAG(std::string, feature_map, "elu",
+          "with --method=linear: elu (elu + 1), relu or favor (Performer's "
+          "FAVOR+)");
+ABSL_FLAG(int32_t, num_features, 256,
+          "with --feature_map=favor: random features, in [1, 4096]");
+ABSL_FLAG(int32_t, num_hashes, 4, "with --method=lsh: hash rounds");
+ABSL_FLAG(int32_t, num_buckets, 64,
+          "with --method=lsh: buckets per round (1, or even)");
+ABSL_FLAG(int32_t, chunk_size, 64,
+          "with --method=lsh: sorted positions per chunk");
+ABSL_FLAG(uint64_t, method_seed, 0,
+          "with --method=lsh or --feature_map=favor: the seed of the random "
+          "rotations / features");
+ABSL_FLAG(int32_t, block_size, 0,
+          "block-sparse layout over blocks of this many queries x keys; 0 = "
+          "none (dense); needs one of the components below");
+ABSL_FLAG(int32_t, local_left, -1,
+          "block-sparse: local band, key blocks back from the diagonal "
+          "block; -1 = unset");
+ABSL_FLAG(int32_t, local_right, -1,
+          "block-sparse: local band, key blocks ahead of the diagonal block; "
+          "-1 = unset");
+ABSL_FLAG(int32_t, stride, 0,
+          "block-sparse: Sparse Transformer stride in blocks; 0 = none");
+ABSL_FLAG(std::string, stride_pattern, "strided",
+          "block-sparse: strided (every stride-th block back) or fixed (the "
+          "last block of every stride group)");
+ABSL_FLAG(int32_t, random_blocks, 0,
+          "block-sparse: random key blocks per query block (BigBird)");
+ABSL_FLAG(uint64_t, layout_seed, 0, "block-sparse: seed of --random_blocks");
+ABSL_FLAG(std::string, global_tokens, "",
+          "block-sparse: comma list of global tokens (attend to and are "
+          "attended by every position), increasing, e.g. 0,5");
 ABSL_FLAG(std::string, model, "",
           "call this hosted model (AttendModel; attnctl info lists them) with "
           "random hidden states [B, Lq, d_model] instead of Attend");
@@ -78,19 +116,20 @@ absl::StatusOr<std::optional<int32_t>> Window(absl::string_view flag,
   return value;
 }
 
-absl::StatusOr<std::vector<int32_t>> KeyLengths(absl::string_view text) {
-  std::vector<int32_t> lengths;
-  if (absl::StripAsciiWhitespace(text).empty()) return lengths;
+absl::StatusOr<std::vector<int32_t>> NonNegativeList(absl::string_view flag,
+                                                     absl::string_view text) {
+  std::vector<int32_t> values;
+  if (absl::StripAsciiWhitespace(text).empty()) return values;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int32_t value;
     if (!absl::SimpleAtoi(part, &value) || value < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--key_lengths: \"", part,
+          absl::StrCat("--", flag, ": \"", part,
                        "\" is not a non-negative integer (expected e.g. 3,5)"));
     }
-    lengths.push_back(value);
+    values.push_back(value);
   }
-  return lengths;
+  return values;
 }
 
 absl::StatusOr<std::optional<float>> Scale(absl::string_view text) {
@@ -101,6 +140,75 @@ absl::StatusOr<std::optional<float>> Scale(absl::string_view text) {
         absl::StrCat("--scale: \"", text, "\" is not a finite number"));
   }
   return value;
+}
+
+// --method and its parameters, and the block-sparse layout flags.
+absl::Status ApplyVariantFlags(RequestSpec* spec) {
+  CallOptions& call = spec->call;
+  const std::string method = absl::AsciiStrToLower(absl::GetFlag(FLAGS_method));
+  if (method == "linear") {
+    v1::LinearAttention linear;
+    absl::StatusOr<v1::FeatureMap> map =
+        ParseFeatureMap("feature_map", absl::GetFlag(FLAGS_feature_map));
+    if (!map.ok()) return map.status();
+    linear.set_feature_map(*map);
+    if (*map == v1::FAVOR_PLUS) {
+      linear.set_num_features(absl::GetFlag(FLAGS_num_features));
+      linear.set_seed(absl::GetFlag(FLAGS_method_seed));
+    }
+    call.linear = linear;
+  } else if (method == "lsh") {
+    RandomInputs& random = spec->random;
+    if ((random.kv_heads != 0 && random.kv_heads != random.heads) ||
+        (random.k_len != 0 && random.k_len != random.q_len)) {
+      return absl::InvalidArgumentError(
+          "--method=lsh takes its keys from the queries: --kv_heads and --lk "
+          "must be 0 (or equal --heads and --lq)");
+    }
+    v1::LshAttention lsh;
+    lsh.set_num_hashes(absl::GetFlag(FLAGS_num_hashes));
+    lsh.set_num_buckets(absl::GetFlag(FLAGS_num_buckets));
+    lsh.set_chunk_size(absl::GetFlag(FLAGS_chunk_size));
+    lsh.set_seed(absl::GetFlag(FLAGS_method_seed));
+    call.lsh = lsh;
+  } else if (method != "softmax") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--method: unknown value \"", absl::GetFlag(FLAGS_method),
+                     "\" (expected softmax, linear or lsh)"));
+  }
+  const int32_t block_size = absl::GetFlag(FLAGS_block_size);
+  if (block_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--block_size must be >= 0 (0 = no layout), got ", block_size));
+  }
+  if (block_size == 0) return absl::OkStatus();
+  v1::BlockSparse layout;
+  layout.set_block_size(block_size);
+  for (auto [flag, value, set] :
+       {std::make_tuple("local_left", absl::GetFlag(FLAGS_local_left),
+                        &v1::BlockSparse::set_local_left),
+        std::make_tuple("local_right", absl::GetFlag(FLAGS_local_right),
+                        &v1::BlockSparse::set_local_right)}) {
+    if (value == -1) continue;
+    if (value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " must be >= 0, or -1 for unset; got ", value));
+    }
+    (layout.*set)(value);
+  }
+  layout.set_stride(absl::GetFlag(FLAGS_stride));
+  absl::StatusOr<v1::StridePattern> pattern =
+      ParseStridePattern("stride_pattern", absl::GetFlag(FLAGS_stride_pattern));
+  if (!pattern.ok()) return pattern.status();
+  layout.set_stride_pattern(*pattern);
+  layout.set_random_blocks(absl::GetFlag(FLAGS_random_blocks));
+  layout.set_seed(absl::GetFlag(FLAGS_layout_seed));
+  absl::StatusOr<std::vector<int32_t>> globals =
+      NonNegativeList("global_tokens", absl::GetFlag(FLAGS_global_tokens));
+  if (!globals.ok()) return globals.status();
+  layout.mutable_global_tokens()->Assign(globals->begin(), globals->end());
+  call.block_sparse = layout;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -115,6 +223,14 @@ FlagGroup CallFlagGroup() {
   return {"call",
           {"layout", "causal", "alignment", "window_left", "window_right",
            "key_lengths", "scale", "return_weights", "output_dtype"}};
+}
+
+FlagGroup VariantFlagGroup() {
+  return {"long-sequence variant",
+          {"method", "feature_map", "num_features", "num_hashes", "num_buckets",
+           "chunk_size", "method_seed", "block_size", "local_left",
+           "local_right", "stride", "stride_pattern", "random_blocks",
+           "layout_seed", "global_tokens"}};
 }
 
 FlagGroup InputFileFlagGroup() {
@@ -178,7 +294,7 @@ absl::StatusOr<RequestSpec> RequestSpecFromFlags() {
   if (!right.ok()) return right.status();
   call.window_right = *right;
   absl::StatusOr<std::vector<int32_t>> lengths =
-      KeyLengths(absl::GetFlag(FLAGS_key_lengths));
+      NonNegativeList("key_lengths", absl::GetFlag(FLAGS_key_lengths));
   if (!lengths.ok()) return lengths.status();
   call.key_lengths = *std::move(lengths);
   absl::StatusOr<std::optional<float>> scale =
@@ -193,6 +309,8 @@ absl::StatusOr<RequestSpec> RequestSpecFromFlags() {
     if (!parsed.ok()) return parsed.status();
     call.output_dtype = *parsed;
   }
+  const absl::Status variants = ApplyVariantFlags(&spec);
+  if (!variants.ok()) return variants;
   return spec;
 }
 
@@ -241,6 +359,8 @@ absl::Status CheckModelFlagUse(const ParsedFlags& parsed) {
       {"q", "its inputs are random hidden states"},
       {"k", "its inputs are random hidden states"},
       {"v", "its inputs are random hidden states"},
+      {"method",
+       "the model's config.json chooses its attention (docs/models.md)"},
   };
   for (const auto& [name, reason] : reasons) {
     if (!parsed.Specified(name)) continue;

@@ -21,6 +21,12 @@ FlagGroup RandomInputFlagGroup();
 // --scale --return_weights --output_dtype
 FlagGroup CallFlagGroup();
 
+// --method --feature_map --num_features --num_hashes --num_buckets
+// --chunk_size --method_seed and the block-sparse layout's --block_size
+// --local_left --local_right --stride --stride_pattern --random_blocks
+// --layout_seed --global_tokens (docs/long_sequences.md).
+FlagGroup VariantFlagGroup();
+
 // --q --k --v --mask: .npy inputs instead of random ones, and an explicit
 // mask.
 FlagGroup InputFileFlagGroup();
@@ -34,8 +40,10 @@ absl::StatusOr<InputFiles> InputFilesFromFlags(const ParsedFlags& parsed,
                                                absl::string_view file_flags,
                                                const RequestSpec& spec);
 
-// What the random input and call flags hold. InvalidArgument (a usage error)
-// for unknown names, a window below -1, a malformed --key_lengths or --scale.
+// What the random input, call and variant flags hold. InvalidArgument (a
+// usage error) for unknown names, a window below -1, a malformed
+// --key_lengths, --scale or --global_tokens, --method=lsh with a --kv_heads or
+// --lk of its own. The variants' ranges are the server's checks.
 absl::StatusOr<RequestSpec> RequestSpecFromFlags();
 
 // True when --dtype names a dtype (rather than the default "").
@@ -52,7 +60,8 @@ absl::StatusOr<ModelSpec> ModelSpecFromFlags(const ParsedFlags& parsed);
 // InvalidArgument (a usage error) naming a flag given on the command line
 // that does not go with --model or its absence: with --model, the flags that
 // shape Attend's query, key and value (--heads --kv_heads --dim --dv --lk
-// --layout --scale --q --k --v; infer's --check is refused by RunInfer);
+// --layout --scale --q --k --v --method; infer's --check is refused by
+// RunInfer);
 // without it, --memory_len and --position_offset.
 absl::Status CheckModelFlagUse(const ParsedFlags& parsed);
 

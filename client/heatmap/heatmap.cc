@@ -15,6 +15,8 @@
 #include "client/tensors/input_files.h"
 #include "client/tensors/wire_names.h"
 #include "client/tensors/wire_tensor.h"
+#include "core/block_sparse.h"
+#include "wire/attend.h"
 
 namespace attnserve::client {
 namespace {
@@ -148,6 +150,16 @@ absl::Status CheckDims(const HeatmapOptions& options, const Dims& dims) {
   return absl::OkStatus();
 }
 
+int64_t CountKept(const BlockLayout& layout) {
+  int64_t kept = 0;
+  for (int64_t qb = 0; qb < layout.q_blocks(); ++qb) {
+    for (int64_t kb = 0; kb < layout.k_blocks(); ++kb) {
+      kept += layout.Kept(qb, kb) ? 1 : 0;
+    }
+  }
+  return kept;
+}
+
 }  // namespace
 
 std::vector<std::string> SplitTokens(absl::string_view text) {
@@ -175,6 +187,32 @@ Heatmap HeatmapFromWeights(const v1::Tensor& weights, int64_t batch_index,
     heatmap.panels.push_back(std::move(panel));
   }
   return heatmap;
+}
+
+absl::StatusOr<HeatmapPanel> LayoutPanel(const v1::AttendRequest& request,
+                                         int64_t q_len, int64_t k_len,
+                                         float on) {
+  absl::StatusOr<MaskSpec> mask = wire::DecodeMask(request.mask());
+  if (!mask.ok()) return mask.status();
+  if (!mask->block_sparse) {
+    return absl::InvalidArgumentError("the request has no block-sparse layout");
+  }
+  const int64_t offset =
+      mask->alignment == CausalAlignment::kBottomRight ? k_len - q_len : 0;
+  absl::StatusOr<std::shared_ptr<const BlockLayout>> layout =
+      BlockLayout::Build(*mask->block_sparse, q_len, k_len, offset);
+  if (!layout.ok()) return layout.status();
+  HeatmapPanel panel;
+  panel.title =
+      absl::StrFormat("block layout (%d of %d blocks)", CountKept(**layout),
+                      (*layout)->q_blocks() * (*layout)->k_blocks());
+  panel.weights.resize(static_cast<size_t>(q_len * k_len));
+  for (int64_t i = 0; i < q_len; ++i) {
+    for (int64_t j = 0; j < k_len; ++j) {
+      panel.weights[i * k_len + j] = (*layout)->Allowed(i, j) ? on : 0.0f;
+    }
+  }
+  return panel;
 }
 
 ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
@@ -286,6 +324,12 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
     heatmap.query_labels = options.key_tokens;
   }
   heatmap.vmax = options.vmax.value_or(MaxWeight(heatmap));
+  if (request.mask().has_block_sparse()) {
+    absl::StatusOr<HeatmapPanel> layout =
+        LayoutPanel(request, dims.q_len, dims.k_len, heatmap.vmax);
+    if (!layout.ok()) return Usage(err, layout.status().message());
+    heatmap.panels.insert(heatmap.panels.begin(), *std::move(layout));
+  }
   heatmap.caption =
       absl::StrFormat("attention weights, batch %d: Lq %d x Lk %d",
                       options.batch_index, dims.q_len, dims.k_len);

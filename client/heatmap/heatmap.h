@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
 #include "client/connection.h"
@@ -71,7 +72,16 @@ std::vector<std::string> SplitTokens(absl::string_view text);
 Heatmap HeatmapFromWeights(const v1::Tensor& weights, int64_t batch_index,
                            std::optional<int64_t> head);
 
-// Sends the call and draws its weights. Returns kExitUsage for options that
+// The block-sparse layout of `request` (its Mask.block_sparse) over q_len x
+// k_len as a panel titled "block layout": `on` where the layout allows key j
+// for query row i (a computed block or a global token), 0 where it leaves the
+// pair out. InvalidArgument for a layout the server would refuse.
+absl::StatusOr<HeatmapPanel> LayoutPanel(const v1::AttendRequest& request,
+                                         int64_t q_len, int64_t k_len,
+                                         float on);
+
+// Sends the call and draws its weights (and, with a block-sparse layout, the
+// layout as a first panel). Returns kExitUsage for options that
 // cannot make a heatmap (nothing to draw, shapes past the limits, a token
 // count that does not match, a batch or head index out of range),
 // kExitFileError when a file cannot be read or written or an input file

@@ -63,4 +63,21 @@ std::string AlignmentName(v1::Alignment alignment) {
   }
 }
 
+absl::StatusOr<v1::StridePattern> ParseStridePattern(absl::string_view flag,
+                                                     absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "strided") return v1::STRIDED;
+  if (lower == "fixed") return v1::FIXED;
+  return BadValue(flag, text, "strided or fixed");
+}
+
+absl::StatusOr<v1::FeatureMap> ParseFeatureMap(absl::string_view flag,
+                                               absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "elu") return v1::ELU_PLUS_ONE;
+  if (lower == "relu") return v1::RELU;
+  if (lower == "favor") return v1::FAVOR_PLUS;
+  return BadValue(flag, text, "elu, relu or favor");
+}
+
 }  // namespace attnserve::client

@@ -27,6 +27,14 @@ absl::StatusOr<v1::Alignment> ParseAlignment(absl::string_view flag,
                                              absl::string_view text);
 std::string AlignmentName(v1::Alignment alignment);
 
+// "strided" or "fixed" (case-insensitive).
+absl::StatusOr<v1::StridePattern> ParseStridePattern(absl::string_view flag,
+                                                     absl::string_view text);
+
+// "elu" (elu + 1), "relu" or "favor" (FAVOR+), case-insensitive.
+absl::StatusOr<v1::FeatureMap> ParseFeatureMap(absl::string_view flag,
+                                               absl::string_view text);
+
 }  // namespace attnserve::client
 
 #endif  // ATTNSERVE_CLIENT_TENSORS_WIRE_NAMES_H_

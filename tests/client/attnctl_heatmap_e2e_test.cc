@@ -129,6 +129,41 @@ TEST_F(AttnctlHeatmapTest, PngWithTokensDecodesWithTheExpectedSize) {
   }
 }
 
+// A block-sparse layout is drawn as a first panel: the pairs it allows in the
+// top colour, the others masked, and the weights are masked where it is.
+TEST_F(AttnctlHeatmapTest, BlockSparseLayoutIsTheFirstPanel) {
+  const std::string path = dir_.Path("layout.png");
+  const CommandResult r =
+      Run({"--heads=1", "--lq=8", "--block_size=2", "--stride=3",
+           "--global_tokens=5", "--vmax=1", "--png=" + path});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("2 panels"));
+  absl::StatusOr<DecodedPng> png = ReadPng(path);
+  ASSERT_TRUE(png.ok()) << png.status();
+  Heatmap expected = Expected(2, 8, 8, {}, {}, 1);
+  expected.panels[0].title = "block layout (6 of 16 blocks)";
+  const HeatmapLayout layout = ComputeHeatmapLayout(expected);
+  ASSERT_EQ(png->width, static_cast<uint32_t>(layout.width));
+  const int cell = layout.cell;
+  const Rgb top = ColormapColor(1);
+  for (int i = 0; i < 8; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      // Kept blocks: (qb - kb) % 3 == 0; token 5 is global.
+      const bool allowed = (i / 2 - j / 2) % 3 == 0 || i == 5 || j == 5;
+      const auto got = png->At(layout.panels[0].x + j * cell + cell / 2,
+                               layout.panels[0].y + i * cell + cell / 2);
+      const Rgb want = allowed ? top : kMaskedColor;
+      EXPECT_EQ(got.r, want.r) << i << "," << j;
+      EXPECT_EQ(got.g, want.g) << i << "," << j;
+      const auto weight = png->At(layout.panels[1].x + j * cell + cell / 2,
+                                  layout.panels[1].y + i * cell + cell / 2);
+      EXPECT_EQ(weight.g == kMaskedColor.g && weight.r == kMaskedColor.r,
+                !allowed)
+          << "weights " << i << "," << j;
+    }
+  }
+}
+
 TEST_F(AttnctlHeatmapTest, NpyQueryAndKeyGiveTheReferenceColours) {
   // GQA: 2 query heads over 1 key head; 5 queries, 7 keys; no --v.
   NpyArray q{NpyDType::kFloat32, {1, 2, 5, 8}, ""};
@@ -370,6 +405,24 @@ INSTANTIATE_TEST_SUITE_P(
                   4,
                   "flat.npy: the query must be 4-D ([B, H, L, D] in layout "
                   "bhld); it is [3, 4]"},
+        ErrorCase{"UnknownMethod",
+                  {"--method=dense", "--ascii"},
+                  2,
+                  "--method: unknown value \"dense\" (expected softmax, "
+                  "linear or lsh)"},
+        ErrorCase{"LshWithItsOwnKeys",
+                  {"--method=lsh", "--lk=5", "--ascii"},
+                  2,
+                  "--method=lsh takes its keys from the queries"},
+        ErrorCase{"BadGlobalTokens",
+                  {"--block_size=2", "--global_tokens=1,x", "--ascii"},
+                  2,
+                  "--global_tokens: \"x\" is not a non-negative integer"},
+        ErrorCase{"EmptyLayout",
+                  {"--block_size=2", "--lq=4", "--ascii"},
+                  1,
+                  "error: INVALID_ARGUMENT: mask.block_sparse: the layout has "
+                  "no component"},
         ErrorCase{"ServerRejects",
                   {"--heads=3", "--kv_heads=2", "--lq=4", "--ascii"},
                   1,

@@ -41,8 +41,8 @@ using ::testing::StartsWith;
 using Json = nlohmann::json;
 
 constexpr char kHostedModels[] =
-    "additive, encoder_512, general_sinusoidal, gqa_rope_pre, mha_post, "
-    "mqa_bf16_tensors";
+    "additive, encoder_512, general_sinusoidal, gqa_rope_pre, linformer_long, "
+    "mha_post, mqa_bf16_tensors";
 constexpr char kFlops[] = "attnserve_attention_flops_total";
 
 std::string ModelRequests(const std::string& model) {
@@ -110,13 +110,14 @@ TEST_F(AttnctlModelTest, InfoListsEveryModel) {
   const CommandResult r = Run({"info"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(r.out, HasSubstr("\nmax_response_bytes: "));
-  EXPECT_THAT(r.out, HasSubstr("\nmodels: 6\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nmodels: 7\n"));
   // Sorted by name, with the sizes of docs/models.md's table.
   const char* const kLines[] = {
       "  additive: d_model 32, heads 4/2, head_dim 12\n",
       "  encoder_512: d_model 512, heads 8/8, head_dim 64\n",
       "  general_sinusoidal: d_model 32, heads 4/2, head_dim 8\n",
       "  gqa_rope_pre: d_model 64, heads 8/2, head_dim 8\n",
+      "  linformer_long: d_model 64, heads 4/4, head_dim 16\n",
       "  mha_post: d_model 64, heads 4/4, head_dim 16\n",
       "  mqa_bf16_tensors: d_model 64, heads 4/1, head_dim 16\n"};
   size_t previous = 0;
@@ -134,7 +135,11 @@ TEST_F(AttnctlModelTest, InfoListsEveryModel) {
                         "\"head_dim\":8,\"bias\":false,\"norm\":\"pre\","
                         "\"norm_eps\":1e-06,\"positional\":\"rope\","
                         "\"rope_theta\":50000.0,\"scoring\":\"scaled_dot\","
-                        "\"additive_dim\":0,\"dtype\":\"bfloat16\"}\n"));
+                        "\"additive_dim\":0,\"dtype\":\"bfloat16\","
+                        "\"attention\":\"softmax\",\"linformer_k\":0,"
+                        "\"linformer_max_len\":0,\"feature_map\":\"elu\","
+                        "\"num_features\":256,\"num_hashes\":4,"
+                        "\"num_buckets\":64,\"chunk_size\":64,\"seed\":0}\n"));
 }
 
 TEST(AttnctlModelInfoTest, AServerWithoutModelsListsNone) {

@@ -123,6 +123,36 @@ TEST(ApplyCallOptionsTest, SetsAndClearsEveryField) {
   EXPECT_EQ(request.output_dtype(), v1::DATA_TYPE_UNSPECIFIED);
 }
 
+TEST(ApplyCallOptionsTest, SetsAndClearsTheVariants) {
+  v1::AttendRequest request;
+  FillRandomInputs(RandomInputs(), v1::BHLD, &request);
+  CallOptions call;
+  call.block_sparse.emplace();
+  call.block_sparse->set_block_size(16);
+  call.block_sparse->set_stride(2);
+  call.linear.emplace();
+  call.linear->set_feature_map(v1::RELU);
+  ApplyCallOptions(call, &request);
+  EXPECT_EQ(request.mask().block_sparse().block_size(), 16);
+  EXPECT_EQ(request.mask().block_sparse().stride(), 2);
+  EXPECT_EQ(request.method_case(), v1::AttendRequest::kLinear);
+  EXPECT_EQ(request.linear().feature_map(), v1::RELU);
+  EXPECT_TRUE(request.has_key());
+
+  // LSH takes its keys from the queries: the key goes.
+  call.linear.reset();
+  call.lsh.emplace();
+  call.lsh->set_num_hashes(2);
+  ApplyCallOptions(call, &request);
+  EXPECT_EQ(request.method_case(), v1::AttendRequest::kLsh);
+  EXPECT_EQ(request.lsh().num_hashes(), 2);
+  EXPECT_FALSE(request.has_key());
+
+  ApplyCallOptions(CallOptions(), &request);
+  EXPECT_FALSE(request.mask().has_block_sparse());
+  EXPECT_EQ(request.method_case(), v1::AttendRequest::METHOD_NOT_SET);
+}
+
 TEST(FillModelRequestTest, HiddenMemoryPositionsAndCallOptions) {
   RandomInputs random;
   random.batch = 2;

@@ -40,12 +40,15 @@ LayerWeights MakeWeights(const ModelConfig& c, int64_t additive_dim) {
   const float in_scale = 1.0f / std::sqrt(float(d));
   LayerWeights w;
   w.q_proj_weight = Uniform(q * d, 1, in_scale);
-  w.k_proj_weight = Uniform(kv * d, 2, in_scale);
+  if (c.attention != AttentionKind::kLsh) {
+    w.k_proj_weight = Uniform(kv * d, 2, in_scale);
+  }
   w.v_proj_weight = Uniform(kv * d, 3, in_scale);
   w.o_proj_weight = Uniform(d * q, 4, 1.0f / std::sqrt(float(q)));
   if (c.bias) {
     w.q_proj_bias = Uniform(q, 5, 0.1f);
-    w.k_proj_bias = Uniform(kv, 6, 0.1f);
+    if (c.attention != AttentionKind::kLsh)
+      w.k_proj_bias = Uniform(kv, 6, 0.1f);
     w.v_proj_bias = Uniform(kv, 7, 0.1f);
     w.o_proj_bias = Uniform(d, 8, 0.1f);
   }
@@ -61,6 +64,12 @@ LayerWeights MakeWeights(const ModelConfig& c, int64_t additive_dim) {
     w.additive_w_key = Uniform(hq * a * hd, 13, 1.0f / std::sqrt(float(hd)));
     w.additive_v = Uniform(hq * a, 14, 1.0f / std::sqrt(float(a)));
     w.additive_dim = additive_dim;
+  }
+  if (c.attention == AttentionKind::kLinformer) {
+    const size_t n = c.linformer_k * c.linformer_max_len;
+    const float scale = 1.0f / std::sqrt(float(c.linformer_max_len));
+    w.linformer_e = Uniform(n, 15, scale);
+    w.linformer_f = Uniform(n, 16, scale);
   }
   return w;
 }
@@ -360,6 +369,172 @@ TEST_F(LayerValidationTest, EmptyBatchGivesAnEmptyOutput) {
   LayerOutputs outputs;
   outputs.output = MakeMutableTensorView(nullptr, DType::kFloat32, {0, 3, 16});
   EXPECT_TRUE(layer_->Run(in, outputs, *engine_).ok());
+}
+
+// ---- The long-sequence kinds: Linformer, linear and LSH layers.
+
+class LayerVariantTest : public ::testing::Test {
+ protected:
+  void Make(const ModelConfig& c) {
+    config_ = c;
+    EngineOptions options;
+    options.num_threads = 2;
+    options.max_isa = CapIsa(Isa::kAuto);
+    engine_ = AttentionEngine::Create(options).value();
+    weights_ = MakeWeights(c, 0);
+    auto layer = AttentionLayer::Create(c, weights_);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    layer_ = *std::move(layer);
+  }
+
+  void Compare(const LayerInputs& in) {
+    const int64_t b = in.hidden.shape[0], lq = in.hidden.shape[1];
+    std::vector<float> out(static_cast<size_t>(b * lq * config_.d_model));
+    LayerOutputs outputs;
+    outputs.output = MakeMutableTensorView(out.data(), DType::kFloat32,
+                                           {b, lq, config_.d_model});
+    const absl::Status st = layer_->Run(in, outputs, *engine_);
+    ASSERT_TRUE(st.ok()) << st;
+    std::vector<float> expected;
+    const absl::Status ref =
+        testing::ReferenceLayer(config_, weights_, in, &expected, nullptr);
+    ASSERT_TRUE(ref.ok()) << ref;
+    const double tolerance =
+        config_.dtype == ModelDType::kBFloat16 ? 4e-2 : 2e-4;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], expected[i], tolerance * (1 + std::fabs(expected[i])))
+          << "output element " << i;
+    }
+  }
+
+  ModelConfig config_;
+  LayerWeights weights_;
+  std::unique_ptr<AttentionLayer> layer_;
+  std::unique_ptr<AttentionEngine> engine_;
+};
+
+ModelConfig LinformerConfig() {
+  ModelConfig c = Config(32, 4, 2, 8);
+  c.attention = AttentionKind::kLinformer;
+  c.linformer_k = 5;
+  c.linformer_max_len = 12;
+  return c;
+}
+
+TEST_F(LayerVariantTest, LinformerSelfAndCrossWithPaddingMatchTheReference) {
+  for (const ModelDType dtype : {ModelDType::kFloat32, ModelDType::kBFloat16}) {
+    ModelConfig c = LinformerConfig();
+    c.dtype = dtype;
+    c.positional = Positional::kRope;
+    Make(c);
+    const TestTensor hidden =
+        TestTensor::Random(DType::kFloat32, {2, 9, 32}, 3);
+    LayerInputs in;
+    in.hidden = hidden.view();
+    Compare(in);
+    const TestTensor memory =
+        TestTensor::Random(DType::kFloat32, {2, 12, 32}, 4);
+    const std::vector<int32_t> lengths = {12, 7};
+    in.memory = memory.view();
+    in.mask.key_lengths = lengths;
+    Compare(in);
+  }
+}
+
+// The projection mixes the keys: changing a padding key changes nothing,
+// changing a real one changes the output.
+TEST_F(LayerVariantTest, LinformerPaddingKeysTakeNoPart) {
+  Make(LinformerConfig());
+  TestTensor hidden = TestTensor::Random(DType::kFloat32, {1, 8, 32}, 5);
+  const std::vector<int32_t> lengths = {6};
+  LayerInputs in;
+  in.hidden = hidden.view();
+  in.mask.key_lengths = lengths;
+  auto run = [&] {
+    std::vector<float> out(8 * 32);
+    LayerOutputs outputs;
+    outputs.output =
+        MakeMutableTensorView(out.data(), DType::kFloat32, {1, 8, 32});
+    EXPECT_TRUE(layer_->Run(in, outputs, *engine_).ok());
+    return out;
+  };
+  const std::vector<float> before = run();
+  // Token 7 is padding as a key but still a query: only its own row moves.
+  for (int64_t c = 0; c < 32; ++c) hidden.Set({0, 7, c}, 3.0f);
+  const std::vector<float> padded = run();
+  for (int64_t i = 0; i < 7 * 32; ++i) EXPECT_EQ(padded[i], before[i]) << i;
+  for (int64_t c = 0; c < 32; ++c) hidden.Set({0, 2, c}, 3.0f);
+  const std::vector<float> real = run();
+  EXPECT_NE(real[0], before[0]);
+}
+
+TEST_F(LayerVariantTest, LinformerRefusesWhatItCannotDo) {
+  Make(LinformerConfig());
+  const TestTensor hidden = TestTensor::Random(DType::kFloat32, {1, 13, 32}, 6);
+  LayerInputs in;
+  in.hidden = hidden.view();
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("hidden: Lk = 13 keys exceed the model's "
+                                 "linformer_max_len = 12")));
+  const TestTensor fits = TestTensor::Random(DType::kFloat32, {1, 8, 32}, 6);
+  in.hidden = fits.view();
+  in.mask.causal = true;
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.causal does not apply to a Linformer "
+                                 "layer")));
+  in.mask.causal = false;
+  in.return_weights = true;
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("return_weights: a Linformer layer")));
+  in.return_weights = false;
+  const std::vector<int32_t> lengths = {9};
+  in.mask.key_lengths = lengths;
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.key_lengths[0] = 9 is out of range [0, "
+                                 "Lk = 8]")));
+}
+
+TEST_F(LayerVariantTest, LinearLayerMatchesTheReference) {
+  for (const FeatureMap map :
+       {FeatureMap::kEluPlusOne, FeatureMap::kFavorPlus}) {
+    ModelConfig c = Config(32, 4, 2, 8);
+    c.attention = AttentionKind::kLinear;
+    c.feature_map = map;
+    c.num_features = 16;
+    c.seed = 3;
+    Make(c);
+    const TestTensor hidden =
+        TestTensor::Random(DType::kFloat32, {2, 9, 32}, 7);
+    LayerInputs in;
+    in.hidden = hidden.view();
+    in.mask.causal = true;
+    Compare(in);
+  }
+}
+
+TEST_F(LayerVariantTest, LshLayerMatchesTheReferenceAndRefusesMemory) {
+  ModelConfig c = Config(32, 4, 4, 8);
+  c.attention = AttentionKind::kLsh;
+  c.num_hashes = 2;
+  c.num_buckets = 4;
+  c.chunk_size = 4;
+  c.positional = Positional::kRope;
+  Make(c);
+  const TestTensor hidden = TestTensor::Random(DType::kFloat32, {2, 11, 32}, 8);
+  LayerInputs in;
+  in.hidden = hidden.view();
+  in.mask.causal = true;
+  Compare(in);
+  const TestTensor memory = TestTensor::Random(DType::kFloat32, {2, 5, 32}, 9);
+  in.memory = memory.view();
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("memory: attention \"lsh\" is "
+                                 "self-attention")));
 }
 
 }  // namespace

@@ -70,6 +70,12 @@ std::vector<std::pair<std::string, ModelConfig>> ExpectedModels() {
   models.push_back({"mqa_bf16_tensors", c});
 
   c = ModelConfig();
+  c.d_model = 64, c.num_heads = 4, c.num_kv_heads = 4, c.head_dim = 16;
+  c.attention = AttentionKind::kLinformer;
+  c.linformer_k = 64, c.linformer_max_len = 8192;
+  models.push_back({"linformer_long", c});
+
+  c = ModelConfig();
   c.d_model = 512, c.num_heads = 8, c.num_kv_heads = 8, c.head_dim = 64;
   models.push_back({"encoder_512", c});
   return models;
@@ -169,7 +175,7 @@ TEST(ExampleModelsTest, OutputIsByteForByteDeterministic) {
         << relative << " differs between runs";
     ++files;
   }
-  EXPECT_EQ(files, 12);
+  EXPECT_EQ(files, 14);
 }
 
 }  // namespace

@@ -120,7 +120,10 @@ TEST(ModelConfigTest, ToJsonHasEveryKeyInOrder) {
             R"({"kind":"multi_head_attention","d_model":64,"num_heads":4,)"
             R"("num_kv_heads":4,"head_dim":16,"bias":true,"norm":"post",)"
             R"("norm_eps":1e-05,"positional":"none","rope_theta":10000.0,)"
-            R"("scoring":"scaled_dot","additive_dim":0,"dtype":"float32"})");
+            R"("scoring":"scaled_dot","additive_dim":0,"dtype":"float32",)"
+            R"("attention":"softmax","linformer_k":0,"linformer_max_len":0,)"
+            R"("feature_map":"elu","num_features":256,"num_hashes":4,)"
+            R"("num_buckets":64,"chunk_size":64,"seed":0})");
 }
 
 TEST(ModelConfigTest, ToJsonParsesBackToTheSameConfig) {
@@ -174,8 +177,9 @@ TEST(ModelConfigTest, DuplicateKey) {
 TEST(ModelConfigTest, UnknownKey) {
   EXPECT_THAT(
       ParseError(R"({"d_model": 64, "num_heads": 4, "num_layers": 6})"),
-      StatusIs(kInvalid, AllOf(HasSubstr("unknown key \"num_layers\""),
-                               HasSubstr("expected additive_dim, bias"))));
+      StatusIs(kInvalid,
+               AllOf(HasSubstr("unknown key \"num_layers\""),
+                     HasSubstr("expected additive_dim, attention, bias"))));
   // Keys are case-sensitive.
   EXPECT_THAT(ParseError(R"({"D_model": 64, "num_heads": 4})"),
               StatusIs(kInvalid, HasSubstr("unknown key \"D_model\"")));
@@ -362,6 +366,79 @@ TEST(ModelConfigTest, NamesOfEveryEnumerator) {
   EXPECT_EQ(PositionalName(Positional::kSinusoidal), "sinusoidal");
   EXPECT_EQ(ScoringName(Scoring::kAdditive), "additive");
   EXPECT_EQ(ModelDTypeName(ModelDType::kBFloat16), "bfloat16");
+}
+
+}  // namespace
+}  // namespace attnserve::model
+
+namespace attnserve::model {
+namespace {
+
+TEST(ModelConfigVariantsTest, ParsesEveryAttentionKind) {
+  auto linformer = ParseModelConfig(
+      R"({"d_model": 64, "num_heads": 4, "attention": "linformer",)"
+      R"( "linformer_k": 16, "linformer_max_len": 512})");
+  ASSERT_TRUE(linformer.ok()) << linformer.status();
+  EXPECT_EQ(linformer->attention, AttentionKind::kLinformer);
+  EXPECT_EQ(linformer->linformer_k, 16);
+  EXPECT_EQ(linformer->linformer_max_len, 512);
+  auto linear = ParseModelConfig(
+      R"({"d_model": 64, "num_heads": 4, "attention": "linear",)"
+      R"( "feature_map": "favor", "num_features": 32, "seed": 18446744073709551615})");
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ(linear->feature_map, FeatureMap::kFavorPlus);
+  EXPECT_EQ(linear->num_features, 32);
+  EXPECT_EQ(linear->seed, 18446744073709551615ull);
+  auto lsh = ParseModelConfig(
+      R"({"d_model": 64, "num_heads": 4, "attention": "lsh", "num_hashes": 2,)"
+      R"( "num_buckets": 8, "chunk_size": 16})");
+  ASSERT_TRUE(lsh.ok()) << lsh.status();
+  EXPECT_EQ(lsh->attention, AttentionKind::kLsh);
+  EXPECT_EQ(lsh->num_hashes, 2);
+  EXPECT_EQ(lsh->num_buckets, 8);
+  EXPECT_EQ(lsh->chunk_size, 16);
+  // The JSON GetServerInfo reports parses back to the same config.
+  auto again = ParseModelConfig(ModelConfigToJson(*linear));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ModelConfigToJson(*again), ModelConfigToJson(*linear));
+}
+
+TEST(ModelConfigVariantsTest, RefusesBadCombinations) {
+  const struct {
+    const char* json;
+    const char* message;
+  } cases[] = {
+      {R"({"d_model": 64, "num_heads": 4, "attention": "linformer"})",
+       "missing required key \"linformer_k\""},
+      {R"({"d_model": 64, "num_heads": 4, "attention": "linformer",)"
+       R"( "linformer_k": 0, "linformer_max_len": 8})",
+       "key \"linformer_k\": 0 is out of range (expected 1 to 65536)"},
+      {R"({"d_model": 64, "num_heads": 4, "attention": "dense"})",
+       "key \"attention\": unknown value \"dense\" (expected \"softmax\", "
+       "\"linformer\", \"linear\", \"lsh\")"},
+      {R"({"d_model": 64, "num_heads": 4, "attention": "linear",)"
+       R"( "scoring": "additive"})",
+       "key \"attention\": \"linear\" needs scoring \"scaled_dot\", got "
+       "\"additive\""},
+      {R"({"d_model": 64, "num_heads": 4, "num_kv_heads": 2,)"
+       R"( "attention": "lsh"})",
+       "key \"num_kv_heads\": attention \"lsh\" shares queries and keys, so "
+       "num_kv_heads must equal num_heads 4, got 2"},
+      {R"({"d_model": 64, "num_heads": 4, "feature_map": "tanh"})",
+       "key \"feature_map\": unknown value \"tanh\""},
+      {R"({"d_model": 64, "num_heads": 4, "seed": -1})",
+       "key \"seed\": expected a non-negative integer, got -1"},
+      {R"({"d_model": 64, "num_heads": 4, "seed": 1.5})",
+       "key \"seed\": expected a non-negative integer, got 1.5"},
+  };
+  for (const auto& c : cases) {
+    auto config = ParseModelConfig(c.json);
+    ASSERT_FALSE(config.ok()) << c.json;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(config.status().message()),
+                ::testing::HasSubstr(c.message))
+        << c.json;
+  }
 }
 
 }  // namespace

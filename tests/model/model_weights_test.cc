@@ -279,6 +279,43 @@ TEST(ModelWeightsTest, TensorsTheConfigDoesNotUse) {
                                            "of this layer)")));
 }
 
+TEST(ModelWeightsTest, LinformerAndLshTensors) {
+  const ModelConfig linformer =
+      Config(R"({"d_model": 8, "num_heads": 2, "attention": "linformer",)"
+             R"( "linformer_k": 3, "linformer_max_len": 10})");
+  const std::vector<ExpectedTensor> expected = ExpectedTensors(linformer, 0);
+  EXPECT_EQ(Find(expected, "linformer.e").shape, (std::vector<int64_t>{3, 10}));
+  EXPECT_EQ(Find(expected, "linformer.f").shape, (std::vector<int64_t>{3, 10}));
+  TensorSet set = TensorsFor(linformer, 0);
+  absl::StatusOr<LayerWeights> w = Load(linformer, set);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->linformer_e.size(), 30u);
+  set.Remove("linformer.f");
+  EXPECT_THAT(Load(linformer, set).status(),
+              StatusIs(kInvalid, HasSubstr("tensor linformer.f is missing "
+                                           "(expected shape [3, 10])")));
+
+  const ModelConfig lsh =
+      Config(R"({"d_model": 8, "num_heads": 2, "attention": "lsh"})");
+  for (const ExpectedTensor& t : ExpectedTensors(lsh, 0)) {
+    EXPECT_NE(t.name.rfind("k_proj", 0), 0u) << t.name;
+  }
+  TensorSet lsh_set = TensorsFor(lsh, 0);
+  ASSERT_TRUE(Load(lsh, lsh_set).ok());
+  lsh_set.Add("k_proj.bias", SafetensorsDType::kF32, {8},
+              std::vector<float>(8, 0.0f));
+  EXPECT_THAT(Load(lsh, lsh_set).status(),
+              StatusIs(kInvalid, HasSubstr("tensor k_proj.bias is not used by "
+                                           "this config (attention \"lsh\" "
+                                           "shares queries and keys)")));
+  TensorSet plain = TensorsFor(Config(R"({"d_model": 8, "num_heads": 2})"), 0);
+  plain.Add("linformer.e", SafetensorsDType::kF32, {1, 1}, {1.0f});
+  EXPECT_THAT(
+      Load(Config(R"({"d_model": 8, "num_heads": 2})"), plain).status(),
+      StatusIs(kInvalid, HasSubstr("tensor linformer.e is not used by this "
+                                   "config (attention is \"softmax\")")));
+}
+
 TEST(ModelWeightsTest, NonFiniteValues) {
   const ModelConfig config = Config(
       R"({"d_model": 4, "num_heads": 1, "bias": false, "norm": "none"})");

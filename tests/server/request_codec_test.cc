@@ -742,5 +742,192 @@ TEST_F(RequestCodecTest, RoundTripBlhdF16ToF32WithWeightsAndFloatMask) {
   ExpectRoundTripMatchesReference(*engine_, request, 2e-2f);
 }
 
+// ---- Long-sequence variants: block-sparse layouts, linear and LSH attention.
+
+TEST_F(RequestCodecTest, DecodesBlockSparse) {
+  v1::AttendRequest request = ValidRequest();
+  v1::BlockSparse* bs = request.mutable_mask()->mutable_block_sparse();
+  bs->set_block_size(2);
+  bs->set_local_left(1);
+  bs->set_stride(2);
+  bs->set_stride_pattern(v1::FIXED);
+  bs->set_random_blocks(1);
+  bs->set_seed(99);
+  bs->add_global_tokens(0);
+  bs->add_global_tokens(3);
+  SetTensor(TestTensor::FromFloats(DType::kBool, {2, 2}, {1, 0, 0, 1}),
+            bs->mutable_block_mask());
+  auto decoded = Decode(request);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const auto& spec = decoded->inputs.mask.block_sparse;
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->block_size, 2);
+  EXPECT_EQ(spec->local_left, 1);
+  EXPECT_FALSE(spec->local_right.has_value());
+  EXPECT_EQ(spec->stride, 2);
+  EXPECT_EQ(spec->stride_pattern, StridePattern::kFixed);
+  EXPECT_EQ(spec->random_blocks, 1);
+  EXPECT_EQ(spec->seed, 99u);
+  EXPECT_THAT(spec->global_tokens, ::testing::ElementsAre(0, 3));
+  ASSERT_TRUE(spec->block_mask.has_value());
+  EXPECT_EQ(spec->block_mask->dtype, DType::kBool);
+  EXPECT_LE(decoded->shape.flops, decoded->shape.dense_flops());
+}
+
+TEST_F(RequestCodecTest, BlockSparseMalformedFields) {
+  v1::AttendRequest request = ValidRequest();
+  v1::BlockSparse* bs = request.mutable_mask()->mutable_block_sparse();
+  bs->set_block_size(2);
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.block_sparse: the layout has no "
+                                 "component")));
+  bs->set_local_right(0);
+  EXPECT_TRUE(Decode(request).ok());
+  bs->set_stride_pattern(static_cast<v1::StridePattern>(7));
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.block_sparse.stride_pattern: unknown "
+                                 "value 7 (expected STRIDED = 1 or FIXED = "
+                                 "2)")));
+  bs->set_stride_pattern(v1::STRIDED);
+  bs->set_block_size(0);
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.block_sparse.block_size: must be in "
+                                 "[1, 4096], got 0")));
+  bs->set_block_size(2);
+  SetTensor(TestTensor(DType::kFloat32, {2, 2}), bs->mutable_block_mask());
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.block_sparse.block_mask.dtype: FLOAT32 "
+                                 "is not supported (expected BOOL)")));
+  SetTensor(TestTensor(DType::kBool, {2, 2}), bs->mutable_block_mask());
+  bs->mutable_block_mask()->set_data("x");
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.block_sparse.block_mask")));
+  SetTensor(TestTensor(DType::kBool, {2, 3}), bs->mutable_block_mask());
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.block_sparse.block_mask: shape [2, 3] "
+                                 "does not match [2, 2]")));
+  bs->clear_block_mask();
+  bs->add_global_tokens(2);
+  bs->add_global_tokens(1);
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.block_sparse.global_tokens[1]: 1 does "
+                                 "not exceed the previous entry 2")));
+}
+
+TEST_F(RequestCodecTest, DecodesLinearAttention) {
+  v1::AttendRequest request = ValidRequest();
+  request.mutable_linear()->set_feature_map(v1::FAVOR_PLUS);
+  request.mutable_linear()->set_num_features(16);
+  request.mutable_linear()->set_seed(5);
+  auto decoded = Decode(request);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->inputs.method, AttentionMethod::kLinear);
+  EXPECT_EQ(decoded->inputs.linear.feature_map, FeatureMap::kFavorPlus);
+  EXPECT_EQ(decoded->inputs.linear.num_features, 16);
+  EXPECT_EQ(decoded->inputs.linear.seed, 5u);
+  request.mutable_linear()->set_feature_map(v1::RELU);
+  decoded = Decode(request);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->inputs.linear.feature_map, FeatureMap::kRelu);
+}
+
+TEST_F(RequestCodecTest, LinearAttentionMalformedFields) {
+  v1::AttendRequest request = ValidRequest();
+  request.mutable_linear();
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("linear.feature_map: missing (expected "
+                                 "ELU_PLUS_ONE = 1, RELU = 2 or FAVOR_PLUS = "
+                                 "3)")));
+  request.mutable_linear()->set_feature_map(static_cast<v1::FeatureMap>(9));
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("linear.feature_map: unknown value 9")));
+  request.mutable_linear()->set_feature_map(v1::FAVOR_PLUS);
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("linear.num_features: must be in [1, 4096] "
+                                 "for FAVOR+, got 0")));
+  request.mutable_linear()->set_feature_map(v1::ELU_PLUS_ONE);
+  request.mutable_mask()->add_alibi_slopes(0.5f);
+  request.mutable_mask()->add_alibi_slopes(0.5f);
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.alibi_slopes: ALiBi cannot be "
+                                 "linearised")));
+}
+
+// B1 Hq2 L3 D2 with value [B, Hq, L, D] and no key.
+v1::AttendRequest ValidLshRequest() {
+  v1::AttendRequest request = ValidRequest();
+  request.clear_key();
+  SetTensor(TestTensor::Random(DType::kFloat32, {kB, kHq, kLq, kD}, 3),
+            request.mutable_value());
+  v1::LshAttention* lsh = request.mutable_lsh();
+  lsh->set_num_hashes(2);
+  lsh->set_num_buckets(4);
+  lsh->set_chunk_size(2);
+  lsh->set_seed(11);
+  return request;
+}
+
+TEST_F(RequestCodecTest, DecodesLshAttention) {
+  const v1::AttendRequest request = ValidLshRequest();
+  auto decoded = Decode(request);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->inputs.method, AttentionMethod::kLsh);
+  EXPECT_EQ(decoded->inputs.lsh.num_hashes, 2);
+  EXPECT_EQ(decoded->inputs.lsh.num_buckets, 4);
+  EXPECT_EQ(decoded->inputs.lsh.chunk_size, 2);
+  EXPECT_EQ(decoded->inputs.lsh.seed, 11u);
+  EXPECT_EQ(decoded->shape.k_len, kLq);
+  EXPECT_EQ(decoded->shape.kv_heads, kHq);
+}
+
+TEST_F(RequestCodecTest, LshAttentionMalformedFields) {
+  v1::AttendRequest request = ValidLshRequest();
+  *request.mutable_key() = ValidRequest().key();
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("key: LSH attention shares queries and keys "
+                                 "(Reformer's shared-QK); send no key")));
+  request = ValidLshRequest();
+  *request.mutable_value() = ValidRequest().value();
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("value: LSH attention takes its keys from the "
+                                 "queries")));
+  request = ValidLshRequest();
+  request.mutable_lsh()->set_num_hashes(0);
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("lsh.num_hashes: must be in [1, 64], got 0")));
+  request = ValidLshRequest();
+  request.mutable_lsh()->set_num_buckets(3);
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("lsh.num_buckets: must be 1 or even in [2, "
+                                 "4096], got 3")));
+  request = ValidLshRequest();
+  request.mutable_lsh()->set_chunk_size(0);
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("lsh.chunk_size: must be in [1, 65536], got "
+                                 "0")));
+  request = ValidLshRequest();
+  request.mutable_mask()->set_window_left(1);
+  EXPECT_THAT(DecodeStatus(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.window_left/window_right: a sliding "
+                                 "window is not supported by LSH attention")));
+}
+
 }  // namespace
 }  // namespace attnserve::server

@@ -185,6 +185,42 @@ std::vector<v1::AttendRequest> SeedRequests(Rng& rng) {
     r.mutable_mask()->set_window_left(16);
     seeds.push_back(r);
   }
+  {
+    // Block-sparse: every component, with causal and padding.
+    v1::AttendRequest r =
+        PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 2, 1, 9, 11, 4, 4});
+    v1::BlockSparse* b = r.mutable_mask()->mutable_block_sparse();
+    b->set_block_size(2);
+    b->set_local_left(1);
+    b->set_stride(2);
+    b->set_random_blocks(1);
+    b->set_seed(3);
+    b->add_global_tokens(0);
+    FillTensor(rng, v1::BOOL, {5, 6}, b->mutable_block_mask());
+    r.mutable_mask()->set_causal(true);
+    r.mutable_mask()->add_key_lengths(10);
+    seeds.push_back(r);
+  }
+  {
+    // Linear attention, FAVOR+, causal.
+    v1::AttendRequest r =
+        PlainRequest(rng, {v1::BLHD, v1::FLOAT32, 1, 2, 1, 5, 5, 4, 4});
+    r.mutable_linear()->set_feature_map(v1::FAVOR_PLUS);
+    r.mutable_linear()->set_num_features(8);
+    r.mutable_mask()->set_causal(true);
+    seeds.push_back(r);
+  }
+  {
+    // LSH attention: no key, value with the query's heads.
+    v1::AttendRequest r =
+        PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 2, 2, 7, 7, 4, 4});
+    r.clear_key();
+    v1::LshAttention* l = r.mutable_lsh();
+    l->set_num_hashes(2);
+    l->set_num_buckets(4);
+    l->set_chunk_size(3);
+    seeds.push_back(r);
+  }
   // Empty edges: no keys, no batch.
   seeds.push_back(
       PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 2, 2, 3, 0, 4, 4}));
@@ -321,9 +357,96 @@ void RandomMask(Rng& rng, v1::AttendRequest* r) {
              r->mutable_mask()->mutable_explicit_mask());
 }
 
+// One field of Mask.block_sparse: sizes near the request's own, extremes,
+// unknown enum numbers, unsorted or out-of-range global tokens, block masks
+// of near-right shapes.
+void MutateBlockSparse(Rng& rng, v1::AttendRequest* r) {
+  v1::BlockSparse* b = r->mutable_mask()->mutable_block_sparse();
+  const auto small = [&rng] {
+    return rng.OneIn(2) ? static_cast<int32_t>(rng.Below(9))
+                        : InterestingInt32(rng);
+  };
+  switch (rng.Below(9)) {
+    case 0:
+      b->set_block_size(small());
+      break;
+    case 1:
+      if (rng.OneIn(3)) {
+        b->clear_local_left();
+      } else {
+        b->set_local_left(small());
+      }
+      break;
+    case 2:
+      if (rng.OneIn(3)) {
+        b->clear_local_right();
+      } else {
+        b->set_local_right(small());
+      }
+      break;
+    case 3:
+      b->set_stride(small());
+      break;
+    case 4:
+      b->set_stride_pattern(static_cast<v1::StridePattern>(EnumNumber(rng, 3)));
+      break;
+    case 5:
+      b->set_random_blocks(small());
+      b->set_seed(rng.Next());
+      break;
+    case 6: {
+      b->clear_global_tokens();
+      const uint64_t n = rng.Below(5);
+      for (uint64_t i = 0; i < n; ++i) b->add_global_tokens(small());
+      break;
+    }
+    case 7: {
+      std::vector<int64_t> shape(rng.Below(4));
+      for (int64_t& d : shape) d = static_cast<int64_t>(rng.Below(6));
+      FillTensor(rng, rng.OneIn(4) ? v1::FLOAT32 : v1::BOOL, shape,
+                 b->mutable_block_mask());
+      break;
+    }
+    default:
+      r->mutable_mask()->clear_block_sparse();
+      break;
+  }
+}
+
+// The method oneof: softmax, linear or LSH with in-range and extreme fields;
+// LSH sometimes without the key it refuses.
+void MutateMethod(Rng& rng, v1::AttendRequest* r) {
+  const auto small = [&rng] {
+    return rng.OneIn(2) ? static_cast<int32_t>(1 + rng.Below(8))
+                        : InterestingInt32(rng);
+  };
+  switch (rng.Below(3)) {
+    case 0:
+      r->clear_linear();
+      r->clear_lsh();
+      break;
+    case 1: {
+      v1::LinearAttention* l = r->mutable_linear();
+      l->set_feature_map(static_cast<v1::FeatureMap>(EnumNumber(rng, 4)));
+      l->set_num_features(small());
+      l->set_seed(rng.Next());
+      break;
+    }
+    default: {
+      v1::LshAttention* l = r->mutable_lsh();
+      l->set_num_hashes(small());
+      l->set_num_buckets(rng.OneIn(2) ? 2 * small() : small());
+      l->set_chunk_size(small());
+      l->set_seed(rng.Next());
+      if (rng.OneIn(2)) r->clear_key();
+      break;
+    }
+  }
+}
+
 void MutateField(Rng& rng, v1::AttendRequest* r) {
   v1::Mask* m = r->mutable_mask();
-  switch (rng.Below(16)) {
+  switch (rng.Below(18)) {
     case 0:
     case 1:
     case 2:
@@ -400,8 +523,14 @@ void MutateField(Rng& rng, v1::AttendRequest* r) {
           break;
       }
       break;
-    default:
+    case 15:
       r->mutable_key()->Swap(r->mutable_value());
+      break;
+    case 16:
+      MutateBlockSparse(rng, r);
+      break;
+    default:
+      MutateMethod(rng, r);
       break;
   }
 }

@@ -112,14 +112,44 @@ absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
   const bool bias = c.bias;
   Rows q = Linear(src, b * lq, d, hq * hd, w.q_proj_weight,
                   bias ? &w.q_proj_bias : nullptr, bf16);
-  Rows k = Linear(kv_src, b * lk, d, hkv * hd, w.k_proj_weight,
-                  bias ? &w.k_proj_bias : nullptr, bf16);
+  const bool lsh = c.attention == AttentionKind::kLsh;
+  // LSH attention has no key projection: its keys are its queries.
+  Rows k = lsh ? Rows()
+               : Linear(kv_src, b * lk, d, hkv * hd, w.k_proj_weight,
+                        bias ? &w.k_proj_bias : nullptr, bf16);
   Rows v = Linear(kv_src, b * lk, d, hkv * hd, w.v_proj_weight,
                   bias ? &w.v_proj_bias : nullptr, bf16);
   if (c.positional == Positional::kRope) {
     Rope(&q, b * lq, hq, hd, c.rope_theta, in, true, lq);
-    Rope(&k, b * lk, hkv, hd, c.rope_theta, in, !in.memory,
-         in.memory ? lk : lq);
+    if (!lsh) {
+      Rope(&k, b * lk, hkv, hd, c.rope_theta, in, !in.memory,
+           in.memory ? lk : lq);
+    }
+  }
+  // Linformer: k learned mixtures of the (unpadded) keys and values.
+  int64_t kv_len = lk;
+  if (c.attention == AttentionKind::kLinformer) {
+    kv_len = c.linformer_k;
+    const int64_t width = hkv * hd;
+    auto project = [&](const Rows& t, const std::vector<float>& e) {
+      Rows out(static_cast<size_t>(b * kv_len * width), 0.0);
+      for (int64_t bb = 0; bb < b; ++bb) {
+        const int64_t len =
+            in.mask.key_lengths.empty() ? lk : in.mask.key_lengths[bb];
+        for (int64_t r = 0; r < kv_len; ++r) {
+          for (int64_t j = 0; j < len; ++j) {
+            const double wj = e[r * c.linformer_max_len + j];
+            for (int64_t col = 0; col < width; ++col) {
+              out[(bb * kv_len + r) * width + col] +=
+                  wj * t[(bb * lk + j) * width + col];
+            }
+          }
+        }
+      }
+      return out;
+    };
+    k = project(k, w.linformer_e);
+    v = project(v, w.linformer_f);
   }
   for (Rows* t : {&q, &k, &v}) {
     for (double& e : *t) e = Round(e, bf16);
@@ -127,7 +157,14 @@ absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
 
   AttentionInputs attention;
   attention.layout = Layout::kBLHD;
-  attention.mask = in.mask;
+  if (c.attention != AttentionKind::kLinformer) attention.mask = in.mask;
+  if (c.attention == AttentionKind::kLinear) {
+    attention.method = AttentionMethod::kLinear;
+    attention.linear = {c.feature_map, c.num_features, c.seed};
+  } else if (lsh) {
+    attention.method = AttentionMethod::kLsh;
+    attention.lsh = {c.num_hashes, c.num_buckets, c.chunk_size, c.seed};
+  }
   std::vector<float> scores;
   if (c.scoring == Scoring::kGeneral) {
     Rows g(q.size());
@@ -193,9 +230,12 @@ absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
   }
   const std::vector<float> qf = Floats(q), kf = Floats(k), vf = Floats(v);
   attention.query = MakeTensorView(qf.data(), DType::kFloat32, {b, lq, hq, hd});
-  attention.key = MakeTensorView(kf.data(), DType::kFloat32, {b, lk, hkv, hd});
+  if (!lsh) {
+    attention.key =
+        MakeTensorView(kf.data(), DType::kFloat32, {b, kv_len, hkv, hd});
+  }
   attention.value =
-      MakeTensorView(vf.data(), DType::kFloat32, {b, lk, hkv, hd});
+      MakeTensorView(vf.data(), DType::kFloat32, {b, kv_len, hkv, hd});
   std::vector<float> attended(static_cast<size_t>(b * lq * hq * hd));
   AttentionOutputs outputs;
   outputs.output =

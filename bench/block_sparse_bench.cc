@@ -1,0 +1,169 @@
+// attnserve_block_sparse_bench: block-sparse attention (Mask.block_sparse)
+// against dense flash attention of the same shape in the same run: the time
+// ratio, the share of blocks the layout keeps, and the relative L2 error of
+// the output against exact attention on the same inputs. See
+// docs/benchmarks.md, "Long-sequence variants".
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "base/random.h"
+#include "bench/machine.h"
+#include "bench/timing.h"
+#include "core/attention.h"
+#include "core/convert.h"
+
+ABSL_FLAG(bool, quick, false, "L = 4096 and fewer reps (seconds in all)");
+ABSL_FLAG(int64_t, length, 16384, "Lq = Lk");
+ABSL_FLAG(int64_t, block, 128, "block_size of the layouts");
+
+namespace attnserve::bench {
+namespace {
+
+struct LayoutCase {
+  std::string name;
+  BlockSparseSpec spec;
+  std::vector<int32_t> globals;
+};
+
+std::vector<LayoutCase> Layouts(int64_t block) {
+  std::vector<LayoutCase> cases;
+  LayoutCase strided{"strided_every_8", {}, {}};
+  strided.spec.block_size = block;
+  strided.spec.stride = 8;
+  cases.push_back(strided);
+  LayoutCase bigbird{"local7_random8_global1", {}, {0}};
+  bigbird.spec.block_size = block;
+  bigbird.spec.local_left = 3;
+  bigbird.spec.local_right = 3;
+  bigbird.spec.random_blocks = 8;
+  bigbird.spec.seed = 1;
+  cases.push_back(bigbird);
+  LayoutCase fixed{"fixed_8_local_4", {}, {}};
+  fixed.spec.block_size = block;
+  fixed.spec.stride = 8;
+  fixed.spec.stride_pattern = StridePattern::kFixed;
+  fixed.spec.local_left = 3;
+  fixed.spec.local_right = 4;
+  cases.push_back(fixed);
+  return cases;
+}
+
+double RelativeL2(const std::vector<float>& got,
+                  const std::vector<float>& exact) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += double(got[i] - exact[i]) * (got[i] - exact[i]);
+    den += double(exact[i]) * exact[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+int Run() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  const int64_t length = quick ? 4096 : absl::GetFlag(FLAGS_length);
+  const int64_t b = 1, h = 4, d = 64;
+  const int64_t block = absl::GetFlag(FLAGS_block);
+  RepPolicy policy;
+  policy.min_seconds = quick ? 0.2 : 1.0;
+  policy.min_reps = quick ? 3 : 5;
+  const CpuTimes start = ReadCpuTimes();
+  std::printf(
+      "attnserve_block_sparse_bench: %s; %d threads; B%ld H%ld L%ld D%ld, "
+      "block %ld; load %s\n",
+      CpuModel().c_str(), omp_get_max_threads(), long(b), long(h), long(length),
+      long(d), long(block), LoadAverage().c_str());
+  std::printf("%-24s %-5s %-6s %8s %12s %12s %8s %10s\n", "layout", "dtype",
+              "causal", "kept", "dense_us", "sparse_us", "ratio", "rel_l2");
+  auto engine = AttentionEngine::Create(EngineOptions{});
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+  const int64_t n = b * h * length * d;
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    // Queries and keys with positional structure (sinusoidal encodings plus
+    // noise), so that exact attention is mostly local as in a trained model;
+    // uniform random ones would make it nearly uniform over all keys.
+    std::vector<float> values(static_cast<size_t>(3 * n));
+    base::SplitMix64 rng(7);
+    for (int64_t t = 0; t < 2; ++t) {
+      for (int64_t row = 0; row < b * h * length; ++row) {
+        const double pos = double(row % length);
+        for (int64_t c = 0; c < d; ++c) {
+          const double freq = std::pow(10000.0, -double(c / 2 * 2) / d);
+          const double pe =
+              c % 2 == 0 ? std::sin(pos * freq) : std::cos(pos * freq);
+          values[t * n + row * d + c] =
+              static_cast<float>(1.5 * pe) + rng.Uniform(-0.5f, 0.5f);
+        }
+      }
+    }
+    for (int64_t i = 2 * n; i < 3 * n; ++i)
+      values[i] = rng.Uniform(-1.0f, 1.0f);
+    std::vector<char> qkv(values.size() * DTypeSize(dtype));
+    ConvertFromFloat(values.data(), qkv.data(), dtype, values.size());
+    const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+    AttentionInputs in;
+    in.query = MakeTensorView(qkv.data(), dtype, {b, h, length, d});
+    in.key = MakeTensorView(qkv.data() + bytes, dtype, {b, h, length, d});
+    in.value = MakeTensorView(qkv.data() + 2 * bytes, dtype, {b, h, length, d});
+    std::vector<float> dense(static_cast<size_t>(n)), sparse(dense.size());
+    const AttentionOutputs dense_out{
+        MakeMutableTensorView(dense.data(), DType::kFloat32, {b, h, length, d}),
+        std::nullopt};
+    const AttentionOutputs sparse_out{
+        MakeMutableTensorView(sparse.data(), DType::kFloat32,
+                              {b, h, length, d}),
+        std::nullopt};
+    for (const bool causal : {false, true}) {
+      in.mask = MaskSpec{};
+      in.mask.causal = causal;
+      absl::StatusOr<Timing> dense_t =
+          TimeMedian(policy, [&] { return (*engine)->Run(in, dense_out); });
+      if (!dense_t.ok()) {
+        std::fprintf(stderr, "dense: %s\n",
+                     dense_t.status().ToString().c_str());
+        return 1;
+      }
+      for (LayoutCase& c : Layouts(block)) {
+        c.spec.global_tokens = c.globals;
+        in.mask.block_sparse = c.spec;
+        absl::StatusOr<AttentionShape> shape = (*engine)->Validate(in);
+        absl::StatusOr<Timing> t =
+            TimeMedian(policy, [&] { return (*engine)->Run(in, sparse_out); });
+        if (!shape.ok() || !t.ok()) {
+          std::fprintf(
+              stderr, "%s: %s\n", c.name.c_str(),
+              (shape.ok() ? t.status() : shape.status()).ToString().c_str());
+          return 1;
+        }
+        std::printf("%-24s %-5s %-6s %8.4f %12.0f %12.0f %8.3f %10.4f\n",
+                    c.name.c_str(), DTypeName(dtype).data(),
+                    causal ? "yes" : "no", shape->flops / shape->dense_flops(),
+                    dense_t->median_us, t->median_us,
+                    t->median_us / dense_t->median_us,
+                    RelativeL2(sparse, dense));
+      }
+    }
+  }
+  const CpuTimes end = ReadCpuTimes();
+  const double others = (end.all - start.all) - (end.self - start.self);
+  std::printf("run_check: other processes used %.1f%% of the CPU time\n",
+              100.0 * others / std::max(1e-9, end.all - start.all));
+  return 0;
+}
+
+}  // namespace
+}  // namespace attnserve::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return attnserve::bench::Run();
+}

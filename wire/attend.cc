@@ -1,0 +1,153 @@
+#include "wire/attend.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "core/status_macros.h"
+#include "wire/dtype.h"
+#include "wire/tensor.h"
+
+namespace attnserve::wire {
+namespace {
+
+absl::StatusOr<CausalAlignment> DecodeAlignment(v1::Alignment alignment) {
+  switch (alignment) {
+    case v1::ALIGNMENT_UNSPECIFIED:
+    case v1::TOP_LEFT:
+      return CausalAlignment::kTopLeft;
+    case v1::BOTTOM_RIGHT:
+      return CausalAlignment::kBottomRight;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mask.alignment: unknown value ", static_cast<int>(alignment),
+          " (expected TOP_LEFT = 1 or BOTTOM_RIGHT = 2)"));
+  }
+}
+
+absl::StatusOr<TensorView> DecodeExplicitMask(const v1::Tensor& tensor) {
+  ASSIGN_OR_RETURN(DType dtype,
+                   DTypeFromWire(tensor.dtype(), "mask.explicit_mask.dtype"));
+  if (dtype != DType::kBool && dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask.explicit_mask.dtype: ", DataTypeName(tensor.dtype()),
+                     " is not supported (expected BOOL or FLOAT32)"));
+  }
+  // Rank above 4 is rejected here; broadcastability needs the attention shape
+  // and is the engine's check.
+  return ViewAs("mask.explicit_mask", tensor, dtype);
+}
+
+absl::StatusOr<BlockSparseSpec> DecodeBlockSparse(
+    const v1::BlockSparse& message) {
+  BlockSparseSpec spec;
+  spec.block_size = message.block_size();
+  if (message.has_local_left()) spec.local_left = message.local_left();
+  if (message.has_local_right()) spec.local_right = message.local_right();
+  spec.stride = message.stride();
+  switch (message.stride_pattern()) {
+    case v1::STRIDE_PATTERN_UNSPECIFIED:
+    case v1::STRIDED:
+      spec.stride_pattern = StridePattern::kStrided;
+      break;
+    case v1::FIXED:
+      spec.stride_pattern = StridePattern::kFixed;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("mask.block_sparse.stride_pattern: unknown value ",
+                       static_cast<int>(message.stride_pattern()),
+                       " (expected STRIDED = 1 or FIXED = 2)"));
+  }
+  spec.random_blocks = message.random_blocks();
+  spec.seed = message.seed();
+  spec.global_tokens = absl::MakeConstSpan(message.global_tokens().data(),
+                                           message.global_tokens().size());
+  if (message.has_block_mask()) {
+    ASSIGN_OR_RETURN(const DType dtype,
+                     DTypeFromWire(message.block_mask().dtype(),
+                                   "mask.block_sparse.block_mask.dtype"));
+    if (dtype != DType::kBool) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mask.block_sparse.block_mask.dtype: ",
+                       DataTypeName(message.block_mask().dtype()),
+                       " is not supported (expected BOOL)"));
+    }
+    ASSIGN_OR_RETURN(spec.block_mask, ViewAs("mask.block_sparse.block_mask",
+                                             message.block_mask(), dtype));
+  }
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
+  MaskSpec mask;
+  mask.causal = wire_mask.causal();
+  ASSIGN_OR_RETURN(mask.alignment, DecodeAlignment(wire_mask.alignment()));
+  if (wire_mask.has_window_left()) mask.window_left = wire_mask.window_left();
+  if (wire_mask.has_window_right()) {
+    mask.window_right = wire_mask.window_right();
+  }
+  mask.key_lengths = absl::MakeConstSpan(wire_mask.key_lengths().data(),
+                                         wire_mask.key_lengths().size());
+  if (wire_mask.has_explicit_mask()) {
+    ASSIGN_OR_RETURN(mask.explicit_mask,
+                     DecodeExplicitMask(wire_mask.explicit_mask()));
+  }
+  mask.alibi_slopes = absl::MakeConstSpan(wire_mask.alibi_slopes().data(),
+                                          wire_mask.alibi_slopes().size());
+  if (wire_mask.has_block_sparse()) {
+    ASSIGN_OR_RETURN(mask.block_sparse,
+                     DecodeBlockSparse(wire_mask.block_sparse()));
+  }
+  return mask;
+}
+
+absl::Status DecodeMethod(const v1::AttendRequest& request,
+                          AttentionInputs* inputs) {
+  switch (request.method_case()) {
+    case v1::AttendRequest::METHOD_NOT_SET:
+      inputs->method = AttentionMethod::kSoftmax;
+      return absl::OkStatus();
+    case v1::AttendRequest::kLinear: {
+      const v1::LinearAttention& linear = request.linear();
+      inputs->method = AttentionMethod::kLinear;
+      switch (linear.feature_map()) {
+        case v1::ELU_PLUS_ONE:
+          inputs->linear.feature_map = FeatureMap::kEluPlusOne;
+          break;
+        case v1::RELU:
+          inputs->linear.feature_map = FeatureMap::kRelu;
+          break;
+        case v1::FAVOR_PLUS:
+          inputs->linear.feature_map = FeatureMap::kFavorPlus;
+          break;
+        default:
+          return absl::InvalidArgumentError(absl::StrCat(
+              "linear.feature_map: ",
+              linear.feature_map() == v1::FEATURE_MAP_UNSPECIFIED
+                  ? std::string("missing")
+                  : absl::StrCat("unknown value ",
+                                 static_cast<int>(linear.feature_map())),
+              " (expected ELU_PLUS_ONE = 1, RELU = 2 or FAVOR_PLUS = 3)"));
+      }
+      inputs->linear.num_features = linear.num_features();
+      inputs->linear.seed = linear.seed();
+      return absl::OkStatus();
+    }
+    case v1::AttendRequest::kLsh: {
+      const v1::LshAttention& lsh = request.lsh();
+      inputs->method = AttentionMethod::kLsh;
+      inputs->lsh.num_hashes = lsh.num_hashes();
+      inputs->lsh.num_buckets = lsh.num_buckets();
+      inputs->lsh.chunk_size = lsh.chunk_size();
+      inputs->lsh.seed = lsh.seed();
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError("method: unknown variant");
+}
+
+}  // namespace attnserve::wire
