@@ -139,10 +139,15 @@ def _fill_block_sparse(bs, spec, check):
     bs.global_tokens[:] = [int(t) for t in spec.global_tokens]
     if spec.block_mask is not None:
         m = T.as_array(spec.block_mask)
-        if check and T.dtype_of(m) is not T.BOOL:
-            raise InvalidArgument(f"mask.block_sparse.block_mask: dtype "
-                                  f"{T.source_dtype_name(m)} is not supported (expected bool)")
-        T.to_wire(m, T.BOOL, bs.block_mask)
+        d = T.dtype_of(m)
+        if check and d is not T.BOOL:
+            name = d.wire_name if d is not None else T.source_dtype_name(m)
+            raise InvalidArgument(f"mask.block_sparse.block_mask.dtype: {name} is not "
+                                  "supported (expected BOOL)")
+        if d is None:
+            raise InvalidArgument(f"mask.block_sparse.block_mask.dtype: "
+                                  f"{T.source_dtype_name(m)} is not supported (expected BOOL)")
+        T.to_wire(m, d, bs.block_mask)
 
 
 def _check_block_sparse(bs, q_len, k_len):

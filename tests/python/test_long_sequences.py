@@ -94,6 +94,9 @@ CHECKS = {
         block_size=4, block_mask=np.ones((4, 3), bool))),
         "mask.block_sparse.block_mask: shape [4, 3] does not match [4, 4] "
         "(ceil(Lq / block_size), ceil(Lk / block_size))"),
+    "block_mask_dtype": (dict(block_sparse=attnserve.BlockSparse(
+        block_size=4, block_mask=np.ones((4, 4), np.float32))),
+        "mask.block_sparse.block_mask.dtype: FLOAT32 is not supported (expected BOOL)"),
     "local_negative": (dict(block_sparse=attnserve.BlockSparse(block_size=4, local_left=-1)),
                        "mask.block_sparse.local_left: must be >= 0, got -1"),
     "favor_features": (dict(linear=attnserve.LinearAttention("favor_plus", num_features=0)),
