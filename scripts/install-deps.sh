@@ -20,6 +20,11 @@ packages=(
   prometheus python3-yaml
   # session routing (tests/server/e2e_session_routing_test.cc, deploy/haproxy/)
   haproxy
+  # the Python client (python/, tests/python/): /usr/bin/python3's own packages, a
+  # venv with --system-site-packages, stubs from protoc + grpc_python_plugin
+  python3-venv python3-pip python3-setuptools python3-wheel
+  python3-grpcio python3-protobuf python3-numpy python3-pytest python3-matplotlib
+  python3-torch
 )
 
 missing=()

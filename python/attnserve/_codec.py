@@ -1,0 +1,461 @@
+"""Requests built from Python arguments and responses decoded to arrays/tensors.
+
+Shared by Client and AsyncClient, so both check and convert the same way. The
+checks cover shapes and dtypes (what the caller can get wrong before the server
+knows anything) and raise InvalidArgument in the server's own words; value rules
+(key length ranges, finite scales, ...) are left to the server, which reports
+them the same way.
+"""
+
+import math
+
+import numpy as np
+
+from . import _tensors as T
+from .errors import InvalidArgument
+from .types import BlockSparse, LinearAttention, LshAttention, SessionInfo, SessionShape
+from .v1 import attention_pb2 as pb
+from .v1 import sessions_pb2 as spb
+
+_LAYOUTS = {"BHLD": pb.BHLD, "BLHD": pb.BLHD}
+_ALIGNMENTS = {"top_left": pb.TOP_LEFT, "bottom_right": pb.BOTTOM_RIGHT}
+_STRIDE_PATTERNS = {"strided": pb.STRIDED, "fixed": pb.FIXED}
+_FEATURE_MAPS = {"elu_plus_one": pb.ELU_PLUS_ONE, "relu": pb.RELU,
+                 "favor_plus": pb.FAVOR_PLUS}
+_MAX_BLOCK_PAIRS = 1 << 24
+_LINEAR_WHY = (" cannot be linearised: linear attention sums phi(k) v^T over the keys "
+               "once, so only causal and key_lengths can restrict them")
+_LSH_WHY = (" is not supported by LSH attention, which attends within hash chunks "
+            "(only causal and key_lengths apply)")
+
+
+def shape_text(shape):
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+def _choice(table, value, field, expected):
+    key = value.upper() if table is _LAYOUTS else value.lower()
+    if not isinstance(value, str) or key not in table:
+        raise InvalidArgument(f"{field}: unknown value {value!r} (expected {expected})")
+    return table[key]
+
+
+def _axes(name, layout):
+    bhld = layout == pb.BHLD
+    if name == "query":
+        return "[B, Hq, Lq, D]" if bhld else "[B, Lq, Hq, D]"
+    if name == "key":
+        return "[B, Hkv, Lk, D]" if bhld else "[B, Lk, Hkv, D]"
+    return "[B, Hkv, Lk, Dv]" if bhld else "[B, Lk, Hkv, Dv]"
+
+
+def float_operand(name, x, axes, same_as=None, check=True):
+    """(array, DType) of a query/key/value/hidden operand."""
+    if x is None:
+        raise InvalidArgument(f"{name}: missing (expected a FLOAT32, BFLOAT16 or "
+                              f"FLOAT16 tensor {axes})")
+    x = T.as_array(x)
+    dtype = T.dtype_of(x)
+    if dtype is None:
+        raise InvalidArgument(f"{name}.dtype: {T.source_dtype_name(x)} is not supported "
+                              "(expected FLOAT32, BFLOAT16 or FLOAT16)")
+    if check and dtype not in T.FLOATS:
+        raise InvalidArgument(f"{name}.dtype: {dtype.wire_name} is not supported "
+                              "(expected FLOAT32, BFLOAT16 or FLOAT16)")
+    if check and same_as is not None and dtype is not same_as[1]:
+        raise InvalidArgument(f"{name}.dtype: {dtype.wire_name} differs from "
+                              f"{same_as[0]}.dtype {same_as[1].wire_name}"
+                              + (f" ({same_as[2]})" if len(same_as) > 2 else ""))
+    return x, dtype
+
+
+def _explicit_mask(attn_mask, check):
+    m = T.as_array(attn_mask)
+    dtype = T.dtype_of(m)
+    if dtype is T.BOOL:
+        pass
+    elif dtype in T.FLOATS or (not T.is_torch(m) and m.dtype.kind == "f") or (
+            T.is_torch(m) and m.dtype.is_floating_point):
+        # The wire takes FLOAT32 masks; bf16/f16/f64 masks convert exactly or
+        # round as torch would add them in f32.
+        m, dtype = (m.float() if T.is_torch(m) else np.asarray(m, np.float32)), T.FLOAT32
+    elif check or dtype is None:
+        raise InvalidArgument(f"mask.explicit_mask.dtype: {T.source_dtype_name(m)} is not "
+                              "supported (expected bool or a float dtype)")
+    if check and len(m.shape) > 4:
+        raise InvalidArgument(f"mask.explicit_mask: rank {len(m.shape)} exceeds the "
+                              f"maximum 4 (shape {shape_text(m.shape)})")
+    return m, dtype
+
+
+def _window(window):
+    if window is None:
+        return None, None
+    if isinstance(window, (tuple, list)):
+        if len(window) != 2:
+            raise TypeError(f"window: expected an int or (left, right), got {window!r}")
+        return window[0], window[1]
+    return window, window
+
+
+def fill_mask(mask, *, attn_mask=None, is_causal=False, alignment="top_left",
+              key_lengths=None, window=None, alibi_slopes=None, check=True):
+    """Fills an attnserve.v1.Mask; returns the explicit mask array (or None)."""
+    mask.causal = bool(is_causal)
+    mask.alignment = _choice(_ALIGNMENTS, alignment, "mask.alignment",
+                             "'top_left' or 'bottom_right'")
+    left, right = _window(window)
+    if left is not None:
+        mask.window_left = int(left)
+    if right is not None:
+        mask.window_right = int(right)
+    if key_lengths is not None:
+        mask.key_lengths[:] = [int(n) for n in np.asarray(key_lengths).reshape(-1)]
+    if alibi_slopes is not None:
+        mask.alibi_slopes[:] = [float(s) for s in np.asarray(
+            alibi_slopes.detach().cpu() if T.is_torch(alibi_slopes) else alibi_slopes,
+            np.float64).reshape(-1)]
+    if attn_mask is None:
+        return None
+    m, dtype = _explicit_mask(attn_mask, check)
+    T.to_wire(m, dtype, mask.explicit_mask)
+    return m
+
+
+def _fill_block_sparse(bs, spec, check):
+    if not isinstance(spec, BlockSparse):
+        raise TypeError("block_sparse: expected attnserve.BlockSparse, got "
+                        f"{type(spec).__name__}")
+    bs.block_size = int(spec.block_size)
+    if spec.local_left is not None:
+        bs.local_left = int(spec.local_left)
+    if spec.local_right is not None:
+        bs.local_right = int(spec.local_right)
+    bs.stride = int(spec.stride)
+    bs.stride_pattern = _choice(_STRIDE_PATTERNS, spec.stride_pattern,
+                                "mask.block_sparse.stride_pattern", "'strided' or 'fixed'")
+    bs.random_blocks = int(spec.random_blocks)
+    bs.seed = int(spec.seed)
+    bs.global_tokens[:] = [int(t) for t in spec.global_tokens]
+    if spec.block_mask is not None:
+        m = T.as_array(spec.block_mask)
+        d = T.dtype_of(m)
+        if check and d is not T.BOOL:
+            name = d.wire_name if d is not None else T.source_dtype_name(m)
+            raise InvalidArgument(f"mask.block_sparse.block_mask.dtype: {name} is not "
+                                  "supported (expected BOOL)")
+        if d is None:
+            raise InvalidArgument(f"mask.block_sparse.block_mask.dtype: "
+                                  f"{T.source_dtype_name(m)} is not supported (expected BOOL)")
+        T.to_wire(m, d, bs.block_mask)
+
+
+def _check_block_sparse(bs, q_len, k_len):
+    def bad(field, what):
+        raise InvalidArgument(f"mask.block_sparse.{field}: {what}")
+
+    size = bs.block_size
+    if size < 1 or size > 4096:
+        bad("block_size", f"must be in [1, 4096], got {size}")
+    nqb, nkb = -(-q_len // size), -(-k_len // size)
+    if nqb * nkb > _MAX_BLOCK_PAIRS:
+        bad("block_size", f"{size} cuts Lq = {q_len} and Lk = {k_len} into {nqb} x {nkb} "
+            f"blocks, more than {_MAX_BLOCK_PAIRS}; use larger blocks")
+    for field in ("local_left", "local_right"):
+        if bs.HasField(field) and getattr(bs, field) < 0:
+            bad(field, f"must be >= 0, got {getattr(bs, field)}")
+    if bs.stride < 0:
+        bad("stride", f"must be >= 0, got {bs.stride}")
+    if bs.random_blocks < 0:
+        bad("random_blocks", f"must be >= 0, got {bs.random_blocks}")
+    max_token = max(q_len, k_len)
+    for t, g in enumerate(bs.global_tokens):
+        if g < 0 or g >= max_token:
+            bad(f"global_tokens[{t}]", f"{g} is out of range [0, max(Lq, Lk) = {max_token})")
+        if t > 0 and g <= bs.global_tokens[t - 1]:
+            bad(f"global_tokens[{t}]", f"{g} does not exceed the previous entry "
+                f"{bs.global_tokens[t - 1]} (entries must be strictly increasing)")
+    if bs.HasField("block_mask") and list(bs.block_mask.shape) != [nqb, nkb]:
+        bad("block_mask", f"shape {shape_text(bs.block_mask.shape)} does not match "
+            f"{shape_text([nqb, nkb])} (ceil(Lq / block_size), ceil(Lk / block_size))")
+    local = bs.HasField("local_left") or bs.HasField("local_right")
+    if not (local or bs.stride or bs.random_blocks or len(bs.global_tokens)
+            or bs.HasField("block_mask")):
+        raise InvalidArgument(
+            "mask.block_sparse: the layout has no component (give local_left / "
+            "local_right, stride, random_blocks, global_tokens or block_mask)")
+
+
+def _check_method_mask(mask, why):
+    if mask.HasField("window_left") or mask.HasField("window_right"):
+        raise InvalidArgument("mask.window_left/window_right: a sliding window" + why)
+    if mask.HasField("explicit_mask"):
+        raise InvalidArgument("mask.explicit_mask: an explicit mask" + why)
+    if len(mask.alibi_slopes):
+        raise InvalidArgument("mask.alibi_slopes: ALiBi" + why)
+    if mask.HasField("block_sparse"):
+        raise InvalidArgument("mask.block_sparse: a block-sparse layout" + why)
+
+
+def _fill_linear(msg, spec, check):
+    if not isinstance(spec, LinearAttention):
+        raise TypeError(f"linear: expected attnserve.LinearAttention, got {type(spec).__name__}")
+    msg.feature_map = _choice(_FEATURE_MAPS, spec.feature_map, "linear.feature_map",
+                              "'elu_plus_one', 'relu' or 'favor_plus'")
+    msg.num_features = int(spec.num_features)
+    msg.seed = int(spec.seed)
+    if check and msg.feature_map == pb.FAVOR_PLUS and not 1 <= msg.num_features <= 4096:
+        raise InvalidArgument("linear.num_features: must be in [1, 4096] for FAVOR+, "
+                              f"got {msg.num_features}")
+
+
+def _fill_lsh(msg, spec, check):
+    if not isinstance(spec, LshAttention):
+        raise TypeError(f"lsh: expected attnserve.LshAttention, got {type(spec).__name__}")
+    msg.num_hashes, msg.num_buckets = int(spec.num_hashes), int(spec.num_buckets)
+    msg.chunk_size, msg.seed = int(spec.chunk_size), int(spec.seed)
+    if not check:
+        return
+    if not 1 <= msg.num_hashes <= 64:
+        raise InvalidArgument(f"lsh.num_hashes: must be in [1, 64], got {msg.num_hashes}")
+    nb = msg.num_buckets
+    if nb != 1 and (nb < 2 or nb > 4096 or nb % 2):
+        raise InvalidArgument(f"lsh.num_buckets: must be 1 or even in [2, 4096], got {nb}")
+    if not 1 <= msg.chunk_size <= 65536:
+        raise InvalidArgument(f"lsh.chunk_size: must be in [1, 65536], got {msg.chunk_size}")
+
+
+def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh):
+    """The engine's shape rules (core/problem.cc), in its order and words."""
+    bhld = layout == pb.BHLD
+    h_axis, l_axis = (1, 2) if bhld else (2, 1)
+    layout_name = "BHLD" if bhld else "BLHD"
+    b, hq, lq, d = q_shape[0], q_shape[h_axis], q_shape[l_axis], q_shape[3]
+    hkv, lk, dv = k_shape[h_axis], k_shape[l_axis], v_shape[3]
+
+    def expected(h, length, dim):
+        return shape_text([b, h, length, dim] if bhld else [b, length, h, dim])
+
+    if not 1 <= d <= 256:
+        raise InvalidArgument(f"query: head dimension D = {d} is out of range [1, 256]")
+    if not 1 <= dv <= 256:
+        raise InvalidArgument(f"value: head dimension Dv = {dv} is out of range [1, 256]")
+    if hkv < 1:
+        raise InvalidArgument(f"key: number of kv heads must be at least 1, got {hkv} "
+                              f"(shape {shape_text(k_shape)})")
+    if k_shape[0] != b or k_shape[3] != d:
+        raise InvalidArgument(f"key: shape {shape_text(k_shape)} does not match query shape "
+                              f"{shape_text(q_shape)} in layout {layout_name} (expected "
+                              f"{expected(hkv, lk, d)})")
+    if v_shape[0] != b or v_shape[h_axis] != hkv or v_shape[l_axis] != lk:
+        if lsh:
+            raise InvalidArgument(
+                "value: LSH attention takes its keys from the queries, so value needs the "
+                f"query's batch, heads and length: expected {expected(hkv, lk, dv)}, got "
+                f"{shape_text(v_shape)}")
+        raise InvalidArgument(f"value: shape {shape_text(v_shape)} does not match key shape "
+                              f"{shape_text(k_shape)} in layout {layout_name} (expected "
+                              f"{expected(hkv, lk, dv)})")
+    if hq % hkv:
+        raise InvalidArgument(f"query heads Hq = {hq} is not a multiple of key/value heads "
+                              f"Hkv = {hkv} (Hq % Hkv must be 0)")
+    mask = req.mask
+    if len(mask.key_lengths) and len(mask.key_lengths) != b:
+        raise InvalidArgument(f"mask.key_lengths: expected {b} entries (one per batch), "
+                              f"got {len(mask.key_lengths)}")
+    if mask.HasField("explicit_mask"):
+        full = [b, hq, lq, lk]
+        m_shape = list(mask.explicit_mask.shape)
+        for i, dim in enumerate(m_shape):
+            target = full[4 - len(m_shape) + i]
+            if dim != 1 and dim != target:
+                raise InvalidArgument(
+                    f"mask: shape {shape_text(m_shape)} is not broadcastable to "
+                    f"{shape_text(full)} (dimension {i} is {dim}, expected 1 or {target})")
+    if len(mask.alibi_slopes) and len(mask.alibi_slopes) != hq:
+        raise InvalidArgument(f"mask.alibi_slopes: expected {hq} entries (one per query "
+                              f"head), got {len(mask.alibi_slopes)}")
+    if mask.HasField("block_sparse"):
+        _check_block_sparse(mask.block_sparse, lq, lk)
+    if req.HasField("linear"):
+        _check_method_mask(mask, _LINEAR_WHY)
+    if req.HasField("lsh"):
+        _check_method_mask(mask, _LSH_WHY)
+
+
+def output_dtype_wire(output_dtype):
+    d = T.dtype_named(output_dtype, "output_dtype")
+    return pb.DATA_TYPE_UNSPECIFIED if d is None else d.wire
+
+
+def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=None,
+                   key_lengths=None, window=None, alibi_slopes=None, alignment="top_left",
+                   layout="BHLD", return_weights=False, output_dtype=None,
+                   block_sparse=None, linear=None, lsh=None, request_id="", check=True):
+    """(AttendRequest, kind of the query)."""
+    req = pb.AttendRequest(request_id=request_id)
+    req.layout = _choice(_LAYOUTS, layout, "layout", "'BHLD' or 'BLHD'")
+    if linear is not None and lsh is not None:
+        raise InvalidArgument("linear, lsh: one method per request (AttendRequest.method "
+                              "is a oneof)")
+    q, qd = float_operand("query", query, _axes("query", req.layout), check=check)
+    shared = ("query", qd, "query, key and value must share one dtype")
+    to_check = [("query", q)]
+    if lsh is not None:
+        if key is not None and check:
+            raise InvalidArgument("key: LSH attention shares queries and keys (Reformer's "
+                                  "shared-QK); send no key")
+    else:
+        key, _ = float_operand("key", key, _axes("key", req.layout), shared, check)
+        to_check.append(("key", key))
+    value, vd = float_operand("value", value, _axes("value", req.layout), shared, check)
+    to_check.append(("value", value))
+    if check:
+        for name, x in to_check:
+            if len(x.shape) != 4:
+                raise InvalidArgument(
+                    f"{name}.shape: expected rank 4 {_axes(name, req.layout)}, got rank "
+                    f"{len(x.shape)} (shape {shape_text(x.shape)})")
+    T.to_wire(q, qd, req.query)
+    if key is not None:
+        T.to_wire(key, T.dtype_of(key), req.key)
+    T.to_wire(value, vd, req.value)
+    fill_mask(req.mask, attn_mask=attn_mask, is_causal=is_causal, alignment=alignment,
+              key_lengths=key_lengths, window=window, alibi_slopes=alibi_slopes,
+              check=check)
+    if block_sparse is not None:
+        _fill_block_sparse(req.mask.block_sparse, block_sparse, check)
+    if linear is not None:
+        _fill_linear(req.linear, linear, check)
+    if lsh is not None:
+        _fill_lsh(req.lsh, lsh, check)
+    if scale is not None:
+        req.scale = float(scale)
+    req.return_weights = bool(return_weights)
+    req.output_dtype = output_dtype_wire(output_dtype)
+    if check:
+        q_shape = T.shape_of(q)
+        k_shape = q_shape if lsh is not None else T.shape_of(key)
+        _check_attend_shapes(req, q_shape, k_shape, T.shape_of(value), req.layout,
+                             lsh is not None)
+    return req, T.kind_of(q)
+
+
+def decode_attend(response, kind, return_weights):
+    out = T.from_wire(response.output, kind)
+    if not return_weights:
+        return out
+    return out, T.from_wire(response.weights, kind, "weights")
+
+
+def model_request(model, hidden, memory=None, *, attn_mask=None, is_causal=False,
+                  alignment="top_left", key_lengths=None, window=None, alibi_slopes=None,
+                  positions=None, return_weights=False, output_dtype=None, request_id=""):
+    """(ModelRequest, kind of the hidden states). Shapes against d_model are the
+    server's to check: it holds the model."""
+    req = pb.ModelRequest(request_id=request_id, model=model)
+    h, hd = float_operand("hidden", hidden, "[B, Lq, d_model]")
+    T.to_wire(h, hd, req.hidden)
+    if memory is not None:
+        m, _ = float_operand("memory", memory, "[B, Lk, d_model]",
+                             ("hidden", hd))
+        T.to_wire(m, hd, req.memory)
+    fill_mask(req.mask, attn_mask=attn_mask, is_causal=is_causal, alignment=alignment,
+              key_lengths=key_lengths, window=window, alibi_slopes=alibi_slopes)
+    if positions is not None:
+        p = T.as_array(positions)
+        p = p.to(T.torch.int32) if T.is_torch(p) else np.asarray(p, np.int32)
+        T.to_wire(p, T.INT32, req.positions)
+    req.return_weights = bool(return_weights)
+    req.output_dtype = output_dtype_wire(output_dtype)
+    return req, T.kind_of(h)
+
+
+# --- sessions ------------------------------------------------------------------------
+
+def session_shape(num_kv_heads, head_dim, *, num_layers=1, value_dim=0,
+                  storage_dtype="float32", max_tokens=1 << 24):
+    d = T.dtype_named(storage_dtype, "shape.storage_dtype")
+    return spb.SessionShape(num_layers=int(num_layers), num_kv_heads=int(num_kv_heads),
+                            head_dim=int(head_dim), value_dim=int(value_dim),
+                            storage_dtype=d.wire, max_tokens=int(max_tokens))
+
+
+def ttl_ms(ttl):
+    """Seconds (float) -> ms; None = the server's default."""
+    return 0 if ttl is None else int(round(ttl * 1000))
+
+
+def session_info(msg):
+    s = msg.shape
+    return SessionInfo(
+        session_id=msg.session_id,
+        shape=SessionShape(s.num_layers, s.num_kv_heads, s.head_dim, s.value_dim,
+                           T.dtype_named(pb.DataType.Name(s.storage_dtype).lower()
+                                         if s.storage_dtype else "float32",
+                                         "storage_dtype").name,
+                           s.max_tokens),
+        layer_tokens=tuple(msg.layer_tokens), kv_bytes=msg.kv_bytes, ttl_ms=msg.ttl_ms,
+        idle_ms=msg.idle_ms, created=msg.created, parent_id=msg.parent_id)
+
+
+def _session_tensor(name, x, axes, out):
+    x, d = float_operand(name, x, axes)
+    T.to_wire(x, d, out)
+    return x
+
+
+def append_request(session_id, layer, key, value, position=None):
+    req = spb.AppendKvRequest(session_id=session_id, layer=int(layer))
+    if position is not None:
+        req.position = int(position)
+    _session_tensor("key", key, "[Lnew, num_kv_heads, head_dim]", req.key)
+    _session_tensor("value", value, "[Lnew, num_kv_heads, value_dim]", req.value)
+    return req
+
+
+def session_query(part, at, session_id, query, key=None, value=None, position=None):
+    """Fills SessionQuery `part` (field prefix `at`, e.g. "sessions[0]."); the kind."""
+    part.session_id = session_id
+    q = _session_tensor(at + "query", query, "[Lnew, Hq, head_dim]", part.query)
+    if len(q.shape) != 3 or q.shape[0] < 1:
+        raise InvalidArgument(f"{at}query.shape: expected [Lnew, Hq, head_dim] with "
+                              f"Lnew >= 1, got {shape_text(q.shape)}")
+    if (key is None) != (value is None):
+        raise InvalidArgument(f"{at}key, {at}value: send both new keys and values, or "
+                              "neither")
+    if key is not None:
+        _session_tensor(at + "key", key, "[Lnew, num_kv_heads, head_dim]", part.key)
+        _session_tensor(at + "value", value, "[Lnew, num_kv_heads, value_dim]", part.value)
+    if position is not None:
+        part.position = int(position)
+    return T.kind_of(q)
+
+
+def attend_sessions_request(layer, parts, *, causal=True, window_left=None,
+                            alibi_slopes=None, scale=None, return_weights=False,
+                            output_dtype=None, request_id=""):
+    """parts: (session_id, query, key, value, position) tuples. (request, kinds)."""
+    req = spb.AttendSessionsRequest(request_id=request_id, layer=int(layer))
+    kinds = [session_query(req.sessions.add(), f"sessions[{i}].", *p)
+             for i, p in enumerate(parts)]
+    req.causal = bool(causal)
+    if window_left is not None:
+        req.window_left = int(window_left)
+    if alibi_slopes is not None:
+        req.alibi_slopes[:] = [float(s) for s in np.asarray(alibi_slopes).reshape(-1)]
+    if scale is not None:
+        if not math.isfinite(float(scale)):
+            raise InvalidArgument(f"scale: {float(scale)} is not finite")
+        req.scale = float(scale)
+    req.return_weights = bool(return_weights)
+    req.output_dtype = output_dtype_wire(output_dtype)
+    return req, kinds
+
+
+def decode_session_results(response, kinds, return_weights):
+    out = []
+    for r, kind in zip(response.results, kinds):
+        o = T.from_wire(r.output, kind)
+        out.append((o, T.from_wire(r.weights, kind, "weights")) if return_weights else o)
+    return out

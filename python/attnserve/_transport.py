@@ -1,0 +1,119 @@
+"""Channel settings, credentials, metadata and the retry policy, in one place.
+
+The HTTP/2 settings are the server's own (wire/transport.h, docs/operations.md
+"Client settings"): frames of 2^24 - 1 bytes and a 64 MiB stream window, so
+tensors of several MB do not cross in 16 KB frames. Message limits come from the
+server's GetServerInfo: the send limit is max_request_bytes and the receive
+limit max_response_bytes plus the room the server allows for everything around
+the tensors (kResponseEnvelopeBytes).
+"""
+
+import os
+import random
+import time
+
+import grpc
+
+HTTP2_MAX_FRAME_BYTES = (1 << 24) - 1
+HTTP2_STREAM_LOOKAHEAD_BYTES = 64 << 20
+RESPONSE_ENVELOPE_BYTES = 64 * 1024
+_INT_MAX = (1 << 31) - 1
+# Large enough for any ServerInfo (model configs included) before the limits are
+# known; the bootstrap channel carries only GetServerInfo and health checks.
+BOOTSTRAP_MESSAGE_BYTES = 64 << 20
+
+
+def _clamp(n):
+    return int(max(1, min(n, _INT_MAX)))
+
+
+def channel_options(max_send_bytes, max_receive_bytes, connection_key):
+    """Options of one channel. Channels with distinct connection keys get TCP
+    connections of their own (a local subchannel pool plus an argument naming
+    the key), as attnctl's --connections do."""
+    return [
+        ("grpc.max_send_message_length", _clamp(max_send_bytes)),
+        ("grpc.max_receive_message_length", _clamp(max_receive_bytes)),
+        ("grpc.http2.max_frame_size", HTTP2_MAX_FRAME_BYTES),
+        ("grpc.http2.lookahead_bytes", HTTP2_STREAM_LOOKAHEAD_BYTES),
+        ("grpc.use_local_subchannel_pool", 1),
+        ("attnserve.connection", connection_key),
+    ]
+
+
+def data_channel_options(info, index):
+    return channel_options(info.max_request_bytes,
+                           info.max_response_bytes + RESPONSE_ENVELOPE_BYTES,
+                           f"data-{index}")
+
+
+def bootstrap_channel_options():
+    return channel_options(BOOTSTRAP_MESSAGE_BYTES, BOOTSTRAP_MESSAGE_BYTES,
+                           "bootstrap")
+
+
+def credentials(tls):
+    """None for plain text; else grpc.ChannelCredentials.
+
+    tls: None/False = plain text; True = TLS with the system's roots; a path to
+    a PEM CA file (or its bytes); or grpc.ChannelCredentials for anything else
+    (client certificates: grpc.ssl_channel_credentials(ca, key, cert)).
+    """
+    if tls is None or tls is False:
+        return None
+    if tls is True:
+        return grpc.ssl_channel_credentials()
+    if isinstance(tls, grpc.ChannelCredentials):
+        return tls
+    if isinstance(tls, (bytes, bytearray)):
+        return grpc.ssl_channel_credentials(root_certificates=bytes(tls))
+    if isinstance(tls, (str, os.PathLike)):
+        with open(tls, "rb") as f:
+            return grpc.ssl_channel_credentials(root_certificates=f.read())
+    raise TypeError("tls: expected None, True, a CA file path, PEM bytes or "
+                    f"grpc.ChannelCredentials, got {type(tls).__name__}")
+
+
+def base_metadata(token):
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+SESSION_ROUTE_HEADER = "attnserve-session"
+
+
+class RetryPolicy:
+    """Retries of idempotent calls that fail with UNAVAILABLE.
+
+    The server answers UNAVAILABLE only for calls it did not compute (it is
+    draining) and gRPC for calls that never reached it, so retrying is safe for
+    calls whose repetition changes nothing. Backoff doubles from `initial`
+    (seconds) up to `maximum`, with +-20 % jitter, and never past the call's
+    deadline.
+    """
+
+    def __init__(self, attempts=5, initial=0.1, maximum=2.0, multiplier=2.0):
+        if attempts < 1:
+            raise ValueError(f"retries: attempts must be >= 1, got {attempts}")
+        self.attempts = attempts
+        self.initial = initial
+        self.maximum = maximum
+        self.multiplier = multiplier
+
+    def delays(self):
+        """The pause before each retry (attempts - 1 of them)."""
+        delay = self.initial
+        for _ in range(self.attempts - 1):
+            yield delay * random.uniform(0.8, 1.2)
+            delay = min(delay * self.multiplier, self.maximum)
+
+
+def deadline_after(timeout):
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def remaining(deadline):
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def is_retryable(rpc_error):
+    return rpc_error.code() == grpc.StatusCode.UNAVAILABLE

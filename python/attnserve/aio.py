@@ -1,0 +1,315 @@
+"""attnserve.AsyncClient: Client's methods as coroutines over grpc.aio.
+
+Channels are opened inside the running event loop on first use; use one
+AsyncClient per loop. `attend_many` and `Model.many` are async generators.
+"""
+
+import asyncio
+
+import grpc
+import grpc.aio
+
+from . import _codec as C
+from . import _health_pb2 as health_pb
+from . import _transport as X
+from .client import (_Base, _append_chunks, _find_model, _sessions_call, model_item,
+                     stream_item)
+from .errors import Error, Internal, error_for_code, from_rpc_error
+from .types import ServerInfo
+from .v1 import attention_pb2 as pb
+from .v1 import sessions_pb2 as spb
+
+
+async def _aiter(items):
+    if hasattr(items, "__aiter__"):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+class AsyncClient(_Base):
+    """As attnserve.Client (same arguments and methods), with coroutines."""
+
+    def __init__(self, target, *, tls=None, token=None, timeout=None, connections=1,
+                 retries=4, retain_heap=True):
+        super().__init__(target, tls=tls, token=token, timeout=timeout,
+                         connections=connections, retries=retries, retain_heap=retain_heap,
+                         grpc_module=grpc.aio)
+        self._lock = None
+
+    async def _ready(self):
+        if self._bootstrap is None:
+            self._open_bootstrap()
+            self._lock = asyncio.Lock()
+
+    async def _call(self, method, request, *, timeout=None, idempotent, metadata=None):
+        await self._ready()
+        deadline = X.deadline_after(self._timeout(timeout))
+        delays = self._retry.delays() if idempotent else iter(())
+        md = self._metadata if metadata is None else metadata
+        while True:
+            try:
+                return await method(request, timeout=X.remaining(deadline), metadata=md)
+            except grpc.RpcError as e:
+                err = e
+            delay = next(delays, None) if X.is_retryable(err) else None
+            left = X.remaining(deadline)
+            if delay is None or (left is not None and left <= delay):
+                raise from_rpc_error(err) from None
+            await asyncio.sleep(delay)
+
+    async def _data(self):
+        await self._ready()
+        if self._stubs is None:
+            async with self._lock:
+                if self._stubs is None:
+                    info = await self._call(self._boot_stub.GetServerInfo,
+                                            pb.GetServerInfoRequest(), idempotent=True)
+                    self._open_data_channels(info)
+        return self._pick()
+
+    async def close(self):
+        for c in self._channels + ([self._bootstrap] if self._bootstrap else []):
+            await c.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def attend(self, query, key, value, *, return_weights=False, timeout=None, **kw):
+        """As Client.attend."""
+        req, kind = C.attend_request(query, key, value, return_weights=return_weights, **kw)
+        stub, _ = await self._data()
+        resp = await self._call(stub.Attend, req, timeout=timeout, idempotent=True)
+        return C.decode_attend(resp, kind, return_weights)
+
+    async def attend_many(self, items, *, return_exceptions=False, timeout=None, **common):
+        """As Client.attend_many; items may be an iterable or an async iterable."""
+        def build(item):
+            q, k, v, kw = stream_item(item)
+            kw = {**common, **kw}
+            req, kind = C.attend_request(q, k, v, **kw)
+            return req, (kind, bool(kw.get("return_weights", False)))
+
+        stub, _ = await self._data()
+        async for out in self._pipeline(stub.AttendStream, build, items,
+                                        return_exceptions, timeout):
+            yield out
+
+    async def _pipeline(self, method, build, items, return_exceptions, timeout):
+        call = method(timeout=self._timeout(timeout), metadata=self._metadata)
+        slots = asyncio.Queue()
+        done = object()
+
+        async def writer():
+            try:
+                async for item in _aiter(items):
+                    try:
+                        req, ctx = build(item)
+                    except Error as e:
+                        await slots.put((False, e))
+                        continue
+                    await slots.put((True, ctx))
+                    await call.write(req)
+                await call.done_writing()
+            except Exception as e:
+                await slots.put((None, e))
+            finally:
+                await slots.put((done, None))
+
+        task = asyncio.ensure_future(writer())
+        try:
+            while True:
+                sent, ctx = await slots.get()
+                if sent is done:
+                    break
+                if sent is None:
+                    if isinstance(ctx, grpc.RpcError):
+                        raise from_rpc_error(ctx) from None
+                    raise ctx
+                if not sent:
+                    if not return_exceptions:
+                        raise ctx
+                    yield ctx
+                    continue
+                try:
+                    resp = await call.read()
+                except grpc.RpcError as e:
+                    raise from_rpc_error(e) from None
+                if resp is grpc.aio.EOF:
+                    raise Internal("the stream ended before answering every request")
+                if resp.error_code:
+                    err = error_for_code(resp.error_code, resp.error_message)
+                    if not return_exceptions:
+                        raise err
+                    yield err
+                else:
+                    yield C.decode_attend(resp, *ctx)
+            try:
+                if await call.read() is not grpc.aio.EOF:
+                    raise Internal("the stream answered more messages than were sent")
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+        finally:
+            task.cancel()
+            call.cancel()
+
+    async def server_info(self, *, timeout=None):
+        await self._ready()
+        return ServerInfo.from_proto(await self._call(
+            self._boot_stub.GetServerInfo, pb.GetServerInfoRequest(), timeout=timeout,
+            idempotent=True))
+
+    async def health(self, service="", *, timeout=None):
+        await self._ready()
+        resp = await self._call(self._health, health_pb.HealthCheckRequest(service=service),
+                                timeout=timeout, idempotent=True)
+        return health_pb.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    def model(self, name):
+        return AsyncModel(self, name)
+
+    async def create_session(self, session_id="", *, num_kv_heads, head_dim, num_layers=1,
+                             value_dim=0, storage_dtype="float32", max_tokens=1 << 24,
+                             ttl=None, route_key=None, timeout=None):
+        req = spb.CreateSessionRequest(
+            session_id=session_id, ttl_ms=C.ttl_ms(ttl),
+            shape=C.session_shape(num_kv_heads, head_dim, num_layers=num_layers,
+                                  value_dim=value_dim, storage_dtype=storage_dtype,
+                                  max_tokens=max_tokens))
+        _, stub = await self._data()
+        info = await self._call(stub.CreateSession, req, timeout=timeout,
+                                idempotent=bool(session_id),
+                                metadata=self._md(route_key or session_id))
+        return AsyncSession(self, info.session_id, route_key, C.session_info(info))
+
+    def session(self, session_id, *, route_key=None):
+        return AsyncSession(self, session_id, route_key, None)
+
+    async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
+                              alibi_slopes=None, scale=None, return_weights=False,
+                              output_dtype=None, route_key=None, timeout=None):
+        req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
+                                                    alibi_slopes, scale, return_weights,
+                                                    output_dtype, route_key)
+        _, stub = await self._data()
+        resp = await self._call(stub.AttendSessions, req, timeout=timeout,
+                                idempotent=not appends, metadata=self._md(route))
+        return C.decode_session_results(resp, kinds, return_weights)
+
+    async def _session_call(self, name, request, session, *, idempotent, timeout):
+        _, stub = await self._data()
+        info = await self._call(getattr(stub, name), request, timeout=timeout,
+                                idempotent=idempotent, metadata=self._md(session.route))
+        return C.session_info(info)
+
+    async def _append_stream(self, requests, session, timeout):
+        _, stub = await self._data()
+        try:
+            call = stub.AppendKvStream(timeout=self._timeout(timeout),
+                                       metadata=self._md(session.route))
+            for r in requests:
+                await call.write(r)
+            await call.done_writing()
+            info = await call
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return C.session_info(info)
+
+
+class AsyncSession:
+    """As attnserve.Session, with coroutines."""
+
+    def __init__(self, client, session_id, route_key, info):
+        self.client = client
+        self.session_id = session_id
+        self.route = route_key or session_id
+        self.created_info = info
+
+    def __repr__(self):
+        return f"AsyncSession({self.session_id!r})"
+
+    @property
+    def created(self):
+        return self.created_info.created if self.created_info else None
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def info(self, *, timeout=None):
+        return await self.client._session_call(
+            "GetSession", spb.GetSessionRequest(session_id=self.session_id), self,
+            idempotent=True, timeout=timeout)
+
+    async def append(self, layer, key, value, *, position=None, chunk_tokens=None,
+                     timeout=None):
+        if chunk_tokens is None:
+            return await self.client._session_call(
+                "AppendKv", C.append_request(self.session_id, layer, key, value, position),
+                self, idempotent=False, timeout=timeout)
+        if int(chunk_tokens) < 1:
+            raise ValueError(f"chunk_tokens: must be >= 1, got {chunk_tokens}")
+        chunks = list(_append_chunks(self.session_id, layer, C.T.as_array(key),
+                                     C.T.as_array(value), position, int(chunk_tokens)))
+        return await self.client._append_stream(chunks, self, timeout)
+
+    async def attend(self, layer, query, key=None, value=None, *, position=None,
+                     timeout=None, **kw):
+        return (await self.client.attend_sessions(
+            layer, [(self, query, key, value, position)], route_key=self.route,
+            timeout=timeout, **kw))[0]
+
+    async def fork(self, child_id="", *, ttl=None, timeout=None):
+        info = await self.client._session_call(
+            "ForkSession", spb.ForkSessionRequest(session_id=self.session_id,
+                                                  child_id=child_id, ttl_ms=C.ttl_ms(ttl)),
+            self, idempotent=False, timeout=timeout)
+        return AsyncSession(self.client, info.session_id, self.route, info)
+
+    async def truncate(self, tokens, *, timeout=None):
+        return await self.client._session_call(
+            "TruncateSession", spb.TruncateSessionRequest(session_id=self.session_id,
+                                                          tokens=int(tokens)),
+            self, idempotent=True, timeout=timeout)
+
+    async def close(self, *, timeout=None):
+        return await self.client._session_call(
+            "CloseSession", spb.CloseSessionRequest(session_id=self.session_id), self,
+            idempotent=False, timeout=timeout)
+
+
+class AsyncModel:
+    """As attnserve.Model, with coroutines."""
+
+    def __init__(self, client, name):
+        self.client = client
+        self.name = name
+
+    async def info(self):
+        return _find_model(await self.client.server_info(), self.name)
+
+    async def __call__(self, hidden, memory=None, *, timeout=None, **kw):
+        req, kind = C.model_request(self.name, hidden, memory, **kw)
+        stub, _ = await self.client._data()
+        resp = await self.client._call(stub.AttendModel, req, timeout=timeout,
+                                       idempotent=True)
+        return C.decode_attend(resp, kind, kw.get("return_weights", False))
+
+    async def many(self, items, *, return_exceptions=False, timeout=None, **common):
+        def build(item):
+            h, m, kw = model_item(item)
+            kw = {**common, **kw}
+            req, kind = C.model_request(self.name, h, m, **kw)
+            return req, (kind, bool(kw.get("return_weights", False)))
+
+        stub, _ = await self.client._data()
+        async for out in self.client._pipeline(stub.AttendModelStream, build, items,
+                                               return_exceptions, timeout):
+            yield out

@@ -1,0 +1,499 @@
+"""attnserve.Client: the blocking client (attnserve.AsyncClient is its asyncio twin)."""
+
+import itertools
+import queue
+import threading
+import time
+
+import grpc
+
+from . import _codec as C
+from . import _memory
+from . import _health_pb2 as health_pb
+from . import _transport as X
+from .errors import Error, Internal, NotFound, error_for_code, from_rpc_error
+from .types import ServerInfo
+from .v1 import attention_pb2 as pb
+from .v1 import attention_pb2_grpc as pb_grpc
+from .v1 import sessions_pb2 as spb
+from .v1 import sessions_pb2_grpc as spb_grpc
+
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+
+
+def stream_item(item):
+    """(query, key, value, kwargs) of one attend_many item: a dict of attend's
+    arguments (query, key, value and keywords) or a (query, key, value) tuple."""
+    if isinstance(item, dict):
+        kw = dict(item)
+        try:
+            return kw.pop("query"), kw.pop("key", None), kw.pop("value"), kw
+        except KeyError as e:
+            raise TypeError(f"attend_many: an item lacks {e.args[0]!r}") from None
+    if isinstance(item, (tuple, list)) and len(item) == 3:
+        return item[0], item[1], item[2], {}
+    raise TypeError("attend_many: each item is a dict of attend's arguments or a "
+                    f"(query, key, value) tuple, got {type(item).__name__}")
+
+
+def model_item(item):
+    if isinstance(item, dict):
+        kw = dict(item)
+        try:
+            return kw.pop("hidden"), kw.pop("memory", None), kw
+        except KeyError:
+            raise TypeError("Model.many: an item lacks 'hidden'") from None
+    return item, None, {}
+
+
+class _Base:
+    """What Client and AsyncClient share: settings, channels, metadata."""
+
+    def __init__(self, target, *, tls=None, token=None, timeout=None, connections=1,
+                 retries=4, retain_heap=True, grpc_module=grpc):
+        if not isinstance(target, str) or not target:
+            raise TypeError(f"target: expected 'host:port', got {target!r}")
+        if int(connections) < 1:
+            raise ValueError(f"connections: must be >= 1, got {connections}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout: must be > 0 seconds, got {timeout}")
+        if retain_heap:
+            _memory.retain_heap()
+        self.target = target
+        self.timeout = timeout
+        self.connections = int(connections)
+        self._grpc = grpc_module
+        self._credentials = X.credentials(tls)
+        self._metadata = X.base_metadata(token)
+        self._retry = X.RetryPolicy(attempts=int(retries) + 1)
+        self._bootstrap = None
+        self._stubs = None          # [(AttentionServiceStub, SessionServiceStub)]
+        self._limits = None         # the ServerInfo the channels were sized from
+        self._channels = []
+        self._next = itertools.count()
+
+    def _open_bootstrap(self):
+        # GetServerInfo and health checks, before the limits are known.
+        self._bootstrap = self._channel(X.bootstrap_channel_options())
+        self._boot_stub = pb_grpc.AttentionServiceStub(self._bootstrap)
+        self._health = self._bootstrap.unary_unary(
+            HEALTH_CHECK, request_serializer=health_pb.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb.HealthCheckResponse.FromString)
+
+    def _channel(self, options):
+        if self._credentials is None:
+            return self._grpc.insecure_channel(self.target, options=options)
+        return self._grpc.secure_channel(self.target, self._credentials, options=options)
+
+    def _open_data_channels(self, info):
+        self._channels = [self._channel(X.data_channel_options(info, i))
+                          for i in range(self.connections)]
+        self._stubs = [(pb_grpc.AttentionServiceStub(c), spb_grpc.SessionServiceStub(c))
+                       for c in self._channels]
+        self._limits = info
+
+    def _pick(self):
+        return self._stubs[next(self._next) % len(self._stubs)]
+
+    def _md(self, route=None):
+        if route:
+            return self._metadata + ((X.SESSION_ROUTE_HEADER, route),)
+        return self._metadata
+
+    def _timeout(self, timeout):
+        return self.timeout if timeout is None else timeout
+
+    @property
+    def limits(self):
+        """The ServerInfo the data channels were sized from (None before the first call)."""
+        return self._limits
+
+
+class Client(_Base):
+    """A blocking client of one attnserve target.
+
+    target: "host:port" (or any gRPC target, e.g. "dns:///svc:50051").
+    tls: None (plain text), True (system roots), a CA file path or PEM bytes, or
+      grpc.ChannelCredentials. token: bearer token sent on every call.
+    timeout: default deadline of each call in seconds (None = none); every
+      method also takes timeout=. connections: TCP connections that calls are
+      spread over round-robin (a stream stays on one). retries: retries of
+      idempotent calls that fail with UNAVAILABLE, with exponential backoff.
+      retain_heap: keep freed heap memory for the next call's tensors
+      (process-wide glibc thresholds, attnserve/_memory.py; halves the round
+      trip of MB-sized calls); False leaves the allocator alone.
+
+    Thread-safe. The first data call reads the server's limits (GetServerInfo)
+    and opens the data channels with matching message limits.
+    """
+
+    def __init__(self, target, *, tls=None, token=None, timeout=None, connections=1,
+                 retries=4, retain_heap=True):
+        super().__init__(target, tls=tls, token=token, timeout=timeout,
+                         connections=connections, retries=retries, retain_heap=retain_heap)
+        self._lock = threading.Lock()
+        self._open_bootstrap()
+
+    # -- plumbing -------------------------------------------------------------------
+    def _call(self, method, request, *, timeout=None, idempotent, metadata=None):
+        deadline = X.deadline_after(self._timeout(timeout))
+        delays = self._retry.delays() if idempotent else iter(())
+        md = self._metadata if metadata is None else metadata
+        while True:
+            try:
+                return method(request, timeout=X.remaining(deadline), metadata=md)
+            except grpc.RpcError as e:
+                err = e
+            delay = next(delays, None) if X.is_retryable(err) else None
+            left = X.remaining(deadline)
+            if delay is None or (left is not None and left <= delay):
+                raise from_rpc_error(err) from None
+            time.sleep(delay)
+
+    def _data(self):
+        if self._stubs is None:
+            with self._lock:
+                if self._stubs is None:
+                    info = self._call(self._boot_stub.GetServerInfo,
+                                      pb.GetServerInfoRequest(), idempotent=True)
+                    self._open_data_channels(info)
+        return self._pick()
+
+    def close(self):
+        for c in self._channels + [self._bootstrap]:
+            c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- AttentionService -----------------------------------------------------------
+    def attend(self, query, key, value, *, attn_mask=None, is_causal=False, scale=None,
+               key_lengths=None, window=None, alibi_slopes=None, alignment="top_left",
+               layout="BHLD", return_weights=False, output_dtype=None,
+               block_sparse=None, linear=None, lsh=None, timeout=None):
+        """Scaled dot-product attention on the server; docs/python.md has every argument."""
+        req, kind = C.attend_request(
+            query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+            key_lengths=key_lengths, window=window, alibi_slopes=alibi_slopes,
+            alignment=alignment, layout=layout, return_weights=return_weights,
+            output_dtype=output_dtype, block_sparse=block_sparse, linear=linear, lsh=lsh)
+        stub, _ = self._data()
+        resp = self._call(stub.Attend, req, timeout=timeout, idempotent=True)
+        return C.decode_attend(resp, kind, return_weights)
+
+    def attend_many(self, items, *, return_exceptions=False, timeout=None, **common):
+        """Yields attend's result for each item, in order, over one AttendStream.
+
+        items: an iterable of dicts of attend's arguments (query, key, value and
+        keywords) or of (query, key, value) tuples; `common` keywords apply to
+        every item. Requests are sent while results arrive (the server computes
+        up to 16 of a stream at once). A failed item raises its Error, ending the
+        stream, or with return_exceptions=True is yielded as the Error instance
+        and the stream goes on.
+        """
+        def build(item):
+            q, k, v, kw = stream_item(item)
+            kw = {**common, **kw}
+            req, kind = C.attend_request(q, k, v, **kw)
+            return req, (kind, bool(kw.get("return_weights", False)))
+
+        stub, _ = self._data()
+        return self._pipeline(stub.AttendStream, build, items, return_exceptions, timeout)
+
+    def _pipeline(self, method, build, items, return_exceptions, timeout):
+        slots = queue.Queue()
+        done = object()
+
+        def requests():
+            try:
+                for item in items:
+                    try:
+                        req, ctx = build(item)
+                    except Error as e:
+                        slots.put((False, e))
+                        continue
+                    slots.put((True, ctx))
+                    yield req
+            except Exception as e:  # the caller's iterable failed, or a TypeError
+                slots.put((None, e))
+            finally:
+                slots.put((done, None))
+
+        call = method(requests(), timeout=self._timeout(timeout), metadata=self._metadata)
+
+        def next_slot():
+            # A call that fails at its start (auth, shutdown) may never take an
+            # item: then no slot comes, and the call's own end is the answer.
+            while True:
+                try:
+                    return slots.get(timeout=0.05)
+                except queue.Empty:
+                    if call.done() and slots.empty():
+                        return True, None
+
+        try:
+            while True:
+                sent, ctx = next_slot()
+                if sent is done:
+                    break
+                if sent is None:
+                    raise ctx
+                if not sent:
+                    if not return_exceptions:
+                        raise ctx
+                    yield ctx
+                    continue
+                try:
+                    resp = next(call)
+                except grpc.RpcError as e:
+                    raise from_rpc_error(e) from None
+                except StopIteration:
+                    raise Internal("the stream ended before answering every request") from None
+                if resp.error_code:
+                    err = error_for_code(resp.error_code, resp.error_message)
+                    if not return_exceptions:
+                        raise err
+                    yield err
+                else:
+                    yield C.decode_attend(resp, *ctx)
+            try:
+                next(call)
+                raise Internal("the stream answered more messages than were sent")
+            except StopIteration:
+                pass
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+        finally:
+            call.cancel()
+
+    def server_info(self, *, timeout=None):
+        """The server's version, ISA, limits, hosted models and session limits."""
+        return ServerInfo.from_proto(self._call(
+            self._boot_stub.GetServerInfo, pb.GetServerInfoRequest(), timeout=timeout,
+            idempotent=True))
+
+    def health(self, service="", *, timeout=None):
+        """The standard health check: "SERVING", "NOT_SERVING", ..."""
+        resp = self._call(self._health, health_pb.HealthCheckRequest(service=service),
+                          timeout=timeout, idempotent=True)
+        return health_pb.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    def model(self, name):
+        """A hosted attention layer: client.model("mha")(hidden, memory=...)."""
+        return Model(self, name)
+
+    # -- SessionService -------------------------------------------------------------
+    def create_session(self, session_id="", *, num_kv_heads, head_dim, num_layers=1,
+                       value_dim=0, storage_dtype="float32", max_tokens=1 << 24, ttl=None,
+                       route_key=None, timeout=None):
+        """Creates a KV-cache session (docs/sessions.md); returns its Session.
+
+        An explicit session_id makes the call safe to retry (an existing session
+        of the same shape is returned with created False); ttl is in seconds.
+        """
+        req = spb.CreateSessionRequest(
+            session_id=session_id, ttl_ms=C.ttl_ms(ttl),
+            shape=C.session_shape(num_kv_heads, head_dim, num_layers=num_layers,
+                                  value_dim=value_dim, storage_dtype=storage_dtype,
+                                  max_tokens=max_tokens))
+        _, stub = self._data()
+        info = self._call(stub.CreateSession, req, timeout=timeout,
+                          idempotent=bool(session_id),
+                          metadata=self._md(route_key or session_id))
+        return Session(self, info.session_id, route_key, C.session_info(info))
+
+    def session(self, session_id, *, route_key=None):
+        """A handle on an existing session (no call is made)."""
+        return Session(self, session_id, route_key, None)
+
+    def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
+                        alibi_slopes=None, scale=None, return_weights=False,
+                        output_dtype=None, route_key=None, timeout=None):
+        """One decode batch: parts are (session, query[, key, value[, position]])
+        tuples (session a Session or an id); returns each part's output
+        [Lnew, Hq, value_dim] (with return_weights, (output, weights)) in order."""
+        req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
+                                                    alibi_slopes, scale, return_weights,
+                                                    output_dtype, route_key)
+        _, stub = self._data()
+        resp = self._call(stub.AttendSessions, req, timeout=timeout,
+                          idempotent=not appends, metadata=self._md(route))
+        return C.decode_session_results(resp, kinds, return_weights)
+
+    def _session_call(self, name, request, session, *, idempotent, timeout):
+        _, stub = self._data()
+        info = self._call(getattr(stub, name), request, timeout=timeout,
+                          idempotent=idempotent, metadata=self._md(session.route))
+        return C.session_info(info)
+
+    def _append_stream(self, requests, session, timeout):
+        _, stub = self._data()
+        try:
+            info = stub.AppendKvStream(iter(requests), timeout=self._timeout(timeout),
+                                       metadata=self._md(session.route))
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return C.session_info(info)
+
+
+def _sessions_call(layer, parts, causal, window_left, alibi_slopes, scale,
+                   return_weights, output_dtype, route_key):
+    tuples, ids = [], []
+    appends = False
+    for p in parts:
+        if not isinstance(p, (tuple, list)) or not 2 <= len(p) <= 5:
+            raise TypeError("attend_sessions: each part is (session, query[, key, value"
+                            f"[, position]]), got {p!r}")
+        s = p[0]
+        handle = hasattr(s, "session_id")  # a Session or AsyncSession
+        sid = s.session_id if handle else str(s)
+        ids.append(s.route if handle else sid)
+        rest = list(p[1:]) + [None] * (5 - len(p))
+        appends |= rest[1] is not None
+        tuples.append((sid, *rest))
+    req, kinds = C.attend_sessions_request(
+        layer, tuples, causal=causal, window_left=window_left, alibi_slopes=alibi_slopes,
+        scale=scale, return_weights=return_weights, output_dtype=output_dtype)
+    return req, kinds, route_key or (ids[0] if ids else None), appends
+
+
+def _append_chunks(session_id, layer, key, value, position, chunk_tokens):
+    n = int(key.shape[0])
+    if int(value.shape[0]) != n:
+        raise C.InvalidArgument(f"value: {int(value.shape[0])} tokens, key {n} (key and "
+                                "value hold the same new tokens)")
+    for start in range(0, n, chunk_tokens):
+        stop = min(n, start + chunk_tokens)
+        pos = None if position is None else position + start
+        yield C.append_request(session_id, layer, key[start:stop], value[start:stop], pos)
+
+
+class Session:
+    """A KV-cache session on the server (docs/sessions.md).
+
+    Every call carries the routing header attnserve-session (the session id, or
+    route_key) so that a load balancer keeps it on its replica. Closing is
+    explicit (close(), or leaving a `with` block); otherwise the session ends
+    after its TTL.
+    """
+
+    def __init__(self, client, session_id, route_key, info):
+        self.client = client
+        self.session_id = session_id
+        self.route = route_key or session_id
+        self.created_info = info
+
+    def __repr__(self):
+        return f"Session({self.session_id!r})"
+
+    @property
+    def created(self):
+        """False when create_session found the session already there (a retry)."""
+        return self.created_info.created if self.created_info else None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def info(self, *, timeout=None):
+        return self.client._session_call(
+            "GetSession", spb.GetSessionRequest(session_id=self.session_id), self,
+            idempotent=True, timeout=timeout)
+
+    def append(self, layer, key, value, *, position=None, chunk_tokens=None, timeout=None):
+        """Appends new keys [Lnew, num_kv_heads, head_dim] and values to a layer.
+
+        position (optional) must equal the tokens the layer holds. With
+        chunk_tokens, the tokens go in chunks over one AppendKvStream (a prefill
+        larger than one message). Returns the SessionInfo after the call.
+        """
+        if chunk_tokens is None:
+            return self.client._session_call(
+                "AppendKv", C.append_request(self.session_id, layer, key, value, position),
+                self, idempotent=False, timeout=timeout)
+        if int(chunk_tokens) < 1:
+            raise ValueError(f"chunk_tokens: must be >= 1, got {chunk_tokens}")
+        chunks = list(_append_chunks(self.session_id, layer, C.T.as_array(key),
+                                     C.T.as_array(value), position, int(chunk_tokens)))
+        return self.client._append_stream(chunks, self, timeout)
+
+    def attend(self, layer, query, key=None, value=None, *, position=None, causal=True,
+               window_left=None, alibi_slopes=None, scale=None, return_weights=False,
+               output_dtype=None, timeout=None):
+        """One step: appends key/value (when given), then attends query
+        [Lnew, Hq, head_dim] over the layer's tokens; the output [Lnew, Hq, value_dim]."""
+        return self.client.attend_sessions(
+            layer, [(self, query, key, value, position)], causal=causal,
+            window_left=window_left, alibi_slopes=alibi_slopes, scale=scale,
+            return_weights=return_weights, output_dtype=output_dtype,
+            route_key=self.route, timeout=timeout)[0]
+
+    def fork(self, child_id="", *, ttl=None, timeout=None):
+        """A child sharing every block copy-on-write; returns its Session."""
+        info = self.client._session_call(
+            "ForkSession", spb.ForkSessionRequest(session_id=self.session_id,
+                                                  child_id=child_id, ttl_ms=C.ttl_ms(ttl)),
+            self, idempotent=False, timeout=timeout)
+        # The child lives on the parent's replica: route it with the parent's key.
+        return Session(self.client, info.session_id, self.route, info)
+
+    def truncate(self, tokens, *, timeout=None):
+        return self.client._session_call(
+            "TruncateSession", spb.TruncateSessionRequest(session_id=self.session_id,
+                                                          tokens=int(tokens)),
+            self, idempotent=True, timeout=timeout)
+
+    def close(self, *, timeout=None):
+        return self.client._session_call(
+            "CloseSession", spb.CloseSessionRequest(session_id=self.session_id), self,
+            idempotent=False, timeout=timeout)
+
+
+class Model:
+    """A hosted attention layer of the server (docs/models.md)."""
+
+    def __init__(self, client, name):
+        self.client = client
+        self.name = name
+
+    def __repr__(self):
+        return f"Model({self.name!r})"
+
+    @property
+    def info(self):
+        """Its ModelInfo from GetServerInfo (d_model, heads, config)."""
+        return _find_model(self.client.server_info(), self.name)
+
+    def __call__(self, hidden, memory=None, *, timeout=None, **kw):
+        """hidden [B, Lq, d_model] (memory [B, Lk, d_model] for cross-attention);
+        keywords as attend's mask arguments, plus positions and return_weights."""
+        req, kind = C.model_request(self.name, hidden, memory, **kw)
+        stub, _ = self.client._data()
+        resp = self.client._call(stub.AttendModel, req, timeout=timeout, idempotent=True)
+        return C.decode_attend(resp, kind, kw.get("return_weights", False))
+
+    def many(self, items, *, return_exceptions=False, timeout=None, **common):
+        """As Client.attend_many over AttendModelStream; items are hidden states or
+        dicts of this call's arguments."""
+        def build(item):
+            h, m, kw = model_item(item)
+            kw = {**common, **kw}
+            req, kind = C.model_request(self.name, h, m, **kw)
+            return req, (kind, bool(kw.get("return_weights", False)))
+
+        stub, _ = self.client._data()
+        return self.client._pipeline(stub.AttendModelStream, build, items,
+                                     return_exceptions, timeout)
+
+
+def _find_model(info, name):
+    for m in info.models:
+        if m.name == name:
+            return m
+    hosted = ", ".join(m.name for m in info.models) or "none"
+    raise NotFound(f"model {name!r} is not hosted by this server (hosted: {hosted})")

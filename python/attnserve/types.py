@@ -1,0 +1,135 @@
+"""Plain values the client takes and returns (the wire messages stay inside)."""
+
+import dataclasses
+import json
+from typing import Optional, Sequence, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSparse:
+    """Mask.block_sparse: a block-sparse layout (softmax attention only).
+
+    Blocks are block_size query rows x block_size keys; a block is kept when any
+    component keeps it: the local band (local_left/local_right blocks around the
+    diagonal block), the stride pattern ("strided" or "fixed"), random_blocks per
+    query block drawn from seed, global_tokens, or block_mask (bool
+    [ceil(Lq / block_size), ceil(Lk / block_size)], True = keep).
+    """
+
+    block_size: int
+    local_left: Optional[int] = None
+    local_right: Optional[int] = None
+    stride: int = 0
+    stride_pattern: str = "strided"
+    random_blocks: int = 0
+    seed: int = 0
+    global_tokens: Sequence[int] = ()
+    block_mask: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearAttention:
+    """AttendRequest.linear: feature_map "elu_plus_one", "relu" or "favor_plus"
+    (num_features random features drawn from seed)."""
+
+    feature_map: str = "elu_plus_one"
+    num_features: int = 0
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LshAttention:
+    """AttendRequest.lsh: Reformer's shared-QK LSH attention (send no key)."""
+
+    num_hashes: int = 1
+    num_buckets: int = 2
+    chunk_size: int = 64
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    queue_us: int
+    compute_us: int
+    total_us: int
+    flops: float
+
+    @classmethod
+    def from_proto(cls, t):
+        return cls(t.queue_us, t.compute_us, t.total_us, t.flops)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    d_model: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    config: dict
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.name, m.d_model, m.num_heads, m.num_kv_heads, m.head_dim,
+                   json.loads(m.config_json) if m.config_json else {})
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionLimits:
+    kv_cache_bytes: int
+    block_tokens: int
+    eviction: str
+    default_ttl_ms: int
+    max_ttl_ms: int
+    max_sessions: int
+    live_sessions: int
+    kv_bytes_used: int
+
+    @classmethod
+    def from_proto(cls, s):
+        return cls(s.kv_cache_bytes, s.block_tokens, s.eviction, s.default_ttl_ms,
+                   s.max_ttl_ms, s.max_sessions, s.live_sessions, s.kv_bytes_used)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    onednn_version: str
+    isa: str
+    workers: int
+    threads_per_worker: int
+    max_queue: int
+    max_request_bytes: int
+    max_response_bytes: int
+    models: Tuple[ModelInfo, ...]
+    sessions: SessionLimits
+
+    @classmethod
+    def from_proto(cls, i):
+        return cls(i.version, i.onednn_version, i.isa, i.workers,
+                   i.threads_per_worker, i.max_queue, i.max_request_bytes,
+                   i.max_response_bytes,
+                   tuple(ModelInfo.from_proto(m) for m in i.models),
+                   SessionLimits.from_proto(i.sessions))
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionShape:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    value_dim: int
+    storage_dtype: str
+    max_tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    shape: SessionShape
+    layer_tokens: Tuple[int, ...]
+    kv_bytes: int
+    ttl_ms: int
+    idle_ms: int
+    created: bool
+    parent_id: str

@@ -1,0 +1,1 @@
+"""The generated attnserve.v1 wire messages and stubs (made at build time from proto/)."""

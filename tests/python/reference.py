@@ -1,0 +1,75 @@
+"""Attention in float64 with torch's own operations: the oracle of the parity tests.
+
+The mask rules are docs/api.md's. torch.nn.functional.scaled_dot_product_attention
+exists from torch 2.0; Debian 12 ships 1.13, so the tests compare against this
+math and, where torch has it, against SDPA as well.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+
+def to_torch64(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(torch.float64)
+    return torch.from_numpy(np.asarray(x, dtype=np.float64))
+
+
+def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=False,
+              alignment="top_left", window=None, key_lengths=None, alibi_slopes=None,
+              allowed=None):
+    """(output in the layout, weights [B, Hq, Lq, Lk]) in float64.
+
+    allowed: an extra bool [B, Hq, Lq, Lk] (True = attend), ANDed in (block-sparse
+    tests build theirs from the layout)."""
+    q, k, v = to_torch64(q), to_torch64(k), to_torch64(v)
+    if layout == "BLHD":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    b, hq, lq, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scores = scale * (q @ k.transpose(-1, -2))
+    o = lk - lq if alignment == "bottom_right" else 0
+    i = torch.arange(lq).view(lq, 1)
+    j = torch.arange(lk).view(1, lk)
+    diag = i + o
+    ok = torch.ones(b, hq, lq, lk, dtype=torch.bool)
+    if is_causal:
+        ok &= (j <= diag)
+    if window is not None:
+        left, right = window if isinstance(window, (tuple, list)) else (window, window)
+        if left is not None:
+            ok &= (j >= diag - left)
+        if right is not None:
+            ok &= (j <= diag + right)
+    if key_lengths is not None:
+        kl = torch.as_tensor(np.asarray(key_lengths)).view(b, 1, 1, 1)
+        ok &= (j.view(1, 1, 1, lk) < kl)
+    if attn_mask is not None:
+        m = attn_mask if isinstance(attn_mask, torch.Tensor) else torch.from_numpy(
+            np.asarray(attn_mask))
+        if m.dtype == torch.bool:
+            ok &= m.expand(b, hq, lq, lk)
+        else:
+            scores = scores + m.to(torch.float64).expand(b, hq, lq, lk)
+    if alibi_slopes is not None:
+        slopes = torch.as_tensor(np.asarray(alibi_slopes, dtype=np.float64)).view(1, hq, 1, 1)
+        scores = scores - slopes * (diag - j).abs().to(torch.float64)
+    if allowed is not None:
+        ok &= allowed
+    scores = scores.masked_fill(~ok, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing to attend
+    out = weights @ v
+    if layout == "BLHD":
+        out = out.transpose(1, 2)
+    return out, weights
+
+
+def random(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)

@@ -1,0 +1,76 @@
+"""AsyncClient under concurrency, its stream, sessions and models."""
+
+import asyncio
+
+import torch
+
+import attnserve
+from reference import attention, random
+from test_parity import assert_close
+
+
+def test_many_concurrent_calls_each_get_their_own_answer(server):
+    inputs = [[random((1, 4, 6 + i % 5, 16), seed=3 * i + j) for j in range(3)]
+              for i in range(48)]
+
+    async def main():
+        async with attnserve.AsyncClient(server.target, timeout=60, connections=3) as c:
+            return await asyncio.gather(*[
+                c.attend(q, k, v, is_causal=bool(i % 2), alignment="bottom_right")
+                for i, (q, k, v) in enumerate(inputs)])
+
+    outs = asyncio.run(main())
+    for i, ((q, k, v), out) in enumerate(zip(inputs, outs)):
+        assert_close(out, attention(q, k, v, is_causal=bool(i % 2),
+                                    alignment="bottom_right")[0], 1e-5)
+
+
+def test_async_stream_in_order_with_errors_in_place(server):
+    good = [[random((1, 2, 4, 8), seed=10 * i + j) for j in range(3)] for i in range(20)]
+    items = [tuple(x) for x in good]
+    items.insert(5, dict(query=good[0][0], key=good[0][1], value=good[0][2], key_lengths=[99]))
+
+    async def gen():
+        for item in items:
+            await asyncio.sleep(0)
+            yield item
+
+    async def main():
+        async with attnserve.AsyncClient(server.target, timeout=60) as c:
+            return [x async for x in c.attend_many(gen(), return_exceptions=True)]
+
+    outs = asyncio.run(main())
+    assert len(outs) == 21
+    assert isinstance(outs[5], attnserve.InvalidArgument)
+    assert outs[5].message == "mask.key_lengths[0] = 99 is out of range [0, Lk = 4]"
+    for (q, k, v), out in zip(good, outs[:5] + outs[6:]):
+        assert_close(out, attention(q, k, v)[0], 1e-5)
+
+
+def test_async_sessions_and_models_and_info(server):
+    async def main():
+        async with attnserve.AsyncClient(server.target, timeout=60) as c:
+            assert await c.health() == "SERVING"
+            info = await c.server_info()
+            s = await c.create_session("async-1", num_kv_heads=2, head_dim=8)
+            keys, values = random((6, 2, 8), seed=1), random((6, 2, 8), seed=2)
+            await s.append(0, keys, values, chunk_tokens=4)
+            q = random((1, 4, 8), seed=3)
+            out = await s.attend(0, q)
+            tokens = (await s.info()).layer_tokens
+            await s.close()
+            hidden = torch.from_numpy(random((1, 3, 64), seed=4))
+            m = c.model("mha_post")
+            one = await m(hidden)
+            many = [x async for x in m.many([hidden, hidden])]
+            return info, keys, values, q, out, tokens, one, many
+
+    info, keys, values, q, out, tokens, one, many = asyncio.run(main())
+    assert info.max_request_bytes > 0 and "mha_post" in [m.name for m in info.models]
+    assert tokens == (6,)
+    want = attention(q[None].transpose(0, 2, 1, 3), keys[None].transpose(0, 2, 1, 3),
+                     values[None].transpose(0, 2, 1, 3))[0][0].transpose(0, 1)
+    assert_close(out, want, 1e-5)
+    assert isinstance(one, torch.Tensor) and one.shape == (1, 3, 64)
+    for x in many:
+        assert torch.equal(x, one)

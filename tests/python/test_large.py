@@ -1,0 +1,43 @@
+"""Messages past gRPC's 4 MiB default, both ways: the channels take the server's limits."""
+
+from reference import attention, random
+from test_parity import assert_close
+
+
+def test_request_larger_than_4_mib(client):
+    # q 64 KiB, k and v 4 MiB each: an 8 MiB request, a small answer.
+    q = random((1, 1, 16, 64), seed=1)
+    k = random((1, 1, 16384, 64), seed=2)
+    v = random((1, 1, 16384, 64), seed=3)
+    out = client.attend(q, k, v)
+    assert out.shape == (1, 1, 16, 64)
+    assert_close(out, attention(q, k, v)[0], 1e-5)
+
+
+def test_response_larger_than_4_mib(client):
+    # A small request whose weights [1, 4, 512, 1024] are 8 MiB.
+    q = random((1, 4, 512, 8), seed=4)
+    k = random((1, 1, 1024, 8), seed=5)
+    v = random((1, 1, 1024, 8), seed=6)
+    out, w = client.attend(q, k, v, return_weights=True, is_causal=True)
+    assert w.nbytes == 8 << 20
+    want_out, want_w = attention(q, k, v, is_causal=True)
+    assert_close(out, want_out, 1e-5)
+    assert_close(w, want_w, 1e-5)
+
+
+def test_stream_of_large_messages(client):
+    q = random((1, 1, 8, 64), seed=7)
+    k = random((1, 1, 20000, 64), seed=8)  # 5 MiB each
+    v = random((1, 1, 20000, 64), seed=9)
+    outs = list(client.attend_many([(q, k, v)] * 3))
+    want = attention(q, k, v)[0]
+    for out in outs:
+        assert_close(out, want, 1e-5)
+
+
+def test_freed_heap_is_kept_for_the_next_call():
+    # glibc (Debian): the thresholds of attnserve/_memory.py are in effect once a
+    # Client exists (the fixtures made one).
+    from attnserve import _memory
+    assert _memory.retain_heap() is True

@@ -1,0 +1,172 @@
+"""Client.attend against torch's attention math on the same tensors."""
+
+import numpy as np
+import pytest
+import torch
+
+from reference import attention, random
+
+B, HQ, HKV, LQ, LK, D = 2, 4, 2, 5, 7, 16
+
+
+def qkv(b=B, hq=HQ, hkv=HKV, lq=LQ, lk=LK, d=D, dv=None, layout="BHLD", seed=1):
+    dv = d if dv is None else dv
+    if layout == "BHLD":
+        shapes = [(b, hq, lq, d), (b, hkv, lk, d), (b, hkv, lk, dv)]
+    else:
+        shapes = [(b, lq, hq, d), (b, lk, hkv, d), (b, lk, hkv, dv)]
+    return [random(s, seed=seed + i) for i, s in enumerate(shapes)]
+
+
+def assert_close(got, want, atol):
+    got = got.to(torch.float64) if isinstance(got, torch.Tensor) else torch.from_numpy(
+        np.asarray(got, np.float64))
+    assert got.shape == want.shape
+    err = (got - want).abs().max().item() if got.numel() else 0.0
+    assert err <= atol, f"max abs error {err} > {atol}"
+
+
+rng = np.random.default_rng(7)
+MASK_CASES = {
+    "none": {},
+    "bool_full": {"attn_mask": rng.random((B, HQ, LQ, LK)) > 0.3},
+    "bool_keys": {"attn_mask": np.array([True, False, True, True, False, True, True])},
+    "bool_per_batch": {"attn_mask": rng.random((B, 1, 1, LK)) > 0.5},
+    "float_bias": {"attn_mask": rng.standard_normal((LQ, LK)).astype(np.float32)},
+    "float_neg_inf": {"attn_mask": np.where(rng.random((1, HQ, LQ, LK)) > 0.4, 0.0,
+                                            -np.inf).astype(np.float32)},
+    "causal_top_left": {"is_causal": True},
+    "causal_bottom_right": {"is_causal": True, "alignment": "bottom_right"},
+    "window_pair": {"window": (2, 1)},
+    "window_int_bottom_right": {"window": 1, "alignment": "bottom_right"},
+    "window_left_only_causal": {"window": (2, None), "is_causal": True},
+    "key_lengths": {"key_lengths": [3, 7]},
+    "alibi": {"alibi_slopes": [0.5, 0.25, 0.125, 0.0625]},
+    "scale": {"scale": 0.3},
+    "everything": {"attn_mask": rng.random((B, HQ, LQ, LK)) > 0.2, "is_causal": True,
+                   "alignment": "bottom_right", "key_lengths": [6, 4], "window": (3, 0),
+                   "alibi_slopes": [0.1, 0.2, 0.3, 0.4], "scale": 0.5},
+}
+
+
+@pytest.mark.parametrize("case", sorted(MASK_CASES))
+def test_masks_match_torch_f32(client, case):
+    q, k, v = qkv()
+    kw = MASK_CASES[case]
+    out, weights = client.attend(q, k, v, return_weights=True, **kw)
+    want_out, want_w = attention(q, k, v, **kw)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32
+    assert_close(out, want_out, 1e-5)
+    assert_close(weights, want_w, 1e-5)
+
+
+@pytest.mark.parametrize("lq,lk", [(3, 8), (8, 3), (6, 6)])
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_causal_both_alignments_any_lengths(client, lq, lk, alignment):
+    q, k, v = qkv(lq=lq, lk=lk)
+    out = client.attend(q, k, v, is_causal=True, alignment=alignment)
+    assert_close(out, attention(q, k, v, is_causal=True, alignment=alignment)[0], 1e-5)
+
+
+def test_rows_with_no_key_are_zero(client):
+    # Bottom-right causal with Lq > Lk leaves the first Lq - Lk rows no key.
+    q, k, v = qkv(lq=6, lk=3)
+    out, w = client.attend(q, k, v, is_causal=True, alignment="bottom_right",
+                           return_weights=True)
+    assert np.all(out[:, :, :3] == 0) and np.all(w[:, :, :3] == 0)
+    assert_close(out, attention(q, k, v, is_causal=True, alignment="bottom_right")[0], 1e-5)
+
+
+@pytest.mark.parametrize("hq,hkv", [(8, 2), (4, 1), (3, 3)])
+@pytest.mark.parametrize("layout", ["BHLD", "BLHD"])
+def test_gqa_and_layouts(client, hq, hkv, layout):
+    q, k, v = qkv(hq=hq, hkv=hkv, layout=layout, dv=8)
+    out, w = client.attend(q, k, v, layout=layout, is_causal=True, return_weights=True)
+    want_out, want_w = attention(q, k, v, layout=layout, is_causal=True)
+    assert_close(out, want_out, 1e-5)
+    assert_close(w, want_w, 1e-5)
+
+
+def test_torch_tensors_in_and_out(client):
+    q, k, v = (torch.from_numpy(x) for x in qkv())
+    q.requires_grad_(True)
+    mask = torch.rand(LQ, LK) > 0.3
+    out, w = client.attend(q, k, v, attn_mask=mask, return_weights=True)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    assert isinstance(w, torch.Tensor) and w.dtype == torch.float32
+    want_out, want_w = attention(q, k, v, attn_mask=mask)
+    assert_close(out, want_out, 1e-5)
+    assert_close(w, want_w, 1e-5)
+    out += 1  # results are the caller's own, writable tensors
+
+
+def test_torch_sdpa_when_torch_has_it(client):
+    q, k, v = (torch.from_numpy(x) for x in qkv(hkv=HQ))
+    mask = torch.rand(B, HQ, LQ, LK) > 0.3
+    want = attention(q, k, v, attn_mask=mask)[0]
+    sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
+    if sdpa is not None:  # torch >= 2.0 (Debian 12 has 1.13: the math above only)
+        assert_close(sdpa(q.double(), k.double(), v.double(), attn_mask=mask), want, 1e-9)
+    assert_close(client.attend(q, k, v, attn_mask=mask), want, 1e-5)
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.bfloat16, 2e-2), (torch.float16, 3e-3)])
+def test_16_bit_torch(client, dtype, atol):
+    q, k, v = (torch.from_numpy(x).to(dtype) for x in qkv())
+    mask = torch.rand(LQ, LK) > 0.3
+    out, w = client.attend(q, k, v, attn_mask=mask, is_causal=True, return_weights=True)
+    assert out.dtype == dtype and w.dtype == torch.float32
+    # The oracle sees the same rounded inputs; the output is rounded once more.
+    want_out, want_w = attention(q, k, v, attn_mask=mask, is_causal=True)
+    assert_close(out, want_out, atol)
+    assert_close(w, want_w, atol)
+    as_f32 = client.attend(q, k, v, attn_mask=mask, is_causal=True, output_dtype="float32")
+    assert as_f32.dtype == torch.float32
+    assert_close(as_f32, want_out, atol)
+
+
+def test_numpy_float16_and_bfloat16_output(client):
+    q, k, v = (x.astype(np.float16) for x in qkv())
+    out = client.attend(q, k, v)
+    assert out.dtype == np.float16
+    assert_close(out, attention(q, k, v)[0], 3e-3)
+    bf = client.attend(q, k, v, output_dtype="bfloat16")
+    # NumPy has no bfloat16: the values come back exactly, as float32.
+    assert bf.dtype == np.float32
+    assert np.all(bf.view(np.uint32) & 0xFFFF == 0)
+    assert_close(bf, attention(q, k, v)[0], 2e-2)
+
+
+def test_output_dtype_from_a_torch_dtype(client):
+    q, k, v = (torch.from_numpy(x) for x in qkv())
+    out = client.attend(q, k, v, output_dtype=torch.float16)
+    assert out.dtype == torch.float16
+    assert_close(out, attention(q, k, v)[0], 3e-3)
+
+
+def test_value_dim_differs_from_head_dim(client):
+    q, k, v = qkv(d=24, dv=40)
+    out = client.attend(q, k, v, is_causal=True)
+    assert out.shape == (B, HQ, LQ, 40)
+    assert_close(out, attention(q, k, v, is_causal=True)[0], 1e-5)
+
+
+def test_non_contiguous_and_big_endian_inputs(client):
+    q, k, v = qkv(layout="BLHD")
+    qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))  # views, not copies
+    out = client.attend(qt, kt, vt.astype(">f4"))
+    assert_close(out, attention(q, k, v, layout="BLHD")[0].transpose(1, 2), 1e-5)
+
+
+def test_the_worked_example_of_docs(client):
+    # docs/api.md "Worked example" and docs/python.md: the same request, the same figures.
+    q = np.array([[[[1, 0], [0, 1], [1, 1]], [[0, 0], [2, 0], [0, -1]]]], np.float32)
+    k = np.array([[[[1, 0], [0, 1], [1, 1], [-1, 0]]]], np.float32)
+    v = np.array([[[[1, 0], [0, 1], [2, 2], [5, 5]]]], np.float32)
+    mask = np.array([1, 1, 1, 1, 1, 0, 1, 1], bool).reshape(1, 2, 1, 4)
+    out, w = client.attend(q, k, v, attn_mask=mask, is_causal=True, alignment="bottom_right",
+                           key_lengths=[3], return_weights=True)
+    np.testing.assert_allclose(out[0], [[[0.6698, 0.3302], [1.0, 1.2033], [1.2552, 1.2552]],
+                                        [[1.0, 0.0], [1.5, 1.0], [1.3302, 0.6605]]], atol=1e-4)
+    np.testing.assert_allclose(w[0, 1], [[1, 0, 0, 0], [0.5, 0, 0.5, 0],
+                                         [0.6698, 0, 0.3302, 0]], atol=1e-4)

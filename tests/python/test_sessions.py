@@ -1,0 +1,160 @@
+"""KV-cache sessions: each step against the stateless oracle over a client-side copy
+of the cache (docs/sessions.md "What a step computes")."""
+
+import concurrent.futures
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+import attnserve
+from attnserve.v1 import attention_pb2 as pb
+from attnserve.v1 import sessions_pb2 as spb
+from attnserve.v1 import sessions_pb2_grpc as spb_grpc
+from reference import attention, random
+from test_parity import assert_close
+
+HKV, HQ, D = 2, 4, 8
+
+
+def step_reference(q, keys, values, **kw):
+    """A step as the stateless Attend: BLHD, batch 1, bottom-right causal."""
+    out, w = attention(q[None], keys[None], values[None], layout="BLHD",
+                       alignment="bottom_right", **kw)
+    return out[0], w[0]
+
+
+def test_decode_loop_matches_stateless_attention(client):
+    with client.create_session("py-decode", num_kv_heads=HKV, head_dim=D,
+                               num_layers=2) as s:
+        assert s.created
+        caches = [[random((5, HKV, D), seed=1), random((5, HKV, D), seed=2)],
+                  [random((5, HKV, D), seed=3), random((5, HKV, D), seed=4)]]
+        for layer, (k, v) in enumerate(caches):
+            info = s.append(layer, k, v, position=0)
+        assert info.layer_tokens == (5, 5)
+        for t in range(4):
+            for layer in range(2):
+                q = random((1, HQ, D), seed=100 + 10 * t + layer)
+                k = random((1, HKV, D), seed=200 + 10 * t + layer)
+                v = random((1, HKV, D), seed=300 + 10 * t + layer)
+                caches[layer][0] = np.concatenate([caches[layer][0], k])
+                caches[layer][1] = np.concatenate([caches[layer][1], v])
+                out = s.attend(layer, q, k, v, position=5 + t)
+                assert out.shape == (1, HQ, D)
+                assert_close(out, step_reference(q, *caches[layer], is_causal=True)[0], 1e-5)
+        assert s.info().layer_tokens == (9, 9)
+
+
+def test_chunked_prefill_with_lnew_queries_and_mask_options(client):
+    keys, values = random((300, HKV, D), seed=5), random((300, HKV, D), seed=6)
+    with client.create_session("py-prefill", num_kv_heads=HKV, head_dim=D) as s:
+        info = s.append(0, keys, values, chunk_tokens=128, position=0)  # AppendKvStream
+        assert info.layer_tokens == (300,)
+        q = random((3, HQ, D), seed=7)
+        slopes = [0.1, 0.2, 0.3, 0.4]
+        out, w = s.attend(0, q, window_left=16, alibi_slopes=slopes, scale=0.2,
+                          return_weights=True)
+        want_out, want_w = step_reference(q, keys, values, is_causal=True,
+                                          window=(16, None), alibi_slopes=slopes, scale=0.2)
+        assert_close(out, want_out, 1e-5)
+        assert_close(w, want_w, 1e-5)
+        everything = s.attend(0, q, causal=False)
+        assert_close(everything, step_reference(q, keys, values)[0], 1e-5)
+
+
+def test_batch_of_sessions_fork_and_truncate(client):
+    a = client.create_session("py-batch-a", num_kv_heads=HKV, head_dim=D)
+    b = client.create_session("py-batch-b", num_kv_heads=HKV, head_dim=D)
+    ka, va = random((4, HKV, D), seed=8), random((4, HKV, D), seed=9)
+    kb, vb = random((7, HKV, D), seed=10), random((7, HKV, D), seed=11)
+    a.append(0, ka, va)
+    b.append(0, kb, vb)
+    qa, qb = random((1, HQ, D), seed=12), random((1, HQ, D), seed=13)
+    out_a, out_b = client.attend_sessions(0, [(a, qa), (b, qb)])
+    assert_close(out_a, step_reference(qa, ka, va, is_causal=True)[0], 1e-5)
+    assert_close(out_b, step_reference(qb, kb, vb, is_causal=True)[0], 1e-5)
+
+    child = a.fork("py-batch-a-child")
+    assert child.created_info.parent_id == "py-batch-a"
+    knew, vnew = random((1, HKV, D), seed=14), random((1, HKV, D), seed=15)
+    out_child = child.attend(0, qa, knew, vnew)
+    assert_close(out_child, step_reference(qa, np.concatenate([ka, knew]),
+                                           np.concatenate([va, vnew]), is_causal=True)[0],
+                 1e-5)
+    assert a.info().layer_tokens == (4,)  # copy-on-write: the parent is unchanged
+    assert child.truncate(2).layer_tokens == (2,)
+    assert_close(child.attend(0, qa), step_reference(qa, ka[:2], va[:2], is_causal=True)[0],
+                 1e-5)
+    for s in (a, b, child):
+        s.close()
+
+
+@pytest.mark.parametrize("storage,atol", [("bfloat16", 2e-2), ("float16", 3e-3)])
+def test_storage_dtypes_and_torch(client, storage, atol):
+    dtype = getattr(torch, storage)
+    keys = torch.from_numpy(random((9, HKV, D), seed=16))
+    values = torch.from_numpy(random((9, HKV, D), seed=17))
+    q = torch.from_numpy(random((2, HQ, D), seed=18))
+    with client.create_session(f"py-{storage}", num_kv_heads=HKV, head_dim=D,
+                               storage_dtype=storage) as s:
+        assert s.created_info.shape.storage_dtype == storage
+        s.append(0, keys, values)
+        out = s.attend(0, q)
+        assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+        # The server rounds keys, values and queries to the storage dtype.
+        want = step_reference(q.to(dtype), keys.to(dtype), values.to(dtype),
+                              is_causal=True)[0]
+        assert_close(out, want, atol)
+
+
+def test_session_errors_carry_the_servers_message(client):
+    s = client.create_session("py-errors", num_kv_heads=HKV, head_dim=D)
+    again = client.create_session("py-errors", num_kv_heads=HKV, head_dim=D)
+    assert s.created and not again.created  # a retry of create is safe
+    s.append(0, random((8, HKV, D)), random((8, HKV, D)))
+    with pytest.raises(attnserve.InvalidArgument) as caught:
+        s.append(0, random((1, HKV, D)), random((1, HKV, D)), position=10)
+    assert caught.value.message == (
+        "position: 10 leaves a gap after the 8 tokens layer 0 holds (positions must be "
+        "contiguous: expected 8)")
+    with pytest.raises(attnserve.InvalidArgument) as caught:
+        s.attend(0, random((HQ, D)))
+    assert caught.value.message == ("sessions[0].query.shape: expected [Lnew, Hq, head_dim] "
+                                    "with Lnew >= 1, got [4, 8]")
+    s.close()
+    with pytest.raises(attnserve.NotFound) as caught:
+        s.attend(0, random((1, HQ, D)))
+    assert caught.value.message.startswith('sessions[0].session_id: session "py-errors" was '
+                                           "closed at ")
+    assert caught.value.message.endswith("create it again and re-send its keys and values")
+
+
+class _Recorder(spb_grpc.SessionServiceServicer):
+    def __init__(self):
+        self.metadata = []
+
+    def GetSession(self, request, context):
+        self.metadata.append(dict(context.invocation_metadata()))
+        return spb.SessionInfo(session_id=request.session_id)
+
+
+def test_session_calls_carry_the_routing_header_and_token():
+    # Load balancers keep a session on its replica by attnserve-session
+    # (docs/operations.md "Routing sessions"); a stand-in server records it.
+    recorder = _Recorder()
+    srv = grpc.server(concurrent.futures.ThreadPoolExecutor(2))
+    spb_grpc.add_SessionServiceServicer_to_server(recorder, srv)
+    port = srv.add_insecure_port("127.0.0.1:0")
+    srv.start()
+    try:
+        with attnserve.Client(f"127.0.0.1:{port}", token="t0k", timeout=10) as c:
+            c._open_data_channels(pb.ServerInfo(max_request_bytes=1 << 20,
+                                                max_response_bytes=1 << 20))
+            c.session("py-route").info()
+            c.session("py-route", route_key="batch-7").info()
+    finally:
+        srv.stop(None)
+    assert [m["attnserve-session"] for m in recorder.metadata] == ["py-route", "batch-7"]
+    assert all(m["authorization"] == "Bearer t0k" for m in recorder.metadata)
