@@ -160,12 +160,12 @@ LshInputs MakeInputs(const LshCase& c) {
 }
 
 // Output tolerance relative to 1 + |ref|: float32 throughout vs float64, or
-// a 16-bit input/output dtype.
+// a 16-bit input/output dtype (measured on this sweep: below 1e-6 and 2e-3).
 float Tolerance(const LshCase& c) {
   if (c.dtype != DType::kFloat32 || c.out_dtype != DType::kFloat32) {
-    return 2e-2f;
+    return 1e-2f;
   }
-  return 2e-5f;
+  return 1e-5f;
 }
 
 // Runs the engine and the oracle on `c` and compares output and weights.
@@ -200,7 +200,9 @@ void ExpectMatchesReference(AttentionEngine& engine, const LshCase& c) {
     }
   }
   if (!c.weights) return;
-  const float wtol = c.dtype == DType::kFloat32 ? 1e-5f : 1e-2f;
+  // Absolute; measured below 4e-7 (f32) and 5e-4 (bf16 products round the
+  // normalised keys to bf16).
+  const float wtol = c.dtype == DType::kFloat32 ? 2e-6f : 2e-3f;
   for (int64_t i = 0; i < w.size(); ++i) {
     if (!(std::fabs(w.at(i) - ref_w.at(i)) <= wtol) && reported++ < 10) {
       ADD_FAILURE() << "weights[" << i << "] = " << w.at(i) << ", reference "
