@@ -47,10 +47,16 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kHashRows = 256;
 // Product columns per hashing matmul (rounds are grouped up to this many).
 constexpr int64_t kHashColumns = 1024;
-// Query rows per attention item (a chunk's rows are cut into such blocks).
+// Query rows per score tile (a chunk's rows are cut into such blocks).
 constexpr int64_t kQueryRows = 128;
 // Keys per score tile.
 constexpr int64_t kKeyBlock = 512;
+// Chunks up to this size are attended in spans of consecutive chunks of about
+// kSpanRows sorted positions whose queries, keys and values are gathered once
+// per span (each key then serves two chunks from one copy); larger chunks
+// gather per score tile.
+constexpr int64_t kMaxSpanChunk = kKeyBlock / 2;
+constexpr int64_t kSpanRows = 1024;
 
 // One thread's buffers, reused across calls.
 struct LshScratch {
@@ -148,7 +154,8 @@ absl::Status ForEachItem(absl::Span<LshScratch* const> scratch, int64_t count,
 class LshCall {
  public:
   LshCall(const Problem& p, const AttentionOutputs& outputs,
-          const Strides4& out_strides, const VecOps& ops, DType gemm)
+          const Strides4& out_strides, const VecOps& ops, DType gemm,
+          int threads)
       : p_(p),
         ops_(ops),
         gemm_(gemm),
@@ -158,6 +165,7 @@ class LshCall {
         out_strides_(out_strides),
         weights_(outputs.weights ? static_cast<float*>(outputs.weights->data)
                                  : nullptr),
+        threads_(threads),
         heads_(p.shape.q_heads),
         bh_count_(p.shape.batch * p.shape.q_heads),
         length_(p.shape.q_len),
@@ -168,7 +176,8 @@ class LshCall {
         chunk_(p.lsh.chunk_size),
         chunks_((length_ + chunk_ - 1) / chunk_),
         row_blocks_((std::min(chunk_, length_) + kQueryRows - 1) / kQueryRows),
-        query_rows_(std::min(chunk_, kQueryRows)) {}
+        query_rows_(std::min(chunk_, kQueryRows)),
+        span_chunks_(SpanChunks()) {}
 
   absl::Status Run(absl::Span<LshScratch* const> scratch) {
     const size_t positions = static_cast<size_t>(bh_count_ * length_);
@@ -192,13 +201,12 @@ class LshCall {
                                   Sort(s, item / rounds_, item % rounds_);
                                   return absl::OkStatus();
                                 }));
-    const int64_t per_bh = chunks_ * row_blocks_;
+    const int64_t per_bh = AttendItems();
     for (int64_t r = 0; r < rounds_; ++r) {
       RETURN_IF_ERROR(ForEachItem(
           scratch, bh_count_ * per_bh, [&](LshScratch* s, int64_t item) {
-            const int64_t rest = item % per_bh;
-            return Attend(s, item / per_bh, r, rest / row_blocks_,
-                          rest % row_blocks_, /*weights=*/false);
+            return Attend(s, item / per_bh, r, item % per_bh,
+                          /*weights=*/false);
           }));
     }
     RETURN_IF_ERROR(ForEachItem(
@@ -216,15 +224,31 @@ class LshCall {
     for (int64_t r = 0; r < rounds_; ++r) {
       RETURN_IF_ERROR(ForEachItem(
           scratch, bh_count_ * per_bh, [&](LshScratch* s, int64_t item) {
-            const int64_t rest = item % per_bh;
-            return Attend(s, item / per_bh, r, rest / row_blocks_,
-                          rest % row_blocks_, /*weights=*/true);
+            return Attend(s, item / per_bh, r, item % per_bh,
+                          /*weights=*/true);
           }));
     }
     return absl::OkStatus();
   }
 
  private:
+  // Chunks per span (0: chunks too large, gathered per score tile). Spans are
+  // kept small enough that every thread has several items; the grouping
+  // changes no arithmetic, only where operands are copied to.
+  int64_t SpanChunks() const {
+    if (chunk_ > kMaxSpanChunk) return 0;
+    const int64_t wanted = std::max<int64_t>(1, kSpanRows / chunk_);
+    const int64_t spread =
+        std::max<int64_t>(1, bh_count_ * chunks_ / (4 * threads_));
+    return std::min(wanted, spread);
+  }
+
+  // Attention items per (b, h) and round.
+  int64_t AttendItems() const {
+    if (span_chunks_ > 0) return (chunks_ + span_chunks_ - 1) / span_chunks_;
+    return chunks_ * row_blocks_;
+  }
+
   // The rotations as one f32 [D x rounds*half] matrix: column r*half + c is
   // round r's column c.
   void PrepareRotations() {
@@ -297,27 +321,27 @@ class LshCall {
       for (int64_t round = r0; round < r0 + n_rounds; ++round) {
         int32_t* bucket = BucketsOf(bh, round) + i0;
         for (int64_t r = 0; r < m; ++r) {
-          const float* v = proj + r * n + (round - r0) * half_;
-          // argmax over [v, -v], ties to the lowest index.
-          int32_t best = 0;
-          float best_value = v[0];
-          for (int64_t c = 1; c < half_; ++c) {
-            if (v[c] > best_value) {
-              best_value = v[c];
-              best = static_cast<int32_t>(c);
-            }
-          }
-          for (int64_t c = 0; c < half_; ++c) {
-            if (-v[c] > best_value) {
-              best_value = -v[c];
-              best = static_cast<int32_t>(half_ + c);
-            }
-          }
-          bucket[r] = best;
+          bucket[r] = ArgmaxSigned(proj + r * n + (round - r0) * half_);
         }
       }
     }
     return absl::OkStatus();
+  }
+
+  // The index of the largest of [v, -v] (2 * half_ values), the lowest on
+  // ties; overwrites v with -v. The two maxima come from the vectorized row
+  // max, the index from a scan for the first value equal to the winner.
+  int32_t ArgmaxSigned(float* v) const {
+    const float top = ops_.scale_mask_max(v, half_, 1.0f, 0, half_, nullptr);
+    const float neg_top =
+        ops_.scale_mask_max(v, half_, -1.0f, 0, half_, nullptr);  // v = -v
+    // Ties between the halves go to the first half (the lower indices).
+    const bool first_half = top >= neg_top;
+    const float want = first_half ? -top : neg_top;
+    for (int64_t c = 0; c < half_; ++c) {
+      if (v[c] == want) return static_cast<int32_t>(first_half ? c : half_ + c);
+    }
+    return 0;  // only with NaN values
   }
 
   int32_t* BucketsOf(int64_t bh, int64_t round) {
@@ -365,17 +389,66 @@ class LshCall {
     }
   }
 
-  // Rows [row_block * query_rows_, ...) of chunk `chunk` in round `round`:
-  // their attention over the chunk and the previous one. Without `weights`,
-  // folds (o_r, lse_r) into the running combination; with it, adds
-  // exp(s_ij - LSE_i) to w_ij (the combination being complete).
-  absl::Status Attend(LshScratch* s, int64_t bh, int64_t round, int64_t chunk,
-                      int64_t row_block, bool weights) {
+  // Item `item` of (b, h) in round `round`: a span of chunks, or one block
+  // of a large chunk's rows (AttendItems).
+  absl::Status Attend(LshScratch* s, int64_t bh, int64_t round, int64_t item,
+                      bool weights) {
     const int32_t* order = OrderOf(bh, round);
-    const int64_t t0 = chunk * chunk_ + row_block * query_rows_;
-    const int64_t t1 =
-        std::min({t0 + query_rows_, (chunk + 1) * chunk_, length_});
-    if (t0 >= t1) return absl::OkStatus();
+    if (span_chunks_ == 0) {
+      const int64_t chunk = item / row_blocks_;
+      const int64_t t0 = chunk * chunk_ + (item % row_blocks_) * query_rows_;
+      const int64_t t1 =
+          std::min({t0 + query_rows_, (chunk + 1) * chunk_, length_});
+      if (t0 >= t1) return absl::OkStatus();
+      void* q = s->q.Get<char>((t1 - t0) * dim_ * gemm_size_);
+      Gather(s, bh, order + t0, t1 - t0, /*value=*/false, /*unit=*/false, q);
+      return AttendRows(s, bh, round, chunk, t0, t1, q, {}, weights);
+    }
+    // The span's chunks [c0, c1) read keys from sorted positions [k0, k1).
+    const int64_t c0 = item * span_chunks_;
+    const int64_t c1 = std::min(chunks_, c0 + span_chunks_);
+    const int64_t q0 = c0 * chunk_;
+    const int64_t k0 = std::max<int64_t>(0, q0 - chunk_);
+    const int64_t k1 = std::min(length_, c1 * chunk_);
+    void* q = s->q.Get<char>((k1 - q0) * dim_ * gemm_size_);
+    Gather(s, bh, order + q0, k1 - q0, /*value=*/false, /*unit=*/false, q);
+    void* k = s->k.Get<char>((k1 - k0) * dim_ * gemm_size_);
+    Gather(s, bh, order + k0, k1 - k0, /*value=*/false, /*unit=*/true, k);
+    void* v = nullptr;
+    if (!weights) {
+      v = s->v.Get<char>((k1 - k0) * dv_ * gemm_size_);
+      Gather(s, bh, order + k0, k1 - k0, /*value=*/true, /*unit=*/false, v);
+    }
+    const SpanKeys keys{k0, k, v};
+    for (int64_t chunk = c0; chunk < c1; ++chunk) {
+      const int64_t end = std::min(length_, (chunk + 1) * chunk_);
+      for (int64_t t0 = chunk * chunk_; t0 < end; t0 += query_rows_) {
+        const int64_t t1 = std::min(t0 + query_rows_, end);
+        RETURN_IF_ERROR(AttendRows(
+            s, bh, round, chunk, t0, t1,
+            static_cast<const char*>(q) + (t0 - q0) * dim_ * gemm_size_, keys,
+            weights));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A span's gathered keys (normalised) and values, rows from sorted
+  // position `begin`; k null when keys are gathered per score tile.
+  struct SpanKeys {
+    int64_t begin = 0;
+    const void* k = nullptr;
+    const void* v = nullptr;
+  };
+
+  // Sorted rows [t0, t1) of chunk `chunk` in round `round` (queries `q`,
+  // dense gemm-dtype rows): their attention over the chunk and the previous
+  // one. Without `weights`, folds (o_r, lse_r) into the running combination;
+  // with it, adds exp(s_ij - LSE_i) to w_ij (the combination being complete).
+  absl::Status AttendRows(LshScratch* s, int64_t bh, int64_t round,
+                          int64_t chunk, int64_t t0, int64_t t1, const void* q,
+                          const SpanKeys& keys, bool weights) {
+    const int32_t* order = OrderOf(bh, round);
     const int64_t m = t1 - t0;
     const int64_t k_begin = std::max<int64_t>(0, (chunk - 1) * chunk_);
     const int64_t k_end = std::min(length_, (chunk + 1) * chunk_);
@@ -385,11 +458,11 @@ class LshCall {
     const float* run_sum = run_sum_.data() + bh * length_;
     const bool bf16 = gemm_ == DType::kBFloat16;
 
-    void* q = s->q.Get<char>(m * dim_ * gemm_size_);
-    Gather(s, bh, order + t0, m, /*value=*/false, /*unit=*/false, q);
     const int64_t kb = std::min(kKeyBlock, k_end - k_begin);
-    void* k = s->k.Get<char>(kb * dim_ * gemm_size_);
-    void* v = weights ? nullptr : s->v.Get<char>(kb * dv_ * gemm_size_);
+    const bool span = keys.k != nullptr;
+    void* k_tile = span ? nullptr : s->k.Get<char>(kb * dim_ * gemm_size_);
+    void* v_tile =
+        span || weights ? nullptr : s->v.Get<char>(kb * dv_ * gemm_size_);
     float* scores = s->scores.Get<float>(m * kb);
     uint16_t* probs16 = bf16 ? s->probs.Get<uint16_t>(m * kb) : nullptr;
     float* row_max = s->row_max.Get<float>(m);
@@ -411,7 +484,13 @@ class LshCall {
     for (int64_t k0 = k_begin; k0 < k_end; k0 += kb) {
       const int64_t n = std::min(kb, k_end - k0);
       const int32_t* key_pos = order + k0;
-      Gather(s, bh, key_pos, n, /*value=*/false, /*unit=*/true, k);
+      const void* k = k_tile;
+      if (span) {
+        k = static_cast<const char*>(keys.k) +
+            (k0 - keys.begin) * dim_ * gemm_size_;
+      } else {
+        Gather(s, bh, key_pos, n, /*value=*/false, /*unit=*/true, k_tile);
+      }
       const MatmulShape qk{m, n, dim_, dim_, dim_, kb, true, gemm_, false};
       RETURN_IF_ERROR(s->matmul->Run(qk, q, k, scores));
       for (int64_t r = 0; r < m; ++r) {
@@ -456,7 +535,13 @@ class LshCall {
         row_sum[r] += sum;
       }
       if (weights) continue;
-      Gather(s, bh, key_pos, n, /*value=*/true, /*unit=*/false, v);
+      const void* v = v_tile;
+      if (span) {
+        v = static_cast<const char*>(keys.v) +
+            (k0 - keys.begin) * dv_ * gemm_size_;
+      } else {
+        Gather(s, bh, key_pos, n, /*value=*/true, /*unit=*/false, v_tile);
+      }
       const MatmulShape pv{m, dv_, n, kb, dv_, dv_, false, gemm_, true};
       const void* probs = bf16 ? static_cast<const void*>(probs16) : scores;
       RETURN_IF_ERROR(s->matmul->Run(pv, probs, v, acc));
@@ -546,8 +631,9 @@ class LshCall {
   const DType out_dtype_;
   const Strides4 out_strides_;
   float* const weights_;
+  const int64_t threads_;
   const int64_t heads_, bh_count_, length_, dim_, dv_, rounds_, half_, chunk_,
-      chunks_, row_blocks_, query_rows_;
+      chunks_, row_blocks_, query_rows_, span_chunks_;
 
   std::vector<float> rotations_;
   std::vector<float> norm_;
@@ -571,7 +657,8 @@ absl::Status RunLsh(const Problem& p, const AttentionOutputs& outputs,
       resources->Acquire(std::max(1, num_threads));
   std::vector<LshScratch*> raw(scratch.size());
   for (size_t t = 0; t < scratch.size(); ++t) raw[t] = scratch[t].get();
-  LshCall call(p, outputs, out_strides, ops, gemm);
+  LshCall call(p, outputs, out_strides, ops, gemm,
+               static_cast<int>(scratch.size()));
   const absl::Status st = call.Run(raw);
   resources->Release(std::move(scratch));
   return st;
