@@ -389,6 +389,27 @@ class LshCall {
     }
   }
 
+  // dst = the dense gemm-dtype query rows `src` of `positions` divided by
+  // their norms (the same values Gather with `unit` gives).
+  void Normalize(LshScratch* s, int64_t bh, const int32_t* positions, int64_t n,
+                 const void* src, void* dst) const {
+    const float* norm = norm_.data() + bh * length_;
+    for (int64_t r = 0; r < n; ++r) {
+      const float ni = norm[positions[r]];
+      const float inv = ni > 0.0f ? 1.0f / ni : 0.0f;
+      if (gemm_ == DType::kFloat32) {
+        const float* x = static_cast<const float*>(src) + r * dim_;
+        float* y = static_cast<float*>(dst) + r * dim_;
+        for (int64_t d = 0; d < dim_; ++d) y[d] = x[d] * inv;
+        continue;
+      }
+      float* f = s->row_f32.Get<float>(dim_);
+      ops_.load(static_cast<const uint16_t*>(src) + r * dim_, gemm_, dim_, f);
+      ops_.scale(f, dim_, inv);
+      ops_.to_bf16(f, dim_, static_cast<uint16_t*>(dst) + r * dim_);
+    }
+  }
+
   // Item `item` of (b, h) in round `round`: a span of chunks, or one block
   // of a large chunk's rows (AttendItems).
   absl::Status Attend(LshScratch* s, int64_t bh, int64_t round, int64_t item,
@@ -410,10 +431,12 @@ class LshCall {
     const int64_t q0 = c0 * chunk_;
     const int64_t k0 = std::max<int64_t>(0, q0 - chunk_);
     const int64_t k1 = std::min(length_, c1 * chunk_);
-    void* q = s->q.Get<char>((k1 - q0) * dim_ * gemm_size_);
-    Gather(s, bh, order + q0, k1 - q0, /*value=*/false, /*unit=*/false, q);
+    // The queries of every row of the span's keys, then the keys normalised
+    // from that copy: each row is read from the input once.
+    void* q = s->q.Get<char>((k1 - k0) * dim_ * gemm_size_);
+    Gather(s, bh, order + k0, k1 - k0, /*value=*/false, /*unit=*/false, q);
     void* k = s->k.Get<char>((k1 - k0) * dim_ * gemm_size_);
-    Gather(s, bh, order + k0, k1 - k0, /*value=*/false, /*unit=*/true, k);
+    Normalize(s, bh, order + k0, k1 - k0, q, k);
     void* v = nullptr;
     if (!weights) {
       v = s->v.Get<char>((k1 - k0) * dv_ * gemm_size_);
@@ -426,7 +449,7 @@ class LshCall {
         const int64_t t1 = std::min(t0 + query_rows_, end);
         RETURN_IF_ERROR(AttendRows(
             s, bh, round, chunk, t0, t1,
-            static_cast<const char*>(q) + (t0 - q0) * dim_ * gemm_size_, keys,
+            static_cast<const char*>(q) + (t0 - k0) * dim_ * gemm_size_, keys,
             weights));
       }
     }
