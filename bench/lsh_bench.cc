@@ -20,8 +20,6 @@
 //    clustered (64 clusters per head whose values share a centre: the
 //    peaked attention LSH is built for).
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -256,8 +255,23 @@ absl::StatusOr<double> TimeOnceUs(absl::FunctionRef<absl::Status()> fn) {
       .count();
 }
 
+// The share of the machine's CPU time that other processes used since
+// `start` (wall) / `cpu`: timings on a shared machine stretch with it.
+double OthersShare(std::chrono::steady_clock::time_point start,
+                   const CpuTimes& cpu) {
+  const CpuTimes now = ReadCpuTimes();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  const double others =
+      std::max(0.0, (now.all - cpu.all) - (now.self - cpu.self));
+  return others / (wall * std::thread::hardware_concurrency());
+}
+
 absl::Status RunCase(AttentionEngine& engine, const LshCase& c, bool quick,
                      bool json, int dense_reps, int error_rows, bool* met) {
+  const auto start = std::chrono::steady_clock::now();
+  const CpuTimes start_cpu = ReadCpuTimes();
   const Inputs uniform = Uniform(c, 1 + c.length);
   std::vector<uint16_t> out_bytes(kHeads * c.length * kDim * 2);
   const MutableTensorView out = MakeMutableTensorView(
@@ -271,8 +285,9 @@ absl::Status RunCase(AttentionEngine& engine, const LshCase& c, bool quick,
       }));
 
   if (absl::GetFlag(FLAGS_lsh_only)) {
-    std::printf("%-34s %10.1f %4d\n", c.Name().c_str(), lsh.median_us / 1e3,
-                lsh.reps);
+    std::printf("%-34s %10.1f %4d %58.0f%%\n", c.Name().c_str(),
+                lsh.median_us / 1e3, lsh.reps,
+                100 * OthersShare(start, start_cpu));
     return absl::OkStatus();
   }
   // Dense flash: key = the normalised queries in the case's dtype.
@@ -303,11 +318,12 @@ absl::Status RunCase(AttentionEngine& engine, const LshCase& c, bool quick,
 
   const bool gated = c.length == 65536;
   if (gated && speedup < kTargetSpeedup) *met = false;
-  std::printf("%-34s %10.1f %4d %11.1f %4d %8.1fx %6s %11.4f %11.4f\n",
+  const double others = OthersShare(start, start_cpu);
+  std::printf("%-34s %10.1f %4d %11.1f %4d %8.1fx %6s %11.4f %11.4f %6.0f%%\n",
               c.Name().c_str(), lsh.median_us / 1e3, lsh.reps,
               dense_median / 1e3, dense_reps, speedup,
               gated ? (speedup >= kTargetSpeedup ? "yes" : "NO") : "-",
-              err_uniform, err_clustered);
+              err_uniform, err_clustered, 100 * others);
   if (json) {
     Json r;
     r["case"] = c.Name();
@@ -320,6 +336,7 @@ absl::Status RunCase(AttentionEngine& engine, const LshCase& c, bool quick,
     r["rel_l2_error_uniform"] = err_uniform;
     r["rel_l2_error_clustered"] = err_clustered;
     r["error_rows_per_head"] = std::min<int64_t>(error_rows, c.length);
+    r["other_processes_cpu_share"] = others;
     std::printf("%s\n", r.dump().c_str());
   }
   std::fflush(stdout);
@@ -344,9 +361,9 @@ absl::Status Main() {
       static_cast<long long>(kSpec.num_buckets),
       static_cast<long long>(kSpec.chunk_size),
       absl::GetFlag(FLAGS_error_rows));
-  std::printf("%-34s %10s %4s %11s %4s %9s %6s %11s %11s\n", "case", "lsh_ms",
-              "reps", "dense_ms", "reps", "speedup", "target", "err_uniform",
-              "err_cluster");
+  std::printf("%-34s %10s %4s %11s %4s %9s %6s %11s %11s %7s\n", "case",
+              "lsh_ms", "reps", "dense_ms", "reps", "speedup", "target",
+              "err_uniform", "err_cluster", "others");
 
   std::vector<LshCase> cases;
   for (int64_t length : {16384, 65536}) {
