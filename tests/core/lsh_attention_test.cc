@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -518,6 +520,47 @@ TEST(LshAttentionTest, DeterministicForASeedAndThreadCount) {
     diff = std::max<double>(diff, std::fabs(first[i] - other[i]));
   }
   EXPECT_GT(diff, 1e-2) << "another seed hashes differently";
+}
+
+// Calls on several engines at once share the kernel's process-wide buffers
+// and primitives; each must still get its own result.
+TEST(LshAttentionTest, ConcurrentCallsMatchSerialOnes) {
+  LshCase c;
+  c.b = 1, c.h = 4, c.l = 500, c.d = 32, c.dv = 16;
+  c.hashes = 3, c.buckets = 8, c.chunk = 32;
+  const LshInputs data = MakeInputs(c);
+  std::unique_ptr<AttentionEngine> engine = MakeEngine(Isa::kAuto, 1);
+  ASSERT_NE(engine, nullptr);
+  std::vector<std::vector<float>> serial;
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    AttentionInputs in = data.Inputs(c);
+    in.lsh.seed = seed;
+    TestTensor out(DType::kFloat32, c.Dims(c.dv));
+    ASSERT_TRUE(engine->Run(in, {out.mutable_view(), std::nullopt}).ok());
+    serial.push_back(out.ToFloats());
+  }
+  std::vector<std::unique_ptr<AttentionEngine>> engines;
+  std::vector<TestTensor> outs;
+  for (int t = 0; t < 4; ++t) {
+    engines.push_back(MakeEngine(Isa::kAuto, 1));
+    outs.emplace_back(DType::kFloat32, c.Dims(c.dv));
+  }
+  std::vector<absl::Status> status(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 5 && status[t].ok(); ++rep) {
+        AttentionInputs in = data.Inputs(c);
+        in.lsh.seed = static_cast<uint64_t>(t);
+        status[t] = engines[t]->Run(in, {outs[t].mutable_view(), std::nullopt});
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_TRUE(status[t].ok()) << status[t];
+    EXPECT_EQ(outs[t].ToFloats(), serial[t]) << "thread " << t;
+  }
 }
 
 TEST(LshAttentionTest, EmptyShapesGiveEmptyOutputs) {
