@@ -147,6 +147,11 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
         absl::StrCat("value: head dimension Dv = ", s.value_dim,
                      " is out of range [1, 256]"));
   }
+  if (lsh && s.kv_heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query: LSH attention needs at least 1 head, got shape ",
+        ShapeString(in.query.dims())));
+  }
   if (s.kv_heads < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("key: number of kv heads must be at least 1, got ",
