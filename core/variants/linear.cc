@@ -6,7 +6,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/base/const_init.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -40,19 +39,44 @@ int64_t RowBlock(int64_t features) {
   return std::clamp<int64_t>(rows, 16, 256);
 }
 
-// RunLinear is not handed the engine's primitive cache; linear attention keeps
-// one of its own for the process, created on first use.
-absl::StatusOr<MatmulCache*> LinearMatmuls() {
-  static absl::Mutex mu(absl::kConstInit);
-  static MatmulCache* cache ABSL_GUARDED_BY(mu) = nullptr;
-  absl::MutexLock lock(&mu);
-  if (cache == nullptr) {
-    ASSIGN_OR_RETURN(std::unique_ptr<MatmulCache> created,
-                     MatmulCache::Create());
-    cache = created.release();
+// RunLinear is not handed the engine's primitive cache or workspaces; linear
+// attention keeps its own for the process: the cache created on first use,
+// and the workspaces of finished calls (a runner's stream and bound memory
+// objects, the scratch buffers) for the next ones.
+class LinearResources {
+ public:
+  static LinearResources& Get() {
+    static LinearResources* const resources = new LinearResources;
+    return *resources;
   }
-  return cache;
-}
+
+  absl::StatusOr<std::vector<std::unique_ptr<Workspace>>> Acquire(int count) {
+    std::vector<std::unique_ptr<Workspace>> ws;
+    absl::MutexLock lock(&mu_);
+    if (cache_ == nullptr) {
+      ASSIGN_OR_RETURN(cache_, MatmulCache::Create());
+    }
+    while (!free_.empty() && static_cast<int>(ws.size()) < count) {
+      ws.push_back(std::move(free_.back()));
+      free_.pop_back();
+    }
+    while (static_cast<int>(ws.size()) < count) {
+      ws.push_back(std::make_unique<Workspace>());
+      ws.back()->matmul = cache_->NewRunner();
+    }
+    return ws;
+  }
+
+  void Release(std::vector<std::unique_ptr<Workspace>> ws) {
+    absl::MutexLock lock(&mu_);
+    for (auto& w : ws) free_.push_back(std::move(w));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::unique_ptr<MatmulCache> cache_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Workspace>> free_ ABSL_GUARDED_BY(mu_);
+};
 
 // A running sum over keys: state [F x (Dv + 1)] holds sum_j phi(k_j) [v_j, 1]
 // (S and z side by side), every phi(k_j) computed as exp(logit - m) for
@@ -63,11 +87,11 @@ struct KeySum {
 };
 
 // One call of linear attention over resolved inputs. Workspace buffers (see
-// kernel_common.h) are used as: q rows loaded as f32 (`q`), query features
-// (`probs`), key features transposed [F x cols] (`k`), values with a ones
-// column (`v`), per-key -|x|^2/2 (`row_max`), [num, den] rows (`acc`), the
-// causal chunk's scores (`scores`), the running state (`row_sum`), a zero row
-// (`bias`).
+// kernel_common.h) are used as: rows of q or k loaded as f32 (`q`), query
+// features (`probs`), key features transposed [F x cols] (`k`), values with a
+// ones column (`v`), per-key -|x|^2/2 or elu's scratch (`row_max`), [num,
+// den] rows (`acc`), the causal chunk's and the weights' scores (`scores`), a
+// zero row (`bias`). Query features survive key features, not the reverse.
 class LinearKernel {
  public:
   LinearKernel(const Problem& p, const AttentionOutputs& outputs,
@@ -187,13 +211,14 @@ absl::StatusOr<const float*> LinearKernel::QueryFeatures(Workspace* w,
                                                          int64_t b, int64_t h,
                                                          int64_t i0, int64_t n,
                                                          int64_t rows) const {
+  float* phi = w->probs.Get<float>(rows * f_);
+  if (!favor_) {
+    LoadScaled(p_.q, p_.q_strides, b, h, i0, n, rows, phi);
+    MapInPlace(phi, rows * d_, w->q.Get<float>(rows * d_));
+    return phi;
+  }
   float* x = w->q.Get<float>(rows * d_);
   LoadScaled(p_.q, p_.q_strides, b, h, i0, n, rows, x);
-  if (!favor_) {
-    MapInPlace(x, rows * d_, w->probs.Get<float>(rows * d_));
-    return x;
-  }
-  float* phi = w->probs.Get<float>(rows * f_);
   MatmulShape shape;
   shape.m = rows;
   shape.n = f_;
@@ -220,7 +245,7 @@ absl::StatusOr<float> LinearKernel::KeyFeatures(Workspace* w, int64_t b,
   LoadScaled(p_.k, p_.k_strides, b, g, j0, n, cols, x);
   float* phi_t = w->k.Get<float>(f_ * cols);
   if (!favor_) {
-    MapInPlace(x, n * d_, w->probs.Get<float>(cols * d_));
+    MapInPlace(x, n * d_, w->row_max.Get<float>(cols * d_));
     for (int64_t c = 0; c < d_; ++c) {
       float* row = phi_t + c * cols;
       for (int64_t r = 0; r < n; ++r) row[r] = x[r * d_ + c];
@@ -673,21 +698,19 @@ absl::Status RunLinear(const Problem& p, const AttentionOutputs& outputs,
   if (IsFavor(p)) {
     omega = CachedFavorMatrix(p.linear.num_features, s.head_dim, p.linear.seed);
   }
-  ASSIGN_OR_RETURN(MatmulCache * matmuls, LinearMatmuls());
   const int threads = std::max(1, num_threads);
-  std::vector<std::unique_ptr<Workspace>> owned(threads);
+  LinearResources& resources = LinearResources::Get();
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Workspace>> owned,
+                   resources.Acquire(threads));
   std::vector<Workspace*> ws(threads);
-  for (int t = 0; t < threads; ++t) {
-    owned[t] = std::make_unique<Workspace>();
-    owned[t]->matmul = matmuls->NewRunner();
-    ws[t] = owned[t].get();
-  }
+  for (int t = 0; t < threads; ++t) ws[t] = owned[t].get();
   LinearKernel kernel(p, outputs, out_strides, ops,
                       omega ? omega->data() : nullptr);
-  RETURN_IF_ERROR(p.causal ? kernel.RunCausal(ws, threads)
-                           : kernel.RunFull(ws, threads));
-  if (outputs.weights) RETURN_IF_ERROR(kernel.RunWeights(ws, threads));
-  return absl::OkStatus();
+  absl::Status st =
+      p.causal ? kernel.RunCausal(ws, threads) : kernel.RunFull(ws, threads);
+  if (st.ok() && outputs.weights) st = kernel.RunWeights(ws, threads);
+  resources.Release(std::move(owned));
+  return st;
 }
 
 absl::Status ReferenceLinear(const Problem& p, const AttentionOutputs& outputs,
