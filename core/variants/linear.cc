@@ -91,7 +91,8 @@ struct KeySum {
 // features (`probs`), key features transposed [F x cols] (`k`), values with a
 // ones column (`v`), per-key -|x|^2/2 or elu's scratch (`row_max`), [num,
 // den] rows (`acc`), the causal chunk's and the weights' scores (`scores`), a
-// zero row (`bias`). Query features survive key features, not the reverse.
+// zero row (`bias`), the running key sum (`row_sum`). Query features survive
+// key features, not the reverse.
 class LinearKernel {
  public:
   LinearKernel(const Problem& p, const AttentionOutputs& outputs,
@@ -119,6 +120,15 @@ class LinearKernel {
   absl::Status RunWeights(absl::Span<Workspace* const> ws, int threads);
 
  private:
+  // Output rows (b, h, i0..i0+block) of the non-causal kernel from the key
+  // sum `state` of their (b, kv head).
+  absl::Status FullRows(Workspace* w, int64_t b, int64_t h, int64_t i0,
+                        const float* state) const;
+  // Output rows [row_begin, row_end) of every query head of kv head g, `sum`
+  // holding keys [0, KeyEnd(b, row_begin)) on entry (advanced in place).
+  absl::Status CausalRows(Workspace* w, int64_t b, int64_t g, int64_t row_begin,
+                          int64_t row_end, KeySum* sum) const;
+
   int64_t KeyLength(int64_t b) const {
     return p_.key_lengths != nullptr ? p_.key_lengths[b] : s_.k_len;
   }
@@ -353,77 +363,85 @@ void LinearKernel::StoreRow(Workspace* w, const float* acc, int64_t b,
   ops_.store_scaled(acc, dv_, 1.0f / den, dst, out_dtype_);
 }
 
-// Non-causal: per (b, kv head) the key sum [S, z] once (split across threads
-// when there are fewer (b, kv head) pairs than threads), then every query row
-// of the group's heads as one product with it. Pairs go in waves so that at
-// most max(threads, pairs) sums are held at once.
+absl::Status LinearKernel::FullRows(Workspace* w, int64_t b, int64_t h,
+                                    int64_t i0, const float* state) const {
+  const int64_t n = std::min(block_, s_.q_len - i0);
+  ASSIGN_OR_RETURN(const float* phi, QueryFeatures(w, b, h, i0, n, block_));
+  float* acc = w->acc.Get<float>(block_ * dv1_);
+  MatmulShape shape;
+  shape.m = block_;
+  shape.n = dv1_;
+  shape.k = f_;
+  shape.lda = f_;
+  shape.ldb = dv1_;
+  shape.ldc = dv1_;
+  RETURN_IF_ERROR(w->matmul->Run(shape, phi, state, acc));
+  for (int64_t r = 0; r < n; ++r) StoreRow(w, acc + r * dv1_, b, h, i0 + r);
+  return absl::OkStatus();
+}
+
+// Non-causal: per (b, kv head) the key sum [S, z] once, then every query row
+// of the group's heads as one product with it. With at least as many pairs
+// as threads, one item per pair does both (one parallel region: on shared
+// cores each region's end waits for the slowest thread). With fewer, the key
+// sum is split across threads and merged, then the query blocks are items.
 absl::Status LinearKernel::RunFull(absl::Span<Workspace* const> ws,
                                    int threads) {
   const int64_t pairs = s_.batch * s_.kv_heads;
+  const int64_t q_blocks = (s_.q_len + block_ - 1) / block_;
+  if (pairs >= threads) {
+    return ParallelFor(
+        threads, ws, pairs, [&](Workspace* w, int64_t pair) -> absl::Status {
+          const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
+          KeySum sum;
+          sum.state = w->row_sum.Get<float>(StateSize());
+          sum.m = favor_ ? kNegInf : 0.0f;
+          std::fill(sum.state, sum.state + StateSize(), 0.0f);
+          RETURN_IF_ERROR(AddKeys(w, b, g, 0, KeyLength(b), &sum));
+          for (int64_t h = g * p_.group; h < (g + 1) * p_.group; ++h) {
+            for (int64_t i0 = 0; i0 < s_.q_len; i0 += block_) {
+              RETURN_IF_ERROR(FullRows(w, b, h, i0, sum.state));
+            }
+          }
+          return absl::OkStatus();
+        });
+  }
   const int64_t key_blocks =
       std::max<int64_t>(1, (s_.k_len + block_ - 1) / block_);
   const int64_t splits =
-      pairs >= threads
-          ? 1
-          : std::min<int64_t>((threads + pairs - 1) / pairs, key_blocks);
-  const int64_t wave = splits > 1 ? pairs : threads;
-  const int64_t q_blocks = (s_.q_len + block_ - 1) / block_;
-  std::vector<float> states(
-      static_cast<size_t>(std::min(wave, pairs) * splits * StateSize()));
-  std::vector<KeySum> sums(static_cast<size_t>(std::min(wave, pairs) * splits));
-  for (int64_t w0 = 0; w0 < pairs; w0 += wave) {
-    const int64_t wn = std::min(wave, pairs - w0);
-    RETURN_IF_ERROR(ParallelFor(
-        threads, ws, wn * splits,
-        [&](Workspace* w, int64_t item) -> absl::Status {
-          const int64_t pair = w0 + item / splits;
-          const int64_t split = item % splits;
-          const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
-          KeySum& sum = sums[item];
-          sum.state = states.data() + item * StateSize();
-          sum.m = favor_ ? kNegInf : 0.0f;
-          std::fill(sum.state, sum.state + StateSize(), 0.0f);
-          const int64_t len = KeyLength(b);
-          const int64_t blocks = (len + block_ - 1) / block_;
-          const int64_t lo = std::min(len, blocks * split / splits * block_);
-          const int64_t hi =
-              std::min(len, blocks * (split + 1) / splits * block_);
-          return AddKeys(w, b, g, lo, hi, &sum);
-        }));
-    for (int64_t pair = 0; pair < wn; ++pair) {
-      for (int64_t split = 1; split < splits; ++split) {
-        Merge(sums[pair * splits + split], &sums[pair * splits]);
-      }
+      std::min<int64_t>((threads + pairs - 1) / pairs, key_blocks);
+  std::vector<float> states(static_cast<size_t>(pairs * splits * StateSize()));
+  std::vector<KeySum> sums(static_cast<size_t>(pairs * splits));
+  RETURN_IF_ERROR(ParallelFor(
+      threads, ws, pairs * splits,
+      [&](Workspace* w, int64_t item) -> absl::Status {
+        const int64_t pair = item / splits, split = item % splits;
+        const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
+        KeySum& sum = sums[item];
+        sum.state = states.data() + item * StateSize();
+        sum.m = favor_ ? kNegInf : 0.0f;
+        const int64_t len = KeyLength(b);
+        const int64_t blocks = (len + block_ - 1) / block_;
+        const int64_t lo = std::min(len, blocks * split / splits * block_);
+        const int64_t hi =
+            std::min(len, blocks * (split + 1) / splits * block_);
+        return AddKeys(w, b, g, lo, hi, &sum);
+      }));
+  for (int64_t pair = 0; pair < pairs; ++pair) {
+    for (int64_t split = 1; split < splits; ++split) {
+      Merge(sums[pair * splits + split], &sums[pair * splits]);
     }
-    RETURN_IF_ERROR(ParallelFor(
-        threads, ws, wn * p_.group * q_blocks,
-        [&](Workspace* w, int64_t item) -> absl::Status {
-          const int64_t pair = item / (p_.group * q_blocks);
-          const int64_t rest = item % (p_.group * q_blocks);
-          const int64_t b = (w0 + pair) / s_.kv_heads;
-          const int64_t h =
-              (w0 + pair) % s_.kv_heads * p_.group + rest / q_blocks;
-          const int64_t i0 = rest % q_blocks * block_;
-          const int64_t n = std::min(block_, s_.q_len - i0);
-          ASSIGN_OR_RETURN(const float* phi,
-                           QueryFeatures(w, b, h, i0, n, block_));
-          float* acc = w->acc.Get<float>(block_ * dv1_);
-          MatmulShape shape;
-          shape.m = block_;
-          shape.n = dv1_;
-          shape.k = f_;
-          shape.lda = f_;
-          shape.ldb = dv1_;
-          shape.ldc = dv1_;
-          RETURN_IF_ERROR(
-              w->matmul->Run(shape, phi, sums[pair * splits].state, acc));
-          for (int64_t r = 0; r < n; ++r) {
-            StoreRow(w, acc + r * dv1_, b, h, i0 + r);
-          }
-          return absl::OkStatus();
-        }));
   }
-  return absl::OkStatus();
+  return ParallelFor(threads, ws, pairs * p_.group * q_blocks,
+                     [&](Workspace* w, int64_t item) -> absl::Status {
+                       const int64_t pair = item / (p_.group * q_blocks);
+                       const int64_t rest = item % (p_.group * q_blocks);
+                       const int64_t b = pair / s_.kv_heads;
+                       const int64_t h =
+                           pair % s_.kv_heads * p_.group + rest / q_blocks;
+                       return FullRows(w, b, h, rest % q_blocks * block_,
+                                       sums[pair * splits].state);
+                     });
 }
 
 // Causal: rows in chunks of kChunk, in order, with the prefix sum of the keys
@@ -431,134 +449,134 @@ absl::Status LinearKernel::RunFull(absl::Span<Workspace* const> ws,
 // phi(Q_c) [S, z]_prefix plus the masked (phi(Q_c) phi(K_c)^T) [V_c, 1] of
 // the keys between the prefix and their own end, then the prefix advances to
 // the next chunk's start. KeyEnd grows by at most 1 per row, so the keys of a
-// chunk are at most kChunk. When there are fewer (b, kv head) pairs than
-// threads, the rows are cut into segments whose starting prefix sums are
-// computed in parallel first (then scanned), so each segment runs on its own.
+// chunk are at most kChunk. With at least as many (b, kv head) pairs as
+// threads, one item per pair runs all its rows; with fewer, the rows are cut
+// into segments whose starting prefix sums are computed in parallel first
+// (then scanned), so each segment runs on its own.
 absl::Status LinearKernel::RunCausal(absl::Span<Workspace* const> ws,
                                      int threads) {
   const int64_t pairs = s_.batch * s_.kv_heads;
+  if (pairs >= threads) {
+    return ParallelFor(
+        threads, ws, pairs, [&](Workspace* w, int64_t pair) -> absl::Status {
+          const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
+          KeySum sum;
+          sum.state = w->row_sum.Get<float>(StateSize());
+          sum.m = favor_ ? kNegInf : 0.0f;
+          std::fill(sum.state, sum.state + StateSize(), 0.0f);
+          RETURN_IF_ERROR(AddKeys(w, b, g, 0, KeyEnd(b, 0), &sum));
+          return CausalRows(w, b, g, 0, s_.q_len, &sum);
+        });
+  }
   const int64_t chunks = (s_.q_len + kChunk - 1) / kChunk;
   const int64_t segments =
-      pairs >= threads
-          ? 1
-          : std::min<int64_t>((threads + pairs - 1) / pairs, chunks);
-  const int64_t wave = segments > 1 ? pairs : threads;
-  const int64_t held = std::min(wave, pairs) * segments;
-  std::vector<float> states(static_cast<size_t>(held * StateSize()));
-  std::vector<KeySum> sums(static_cast<size_t>(held));
+      std::min<int64_t>((threads + pairs - 1) / pairs, chunks);
+  std::vector<float> states(
+      static_cast<size_t>(pairs * segments * StateSize()));
+  std::vector<KeySum> sums(static_cast<size_t>(pairs * segments));
   auto segment_row = [&](int64_t seg) {
     return std::min(s_.q_len, chunks * seg / segments * kChunk);
   };
+  // The keys between the starts of segment s - 1 and s (from 0 for s = 0).
+  RETURN_IF_ERROR(ParallelFor(
+      threads, ws, pairs * segments,
+      [&](Workspace* w, int64_t item) -> absl::Status {
+        const int64_t pair = item / segments, seg = item % segments;
+        const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
+        KeySum& sum = sums[item];
+        sum.state = states.data() + item * StateSize();
+        sum.m = favor_ ? kNegInf : 0.0f;
+        const int64_t lo = seg == 0 ? 0 : KeyEnd(b, segment_row(seg - 1));
+        const int64_t hi = KeyEnd(b, segment_row(seg));
+        return AddKeys(w, b, g, lo, hi, &sum);
+      }));
+  for (int64_t pair = 0; pair < pairs; ++pair) {
+    for (int64_t seg = 1; seg < segments; ++seg) {
+      Merge(sums[pair * segments + seg - 1], &sums[pair * segments + seg]);
+    }
+  }
+  return ParallelFor(
+      threads, ws, pairs * segments,
+      [&](Workspace* w, int64_t item) -> absl::Status {
+        const int64_t pair = item / segments, seg = item % segments;
+        return CausalRows(w, pair / s_.kv_heads, pair % s_.kv_heads,
+                          segment_row(seg), segment_row(seg + 1), &sums[item]);
+      });
+}
 
-  for (int64_t w0 = 0; w0 < pairs; w0 += wave) {
-    const int64_t wn = std::min(wave, pairs - w0);
-    // The keys between the starts of segment s - 1 and s (from 0 for s = 0).
-    RETURN_IF_ERROR(ParallelFor(
-        threads, ws, wn * segments,
-        [&](Workspace* w, int64_t item) -> absl::Status {
-          const int64_t pair = w0 + item / segments;
-          const int64_t seg = item % segments;
-          const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
-          KeySum& sum = sums[item];
-          sum.state = states.data() + item * StateSize();
-          sum.m = favor_ ? kNegInf : 0.0f;
-          std::fill(sum.state, sum.state + StateSize(), 0.0f);
-          const int64_t lo = seg == 0 ? 0 : KeyEnd(b, segment_row(seg - 1));
-          const int64_t hi = KeyEnd(b, segment_row(seg));
-          return AddKeys(w, b, g, lo, hi, &sum);
-        }));
-    for (int64_t pair = 0; pair < wn; ++pair) {
-      for (int64_t seg = 1; seg < segments; ++seg) {
-        KeySum& cur = sums[pair * segments + seg];
-        const KeySum& prev = sums[pair * segments + seg - 1];
-        Merge(prev, &cur);
+absl::Status LinearKernel::CausalRows(Workspace* w, int64_t b, int64_t g,
+                                      int64_t row_begin, int64_t row_end,
+                                      KeySum* sum) const {
+  float* acc = w->acc.Get<float>(kChunk * dv1_);
+  float* scores = w->scores.Get<float>(kChunk * kChunk);
+  MatmulShape prefix;  // acc = phi(Q_c) [S, z]
+  prefix.m = kChunk;
+  prefix.n = dv1_;
+  prefix.k = f_;
+  prefix.lda = f_;
+  prefix.ldb = dv1_;
+  prefix.ldc = dv1_;
+  MatmulShape qk;  // scores = phi(Q_c) phi(K_c)^T
+  qk.m = kChunk;
+  qk.n = kChunk;
+  qk.k = f_;
+  qk.lda = f_;
+  qk.ldb = kChunk;
+  qk.ldc = kChunk;
+  MatmulShape pv;  // acc += scores [V_c, 1]
+  pv.m = kChunk;
+  pv.n = dv1_;
+  pv.k = kChunk;
+  pv.lda = kChunk;
+  pv.ldb = dv1_;
+  pv.ldc = dv1_;
+  pv.accumulate = true;
+  MatmulShape advance;  // [S, z] += phi(K_c)^T [V_c, 1]
+  advance.m = f_;
+  advance.n = dv1_;
+  advance.k = kChunk;
+  advance.lda = kChunk;
+  advance.ldb = dv1_;
+  advance.ldc = dv1_;
+  advance.accumulate = true;
+  for (int64_t i0 = row_begin; i0 < row_end; i0 += kChunk) {
+    const int64_t i1 = std::min(i0 + kChunk, row_end);
+    const int64_t n = i1 - i0;
+    const int64_t start = KeyEnd(b, i0);
+    const int64_t next = i1 < row_end ? KeyEnd(b, i1) : start;
+    const int64_t end = std::max(KeyEnd(b, i1 - 1), next);
+    const int64_t keys = end - start;
+    const float* vals = nullptr;
+    if (keys > 0) {
+      ASSIGN_OR_RETURN(const float factor, KeyFeatures(w, b, g, start, keys,
+                                                       kChunk, &sum->m, false));
+      Rescale(sum, factor);
+      vals = LoadValues(w, b, g, start, keys, kChunk);
+    }
+    for (int64_t h = g * p_.group; h < (g + 1) * p_.group; ++h) {
+      ASSIGN_OR_RETURN(const float* phi, QueryFeatures(w, b, h, i0, n, kChunk));
+      RETURN_IF_ERROR(w->matmul->Run(prefix, phi, sum->state, acc));
+      if (keys > 0) {
+        RETURN_IF_ERROR(w->matmul->Run(qk, phi, w->k.Get<float>(0), scores));
+        for (int64_t r = 0; r < kChunk; ++r) {
+          const int64_t allowed = r < n ? KeyEnd(b, i0 + r) - start : 0;
+          float* row = scores + r * kChunk;
+          std::fill(row + std::max<int64_t>(allowed, 0), row + kChunk, 0.0f);
+        }
+        RETURN_IF_ERROR(w->matmul->Run(pv, scores, vals, acc));
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        StoreRow(w, acc + r * dv1_, b, h, i0 + r);
       }
     }
-    RETURN_IF_ERROR(ParallelFor(
-        threads, ws, wn * segments,
-        [&](Workspace* w, int64_t item) -> absl::Status {
-          const int64_t pair = w0 + item / segments;
-          const int64_t seg = item % segments;
-          const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
-          const int64_t row_end = segment_row(seg + 1);
-          KeySum sum = sums[item];  // this item's own, updated in place
-          float* acc = w->acc.Get<float>(kChunk * dv1_);
-          float* scores = w->scores.Get<float>(kChunk * kChunk);
-          MatmulShape prefix;  // acc = phi(Q_c) [S, z]
-          prefix.m = kChunk;
-          prefix.n = dv1_;
-          prefix.k = f_;
-          prefix.lda = f_;
-          prefix.ldb = dv1_;
-          prefix.ldc = dv1_;
-          MatmulShape qk;  // scores = phi(Q_c) phi(K_c)^T
-          qk.m = kChunk;
-          qk.n = kChunk;
-          qk.k = f_;
-          qk.lda = f_;
-          qk.ldb = kChunk;
-          qk.ldc = kChunk;
-          MatmulShape pv;  // acc += scores [V_c, 1]
-          pv.m = kChunk;
-          pv.n = dv1_;
-          pv.k = kChunk;
-          pv.lda = kChunk;
-          pv.ldb = dv1_;
-          pv.ldc = dv1_;
-          pv.accumulate = true;
-          MatmulShape advance;  // [S, z] += phi(K_c)^T [V_c, 1]
-          advance.m = f_;
-          advance.n = dv1_;
-          advance.k = kChunk;
-          advance.lda = kChunk;
-          advance.ldb = dv1_;
-          advance.ldc = dv1_;
-          advance.accumulate = true;
-          for (int64_t i0 = segment_row(seg); i0 < row_end; i0 += kChunk) {
-            const int64_t i1 = std::min(i0 + kChunk, row_end);
-            const int64_t n = i1 - i0;
-            const int64_t start = KeyEnd(b, i0);
-            const int64_t next = i1 < row_end ? KeyEnd(b, i1) : start;
-            const int64_t end = std::max(KeyEnd(b, i1 - 1), next);
-            const int64_t keys = end - start;
-            const float* vals = nullptr;
-            if (keys > 0) {
-              ASSIGN_OR_RETURN(
-                  const float factor,
-                  KeyFeatures(w, b, g, start, keys, kChunk, &sum.m, false));
-              Rescale(&sum, factor);
-              vals = LoadValues(w, b, g, start, keys, kChunk);
-            }
-            for (int64_t h = g * p_.group; h < (g + 1) * p_.group; ++h) {
-              ASSIGN_OR_RETURN(const float* phi,
-                               QueryFeatures(w, b, h, i0, n, kChunk));
-              RETURN_IF_ERROR(w->matmul->Run(prefix, phi, sum.state, acc));
-              if (keys > 0) {
-                RETURN_IF_ERROR(
-                    w->matmul->Run(qk, phi, w->k.Get<float>(0), scores));
-                for (int64_t r = 0; r < kChunk; ++r) {
-                  const int64_t allowed = r < n ? KeyEnd(b, i0 + r) - start : 0;
-                  float* row = scores + r * kChunk;
-                  std::fill(row + std::max<int64_t>(allowed, 0), row + kChunk,
-                            0.0f);
-                }
-                RETURN_IF_ERROR(w->matmul->Run(pv, scores, vals, acc));
-              }
-              for (int64_t r = 0; r < n; ++r) {
-                StoreRow(w, acc + r * dv1_, b, h, i0 + r);
-              }
-            }
-            if (next > start) {
-              // The chunk's features are those of keys [start, end), and the
-              // prefix takes [start, next): zero the rest of the values.
-              float* v = w->v.Get<float>(0);
-              std::fill(v + (next - start) * dv1_, v + kChunk * dv1_, 0.0f);
-              RETURN_IF_ERROR(
-                  w->matmul->Run(advance, w->k.Get<float>(0), v, sum.state));
-            }
-          }
-          return absl::OkStatus();
-        }));
+    if (next > start) {
+      // The chunk's features are those of keys [start, end), and the prefix
+      // takes [start, next): zero the rest of the values.
+      float* v = w->v.Get<float>(0);
+      std::fill(v + (next - start) * dv1_, v + kChunk * dv1_, 0.0f);
+      RETURN_IF_ERROR(
+          w->matmul->Run(advance, w->k.Get<float>(0), v, sum->state));
+    }
   }
   return absl::OkStatus();
 }
