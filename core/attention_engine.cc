@@ -59,13 +59,8 @@ class Engine final : public AttentionEngine {
     ASSIGN_OR_RETURN(Problem problem, ResolveProblem(inputs));
     ASSIGN_OR_RETURN(Strides4 out_strides, ResolveOutput(problem, outputs));
     const AttentionShape& s = problem.shape;
-    switch (problem.method) {
-      case AttentionMethod::kLinear:
-        return RunLinear(problem, outputs, out_strides, *ops_, threads_);
-      case AttentionMethod::kLsh:
-        return RunLsh(problem, outputs, out_strides, *ops_, threads_);
-      case AttentionMethod::kSoftmax:
-        break;
+    if (problem.method != AttentionMethod::kSoftmax) {
+      return RunVariant(problem, outputs, out_strides);
     }
 
     const bool weights = outputs.weights.has_value();
@@ -175,6 +170,32 @@ class Engine final : public AttentionEngine {
                                                     "]: ", status.message()));
   }
 
+  // Linear and LSH attention (core/variants/) on this engine's workspaces.
+  absl::Status RunVariant(const Problem& problem,
+                          const AttentionOutputs& outputs,
+                          const Strides4& out_strides) {
+    std::vector<std::unique_ptr<Workspace>> ws = AcquireWorkspaces();
+    std::vector<Workspace*> raw(ws.size());
+    for (size_t t = 0; t < ws.size(); ++t) raw[t] = ws[t].get();
+    VariantContext context;
+    context.ops = ops_;
+    context.ws = raw;
+    context.gemm_dtype = GemmDType(problem);
+    const absl::Status st =
+        problem.method == AttentionMethod::kLinear
+            ? RunLinear(problem, outputs, out_strides, context)
+            : RunLsh(problem, outputs, out_strides, context);
+    ReleaseWorkspaces(std::move(ws));
+    return st;
+  }
+
+  // bf16 products for bf16 inputs where oneDNN has them, else f32.
+  DType GemmDType(const Problem& problem) const {
+    return problem.dtype == DType::kBFloat16 && matmuls_->bf16_supported()
+               ? DType::kBFloat16
+               : DType::kFloat32;
+  }
+
   KernelArgs ArgsFor(const Problem& problem, const AttentionOutputs& outputs,
                      const Strides4& out_strides, KernelPath path) const {
     const AttentionShape& s = problem.shape;
@@ -187,10 +208,7 @@ class Engine final : public AttentionEngine {
     args.weights =
         weights ? static_cast<float*>(outputs.weights->data) : nullptr;
     args.ops = ops_;
-    args.gemm_dtype =
-        problem.dtype == DType::kBFloat16 && matmuls_->bf16_supported()
-            ? DType::kBFloat16
-            : DType::kFloat32;
+    args.gemm_dtype = GemmDType(problem);
     args.q_block = options_.q_block > 0 ? options_.q_block
                    : path == KernelPath::kMaterialized
                        ? MaterializedQueryBlock(s.q_len, s.k_len)

@@ -47,6 +47,10 @@ struct Workspace {
   ScratchBuffer scores, probs, acc, row_max, row_sum, q, k, v, bias;
   std::vector<int64_t> row_head, row_index, row_lo, row_hi;
   std::vector<int64_t> block_starts;  // block-sparse: the blocks of a product
+  // The variants' (core/variants/): one converted row; LSH's sort offsets and
+  // per-row key limits.
+  ScratchBuffer row;
+  std::vector<int32_t> offsets, limits;
   absl::Status status;
 };
 
@@ -61,6 +65,18 @@ struct KernelArgs {
   int64_t q_block = 64;
   int64_t k_block = 512;
   int num_threads = 1;
+};
+
+// What a variant kernel (core/variants/) gets from the engine: its vectorized
+// code, one workspace per thread of the call (each with a runner of the
+// engine's matmul primitive cache), and the product operand type the engine's
+// kernels would use (bf16 for bf16 inputs where oneDNN has bf16 matmuls, else
+// f32).
+struct VariantContext {
+  const VecOps* ops = nullptr;
+  absl::Span<Workspace* const> ws;
+  DType gemm_dtype = DType::kFloat32;
+  int num_threads() const { return static_cast<int>(ws.size()); }
 };
 
 absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws);

@@ -6,9 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "core/convert.h"
 #include "core/kernel_common.h"
 #include "core/matmul.h"
@@ -38,45 +36,6 @@ int64_t RowBlock(int64_t features) {
   const int64_t rows = (int64_t{65536} / features) / 16 * 16;
   return std::clamp<int64_t>(rows, 16, 256);
 }
-
-// RunLinear is not handed the engine's primitive cache or workspaces; linear
-// attention keeps its own for the process: the cache created on first use,
-// and the workspaces of finished calls (a runner's stream and bound memory
-// objects, the scratch buffers) for the next ones.
-class LinearResources {
- public:
-  static LinearResources& Get() {
-    static LinearResources* const resources = new LinearResources;
-    return *resources;
-  }
-
-  absl::StatusOr<std::vector<std::unique_ptr<Workspace>>> Acquire(int count) {
-    std::vector<std::unique_ptr<Workspace>> ws;
-    absl::MutexLock lock(&mu_);
-    if (cache_ == nullptr) {
-      ASSIGN_OR_RETURN(cache_, MatmulCache::Create());
-    }
-    while (!free_.empty() && static_cast<int>(ws.size()) < count) {
-      ws.push_back(std::move(free_.back()));
-      free_.pop_back();
-    }
-    while (static_cast<int>(ws.size()) < count) {
-      ws.push_back(std::make_unique<Workspace>());
-      ws.back()->matmul = cache_->NewRunner();
-    }
-    return ws;
-  }
-
-  void Release(std::vector<std::unique_ptr<Workspace>> ws) {
-    absl::MutexLock lock(&mu_);
-    for (auto& w : ws) free_.push_back(std::move(w));
-  }
-
- private:
-  absl::Mutex mu_;
-  std::unique_ptr<MatmulCache> cache_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Workspace>> free_ ABSL_GUARDED_BY(mu_);
-};
 
 // A running sum over keys: state [F x (Dv + 1)] holds sum_j phi(k_j) [v_j, 1]
 // (S and z side by side), every phi(k_j) computed as exp(logit - m) for
@@ -708,27 +667,23 @@ double LinearFlops(const Problem& p) {
 }
 
 absl::Status RunLinear(const Problem& p, const AttentionOutputs& outputs,
-                       const Strides4& out_strides, const VecOps& ops,
-                       int num_threads) {
+                       const Strides4& out_strides,
+                       const VariantContext& context) {
   const AttentionShape& s = p.shape;
   if (s.batch == 0 || s.q_heads == 0 || s.q_len == 0) return absl::OkStatus();
   std::shared_ptr<const std::vector<float>> omega;
   if (IsFavor(p)) {
     omega = CachedFavorMatrix(p.linear.num_features, s.head_dim, p.linear.seed);
   }
-  const int threads = std::max(1, num_threads);
-  LinearResources& resources = LinearResources::Get();
-  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Workspace>> owned,
-                   resources.Acquire(threads));
-  std::vector<Workspace*> ws(threads);
-  for (int t = 0; t < threads; ++t) ws[t] = owned[t].get();
-  LinearKernel kernel(p, outputs, out_strides, ops,
+  // Products are f32 (bf16 inputs are widened: the features are f32).
+  const int threads = context.num_threads();
+  const absl::Span<Workspace* const> ws = context.ws;
+  LinearKernel kernel(p, outputs, out_strides, *context.ops,
                       omega ? omega->data() : nullptr);
-  absl::Status st =
-      p.causal ? kernel.RunCausal(ws, threads) : kernel.RunFull(ws, threads);
-  if (st.ok() && outputs.weights) st = kernel.RunWeights(ws, threads);
-  resources.Release(std::move(owned));
-  return st;
+  RETURN_IF_ERROR(p.causal ? kernel.RunCausal(ws, threads)
+                           : kernel.RunFull(ws, threads));
+  if (outputs.weights) RETURN_IF_ERROR(kernel.RunWeights(ws, threads));
+  return absl::OkStatus();
 }
 
 absl::Status ReferenceLinear(const Problem& p, const AttentionOutputs& outputs,

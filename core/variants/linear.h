@@ -7,8 +7,8 @@
 
 #include "absl/status/status.h"
 #include "core/attention.h"
+#include "core/kernel_common.h"
 #include "core/problem.h"
-#include "core/vec_ops.h"
 
 namespace attnserve {
 
@@ -21,10 +21,11 @@ absl::Status CheckLinear(const Problem& p);
 double LinearFlops(const Problem& p);
 
 // Computes the call into `outputs` (output strides `out_strides` as
-// ResolveOutput gives them; weights, when present, dense f32 [B, Hq, Lq, Lk]).
+// ResolveOutput gives them; weights, when present, dense f32 [B, Hq, Lq, Lk])
+// with the engine's resources.
 absl::Status RunLinear(const Problem& p, const AttentionOutputs& outputs,
-                       const Strides4& out_strides, const VecOps& ops,
-                       int num_threads);
+                       const Strides4& out_strides,
+                       const VariantContext& context);
 
 // The float64 oracle of the same semantics, plainly.
 absl::Status ReferenceLinear(const Problem& p, const AttentionOutputs& outputs,

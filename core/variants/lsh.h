@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "core/attention.h"
+#include "core/kernel_common.h"
 #include "core/problem.h"
-#include "core/vec_ops.h"
 
 namespace attnserve {
 
@@ -37,10 +37,10 @@ std::vector<double> LshRotations(const LshSpec& spec, int64_t head_dim);
 double LshFlops(const Problem& p);
 
 // Computes the call into `outputs` (output strides `out_strides` as
-// ResolveOutput gives them; weights, when present, dense f32 [B, Hq, Lq, Lk]).
+// ResolveOutput gives them; weights, when present, dense f32 [B, Hq, Lq, Lk])
+// with the engine's resources.
 absl::Status RunLsh(const Problem& p, const AttentionOutputs& outputs,
-                    const Strides4& out_strides, const VecOps& ops,
-                    int num_threads);
+                    const Strides4& out_strides, const VariantContext& context);
 
 // The float64 oracle of the same semantics, plainly.
 absl::Status ReferenceLsh(const Problem& p, const AttentionOutputs& outputs,

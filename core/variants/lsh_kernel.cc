@@ -19,19 +19,14 @@
 // write the same position; rounds follow each other. Extra memory is
 // O(L * (Dv + 2 * rounds + 3)) floats per (b, h), never O(L^2).
 
-#include <omp.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "core/convert.h"
 #include "core/kernel_common.h"
 #include "core/matmul.h"
@@ -57,97 +52,6 @@ constexpr int64_t kKeyBlock = 512;
 // gather per score tile.
 constexpr int64_t kMaxSpanChunk = kKeyBlock / 2;
 constexpr int64_t kSpanRows = 1024;
-
-// One thread's buffers, reused across calls.
-struct LshScratch {
-  std::unique_ptr<MatmulRunner> matmul;
-  ScratchBuffer q, k, v, scores, probs, acc, row_max, row_sum, bias, row_f32;
-  std::vector<int32_t> query_pos, key_pos, counts;
-  absl::Status status;
-};
-
-// The process's matmul primitives and thread buffers for LSH calls. RunLsh
-// gets neither the engine's cache nor its workspaces, so it keeps its own,
-// built on first use and shared by every engine.
-class LshResources {
- public:
-  static absl::StatusOr<LshResources*> Get() {
-    static const absl::StatusOr<LshResources*> resources =
-        []() -> absl::StatusOr<LshResources*> {
-      absl::StatusOr<std::unique_ptr<MatmulCache>> cache =
-          MatmulCache::Create();
-      if (!cache.ok()) return cache.status();
-      return new LshResources(*std::move(cache));
-    }();
-    return resources;
-  }
-
-  bool bf16_supported() const { return matmuls_->bf16_supported(); }
-
-  std::vector<std::unique_ptr<LshScratch>> Acquire(int threads) {
-    std::vector<std::unique_ptr<LshScratch>> scratch;
-    {
-      absl::MutexLock lock(&mu_);
-      while (!free_.empty() && static_cast<int>(scratch.size()) < threads) {
-        scratch.push_back(std::move(free_.back()));
-        free_.pop_back();
-      }
-    }
-    while (static_cast<int>(scratch.size()) < threads) {
-      auto s = std::make_unique<LshScratch>();
-      s->matmul = matmuls_->NewRunner();
-      scratch.push_back(std::move(s));
-    }
-    return scratch;
-  }
-
-  void Release(std::vector<std::unique_ptr<LshScratch>> scratch) {
-    absl::MutexLock lock(&mu_);
-    for (auto& s : scratch) free_.push_back(std::move(s));
-  }
-
- private:
-  explicit LshResources(std::unique_ptr<MatmulCache> matmuls)
-      : matmuls_(std::move(matmuls)) {}
-
-  const std::unique_ptr<MatmulCache> matmuls_;
-  absl::Mutex mu_;
-  std::vector<std::unique_ptr<LshScratch>> free_ ABSL_GUARDED_BY(mu_);
-};
-
-// fn(scratch, item) for item in [0, count) over OpenMP threads (dynamic
-// schedule); stops early after the first error, which it returns. The same
-// loop as ParallelFor (core/kernel_common.h), over LSH's own scratch.
-template <typename Fn>
-absl::Status ForEachItem(absl::Span<LshScratch* const> scratch, int64_t count,
-                         const Fn& fn) {
-  if (count <= 0) return absl::OkStatus();
-  const int threads =
-      static_cast<int>(std::min<int64_t>(count, scratch.size()));
-  std::atomic<bool> failed{false};
-  for (int t = 0; t < threads; ++t) scratch[t]->status = absl::OkStatus();
-#pragma omp parallel num_threads(threads)
-  {
-    // oneDNN runs each product on the calling thread only if it sees a
-    // parallel region; in a team of one it would start a nested team per
-    // product (see ParallelFor).
-    omp_set_num_threads(1);
-    LshScratch* s = scratch[omp_get_thread_num()];
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < count; ++item) {
-      if (failed.load(std::memory_order_relaxed)) continue;
-      absl::Status st = fn(s, item);
-      if (!st.ok()) {
-        s->status = std::move(st);
-        failed.store(true, std::memory_order_relaxed);
-      }
-    }
-  }
-  for (int t = 0; t < threads; ++t) {
-    if (!scratch[t]->status.ok()) return scratch[t]->status;
-  }
-  return absl::OkStatus();
-}
 
 // What one call shares across its regions. Per-position arrays are indexed
 // [bh][position] (bh = b * Hq + h), per-round ones [bh][round][...].
@@ -179,7 +83,7 @@ class LshCall {
         query_rows_(std::min(chunk_, kQueryRows)),
         span_chunks_(SpanChunks()) {}
 
-  absl::Status Run(absl::Span<LshScratch* const> scratch) {
+  absl::Status Run(absl::Span<Workspace* const> scratch) {
     const size_t positions = static_cast<size_t>(bh_count_ * length_);
     PrepareRotations();
     norm_.resize(positions);
@@ -192,41 +96,45 @@ class LshCall {
     acc_.reset(new float[positions * dv_]);
 
     const int64_t hash_blocks = (length_ + kHashRows - 1) / kHashRows;
-    RETURN_IF_ERROR(ForEachItem(
-        scratch, bh_count_ * hash_blocks, [&](LshScratch* s, int64_t item) {
-          return Hash(s, item / hash_blocks, item % hash_blocks);
-        }));
-    RETURN_IF_ERROR(ForEachItem(scratch, bh_count_ * rounds_,
-                                [&](LshScratch* s, int64_t item) {
+    RETURN_IF_ERROR(ParallelFor(threads_, scratch, bh_count_ * hash_blocks,
+                                [&](Workspace* s, int64_t item) {
+                                  return Hash(s, item / hash_blocks,
+                                              item % hash_blocks);
+                                }));
+    RETURN_IF_ERROR(ParallelFor(threads_, scratch, bh_count_ * rounds_,
+                                [&](Workspace* s, int64_t item) {
                                   Sort(s, item / rounds_, item % rounds_);
                                   return absl::OkStatus();
                                 }));
     const int64_t per_bh = AttendItems();
     for (int64_t r = 0; r < rounds_; ++r) {
-      RETURN_IF_ERROR(ForEachItem(
-          scratch, bh_count_ * per_bh, [&](LshScratch* s, int64_t item) {
-            return Attend(s, item / per_bh, r, item % per_bh,
-                          /*weights=*/false);
-          }));
+      RETURN_IF_ERROR(ParallelFor(threads_, scratch, bh_count_ * per_bh,
+                                  [&](Workspace* s, int64_t item) {
+                                    return Attend(s, item / per_bh, r,
+                                                  item % per_bh,
+                                                  /*weights=*/false);
+                                  }));
     }
-    RETURN_IF_ERROR(ForEachItem(
-        scratch, bh_count_ * hash_blocks, [&](LshScratch* s, int64_t item) {
-          Write(s, item / hash_blocks, item % hash_blocks);
-          return absl::OkStatus();
-        }));
+    RETURN_IF_ERROR(ParallelFor(threads_, scratch, bh_count_ * hash_blocks,
+                                [&](Workspace* s, int64_t item) {
+                                  Write(s, item / hash_blocks,
+                                        item % hash_blocks);
+                                  return absl::OkStatus();
+                                }));
     if (weights_ == nullptr) return absl::OkStatus();
 
-    RETURN_IF_ERROR(ForEachItem(
-        scratch, bh_count_ * length_, [&](LshScratch*, int64_t row) {
+    RETURN_IF_ERROR(ParallelFor(
+        threads_, scratch, bh_count_ * length_, [&](Workspace*, int64_t row) {
           std::memset(weights_ + row * length_, 0, length_ * sizeof(float));
           return absl::OkStatus();
         }));
     for (int64_t r = 0; r < rounds_; ++r) {
-      RETURN_IF_ERROR(ForEachItem(
-          scratch, bh_count_ * per_bh, [&](LshScratch* s, int64_t item) {
-            return Attend(s, item / per_bh, r, item % per_bh,
-                          /*weights=*/true);
-          }));
+      RETURN_IF_ERROR(ParallelFor(threads_, scratch, bh_count_ * per_bh,
+                                  [&](Workspace* s, int64_t item) {
+                                    return Attend(s, item / per_bh, r,
+                                                  item % per_bh,
+                                                  /*weights=*/true);
+                                  }));
     }
     return absl::OkStatus();
   }
@@ -279,7 +187,7 @@ class LshCall {
   }
 
   // Norms and buckets of positions [block * kHashRows, ...) of one (b, h).
-  absl::Status Hash(LshScratch* s, int64_t bh, int64_t block) {
+  absl::Status Hash(Workspace* s, int64_t bh, int64_t block) {
     const int64_t i0 = block * kHashRows;
     const int64_t m = std::min(kHashRows, length_ - i0);
     const float* x;
@@ -352,10 +260,10 @@ class LshCall {
   }
 
   // Positions sorted by (bucket, position).
-  void Sort(LshScratch* s, int64_t bh, int64_t round) {
+  void Sort(Workspace* s, int64_t bh, int64_t round) {
     const int32_t* bucket = BucketsOf(bh, round);
     int32_t* order = OrderOf(bh, round);
-    std::vector<int32_t>& start = s->counts;
+    std::vector<int32_t>& start = s->offsets;
     start.assign(2 * half_ + 2, 0);
     for (int64_t i = 0; i < length_; ++i) ++start[bucket[i] + 1];
     for (size_t c = 1; c < start.size(); ++c) start[c] += start[c - 1];
@@ -366,7 +274,7 @@ class LshCall {
 
   // Rows `positions` of q (normalised to unit length when `unit`) or of v
   // (`value`), as dense gemm-dtype rows.
-  void Gather(LshScratch* s, int64_t bh, const int32_t* positions, int64_t n,
+  void Gather(Workspace* s, int64_t bh, const int32_t* positions, int64_t n,
               bool value, bool unit, void* dst) const {
     const int64_t cols = value ? dv_ : dim_;
     const float* norm = norm_.data() + bh * length_;
@@ -380,7 +288,7 @@ class LshCall {
         continue;
       }
       float* f = gemm_ == DType::kFloat32 ? reinterpret_cast<float*>(row)
-                                          : s->row_f32.Get<float>(cols);
+                                          : s->row.Get<float>(cols);
       ops_.load(src, p_.dtype, cols, f);
       if (unit) ops_.scale(f, cols, norm[i] > 0.0f ? 1.0f / norm[i] : 0.0f);
       if (gemm_ == DType::kBFloat16) {
@@ -391,7 +299,7 @@ class LshCall {
 
   // dst = the dense gemm-dtype query rows `src` of `positions` divided by
   // their norms (the same values Gather with `unit` gives).
-  void Normalize(LshScratch* s, int64_t bh, const int32_t* positions, int64_t n,
+  void Normalize(Workspace* s, int64_t bh, const int32_t* positions, int64_t n,
                  const void* src, void* dst) const {
     const float* norm = norm_.data() + bh * length_;
     for (int64_t r = 0; r < n; ++r) {
@@ -403,7 +311,7 @@ class LshCall {
         for (int64_t d = 0; d < dim_; ++d) y[d] = x[d] * inv;
         continue;
       }
-      float* f = s->row_f32.Get<float>(dim_);
+      float* f = s->row.Get<float>(dim_);
       ops_.load(static_cast<const uint16_t*>(src) + r * dim_, gemm_, dim_, f);
       ops_.scale(f, dim_, inv);
       ops_.to_bf16(f, dim_, static_cast<uint16_t*>(dst) + r * dim_);
@@ -412,7 +320,7 @@ class LshCall {
 
   // Item `item` of (b, h) in round `round`: a span of chunks, or one block
   // of a large chunk's rows (AttendItems).
-  absl::Status Attend(LshScratch* s, int64_t bh, int64_t round, int64_t item,
+  absl::Status Attend(Workspace* s, int64_t bh, int64_t round, int64_t item,
                       bool weights) {
     const int32_t* order = OrderOf(bh, round);
     if (span_chunks_ == 0) {
@@ -468,7 +376,7 @@ class LshCall {
   // dense gemm-dtype rows): their attention over the chunk and the previous
   // one. Without `weights`, folds (o_r, lse_r) into the running combination;
   // with it, adds exp(s_ij - LSE_i) to w_ij (the combination being complete).
-  absl::Status AttendRows(LshScratch* s, int64_t bh, int64_t round,
+  absl::Status AttendRows(Workspace* s, int64_t bh, int64_t round,
                           int64_t chunk, int64_t t0, int64_t t1, const void* q,
                           const SpanKeys& keys, bool weights) {
     const int32_t* order = OrderOf(bh, round);
@@ -496,7 +404,7 @@ class LshCall {
     std::fill_n(row_sum, m, 0.0f);
     if (acc != nullptr) std::fill_n(acc, m * dv_, 0.0f);
     // Keys j < limit are allowed for row r (causal: j <= i).
-    std::vector<int32_t>& limit = s->query_pos;
+    std::vector<int32_t>& limit = s->limits;
     limit.resize(m);
     for (int64_t r = 0; r < m; ++r) {
       const int64_t i = order[t0 + r];
@@ -624,7 +532,7 @@ class LshCall {
 
   // out_i = acc_i / S_i for positions [block * kHashRows, ...) of one (b, h);
   // zeros where no round had an allowed key.
-  void Write(LshScratch* s, int64_t bh, int64_t block) {
+  void Write(Workspace* s, int64_t bh, int64_t block) {
     const int64_t i0 = block * kHashRows;
     const int64_t i1 = std::min(length_, i0 + kHashRows);
     const int64_t size = static_cast<int64_t>(DTypeSize(out_dtype_));
@@ -638,7 +546,7 @@ class LshCall {
                           dst, out_dtype_);
       } else {
         if (zeros == nullptr) {
-          zeros = s->row_f32.Get<float>(dv_);
+          zeros = s->row.Get<float>(dv_);
           std::fill_n(zeros, dv_, 0.0f);
         }
         ops_.store_scaled(zeros, dv_, 1.0f, dst, out_dtype_);
@@ -668,23 +576,13 @@ class LshCall {
 }  // namespace
 
 absl::Status RunLsh(const Problem& p, const AttentionOutputs& outputs,
-                    const Strides4& out_strides, const VecOps& ops,
-                    int num_threads) {
+                    const Strides4& out_strides,
+                    const VariantContext& context) {
   const AttentionShape& s = p.shape;
   if (s.batch == 0 || s.q_heads == 0 || s.q_len == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(LshResources * resources, LshResources::Get());
-  const DType gemm = p.dtype == DType::kBFloat16 && resources->bf16_supported()
-                         ? DType::kBFloat16
-                         : DType::kFloat32;
-  std::vector<std::unique_ptr<LshScratch>> scratch =
-      resources->Acquire(std::max(1, num_threads));
-  std::vector<LshScratch*> raw(scratch.size());
-  for (size_t t = 0; t < scratch.size(); ++t) raw[t] = scratch[t].get();
-  LshCall call(p, outputs, out_strides, ops, gemm,
-               static_cast<int>(scratch.size()));
-  const absl::Status st = call.Run(raw);
-  resources->Release(std::move(scratch));
-  return st;
+  LshCall call(p, outputs, out_strides, *context.ops, context.gemm_dtype,
+               context.num_threads());
+  return call.Run(context.ws);
 }
 
 }  // namespace attnserve
