@@ -40,6 +40,16 @@ enum class Method {
   kTruncateSession,
   kCloseSession,
   kGetSession,
+  // inference.GRPCInferenceService (the Open Inference Protocol,
+  // server/kserve/).
+  kServerLive,
+  kServerReady,
+  kModelReady,
+  kServerMetadata,
+  kModelMetadata,
+  kModelConfig,
+  kModelStatistics,
+  kModelInfer,
 };
 
 // Why a task never reached a kernel.
