@@ -798,6 +798,64 @@ TEST_F(KserveE2eTest, HostedModelErrorsNameTheInput) {
                                  "for model mha_post")));
 }
 
+template <typename T>
+std::string RawOf(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()),
+                     v.size() * sizeof(T));
+}
+
+std::vector<float> FloatsOf(const std::string& raw) {
+  std::vector<float> v(raw.size() / 4);
+  std::memcpy(v.data(), raw.data(), v.size() * 4);
+  return v;
+}
+
+// docs/api.md's worked ModelInfer example, with the values it states.
+TEST_F(KserveE2eTest, WorkedExampleOfTheApiDoc) {
+  ModelInferRequest r;
+  r.set_model_name("attention");
+  r.set_id("example-1");
+  AddInput("query", v1::FLOAT32, {1, 2, 3, 2},
+           RawOf(std::vector<float>{1, 0, 0, 1, 1, 1, 0, 0, 2, 0, 0, -1}),
+           false, &r);
+  AddInput("key", v1::FLOAT32, {1, 1, 4, 2},
+           RawOf(std::vector<float>{1, 0, 0, 1, 1, 1, -1, 0}), false, &r);
+  AddInput("value", v1::FLOAT32, {1, 1, 4, 2},
+           RawOf(std::vector<float>{1, 0, 0, 1, 2, 2, 5, 5}), false, &r);
+  AddInput("mask", v1::BOOL, {1, 2, 1, 4}, std::string("\1\1\1\1\1\0\1\1", 8),
+           false, &r);
+  AddInput("key_lengths", v1::INT32, {1}, RawOf(std::vector<int32_t>{3}), false,
+           &r);
+  auto& p = *r.mutable_parameters();
+  p["causal"].set_bool_param(true);
+  p["alignment"].set_string_param("BOTTOM_RIGHT");
+  p["return_weights"].set_bool_param(true);
+  ModelInferResponse got;
+  ASSERT_THAT(Infer(r, &got), StatusIs(absl::StatusCode::kOk, ::testing::_));
+  ASSERT_EQ(got.outputs_size(), 2);
+  EXPECT_EQ(got.id(), "example-1");
+  EXPECT_EQ(got.outputs(0).name(), "output");
+  EXPECT_EQ(got.outputs(0).datatype(), "FP32");
+  EXPECT_THAT(got.outputs(0).shape(), ElementsAre(1, 2, 3, 2));
+  EXPECT_THAT(got.outputs(1).shape(), ElementsAre(1, 2, 3, 4));
+  using ::testing::FloatNear;
+  const float e = 1e-4f;
+  EXPECT_THAT(FloatsOf(got.raw_output_contents(0)),
+              ElementsAre(FloatNear(0.6698f, e), FloatNear(0.3302f, e),
+                          FloatNear(1.0f, e), FloatNear(1.2033f, e),
+                          FloatNear(1.2552f, e), FloatNear(1.2552f, e),
+                          FloatNear(1.0f, e), FloatNear(0.0f, e),
+                          FloatNear(1.5f, e), FloatNear(1.0f, e),
+                          FloatNear(1.3302f, e), FloatNear(0.6605f, e)));
+  const std::vector<float> w = FloatsOf(got.raw_output_contents(1));
+  ASSERT_EQ(w.size(), 24u);
+  EXPECT_NEAR(w[0], 0.6698f, e);
+  EXPECT_NEAR(w[1], 0.3302f, e);
+  EXPECT_EQ(w[3], 0.0f);
+  EXPECT_NEAR(w[12 + 4], 0.5f, e);
+  EXPECT_EQ(w[12 + 5], 0.0f);
+}
+
 std::string WriteToken(const TempDir& dir, const std::string& token) {
   const std::string path = dir.Path("token");
   std::ofstream(path) << token << "\n";
