@@ -158,6 +158,7 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
   report.arrival =
       options.arrival == Arrival::kPoisson ? "poisson" : "constant";
   report.stream = options.stream;
+  report.v2 = v2;
   report.model = options.model.name;
   report.targets = options.connection.targets;
   report.connections_per_target = options.connections;
@@ -193,8 +194,7 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     infer_request = hosted ? ToModelInferRequest(model_request)
                            : ToModelInferRequest(attend_request);
     request = &infer_request;
-    report.request_text =
-        absl::StrCat("ModelInfer (v2) of ", report.request_text);
+    report.request_text = absl::StrCat("v2 of ", report.request_text);
   }
   report.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   if (const ExitCode code =
