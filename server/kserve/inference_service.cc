@@ -115,11 +115,14 @@ absl::StatusOr<int> InferenceService::FindModel(
 
 grpc::ServerUnaryReactor* InferenceService::Answer(
     grpc::CallbackServerContext* context, Method method, absl::Time received,
-    const absl::Status& status) {
+    const google::protobuf::Message& request,
+    const google::protobuf::Message& response, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const grpc::Status grpc_status = ToGrpcStatus(status);
   metrics_->RecordRequest(method, grpc_status.error_code(),
-                          absl::ToDoubleSeconds(absl::Now() - received), 0, 0);
+                          absl::ToDoubleSeconds(absl::Now() - received),
+                          static_cast<int64_t>(request.ByteSizeLong()),
+                          static_cast<int64_t>(response.ByteSizeLong()));
   reactor->Finish(grpc_status);
   return reactor;
 }
@@ -130,7 +133,8 @@ grpc::ServerUnaryReactor* InferenceService::ServerLive(
     inference::ServerLiveResponse* response) {
   const absl::Time received = absl::Now();
   response->set_live(true);
-  return Answer(context, Method::kServerLive, received, absl::OkStatus());
+  return Answer(context, Method::kServerLive, received, *request, *response,
+                absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerReady(
@@ -139,7 +143,8 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(
     inference::ServerReadyResponse* response) {
   const absl::Time received = absl::Now();
   response->set_ready(!admission_->draining());
-  return Answer(context, Method::kServerReady, received, absl::OkStatus());
+  return Answer(context, Method::kServerReady, received, *request, *response,
+                absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelReady(
@@ -152,7 +157,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(
     response->set_ready(!admission_->draining() &&
                         FindModel(request->name(), request->version()).ok());
   }
-  return Answer(context, Method::kModelReady, received, status);
+  return Answer(context, Method::kModelReady, received, *request, *response,
+                status);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
@@ -167,7 +173,8 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     response->add_extensions("model_configuration");
     response->add_extensions("statistics");
   }
-  return Answer(context, Method::kServerMetadata, received, status);
+  return Answer(context, Method::kServerMetadata, received, *request, *response,
+                status);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
@@ -192,7 +199,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
       }
     }
   }
-  return Answer(context, Method::kModelMetadata, received, status);
+  return Answer(context, Method::kModelMetadata, received, *request, *response,
+                status);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(
@@ -229,7 +237,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
       config->mutable_model_transaction_policy()->set_decoupled(false);
     }
   }
-  return Answer(context, Method::kModelConfig, received, status);
+  return Answer(context, Method::kModelConfig, received, *request, *response,
+                status);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
@@ -262,7 +271,8 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
       statistics_.Fill(m, stats);
     }
   }
-  return Answer(context, Method::kModelStatistics, received, status);
+  return Answer(context, Method::kModelStatistics, received, *request,
+                *response, status);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(

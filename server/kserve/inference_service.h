@@ -99,6 +99,8 @@ class InferenceService final
   // Answers a small call at once and counts it.
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
                                    Method method, absl::Time received,
+                                   const google::protobuf::Message& request,
+                                   const google::protobuf::Message& response,
                                    const absl::Status& status);
 
   const InferenceServiceOptions options_;
