@@ -20,7 +20,7 @@
 namespace attnserve::server {
 namespace {
 
-constexpr int kNumMethods = 21;
+constexpr int kNumMethods = 22;
 constexpr int kNumCodes =
     17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
 constexpr int kNumKernels = 3;
@@ -30,13 +30,14 @@ constexpr int kNumRejections = 4;
 // from every native one, so the method label tells the protocols apart
 // without a label that would change the native series.
 constexpr const char* kMethodNames[kNumMethods] = {
-    "Attend",      "AttendStream",      "GetServerInfo",
-    "AttendModel", "AttendModelStream", "CreateSession",
-    "AppendKv",    "AppendKvStream",    "AttendSessions",
-    "ForkSession", "TruncateSession",   "CloseSession",
-    "GetSession",  "ServerLive",        "ServerReady",
-    "ModelReady",  "ServerMetadata",    "ModelMetadata",
-    "ModelConfig", "ModelStatistics",   "ModelInfer"};
+    "Attend",          "AttendStream",      "GetServerInfo",
+    "AttendModel",     "AttendModelStream", "CreateSession",
+    "AppendKv",        "AppendKvStream",    "AttendSessions",
+    "ForkSession",     "TruncateSession",   "CloseSession",
+    "GetSession",      "ServerLive",        "ServerReady",
+    "ModelReady",      "ServerMetadata",    "ModelMetadata",
+    "ModelConfig",     "ModelStatistics",   "ModelInfer",
+    "ModelStreamInfer"};
 // The names gRPC itself prints for each code, so dashboards match grpc_*
 // metrics.
 constexpr const char* kCodeNames[kNumCodes] = {
@@ -119,6 +120,8 @@ int MethodIndex(Method method) {
       return 19;
     case Method::kModelInfer:
       return 20;
+    case Method::kModelStreamInfer:
+      return 21;
   }
   return 0;
 }

@@ -50,6 +50,7 @@ enum class Method {
   kModelConfig,
   kModelStatistics,
   kModelInfer,
+  kModelStreamInfer,
 };
 
 // Why a task never reached a kernel.

@@ -52,10 +52,7 @@ class InferenceService::InferMessages
   void Release() override { delete this; }
 
   ModelInferRequest& mutable_request() { return request_; }
-  NativeCall call;
-  v1::AttendResponse native_response;
-  // The model's index in interfaces_; -1 until it is known.
-  int model_index = -1;
+  InferState state;
 
  private:
   ModelInferRequest request_;
@@ -275,6 +272,67 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
                 *response, status);
 }
 
+void InferenceService::SubmitInfer(
+    grpc::CallbackServerContext* context, ModelInferRequest& request,
+    InferState* state, absl::Time received,
+    absl::AnyInvocable<void(absl::Status)> done) {
+  const absl::StatusOr<int> index =
+      FindModel(request.model_name(), request.model_version());
+  if (!index.ok()) {
+    done(index.status());
+    return;
+  }
+  state->model_index = *index;
+  NativeCall& call = state->call;
+  const absl::Status built = ToNative(interfaces_[*index], request, &call);
+  if (!built.ok()) {
+    done(built);
+    return;
+  }
+  auto is_cancelled = [context] { return context->IsCancelled(); };
+  if (call.model->hosted == nullptr) {
+    native_->SubmitAttend(call.attend, &state->native_response, received,
+                          std::move(is_cancelled), CallDeadline(*context),
+                          std::move(done));
+  } else {
+    native_->SubmitModel(call.hosted, &state->native_response, received,
+                         std::move(is_cancelled), CallDeadline(*context),
+                         std::move(done));
+  }
+}
+
+void InferenceService::RecordInfer(Method method,
+                                   const ModelInferRequest& request,
+                                   const InferState& state,
+                                   const absl::Status& status,
+                                   absl::Time received, int64_t request_bytes,
+                                   int64_t response_bytes) {
+  const grpc::StatusCode code = ToGrpcStatus(status).error_code();
+  const absl::Time now = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(now - received);
+  metrics_->RecordRequest(method, code, seconds, request_bytes, response_bytes);
+  if (state.model_index >= 0) {
+    const ModelInterface& model = interfaces_[state.model_index];
+    if (model.hosted != nullptr) {
+      metrics_->RecordModelRequest(model.hosted->index, code, seconds);
+    }
+    if (status.ok()) {
+      const v1::Timing& timing = state.native_response.timing();
+      statistics_.RecordSuccess(state.model_index, now - received,
+                                absl::Microseconds(timing.queue_us()),
+                                absl::Microseconds(timing.compute_us()), now);
+    } else {
+      statistics_.RecordFailure(state.model_index, now - received);
+    }
+  }
+  ATTNSERVE_LOG(
+      LogLevel::kDebug,
+      method == Method::kModelInfer ? "ModelInfer" : "ModelStreamInfer",
+      " model=", request.model_name(), " id=", request.id(), " code=", code,
+      " bytes_in=", request_bytes, " bytes_out=", response_bytes, " ",
+      status.message());
+}
+
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     grpc::CallbackServerContext* context, const ModelInferRequest* request,
     ModelInferResponse* response) {
@@ -285,71 +343,110 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
   auto finish = [this, reactor, messages, request, response, received,
                  request_bytes](absl::Status status) {
     if (status.ok()) {
-      ToInferResponse(messages->call, *request, messages->native_response,
-                      response);
+      ToInferResponse(messages->state.call, *request,
+                      messages->state.native_response, response);
     } else {
       response->Clear();
     }
-    const grpc::Status grpc_status = ToGrpcStatus(status);
-    const absl::Time now = absl::Now();
-    const int64_t response_bytes =
-        static_cast<int64_t>(response->ByteSizeLong());
-    const double seconds = absl::ToDoubleSeconds(now - received);
-    metrics_->RecordRequest(Method::kModelInfer, grpc_status.error_code(),
-                            seconds, request_bytes, response_bytes);
-    const int model_index = messages->model_index;
-    if (model_index >= 0) {
-      const ModelInterface& model = interfaces_[model_index];
-      if (model.hosted != nullptr) {
-        metrics_->RecordModelRequest(model.hosted->index,
-                                     grpc_status.error_code(), seconds);
-      }
-      if (status.ok()) {
-        const v1::Timing& timing = messages->native_response.timing();
-        statistics_.RecordSuccess(model_index, now - received,
-                                  absl::Microseconds(timing.queue_us()),
-                                  absl::Microseconds(timing.compute_us()), now);
-      } else {
-        statistics_.RecordFailure(model_index, now - received);
-      }
-    }
+    RecordInfer(Method::kModelInfer, *request, messages->state, status,
+                received, request_bytes,
+                static_cast<int64_t>(response->ByteSizeLong()));
     work_.Answered();
-    ATTNSERVE_LOG(LogLevel::kDebug, "ModelInfer model=", request->model_name(),
-                  " id=", request->id(), " code=", grpc_status.error_code(),
-                  " bytes_in=", request_bytes, " bytes_out=", response_bytes,
-                  " ", status.message());
-    reactor->Finish(grpc_status);
+    reactor->Finish(ToGrpcStatus(status));
   };
   const absl::Status admitted = admission_->Admit(*context);
   if (!admitted.ok()) {
     finish(admitted);
     return reactor;
   }
-  const absl::StatusOr<int> index =
-      FindModel(request->model_name(), request->model_version());
-  if (!index.ok()) {
-    finish(index.status());
-    return reactor;
-  }
-  messages->model_index = *index;
-  NativeCall& call = messages->call;
-  const absl::Status built =
-      ToNative(interfaces_[*index], messages->mutable_request(), &call);
-  if (!built.ok()) {
-    finish(built);
-    return reactor;
-  }
-  auto is_cancelled = [context] { return context->IsCancelled(); };
-  if (call.model->hosted == nullptr) {
-    native_->SubmitAttend(call.attend, &messages->native_response, received,
-                          is_cancelled, CallDeadline(*context),
-                          std::move(finish));
-  } else {
-    native_->SubmitModel(call.hosted, &messages->native_response, received,
-                         is_cancelled, CallDeadline(*context),
-                         std::move(finish));
-  }
+  SubmitInfer(context, messages->mutable_request(), &messages->state, received,
+              std::move(finish));
   return reactor;
+}
+
+// One ModelStreamInfer stream: one message at a time (read, infer, write, read
+// the next), so answers come in request order and the stream needs no
+// bookkeeping beyond its one message. A failed message is answered with its
+// error_message (and the id and model in infer_response) and the stream goes
+// on, as Triton's streams do. Deletes itself in OnDone; OnDone comes only
+// after Finish, which is called only while no message is in flight.
+class InferenceService::StreamReactor
+    : public grpc::ServerBidiReactor<ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  StreamReactor(InferenceService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    const absl::Status admitted = service_->admission_->Admit(*context);
+    if (!admitted.ok()) {
+      Finish(ToGrpcStatus(admitted));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // Half-closed by the client (or cancelled): every answer is written.
+      Finish(grpc::Status::OK);
+      return;
+    }
+    service_->work_.Begin();
+    received_ = absl::Now();
+    request_bytes_ = static_cast<int64_t>(request_.ByteSizeLong());
+    // Streams opened before draining began stay open, but take no new work.
+    if (service_->admission_->draining()) {
+      Answer(absl::UnavailableError("server is shutting down"));
+      return;
+    }
+    service_->SubmitInfer(context_, request_, &state_, received_,
+                          [this](absl::Status status) { Answer(status); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    service_->work_.End();
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed"));
+      return;
+    }
+    request_.Clear();
+    response_.Clear();
+    state_ = InferState();
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Answer(const absl::Status& status) {
+    inference::ModelInferResponse* infer = response_.mutable_infer_response();
+    if (status.ok()) {
+      ToInferResponse(state_.call, request_, state_.native_response, infer);
+    } else {
+      response_.set_error_message(absl::StrCat(
+          absl::StatusCodeToString(status.code()), ": ", status.message()));
+      infer->set_model_name(request_.model_name());
+      infer->set_model_version(request_.model_version());
+      infer->set_id(request_.id());
+    }
+    service_->RecordInfer(Method::kModelStreamInfer, request_, state_, status,
+                          received_, request_bytes_,
+                          static_cast<int64_t>(response_.ByteSizeLong()));
+    service_->work_.Answered();
+    StartWrite(&response_);
+  }
+
+  InferenceService* const service_;
+  grpc::CallbackServerContext* const context_;
+  ModelInferRequest request_;
+  inference::ModelStreamInferResponse response_;
+  InferState state_;
+  absl::Time received_;
+  int64_t request_bytes_ = 0;
+};
+
+grpc::ServerBidiReactor<ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new StreamReactor(this, context);
 }
 
 }  // namespace attnserve::server::kserve

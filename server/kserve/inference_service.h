@@ -86,10 +86,38 @@ class InferenceService final
       grpc::CallbackServerContext* context,
       const inference::ModelInferRequest* request,
       inference::ModelInferResponse* response) override;
+  // ModelInfer's messages on one stream, answered one at a time in order; a
+  // failed message is answered with error_message and the stream goes on.
+  grpc::ServerBidiReactor<inference::ModelInferRequest,
+                          inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
 
  private:
   class InferMessages;
   class InferAllocator;
+  class StreamReactor;
+
+  // One inference's native call and answer.
+  struct InferState {
+    NativeCall call;
+    v1::AttendResponse native_response;
+    // The model's index in interfaces_; -1 until it is known.
+    int model_index = -1;
+  };
+
+  // Finds the model, builds the native request (moving `request`'s raw
+  // contents) and submits it; `done` is called exactly once, inline on an
+  // error, with `state->native_response` filled when OK. `request` and
+  // `state` must stay valid until then.
+  void SubmitInfer(grpc::CallbackServerContext* context,
+                   inference::ModelInferRequest& request, InferState* state,
+                   absl::Time received,
+                   absl::AnyInvocable<void(absl::Status)> done);
+  // The metrics and statistics of one answered inference.
+  void RecordInfer(Method method, const inference::ModelInferRequest& request,
+                   const InferState& state, const absl::Status& status,
+                   absl::Time received, int64_t request_bytes,
+                   int64_t response_bytes);
 
   // The index of the model in interfaces_, or NotFound naming the served
   // models (or versions).

@@ -360,6 +360,54 @@ TEST_F(KserveE2eTest, ModelInferEqualsAttendOverShapesDtypesAndMasks) {
   }
 }
 
+// ModelStreamInfer answers in order; a bad message gets its error_message and
+// the stream goes on.
+TEST_F(KserveE2eTest, StreamAnswersInOrderAndGoesOnAfterAnError) {
+  const v1::AttendRequest first = Case{}.Build(31);
+  Case big;
+  big.hq = 8, big.hkv = 8, big.lq = 64, big.lk = 64, big.d = 64, big.dv = 64;
+  const v1::AttendRequest third = big.Build(33);
+  std::vector<v1::AttendResponse> native(2);
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext context;
+    Prepare(&context);
+    ASSERT_TRUE(
+        native_->Attend(&context, i == 0 ? first : third, &native[i]).ok());
+  }
+  ModelInferRequest bad = ToV2(Case{}.Build(32), false);
+  bad.mutable_inputs(0)->set_datatype("FLOAT32");
+  grpc::ClientContext context;
+  Prepare(&context);
+  auto stream = v2_->ModelStreamInfer(&context);
+  ASSERT_TRUE(stream->Write(ToV2(first, false)));
+  ASSERT_TRUE(stream->Write(bad));
+  ASSERT_TRUE(stream->Write(ToV2(third, true)));
+  ASSERT_TRUE(stream->WritesDone());
+  inference::ModelStreamInferResponse answer;
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_EQ(answer.error_message(), "");
+  EXPECT_EQ(answer.infer_response().id(), first.request_id());
+  ExpectSame(answer.infer_response(), 0, "output", native[0].output());
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_THAT(answer.error_message(),
+              AllOf(HasSubstr("INVALID_ARGUMENT"),
+                    HasSubstr("inputs[0] (query).datatype")));
+  EXPECT_EQ(answer.infer_response().id(), "case-32");
+  EXPECT_EQ(answer.infer_response().outputs_size(), 0);
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_EQ(answer.error_message(), "");
+  EXPECT_EQ(answer.infer_response().id(), third.request_id());
+  ExpectSame(answer.infer_response(), 0, "output", native[1].output());
+  EXPECT_FALSE(stream->Read(&answer));
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_GE(
+      ::attnserve::testing::AwaitMetric(
+          *server_,
+          R"(attnserve_requests_total{code="OK",method="ModelStreamInfer"})",
+          2),
+      2);
+}
+
 TEST_F(KserveE2eTest, RequestedOutputsChooseWhatIsReturned) {
   Case c;
   const v1::AttendRequest native_request = c.Build(7);
@@ -902,6 +950,17 @@ TEST(KserveAuthE2eTest, TokenGuardsEverythingButLivenessAndReadiness) {
             .ok());
     EXPECT_TRUE(ready.ready());
   }
+  {
+    grpc::ClientContext context;
+    Prepare(&context);
+    auto stream = stub->ModelStreamInfer(&context);
+    stream->Write(request);
+    stream->WritesDone();
+    inference::ModelStreamInferResponse answer;
+    EXPECT_FALSE(stream->Read(&answer));
+    EXPECT_THAT(ToAbsl(stream->Finish()),
+                StatusIs(absl::StatusCode::kUnauthenticated, ::testing::_));
+  }
   grpc::ClientContext context;
   Prepare(&context, "s3cret");
   ModelInferResponse response;
@@ -935,6 +994,20 @@ TEST(KserveDrainE2eTest, DrainingIsNotReadyAndFinishesInFlightInference) {
   ASSERT_GE(::attnserve::testing::AwaitMetric(
                 **server, "attnserve_queue_duration_seconds_count", 1),
             1);
+  // A stream opened before the drain stays open but takes no new work.
+  grpc::ClientContext stream_context;
+  Prepare(&stream_context);
+  auto stream = stub->ModelStreamInfer(&stream_context);
+  {
+    // A malformed message is answered at once (the worker is busy): the
+    // stream is open on the server before the signal.
+    ModelInferRequest bad = ToV2(Case{}.Build(4), false);
+    bad.mutable_inputs(0)->set_datatype("FLOAT32");
+    ASSERT_TRUE(stream->Write(bad));
+    inference::ModelStreamInferResponse answer;
+    ASSERT_TRUE(stream->Read(&answer));
+    ASSERT_THAT(answer.error_message(), HasSubstr("INVALID_ARGUMENT"));
+  }
   (*server)->Kill(SIGTERM);
   bool saw_not_ready = false;
   for (int i = 0; i < 200 && !saw_not_ready && !slow_done.HasBeenNotified();
@@ -966,6 +1039,15 @@ TEST(KserveDrainE2eTest, DrainingIsNotReadyAndFinishesInFlightInference) {
         ToAbsl(stub->ModelInfer(&context, ToV2(Case{}.Build(2), false),
                                 &response)),
         StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
+  }
+  {
+    ASSERT_TRUE(stream->Write(ToV2(Case{}.Build(3), false)));
+    inference::ModelStreamInferResponse answer;
+    ASSERT_TRUE(stream->Read(&answer));
+    EXPECT_EQ(answer.error_message(), "UNAVAILABLE: server is shutting down");
+    stream->WritesDone();
+    EXPECT_FALSE(stream->Read(&answer));
+    EXPECT_TRUE(stream->Finish().ok());
   }
   EXPECT_FALSE(slow_done.HasBeenNotified())
       << "the slow call ended before the drain checks: make it slower";
