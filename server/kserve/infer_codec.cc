@@ -188,10 +188,12 @@ absl::Status ApplyParameters(const ModelInterface& model,
       attend ? call->attend.mutable_mask() : call->hosted.mutable_mask();
   // Map order is unspecified; checking in name order keeps the first error
   // reported the same from call to call.
-  std::vector<std::string> keys;
-  for (const auto& entry : request.parameters()) keys.push_back(entry.first);
-  std::sort(keys.begin(), keys.end());
-  for (const std::string& key : keys) {
+  std::vector<const std::string*> keys;
+  for (const auto& entry : request.parameters()) keys.push_back(&entry.first);
+  std::sort(keys.begin(), keys.end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
+  for (const std::string* key_pointer : keys) {
+    const std::string& key = *key_pointer;
     const InferParameter& value = request.parameters().at(key);
     const std::string field = absl::StrCat("parameters[\"", key, "\"]");
     if (std::find(model.parameters.begin(), model.parameters.end(), key) ==
@@ -373,20 +375,27 @@ v1::Tensor* TensorOf(absl::string_view name, NativeCall* call) {
 absl::Status DecodeInput(int index, const TensorSpec& spec,
                          const ModelInferRequest::InferInputTensor& input,
                          std::string* raw, NativeCall* call) {
-  const std::string field =
-      absl::StrCat("inputs[", index, "] (", input.name(), ")");
-  ASSIGN_OR_RETURN(
-      const v1::DataType dtype,
-      wire::DataTypeFromV2Name(input.datatype(), field + ".datatype"));
+  // The input's name in messages, built only when one is needed: this runs
+  // for every input of every call.
+  auto field = [&] {
+    return absl::StrCat("inputs[", index, "] (", input.name(), ")");
+  };
+  absl::StatusOr<v1::DataType> parsed =
+      wire::DataTypeFromV2Name(input.datatype(), "datatype");
+  if (!parsed.ok()) {
+    return wire::DataTypeFromV2Name(input.datatype(), field() + ".datatype")
+        .status();
+  }
+  const v1::DataType dtype = *parsed;
   if (std::find(spec.datatypes.begin(), spec.datatypes.end(), dtype) ==
       spec.datatypes.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ".datatype: \"", input.datatype(), "\" is not accepted for ",
+        field(), ".datatype: \"", input.datatype(), "\" is not accepted for ",
         spec.name, " (expected ", DataTypeList(spec.datatypes), ")"));
   }
   if (!input.parameters().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ".parameters: unknown parameter \"",
+        field(), ".parameters: unknown parameter \"",
         input.parameters().begin()->first,
         "\" (inputs take no parameters; shared memory is not supported)"));
   }
@@ -394,22 +403,23 @@ absl::Status DecodeInput(int index, const TensorSpec& spec,
   if (raw != nullptr) {
     if (input.has_contents()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          field,
+          field(),
           ".contents: set together with raw_input_contents (send every "
           "input's data one way: all in raw_input_contents, or all in "
           "contents)"));
     }
     bytes.swap(*raw);
   } else {
-    ASSIGN_OR_RETURN(bytes, TypedBytes(field, dtype, input));
+    ASSIGN_OR_RETURN(bytes, TypedBytes(field(), dtype, input));
   }
   v1::Mask* mask = call->model->hosted == nullptr ? call->attend.mutable_mask()
                                                   : call->hosted.mutable_mask();
   if (spec.name == "key_lengths") {
-    return ToRepeated(field, "[B]", input, bytes, mask->mutable_key_lengths());
+    return ToRepeated(field(), "[B]", input, bytes,
+                      mask->mutable_key_lengths());
   }
   if (spec.name == "alibi_slopes") {
-    return ToRepeated(field, "[Hq]", input, bytes,
+    return ToRepeated(field(), "[Hq]", input, bytes,
                       mask->mutable_alibi_slopes());
   }
   v1::Tensor* tensor = TensorOf(spec.name, call);
