@@ -171,6 +171,22 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
   return reactor;
 }
 
+void AttentionService::SubmitAttend(
+    const v1::AttendRequest& request, v1::AttendResponse* response,
+    absl::Time received, std::function<bool()> is_cancelled,
+    absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
+  Process<AttendKind>(request, response, received, std::move(is_cancelled),
+                      deadline, std::move(done));
+}
+
+void AttentionService::SubmitModel(
+    const v1::ModelRequest& request, v1::AttendResponse* response,
+    absl::Time received, std::function<bool()> is_cancelled,
+    absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
+  Process<ModelKind>(request, response, received, std::move(is_cancelled),
+                     deadline, std::move(done));
+}
+
 grpc::ServerUnaryReactor* AttentionService::Attend(
     grpc::CallbackServerContext* context, const v1::AttendRequest* request,
     v1::AttendResponse* response) {

@@ -61,6 +61,22 @@ class AttentionService final : public v1::AttentionService::CallbackService {
     return work_.WaitUntilIdle(deadline);
   }
 
+  // Decodes and queues one Attend (SubmitAttend) or AttendModel
+  // (SubmitModel) request that another protocol's front end built
+  // (server/kserve/): the same validation, limits, scheduler, kernels and
+  // compute metrics as the native calls. The caller has admitted the call and
+  // records its answer. `request` and `response` must stay valid until
+  // `done`, which is called exactly once, on a worker or inline, with the
+  // final status (`response` filled and timed when OK).
+  void SubmitAttend(const v1::AttendRequest& request,
+                    v1::AttendResponse* response, absl::Time received,
+                    std::function<bool()> is_cancelled, absl::Time deadline,
+                    absl::AnyInvocable<void(absl::Status)> done);
+  void SubmitModel(const v1::ModelRequest& request,
+                   v1::AttendResponse* response, absl::Time received,
+                   std::function<bool()> is_cancelled, absl::Time deadline,
+                   absl::AnyInvocable<void(absl::Status)> done);
+
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
                                    const v1::AttendRequest* request,
                                    v1::AttendResponse* response) override;

@@ -20,18 +20,24 @@
 namespace attnserve::server {
 namespace {
 
-constexpr int kNumMethods = 13;
+constexpr int kNumMethods = 22;
 constexpr int kNumCodes =
     17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
 constexpr int kNumKernels = 3;
 constexpr int kNumRejections = 4;
 
+// The names of the Open Inference Protocol's methods (from index 13) differ
+// from every native one, so the method label tells the protocols apart
+// without a label that would change the native series.
 constexpr const char* kMethodNames[kNumMethods] = {
-    "Attend",      "AttendStream",      "GetServerInfo",
-    "AttendModel", "AttendModelStream", "CreateSession",
-    "AppendKv",    "AppendKvStream",    "AttendSessions",
-    "ForkSession", "TruncateSession",   "CloseSession",
-    "GetSession"};
+    "Attend",          "AttendStream",      "GetServerInfo",
+    "AttendModel",     "AttendModelStream", "CreateSession",
+    "AppendKv",        "AppendKvStream",    "AttendSessions",
+    "ForkSession",     "TruncateSession",   "CloseSession",
+    "GetSession",      "ServerLive",        "ServerReady",
+    "ModelReady",      "ServerMetadata",    "ModelMetadata",
+    "ModelConfig",     "ModelStatistics",   "ModelInfer",
+    "ModelStreamInfer"};
 // The names gRPC itself prints for each code, so dashboards match grpc_*
 // metrics.
 constexpr const char* kCodeNames[kNumCodes] = {
@@ -98,6 +104,24 @@ int MethodIndex(Method method) {
       return 11;
     case Method::kGetSession:
       return 12;
+    case Method::kServerLive:
+      return 13;
+    case Method::kServerReady:
+      return 14;
+    case Method::kModelReady:
+      return 15;
+    case Method::kServerMetadata:
+      return 16;
+    case Method::kModelMetadata:
+      return 17;
+    case Method::kModelConfig:
+      return 18;
+    case Method::kModelStatistics:
+      return 19;
+    case Method::kModelInfer:
+      return 20;
+    case Method::kModelStreamInfer:
+      return 21;
   }
   return 0;
 }
@@ -254,7 +278,9 @@ Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
                        .Name("attnserve_requests_total")
                        .Help(
                            "Requests answered, by RPC method and gRPC status "
-                           "code; AttendStream counts each message.")
+                           "code; AttendStream counts each message; the Open "
+                           "Inference Protocol's methods (ModelInfer, ...) "
+                           "have names of their own.")
                        .Register(r);
   auto& request_duration =
       prometheus::BuildHistogram()

@@ -40,6 +40,17 @@ enum class Method {
   kTruncateSession,
   kCloseSession,
   kGetSession,
+  // inference.GRPCInferenceService (the Open Inference Protocol,
+  // server/kserve/).
+  kServerLive,
+  kServerReady,
+  kModelReady,
+  kServerMetadata,
+  kModelMetadata,
+  kModelConfig,
+  kModelStatistics,
+  kModelInfer,
+  kModelStreamInfer,
 };
 
 // Why a task never reached a kernel.

@@ -18,6 +18,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "model/model_repository.h"
 #include "server/attention_service.h"
+#include "server/kserve/inference_service.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
@@ -90,6 +91,8 @@ struct AttnServer::Impl {
   std::unique_ptr<Admission> admission;
   std::unique_ptr<AttentionService> service;
   std::unique_ptr<SessionService> session_service;
+  // The Open Inference Protocol, over `service`.
+  std::unique_ptr<kserve::InferenceService> inference_service;
   std::unique_ptr<grpc::Server> server;  // last: destroyed first
   int port = 0;
   int metrics_port = 0;
@@ -223,6 +226,12 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   impl->session_service = std::make_unique<SessionService>(
       request_limits, impl->admission.get(), store, impl->scheduler.get(),
       impl->metrics.get());
+  kserve::InferenceServiceOptions inference_options;
+  inference_options.version = ATTNSERVE_VERSION;
+  inference_options.models = impl->models.get();
+  impl->inference_service = std::make_unique<kserve::InferenceService>(
+      std::move(inference_options), impl->admission.get(), impl->service.get(),
+      impl->metrics.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -230,6 +239,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   builder.AddListeningPort(options.listen, credentials, &impl->port);
   builder.RegisterService(impl->service.get());
   builder.RegisterService(impl->session_service.get());
+  builder.RegisterService(impl->inference_service.get());
   wire::ServerTransportOptions transport;
   transport.max_request_bytes = options.max_request_bytes;
   transport.max_response_bytes = options.max_response_bytes;
@@ -247,6 +257,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   health->SetServingStatus(true);
   health->SetServingStatus(v1::AttentionService::service_full_name(), true);
   health->SetServingStatus(v1::SessionService::service_full_name(), true);
+  health->SetServingStatus(inference::GRPCInferenceService::service_full_name(),
+                           true);
   return std::unique_ptr<AttnServer>(new AttnServer(std::move(impl)));
 }
 
@@ -305,7 +317,8 @@ void AttnServer::Shutdown() {
   // rejected by the scheduler.
   const absl::Time deadline = absl::Now() + impl_->options.shutdown_grace;
   if (!impl_->service->WaitUntilIdle(deadline) ||
-      !impl_->session_service->WaitUntilIdle(deadline)) {
+      !impl_->session_service->WaitUntilIdle(deadline) ||
+      !impl_->inference_service->WaitUntilIdle(deadline)) {
     ATTNSERVE_LOG(LogLevel::kWarning,
                   "shutdown grace ended with calls in flight; cancelling them");
   }

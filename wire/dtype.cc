@@ -1,9 +1,31 @@
 #include "wire/dtype.h"
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace attnserve::wire {
+namespace {
+
+// The wire dtypes with a protocol name, in the protocol's order.
+constexpr v1::DataType kV2DataTypes[] = {v1::BOOL, v1::INT32, v1::FLOAT16,
+                                         v1::BFLOAT16, v1::FLOAT32};
+
+// The protocol's datatypes attnserve has no dtype for.
+constexpr const char* kOtherV2DataTypes[] = {"UINT8",  "UINT16", "UINT32",
+                                             "UINT64", "INT8",   "INT16",
+                                             "INT64",  "FP64",   "BYTES"};
+
+std::string AcceptedV2Names() {
+  std::vector<std::string> names;
+  for (v1::DataType dtype : kV2DataTypes)
+    names.push_back(V2DataTypeName(dtype));
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
 
 absl::StatusOr<DType> DTypeFromWire(v1::DataType dtype,
                                     absl::string_view field) {
@@ -69,6 +91,44 @@ int64_t ElementSize(v1::DataType dtype) {
   if (dtype == v1::INT32) return 4;
   const absl::StatusOr<DType> core = DTypeFromWire(dtype, "");
   return core.ok() ? static_cast<int64_t>(DTypeSize(*core)) : 0;
+}
+
+}  // namespace attnserve::wire
+
+namespace attnserve::wire {
+
+std::string V2DataTypeName(v1::DataType dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return "FP32";
+    case v1::BFLOAT16:
+      return "BF16";
+    case v1::FLOAT16:
+      return "FP16";
+    case v1::BOOL:
+      return "BOOL";
+    case v1::INT32:
+      return "INT32";
+    default:
+      return "";
+  }
+}
+
+absl::StatusOr<v1::DataType> DataTypeFromV2Name(absl::string_view name,
+                                                absl::string_view field) {
+  for (v1::DataType dtype : kV2DataTypes) {
+    if (name == V2DataTypeName(dtype)) return dtype;
+  }
+  for (const char* other : kOtherV2DataTypes) {
+    if (name == other) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": \"", name, "\" is not supported (expected ",
+                       AcceptedV2Names(), ")"));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": unknown datatype \"", name, "\" (expected ", AcceptedV2Names(),
+      "; datatypes are upper case, as the protocol spells them)"));
 }
 
 }  // namespace attnserve::wire

@@ -38,6 +38,18 @@ std::string ShortDataTypeName(v1::DataType dtype);
 // BOOL, 0 for unspecified or unknown values.
 int64_t ElementSize(v1::DataType dtype);
 
+// The Open Inference Protocol's (KServe v2) datatype string of a wire dtype:
+// "FP32", "BF16", "FP16", "BOOL", "INT32"; empty for unspecified or unknown
+// values. Triton's model-configuration enum spells them with a "TYPE_" prefix.
+std::string V2DataTypeName(v1::DataType dtype);
+
+// The wire dtype of a protocol datatype string (exact, upper case).
+// InvalidArgument naming `field`: for the protocol's other datatypes (UINT8,
+// INT64, FP64, BYTES, ...) that attnserve has no dtype for, and for strings
+// the protocol does not define; both list the accepted ones.
+absl::StatusOr<v1::DataType> DataTypeFromV2Name(absl::string_view name,
+                                                absl::string_view field);
+
 }  // namespace attnserve::wire
 
 #endif  // ATTNSERVE_WIRE_DTYPE_H_

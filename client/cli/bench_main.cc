@@ -34,6 +34,10 @@ ABSL_FLAG(bool, stream, false,
           "send AttendStream messages instead of unary Attend calls "
           "(closed loop: one stream per outstanding request; open loop: one "
           "stream per connection)");
+ABSL_FLAG(std::string, protocol, "native",
+          "native (attnserve.v1 Attend/AttendModel) or v2: the same requests "
+          "as Open Inference Protocol ModelInfer calls, raw contents (not "
+          "with --stream)");
 ABSL_FLAG(int, connections, 1,
           "TCP connections per target; requests take turns over all of them");
 ABSL_FLAG(int, max_outstanding, 1024,
@@ -139,6 +143,15 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const ParsedFlags& parsed) {
                      absl::FormatDuration(options.warmup)));
   }
   options.stream = absl::GetFlag(FLAGS_stream);
+  const std::string protocol =
+      absl::AsciiStrToLower(absl::GetFlag(FLAGS_protocol));
+  if (protocol == "v2") {
+    options.protocol = Protocol::kV2;
+  } else if (protocol != "native") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--protocol \"", absl::GetFlag(FLAGS_protocol),
+                     "\" is not native or v2"));
+  }
   options.connections = absl::GetFlag(FLAGS_connections);
   if (options.connections < 1 || options.connections > 256) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -164,7 +177,7 @@ int BenchMain(absl::Span<char* const> args) {
   const std::vector<FlagGroup> groups = {
       {"load",
        {"concurrency", "rate", "arrival", "duration", "warmup", "stream",
-        "connections", "max_outstanding"}},
+        "protocol", "connections", "max_outstanding"}},
       {"report", {"output_format", "output", "progress"}},
       {"decode",
        {"decode", "sequences", "prefill", "steps", "stateless_steps", "layers",

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "client/hosted_model.h"
+#include "client/load/v2_request.h"
 #include "client/rpc_status.h"
 #include "client/tensors/file_util.h"
 #include "client/tensors/wire_names.h"
@@ -129,6 +130,13 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
           ? ValidateModelSpec(random, options.model)
           : ValidateRandomInputs(random, options.connection.max_message_bytes);
   if (!valid.ok()) return Fail(err, valid.message(), kExitUsage);
+  const bool v2 = options.protocol == Protocol::kV2;
+  if (v2 && options.stream) {
+    return Fail(err,
+                "--protocol=v2 loads unary ModelInfer calls; it does not "
+                "take --stream",
+                kExitUsage);
+  }
 
   auto channels = CreateChannels(options.connection, options.connections);
   if (!channels.ok()) {
@@ -150,6 +158,7 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
   report.arrival =
       options.arrival == Arrival::kPoisson ? "poisson" : "constant";
   report.stream = options.stream;
+  report.v2 = v2;
   report.model = options.model.name;
   report.targets = options.connection.targets;
   report.connections_per_target = options.connections;
@@ -180,6 +189,13 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     report.request_text = RequestText(attend_request);
     expected_output_bytes = OutputBytes(random, options.spec.call);
   }
+  inference::ModelInferRequest infer_request;
+  if (v2) {
+    infer_request = hosted ? ToModelInferRequest(model_request)
+                           : ToModelInferRequest(attend_request);
+    request = &infer_request;
+    report.request_text = absl::StrCat("v2 of ", report.request_text);
+  }
   report.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   if (const ExitCode code =
           CheckRequestBytes(options, infos, report.request_bytes, err);
@@ -206,6 +222,10 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     if (hosted) {
       spec.method = kAttendModelMethod;
       spec.stream_method = kAttendModelStreamMethod;
+    }
+    if (v2) {
+      spec.method = kModelInferMethod;
+      spec.protocol = Protocol::kV2;
     }
     spec.warmup = options.warmup;
     spec.duration = options.duration;

@@ -35,6 +35,11 @@ struct BenchOptions {
   Arrival arrival = Arrival::kConstant;
   // AttendStream messages instead of unary calls (default off).
   bool stream = false;
+  // kV2: the same requests as the Open Inference Protocol's ModelInfer calls
+  // (model "attention", or the hosted model), raw contents, so that the two
+  // protocols can be compared on one server. Not with `stream`. Default
+  // kNative.
+  Protocol protocol = Protocol::kNative;
   // Before each level, and its measurement window (defaults 1 s and 5 s).
   absl::Duration warmup = absl::Seconds(1);
   absl::Duration duration = absl::Seconds(5);

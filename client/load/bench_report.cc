@@ -38,6 +38,7 @@ std::string LevelValue(const BenchReport& report, const LevelReport& level) {
 
 // "Attend", "AttendStream", "AttendModel" or "AttendModelStream".
 std::string MethodName(const BenchReport& report) {
+  if (report.v2) return "ModelInfer";
   return absl::StrCat("Attend", report.model.empty() ? "" : "Model",
                       report.stream ? "Stream" : "");
 }

@@ -32,6 +32,8 @@ struct BenchReport {
   // "constant" or "poisson" (open loop).
   std::string arrival;
   bool stream = false;
+  // The load was Open Inference Protocol ModelInfer calls (--protocol v2).
+  bool v2 = false;
   // The hosted model called (AttendModel/AttendModelStream); empty = Attend.
   std::string model;
   std::vector<std::string> targets;

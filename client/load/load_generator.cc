@@ -22,6 +22,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
 #include "grpcpp/support/proto_buffer_reader.h"
+#include "inference/grpc_predict_v2.pb.h"
 
 namespace attnserve::client {
 namespace {
@@ -54,6 +55,37 @@ Verdict Refused(std::string code, std::string message) {
   Verdict verdict;
   verdict.code = std::move(code);
   verdict.message = std::move(message);
+  return verdict;
+}
+
+int64_t IntParameter(const inference::ModelInferResponse& response,
+                     const std::string& name) {
+  const auto it = response.parameters().find(name);
+  return it == response.parameters().end() ? 0 : it->second.int64_param();
+}
+
+Verdict JudgeV2(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
+  const int64_t bytes = static_cast<int64_t>(buffer->Length());
+  inference::ModelInferResponse response;
+  grpc::ProtoBufferReader reader(buffer);
+  if (!response.ParseFromZeroCopyStream(&reader)) {
+    return Refused("RESPONSE_MISMATCH", "the response does not parse");
+  }
+  const int64_t got =
+      response.raw_output_contents_size() > 0
+          ? static_cast<int64_t>(response.raw_output_contents(0).size())
+          : 0;
+  if (got != expected_output_bytes) {
+    return Refused("RESPONSE_MISMATCH",
+                   absl::StrCat("the output has ", got, " bytes, expected ",
+                                expected_output_bytes));
+  }
+  Verdict verdict;
+  verdict.queue = absl::Microseconds(IntParameter(response, "timing.queue_us"));
+  verdict.compute =
+      absl::Microseconds(IntParameter(response, "timing.compute_us"));
+  verdict.flops = static_cast<double>(IntParameter(response, "timing.flops"));
+  verdict.bytes = bytes;
   return verdict;
 }
 
@@ -179,7 +211,10 @@ class Generator {
         tally_.RecordError(StatusCodeName(status.error_code()),
                            status.error_message(), scheduled, done);
       } else {
-        const Verdict verdict = Judge(answer, spec_.expected_output_bytes);
+        const Verdict verdict =
+            spec_.protocol == Protocol::kV2
+                ? JudgeV2(answer, spec_.expected_output_bytes)
+                : Judge(answer, spec_.expected_output_bytes);
         if (verdict.code.empty()) {
           tally_.RecordOk(channel, scheduled, done, verdict.queue,
                           verdict.compute, verdict.flops, verdict.bytes);
@@ -503,6 +538,10 @@ absl::StatusOr<LoadResult> RunLoad(
     return absl::InvalidArgumentError(absl::StrCat(
         "a level needs a concurrency >= 1 or a rate > 0; got concurrency ",
         spec.concurrency, ", rate ", spec.rate));
+  }
+  if (spec.stream && spec.protocol == Protocol::kV2) {
+    return absl::InvalidArgumentError(
+        "the Open Inference Protocol load is unary ModelInfer calls only");
   }
   if ((spec.stream ? spec.stream_method : spec.method).empty()) {
     return absl::InvalidArgumentError("no method to call");

@@ -34,6 +34,13 @@ inline constexpr char kAttendModelMethod[] =
 inline constexpr char kAttendModelStreamMethod[] =
     "/attnserve.v1.AttentionService/AttendModelStream";
 
+// The Open Inference Protocol's inference call (attnctl bench --protocol v2).
+inline constexpr char kModelInferMethod[] =
+    "/inference.GRPCInferenceService/ModelInfer";
+
+// What the answers are: AttendResponses (native) or ModelInferResponses (v2).
+enum class Protocol { kNative, kV2 };
+
 struct LoadSpec {
   // Closed loop (rate == 0, the default): this many requests outstanding at
   // all times, each answer sending the next. Default 1.
@@ -62,6 +69,10 @@ struct LoadSpec {
   uint64_t seed = 0;
   // Every OK response's output must hold this many bytes.
   int64_t expected_output_bytes = 0;
+  // kV2: `method` answers ModelInferResponses (their first raw output is the
+  // output; the server's timing is in their "timing.*" parameters); streams
+  // are not supported. Default kNative.
+  Protocol protocol = Protocol::kNative;
 };
 
 // Called about once a second while the level runs, with the time since the

@@ -31,6 +31,12 @@ class Admission {
     return auth_.Check(context.client_metadata());
   }
 
+  // The token check alone, for calls that answer while draining (the v2
+  // protocol's ModelReady reports "not ready" rather than failing).
+  absl::Status Authenticate(const grpc::CallbackServerContext& context) const {
+    return auth_.Check(context.client_metadata());
+  }
+
  private:
   std::atomic<bool> draining_{false};
   const BearerTokenAuth auth_;

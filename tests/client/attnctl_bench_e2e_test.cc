@@ -108,6 +108,27 @@ TEST_F(AttnctlBenchTest, ClosedLoopCountsAgreeWithTheServersMetrics) {
   EXPECT_EQ(AwaitMetric(*server_, kOkAttend, before + ok), before + ok);
 }
 
+TEST_F(AttnctlBenchTest, ProtocolV2SendsModelInferCalls) {
+  constexpr char kOkInfer[] =
+      R"(attnserve_requests_total{code="OK",method="ModelInfer"})";
+  const double before = MetricSample(*server_, kOkInfer);
+  const double attend_before = MetricSample(*server_, kOkAttend);
+  const CommandResult r = Bench({"--protocol=v2", "--concurrency=2",
+                                 "--duration=500ms", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  EXPECT_EQ(j["method"], "ModelInfer");
+  EXPECT_TRUE(j["errors"].empty()) << j.dump(2);
+  const int64_t ok = j["ok"].get<int64_t>();
+  EXPECT_GT(ok, 0);
+  // The server's timing and FLOPs come back in the response's parameters.
+  EXPECT_GT(j["gflops"].get<double>(), 0);
+  EXPECT_GT(j["server_us"]["compute_p50"].get<double>(), 0);
+  EXPECT_EQ(AwaitMetric(*server_, kOkInfer, before + ok), before + ok);
+  EXPECT_EQ(MetricSample(*server_, kOkAttend), attend_before);
+}
+
 TEST_F(AttnctlBenchTest, WarmupRequestsAreSentButNotCounted) {
   const double before = MetricSample(*server_, kOkAttend);
   const CommandResult r =
@@ -245,6 +266,8 @@ TEST_F(AttnctlBenchTest, UsageErrorsExitWith2) {
       {{"--output_format=xml"}, "is not table, csv or json"},
       {{"--duration=0s"}, "--duration must be positive"},
       {{"--connections=0"}, "--connections must be in [1, 256]"},
+      {{"--protocol=v3"}, "--protocol \"v3\" is not native or v2"},
+      {{"--protocol=v2", "--stream"}, "does not take --stream"},
       {{"--q=x.npy"}, "unknown flag"},
   };
   for (const auto& [args, message] : cases) {

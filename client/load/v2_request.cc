@@ -1,0 +1,99 @@
+#include "client/load/v2_request.h"
+
+#include <string>
+
+#include "google/protobuf/repeated_field.h"
+#include "wire/dtype.h"
+
+namespace attnserve::client {
+namespace {
+
+using inference::ModelInferRequest;
+
+void AddInput(const std::string& name, v1::DataType dtype,
+              const google::protobuf::RepeatedField<int64_t>& shape,
+              std::string bytes, ModelInferRequest* r) {
+  auto* input = r->add_inputs();
+  input->set_name(name);
+  input->set_datatype(wire::V2DataTypeName(dtype));
+  *input->mutable_shape() = shape;
+  *r->add_raw_input_contents() = std::move(bytes);
+}
+
+void AddTensor(const std::string& name, const v1::Tensor& t,
+               ModelInferRequest* r) {
+  AddInput(name, t.dtype(), t.shape(), t.data(), r);
+}
+
+template <typename T>
+void AddVector(const std::string& name, v1::DataType dtype,
+               const google::protobuf::RepeatedField<T>& values,
+               ModelInferRequest* r) {
+  google::protobuf::RepeatedField<int64_t> shape;
+  shape.Add(values.size());
+  AddInput(name, dtype, shape,
+           std::string(reinterpret_cast<const char*>(values.data()),
+                       values.size() * sizeof(T)),
+           r);
+}
+
+void AddMask(const v1::Mask& m, ModelInferRequest* r) {
+  auto& p = *r->mutable_parameters();
+  if (m.causal()) p["causal"].set_bool_param(true);
+  if (m.alignment() != v1::ALIGNMENT_UNSPECIFIED) {
+    p["alignment"].set_string_param(v1::Alignment_Name(m.alignment()));
+  }
+  if (m.has_window_left()) p["window_left"].set_int64_param(m.window_left());
+  if (m.has_window_right()) {
+    p["window_right"].set_int64_param(m.window_right());
+  }
+  if (m.has_explicit_mask()) AddTensor("mask", m.explicit_mask(), r);
+  if (m.key_lengths_size() > 0) {
+    AddVector("key_lengths", v1::INT32, m.key_lengths(), r);
+  }
+  if (m.alibi_slopes_size() > 0) {
+    AddVector("alibi_slopes", v1::FLOAT32, m.alibi_slopes(), r);
+  }
+}
+
+void AddCommon(bool return_weights, v1::DataType output_dtype,
+               ModelInferRequest* r) {
+  auto& p = *r->mutable_parameters();
+  if (return_weights) p["return_weights"].set_bool_param(true);
+  if (output_dtype != v1::DATA_TYPE_UNSPECIFIED) {
+    p["output_datatype"].set_string_param(wire::V2DataTypeName(output_dtype));
+  }
+}
+
+}  // namespace
+
+ModelInferRequest ToModelInferRequest(const v1::AttendRequest& request) {
+  ModelInferRequest r;
+  r.set_model_name("attention");
+  r.set_id(request.request_id());
+  AddTensor("query", request.query(), &r);
+  AddTensor("key", request.key(), &r);
+  AddTensor("value", request.value(), &r);
+  AddMask(request.mask(), &r);
+  auto& p = *r.mutable_parameters();
+  if (request.layout() != v1::LAYOUT_UNSPECIFIED) {
+    p["layout"].set_string_param(v1::Layout_Name(request.layout()));
+  }
+  if (request.has_scale()) p["scale"].set_double_param(request.scale());
+  AddCommon(request.return_weights(), request.output_dtype(), &r);
+  return r;
+}
+
+ModelInferRequest ToModelInferRequest(const v1::ModelRequest& request) {
+  ModelInferRequest r;
+  r.set_model_name(request.model());
+  r.set_id(request.request_id());
+  AddTensor("hidden", request.hidden(), &r);
+  if (request.has_memory()) AddTensor("memory", request.memory(), &r);
+  if (request.has_positions()) AddTensor("positions", request.positions(), &r);
+  AddMask(request.mask(), &r);
+  AddCommon(request.return_weights(), request.output_dtype(), &r);
+  return r;
+}
+
+}  // namespace attnserve::client

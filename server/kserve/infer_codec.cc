@@ -1,0 +1,563 @@
+#include "server/kserve/infer_codec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "wire/dtype.h"
+
+// Typed contents are the host's floats and ints; the wire is little-endian.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "typed contents are copied as little-endian bytes");
+
+namespace attnserve::server::kserve {
+namespace {
+
+using inference::InferParameter;
+using inference::InferTensorContents;
+using inference::ModelInferRequest;
+
+// The indices of "output" and "weights" in every model's outputs.
+constexpr int kOutputIndex = 0;
+constexpr int kWeightsIndex = 1;
+
+const std::vector<v1::DataType>& FloatTypes() {
+  static const auto* const types =
+      new std::vector<v1::DataType>{v1::FLOAT32, v1::BFLOAT16, v1::FLOAT16};
+  return *types;
+}
+
+TensorSpec Spec(std::string name, std::vector<v1::DataType> datatypes,
+                std::vector<int64_t> shape, bool optional) {
+  return TensorSpec{std::move(name), std::move(datatypes), std::move(shape),
+                    optional};
+}
+
+// The mask inputs both kinds of model take.
+void AddMaskInputs(std::vector<TensorSpec>* inputs) {
+  inputs->push_back(Spec("mask", {v1::BOOL, v1::FLOAT32}, {-1, -1, -1, -1},
+                         /*optional=*/true));
+  inputs->push_back(Spec("key_lengths", {v1::INT32}, {-1}, true));
+  inputs->push_back(Spec("alibi_slopes", {v1::FLOAT32}, {-1}, true));
+}
+
+ModelInterface AttentionInterface() {
+  ModelInterface m;
+  m.name = kAttentionModel;
+  const std::vector<int64_t> rank4 = {-1, -1, -1, -1};
+  for (const char* name : {"query", "key", "value"}) {
+    m.inputs.push_back(Spec(name, FloatTypes(), rank4, false));
+  }
+  AddMaskInputs(&m.inputs);
+  m.outputs.push_back(Spec("output", FloatTypes(), rank4, false));
+  m.outputs.push_back(Spec("weights", {v1::FLOAT32}, rank4, true));
+  m.parameters = {"causal",      "alignment",      "scale",
+                  "window_left", "window_right",   "return_weights",
+                  "layout",      "output_datatype"};
+  return m;
+}
+
+ModelInterface HostedInterface(const HostedModel& hosted) {
+  ModelInterface m;
+  m.name = hosted.name;
+  m.hosted = &hosted;
+  const model::ModelConfig& config = hosted.layer->config();
+  const int64_t d = config.d_model;
+  m.inputs.push_back(Spec("hidden", FloatTypes(), {-1, -1, d}, false));
+  m.inputs.push_back(Spec("memory", FloatTypes(), {-1, -1, d}, true));
+  m.inputs.push_back(Spec("positions", {v1::INT32}, {-1, -1}, true));
+  AddMaskInputs(&m.inputs);
+  m.outputs.push_back(Spec("output", FloatTypes(), {-1, -1, d}, false));
+  m.outputs.push_back(
+      Spec("weights", {v1::FLOAT32}, {-1, config.num_heads, -1, -1}, true));
+  m.parameters = {"causal",       "alignment",      "window_left",
+                  "window_right", "return_weights", "output_datatype"};
+  return m;
+}
+
+std::string NameList(const std::vector<TensorSpec>& specs) {
+  return absl::StrJoin(specs, ", ", [](std::string* out, const TensorSpec& s) {
+    out->append(s.name);
+  });
+}
+
+std::string DataTypeList(const std::vector<v1::DataType>& types) {
+  return absl::StrJoin(types, ", ", [](std::string* out, v1::DataType t) {
+    out->append(wire::V2DataTypeName(t));
+  });
+}
+
+int FindSpec(const std::vector<TensorSpec>& specs, absl::string_view name) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const char* ParameterKind(InferParameter::ParameterChoiceCase c) {
+  switch (c) {
+    case InferParameter::kBoolParam:
+      return "bool_param";
+    case InferParameter::kInt64Param:
+      return "int64_param";
+    case InferParameter::kStringParam:
+      return "string_param";
+    case InferParameter::kDoubleParam:
+      return "double_param";
+    case InferParameter::kUint64Param:
+      return "uint64_param";
+    case InferParameter::PARAMETER_CHOICE_NOT_SET:
+      break;
+  }
+  return "no value";
+}
+
+absl::Status WrongKind(absl::string_view field, absl::string_view expected,
+                       const InferParameter& value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": expected ", expected, ", got ",
+                   ParameterKind(value.parameter_choice_case())));
+}
+
+absl::StatusOr<bool> BoolParameter(absl::string_view field,
+                                   const InferParameter& value) {
+  if (value.parameter_choice_case() != InferParameter::kBoolParam) {
+    return WrongKind(field, "a bool_param", value);
+  }
+  return value.bool_param();
+}
+
+// The string value, upper-cased: enum names are matched without case.
+absl::StatusOr<std::string> EnumParameter(absl::string_view field,
+                                          const InferParameter& value) {
+  if (value.parameter_choice_case() != InferParameter::kStringParam) {
+    return WrongKind(field, "a string_param", value);
+  }
+  return absl::AsciiStrToUpper(value.string_param());
+}
+
+absl::StatusOr<int32_t> WindowParameter(absl::string_view field,
+                                        const InferParameter& value) {
+  int64_t v = 0;
+  if (value.parameter_choice_case() == InferParameter::kInt64Param) {
+    v = value.int64_param();
+  } else if (value.parameter_choice_case() == InferParameter::kUint64Param) {
+    v = static_cast<int64_t>(std::min<uint64_t>(
+        value.uint64_param(), std::numeric_limits<int64_t>::max()));
+  } else {
+    return WrongKind(field, "an int64_param", value);
+  }
+  if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", v, " is out of range [0, ",
+                     std::numeric_limits<int32_t>::max(), "]"));
+  }
+  return static_cast<int32_t>(v);
+}
+
+absl::StatusOr<double> ScaleParameter(absl::string_view field,
+                                      const InferParameter& value) {
+  switch (value.parameter_choice_case()) {
+    case InferParameter::kDoubleParam:
+      return value.double_param();
+    case InferParameter::kStringParam: {
+      double v = 0;
+      if (!absl::SimpleAtod(value.string_param(), &v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": \"", value.string_param(), "\" is not a number"));
+      }
+      return v;
+    }
+    default:
+      return WrongKind(field, "a double_param or a string_param", value);
+  }
+}
+
+absl::Status ApplyParameters(const ModelInterface& model,
+                             const ModelInferRequest& request, NativeCall* call,
+                             bool* return_weights) {
+  const bool attend = model.hosted == nullptr;
+  v1::Mask* mask =
+      attend ? call->attend.mutable_mask() : call->hosted.mutable_mask();
+  // Map order is unspecified; checking in name order keeps the first error
+  // reported the same from call to call.
+  std::vector<const std::string*> keys;
+  for (const auto& entry : request.parameters()) keys.push_back(&entry.first);
+  std::sort(keys.begin(), keys.end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
+  for (const std::string* key_pointer : keys) {
+    const std::string& key = *key_pointer;
+    const InferParameter& value = request.parameters().at(key);
+    const std::string field = absl::StrCat("parameters[\"", key, "\"]");
+    if (std::find(model.parameters.begin(), model.parameters.end(), key) ==
+        model.parameters.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": unknown parameter for model ", model.name, " (expected ",
+          absl::StrJoin(model.parameters, ", "), ")"));
+    }
+    if (key == "causal") {
+      ASSIGN_OR_RETURN(const bool causal, BoolParameter(field, value));
+      mask->set_causal(causal);
+    } else if (key == "return_weights") {
+      ASSIGN_OR_RETURN(*return_weights, BoolParameter(field, value));
+    } else if (key == "alignment") {
+      ASSIGN_OR_RETURN(const std::string name, EnumParameter(field, value));
+      v1::Alignment alignment;
+      if (name.empty() || !v1::Alignment_Parse(name, &alignment) ||
+          alignment == v1::ALIGNMENT_UNSPECIFIED) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": unknown alignment \"", value.string_param(),
+                         "\" (expected TOP_LEFT or BOTTOM_RIGHT)"));
+      }
+      mask->set_alignment(alignment);
+    } else if (key == "layout") {
+      ASSIGN_OR_RETURN(const std::string name, EnumParameter(field, value));
+      v1::Layout layout;
+      if (name.empty() || !v1::Layout_Parse(name, &layout) ||
+          layout == v1::LAYOUT_UNSPECIFIED) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": unknown layout \"", value.string_param(),
+                         "\" (expected BHLD or BLHD)"));
+      }
+      call->attend.set_layout(layout);
+    } else if (key == "output_datatype") {
+      if (value.parameter_choice_case() != InferParameter::kStringParam) {
+        return WrongKind(field, "a string_param", value);
+      }
+      ASSIGN_OR_RETURN(const v1::DataType dtype,
+                       wire::DataTypeFromV2Name(value.string_param(), field));
+      if (attend) {
+        call->attend.set_output_dtype(dtype);
+      } else {
+        call->hosted.set_output_dtype(dtype);
+      }
+    } else if (key == "window_left") {
+      ASSIGN_OR_RETURN(const int32_t w, WindowParameter(field, value));
+      mask->set_window_left(w);
+    } else if (key == "window_right") {
+      ASSIGN_OR_RETURN(const int32_t w, WindowParameter(field, value));
+      mask->set_window_right(w);
+    } else if (key == "scale") {
+      ASSIGN_OR_RETURN(const double scale, ScaleParameter(field, value));
+      // Out-of-range values become infinite, which the native check refuses.
+      call->attend.set_scale(static_cast<float>(scale));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Elements of `shape`, for typed contents.
+absl::StatusOr<int64_t> ElementCount(
+    absl::string_view field,
+    const google::protobuf::RepeatedField<int64_t>& shape) {
+  int64_t n = 1;
+  for (int i = 0; i < shape.size(); ++i) {
+    const int64_t d = shape[i];
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".shape: dimension ", i, " is ", d, " (must be >= 0)"));
+    }
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape: the element count overflows"));
+    }
+    n *= d;
+  }
+  return n;
+}
+
+template <typename T>
+std::string BytesOf(const google::protobuf::RepeatedField<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()),
+                     values.size() * sizeof(T));
+}
+
+// The bytes of typed contents of `dtype`, which must be in the one field the
+// datatype uses and hold exactly the shape's element count.
+absl::StatusOr<std::string> TypedBytes(
+    absl::string_view field, v1::DataType dtype,
+    const ModelInferRequest::InferInputTensor& input) {
+  const std::string name = wire::V2DataTypeName(dtype);
+  if (dtype == v1::FLOAT16 || dtype == v1::BFLOAT16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", name,
+                     " has no typed contents in the protocol; send it in "
+                     "raw_input_contents"));
+  }
+  const InferTensorContents& c = input.contents();
+  const std::pair<const char*, int> fields[] = {
+      {"bool_contents", c.bool_contents_size()},
+      {"int_contents", c.int_contents_size()},
+      {"int64_contents", c.int64_contents_size()},
+      {"uint_contents", c.uint_contents_size()},
+      {"uint64_contents", c.uint64_contents_size()},
+      {"fp32_contents", c.fp32_contents_size()},
+      {"fp64_contents", c.fp64_contents_size()},
+      {"bytes_contents", c.bytes_contents_size()}};
+  const char* expected = dtype == v1::FLOAT32 ? "fp32_contents"
+                         : dtype == v1::BOOL  ? "bool_contents"
+                                              : "int_contents";
+  int count = 0;
+  for (const auto& [contents_field, size] : fields) {
+    if (std::strcmp(contents_field, expected) == 0) {
+      count = size;
+    } else if (size > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".contents: ", contents_field,
+                       " is set, but datatype ", name, " takes ", expected));
+    }
+  }
+  ASSIGN_OR_RETURN(const int64_t elements, ElementCount(field, input.shape()));
+  if (count != elements) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".contents: ", count, " ", expected, " for shape [",
+                     absl::StrJoin(input.shape(), ", "), "] (expected ",
+                     elements, "; or send raw_input_contents)"));
+  }
+  if (dtype == v1::FLOAT32) return BytesOf(c.fp32_contents());
+  if (dtype == v1::INT32) return BytesOf(c.int_contents());
+  std::string bytes(c.bool_contents_size(), '\0');
+  for (int i = 0; i < c.bool_contents_size(); ++i) {
+    bytes[i] = c.bool_contents(i) ? 1 : 0;
+  }
+  return bytes;
+}
+
+// A rank-1 input that the native request holds as a repeated field.
+template <typename T>
+absl::Status ToRepeated(absl::string_view field, absl::string_view axes,
+                        const ModelInferRequest::InferInputTensor& input,
+                        const std::string& bytes,
+                        google::protobuf::RepeatedField<T>* out) {
+  if (input.shape_size() != 1 || input.shape(0) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape: expected rank 1 ", axes, ", got [",
+                     absl::StrJoin(input.shape(), ", "), "]"));
+  }
+  const int64_t n = input.shape(0);
+  if (n > std::numeric_limits<int>::max() ||
+      static_cast<int64_t>(bytes.size()) != n * int64_t{sizeof(T)}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", bytes.size(), " bytes do not match shape [", n, "] of ",
+        input.datatype(), " (expected ", n * int64_t{sizeof(T)}, " bytes)"));
+  }
+  out->Resize(static_cast<int>(n), T());
+  if (n > 0) std::memcpy(out->mutable_data(), bytes.data(), bytes.size());
+  return absl::OkStatus();
+}
+
+// The native tensor an input of `model` becomes; null for the inputs that are
+// repeated fields (key_lengths, alibi_slopes).
+v1::Tensor* TensorOf(absl::string_view name, NativeCall* call) {
+  if (call->model->hosted == nullptr) {
+    v1::AttendRequest& r = call->attend;
+    if (name == "query") return r.mutable_query();
+    if (name == "key") return r.mutable_key();
+    if (name == "value") return r.mutable_value();
+    if (name == "mask") return r.mutable_mask()->mutable_explicit_mask();
+    return nullptr;
+  }
+  v1::ModelRequest& r = call->hosted;
+  if (name == "hidden") return r.mutable_hidden();
+  if (name == "memory") return r.mutable_memory();
+  if (name == "positions") return r.mutable_positions();
+  if (name == "mask") return r.mutable_mask()->mutable_explicit_mask();
+  return nullptr;
+}
+
+absl::Status DecodeInput(int index, const TensorSpec& spec,
+                         const ModelInferRequest::InferInputTensor& input,
+                         std::string* raw, NativeCall* call) {
+  // The input's name in messages, built only when one is needed: this runs
+  // for every input of every call.
+  auto field = [&] {
+    return absl::StrCat("inputs[", index, "] (", input.name(), ")");
+  };
+  absl::StatusOr<v1::DataType> parsed =
+      wire::DataTypeFromV2Name(input.datatype(), "datatype");
+  if (!parsed.ok()) {
+    return wire::DataTypeFromV2Name(input.datatype(), field() + ".datatype")
+        .status();
+  }
+  const v1::DataType dtype = *parsed;
+  if (std::find(spec.datatypes.begin(), spec.datatypes.end(), dtype) ==
+      spec.datatypes.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field(), ".datatype: \"", input.datatype(), "\" is not accepted for ",
+        spec.name, " (expected ", DataTypeList(spec.datatypes), ")"));
+  }
+  if (!input.parameters().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field(), ".parameters: unknown parameter \"",
+        input.parameters().begin()->first,
+        "\" (inputs take no parameters; shared memory is not supported)"));
+  }
+  std::string bytes;
+  if (raw != nullptr) {
+    if (input.has_contents()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field(),
+          ".contents: set together with raw_input_contents (send every "
+          "input's data one way: all in raw_input_contents, or all in "
+          "contents)"));
+    }
+    bytes.swap(*raw);
+  } else {
+    ASSIGN_OR_RETURN(bytes, TypedBytes(field(), dtype, input));
+  }
+  v1::Mask* mask = call->model->hosted == nullptr ? call->attend.mutable_mask()
+                                                  : call->hosted.mutable_mask();
+  if (spec.name == "key_lengths") {
+    return ToRepeated(field(), "[B]", input, bytes,
+                      mask->mutable_key_lengths());
+  }
+  if (spec.name == "alibi_slopes") {
+    return ToRepeated(field(), "[Hq]", input, bytes,
+                      mask->mutable_alibi_slopes());
+  }
+  v1::Tensor* tensor = TensorOf(spec.name, call);
+  tensor->set_dtype(dtype);
+  tensor->mutable_shape()->CopyFrom(input.shape());
+  tensor->mutable_data()->swap(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status DecodeOutputs(const ModelInterface& model,
+                           const ModelInferRequest& request,
+                           bool return_weights, NativeCall* call) {
+  call->outputs.clear();
+  for (int i = 0; i < request.outputs_size(); ++i) {
+    const auto& wanted = request.outputs(i);
+    const std::string field =
+        absl::StrCat("outputs[", i, "] (", wanted.name(), ")");
+    const int index = FindSpec(model.outputs, wanted.name());
+    if (index < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": unknown output for model ", model.name,
+                       " (expected ", NameList(model.outputs), ")"));
+    }
+    if (std::find(call->outputs.begin(), call->outputs.end(), index) !=
+        call->outputs.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": requested twice"));
+    }
+    if (!wanted.parameters().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".parameters: unknown parameter \"",
+                       wanted.parameters().begin()->first,
+                       "\" (requested outputs take no parameters)"));
+    }
+    call->outputs.push_back(index);
+  }
+  if (call->outputs.empty()) {
+    call->outputs.push_back(kOutputIndex);
+    if (return_weights) call->outputs.push_back(kWeightsIndex);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<ModelInterface> ModelInterfaces(const ModelRegistry* models) {
+  std::vector<ModelInterface> interfaces = {AttentionInterface()};
+  if (models != nullptr) {
+    for (const HostedModel& hosted : models->models()) {
+      if (hosted.name == kAttentionModel) continue;
+      interfaces.push_back(HostedInterface(hosted));
+    }
+  }
+  return interfaces;
+}
+
+absl::Status ToNative(const ModelInterface& model, ModelInferRequest& request,
+                      NativeCall* call) {
+  call->model = &model;
+  const bool attend = model.hosted == nullptr;
+  if (attend) {
+    call->attend.set_request_id(request.id());
+  } else {
+    call->hosted.set_request_id(request.id());
+    call->hosted.set_model(model.hosted->name);
+  }
+  bool return_weights = false;
+  RETURN_IF_ERROR(ApplyParameters(model, request, call, &return_weights));
+
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raw_input_contents: ", request.raw_input_contents_size(),
+        " entries for ", request.inputs_size(),
+        " inputs (one per input, in the order of inputs, or none)"));
+  }
+  std::vector<bool> seen(model.inputs.size(), false);
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const auto& input = request.inputs(i);
+    const int index = FindSpec(model.inputs, input.name());
+    if (index < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inputs[", i, "] (", input.name(), "): unknown input for model ",
+          model.name, " (expected ", NameList(model.inputs), ")"));
+    }
+    if (seen[index]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inputs[", i, "] (", input.name(), "): given twice"));
+    }
+    seen[index] = true;
+    RETURN_IF_ERROR(DecodeInput(
+        i, model.inputs[index], input,
+        raw ? request.mutable_raw_input_contents(i) : nullptr, call));
+  }
+  for (size_t i = 0; i < model.inputs.size(); ++i) {
+    if (!seen[i] && !model.inputs[i].optional) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("missing input \"", model.inputs[i].name, "\" (model ",
+                       model.name, " takes ", NameList(model.inputs), "; ",
+                       model.inputs[i].name, " is required)"));
+    }
+  }
+
+  RETURN_IF_ERROR(DecodeOutputs(model, request, return_weights, call));
+  if (std::find(call->outputs.begin(), call->outputs.end(), kWeightsIndex) !=
+      call->outputs.end()) {
+    return_weights = true;
+  }
+  if (attend) {
+    call->attend.set_return_weights(return_weights);
+  } else {
+    call->hosted.set_return_weights(return_weights);
+  }
+  return absl::OkStatus();
+}
+
+void ToInferResponse(const NativeCall& call, const ModelInferRequest& request,
+                     v1::AttendResponse& native,
+                     inference::ModelInferResponse* response) {
+  response->set_model_name(call.model->name);
+  response->set_model_version(kModelVersion);
+  response->set_id(request.id());
+  for (int index : call.outputs) {
+    v1::Tensor* tensor = index == kWeightsIndex ? native.mutable_weights()
+                                                : native.mutable_output();
+    auto* out = response->add_outputs();
+    out->set_name(call.model->outputs[index].name);
+    out->set_datatype(wire::V2DataTypeName(tensor->dtype()));
+    out->mutable_shape()->CopyFrom(tensor->shape());
+    response->add_raw_output_contents()->swap(*tensor->mutable_data());
+  }
+  auto& parameters = *response->mutable_parameters();
+  const v1::Timing& timing = native.timing();
+  parameters["timing.queue_us"].set_int64_param(timing.queue_us());
+  parameters["timing.compute_us"].set_int64_param(timing.compute_us());
+  parameters["timing.total_us"].set_int64_param(timing.total_us());
+  parameters["timing.flops"].set_int64_param(
+      static_cast<int64_t>(timing.flops()));
+}
+
+}  // namespace attnserve::server::kserve
