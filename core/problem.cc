@@ -148,9 +148,9 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
                      " is out of range [1, 256]"));
   }
   if (lsh && s.kv_heads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "query: LSH attention needs at least 1 head, got shape ",
-        ShapeString(in.query.dims())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("query: LSH attention needs at least 1 head, got shape ",
+                     ShapeString(in.query.dims())));
   }
   if (s.kv_heads < 1) {
     return absl::InvalidArgumentError(
@@ -293,6 +293,22 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
       break;
   }
   return p;
+}
+
+absl::Status CheckOnlyCausalAndPadding(const Problem& p,
+                                       absl::string_view why) {
+  const char* part = nullptr;
+  if (p.window_left || p.window_right) {
+    part = "mask.window_left/window_right: a sliding window";
+  } else if (p.mask != nullptr) {
+    part = "mask.explicit_mask: an explicit mask";
+  } else if (p.alibi != nullptr) {
+    part = "mask.alibi_slopes: ALiBi";
+  } else if (p.block_layout != nullptr) {
+    part = "mask.block_sparse: a block-sparse layout";
+  }
+  if (part == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(part, why));
 }
 
 absl::StatusOr<Strides4> ResolveOutput(const Problem& p,

@@ -103,6 +103,11 @@ struct Problem {
 // tensor or field with expected and actual values.
 absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs);
 
+// For the methods that take only causal and key_lengths (linear, LSH):
+// InvalidArgument naming the first other mask part present, e.g.
+// "mask.alibi_slopes: ALiBi" followed by `why`.
+absl::Status CheckOnlyCausalAndPadding(const Problem& p, absl::string_view why);
+
 // Checks outputs against a resolved problem and returns the element strides of
 // the output over [b][h][row][col] (in the problem's layout).
 absl::StatusOr<Strides4> ResolveOutput(const Problem& problem,

@@ -634,23 +634,7 @@ absl::Status CheckLinear(const Problem& p) {
   const char* why =
       " cannot be linearised: linear attention sums phi(k) v^T over the keys "
       "once, so only causal and key_lengths can restrict them";
-  if (p.window_left || p.window_right) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.window_left/window_right: a sliding window", why));
-  }
-  if (p.mask != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.explicit_mask: an explicit mask", why));
-  }
-  if (p.alibi != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.alibi_slopes: ALiBi", why));
-  }
-  if (p.block_layout != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.block_sparse: a block-sparse layout", why));
-  }
-  return absl::OkStatus();
+  return CheckOnlyCausalAndPadding(p, why);
 }
 
 double LinearFlops(const Problem& p) {

@@ -34,23 +34,7 @@ absl::Status CheckLsh(const Problem& p) {
   const char* why =
       " is not supported by LSH attention, which attends within hash chunks "
       "(only causal and key_lengths apply)";
-  if (p.window_left || p.window_right) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.window_left/window_right: a sliding window", why));
-  }
-  if (p.mask != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.explicit_mask: an explicit mask", why));
-  }
-  if (p.alibi != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.alibi_slopes: ALiBi", why));
-  }
-  if (p.block_layout != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.block_sparse: a block-sparse layout", why));
-  }
-  return absl::OkStatus();
+  return CheckOnlyCausalAndPadding(p, why);
 }
 
 double LshFlops(const Problem& p) {
