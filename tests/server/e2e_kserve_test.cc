@@ -28,6 +28,7 @@
 #include "tests/util/status_matchers.h"
 #include "tests/util/temp_dir.h"
 #include "tests/util/test_util.h"
+#include "tests/util/wire_tensor.h"
 
 namespace attnserve {
 namespace {
@@ -36,6 +37,7 @@ using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::StatusIs;
 using ::attnserve::testing::TempDir;
 using ::attnserve::testing::TestTensor;
+using ::attnserve::testing::ToWire;
 using ::inference::GRPCInferenceService;
 using ::inference::ModelInferRequest;
 using ::inference::ModelInferResponse;
@@ -72,26 +74,6 @@ std::string V2Name(v1::DataType dtype) {
     default:
       return "?";
   }
-}
-
-void ToWire(const TestTensor& t, v1::Tensor* out) {
-  switch (t.dtype()) {
-    case DType::kFloat32:
-      out->set_dtype(v1::FLOAT32);
-      break;
-    case DType::kBFloat16:
-      out->set_dtype(v1::BFLOAT16);
-      break;
-    case DType::kFloat16:
-      out->set_dtype(v1::FLOAT16);
-      break;
-    case DType::kBool:
-      out->set_dtype(v1::BOOL);
-      break;
-  }
-  for (int64_t d : t.shape()) out->add_shape(d);
-  out->set_data(static_cast<const char*>(t.data()),
-                t.size() * DTypeSize(t.dtype()));
 }
 
 // Appends one input; `typed` puts FP32, BOOL and INT32 data in contents.

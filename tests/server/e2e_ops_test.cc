@@ -48,6 +48,7 @@
 #include "gtest/gtest.h"
 #include "tests/util/server_process.h"
 #include "tests/util/test_util.h"
+#include "tests/util/wire_tensor.h"
 
 // gtest's printer for grpc::Status (found by argument-dependent lookup).
 namespace grpc {
@@ -66,6 +67,7 @@ using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::StatusIs;
 using ::attnserve::testing::TempDir;
 using ::attnserve::testing::TestTensor;
+using ::attnserve::testing::ToWire;
 using ::grpc::health::v1::Health;
 using ::grpc::health::v1::HealthCheckRequest;
 using ::grpc::health::v1::HealthCheckResponse;
@@ -107,13 +109,6 @@ MATCHER(GrpcOk, "is OK") { return arg.ok(); }
 // or the connection is refused once its listener is closed.
 ::testing::Matcher<std::string> RefusedWhileShuttingDown() {
   return AnyOf(HasSubstr("server is shutting down"), ConnectFailed());
-}
-
-void ToWire(const TestTensor& t, v1::Tensor* out) {
-  out->set_dtype(v1::FLOAT32);
-  for (int64_t d : t.shape()) out->add_shape(d);
-  out->set_data(static_cast<const char*>(t.data()),
-                t.size() * DTypeSize(t.dtype()));
 }
 
 // Self-attention over one batch element in f32, BHLD, Hq = Hkv, D = Dv: the

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/util/server_process.h"
 #include "tests/util/test_util.h"
+#include "tests/util/wire_tensor.h"
 #include "wire/dtype.h"
 
 namespace attnserve {
@@ -22,14 +23,8 @@ namespace {
 
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::TestTensor;
+using ::attnserve::testing::ToWire;
 using ::testing::HasSubstr;
-
-void ToWire(const TestTensor& t, v1::Tensor* out) {
-  out->set_dtype(wire::DTypeToWire(t.dtype()));
-  for (int64_t d : t.shape()) out->add_shape(d);
-  out->set_data(static_cast<const char*>(t.data()),
-                t.size() * DTypeSize(t.dtype()));
-}
 
 class VariantsE2eTest : public ::testing::Test {
  protected:

@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
+#include "tests/util/wire_tensor.h"
 #include "wire/dtype.h"
 
 namespace attnserve::server {
@@ -28,18 +29,11 @@ namespace {
 
 using ::attnserve::testing::StatusIs;
 using ::attnserve::testing::TestTensor;
+using ::attnserve::testing::ToWire;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int64_t kB = 1, kHq = 2, kHkv = 1, kLq = 3, kLk = 4, kD = 2;
-
-void SetTensor(const TestTensor& t, v1::Tensor* wire) {
-  wire->set_dtype(wire::DTypeToWire(t.dtype()));
-  wire->clear_shape();
-  for (int64_t d : t.shape()) wire->add_shape(d);
-  wire->set_data(static_cast<const char*>(t.data()),
-                 static_cast<size_t>(t.size()) * DTypeSize(t.dtype()));
-}
 
 std::vector<int64_t> InLayout(v1::Layout layout, int64_t b, int64_t h,
                               int64_t l, int64_t d) {
@@ -53,12 +47,12 @@ v1::AttendRequest ValidRequest(v1::Layout layout = v1::BHLD,
   v1::AttendRequest request;
   request.set_request_id("r1");
   request.set_layout(layout);
-  SetTensor(TestTensor::Random(dtype, InLayout(layout, kB, kHq, kLq, kD), 1),
-            request.mutable_query());
-  SetTensor(TestTensor::Random(dtype, InLayout(layout, kB, kHkv, kLk, kD), 2),
-            request.mutable_key());
-  SetTensor(TestTensor::Random(dtype, InLayout(layout, kB, kHkv, kLk, kD), 3),
-            request.mutable_value());
+  ToWire(TestTensor::Random(dtype, InLayout(layout, kB, kHq, kLq, kD), 1),
+         request.mutable_query());
+  ToWire(TestTensor::Random(dtype, InLayout(layout, kB, kHkv, kLk, kD), 2),
+         request.mutable_key());
+  ToWire(TestTensor::Random(dtype, InLayout(layout, kB, kHkv, kLk, kD), 3),
+         request.mutable_value());
   return request;
 }
 
@@ -72,7 +66,7 @@ void AddEveryMaskPart(v1::AttendRequest* request) {
   mask->add_key_lengths(4);
   TestTensor m = TestTensor::FromFloats(DType::kBool, {kLq, kLk},
                                         {1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1});
-  SetTensor(m, mask->mutable_explicit_mask());
+  ToWire(m, mask->mutable_explicit_mask());
   mask->add_alibi_slopes(0.5f);
   mask->add_alibi_slopes(0.25f);
   request->set_scale(0.75f);
@@ -178,9 +172,9 @@ TEST_F(RequestCodecTest, DecodesTopLeftAndFloatMask) {
   v1::AttendRequest request = ValidRequest();
   request.mutable_mask()->set_causal(true);
   request.mutable_mask()->set_alignment(v1::TOP_LEFT);
-  SetTensor(TestTensor::FromFloats(DType::kFloat32, {kB, 1, 1, kLk},
-                                   {0.0f, -1.0f, -INFINITY, 2.0f}),
-            request.mutable_mask()->mutable_explicit_mask());
+  ToWire(TestTensor::FromFloats(DType::kFloat32, {kB, 1, 1, kLk},
+                                {0.0f, -1.0f, -INFINITY, 2.0f}),
+         request.mutable_mask()->mutable_explicit_mask());
   auto decoded = Decode(request);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->inputs.mask.alignment, CausalAlignment::kTopLeft);
@@ -190,8 +184,8 @@ TEST_F(RequestCodecTest, DecodesTopLeftAndFloatMask) {
 
 TEST_F(RequestCodecTest, ScalarMaskBroadcasts) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor::FromFloats(DType::kBool, {}, {1}),
-            request.mutable_mask()->mutable_explicit_mask());
+  ToWire(TestTensor::FromFloats(DType::kBool, {}, {1}),
+         request.mutable_mask()->mutable_explicit_mask());
   auto decoded = Decode(request);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->inputs.mask.explicit_mask->rank, 0);
@@ -278,8 +272,8 @@ TEST_F(RequestCodecTest, UnknownDtypeNumber) {
 
 TEST_F(RequestCodecTest, DtypeMismatch) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor::Random(DType::kBFloat16, {kB, kHkv, kLk, kD}, 2),
-            request.mutable_key());
+  ToWire(TestTensor::Random(DType::kBFloat16, {kB, kHkv, kLk, kD}, 2),
+         request.mutable_key());
   EXPECT_THAT(
       DecodeStatus(request),
       StatusIs(
@@ -309,8 +303,8 @@ TEST_F(RequestCodecTest, ByteSizeOneLong) {
 
 TEST_F(RequestCodecTest, RankThree) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor::Random(DType::kFloat32, {kHq, kLq, kD}, 1),
-            request.mutable_query());
+  ToWire(TestTensor::Random(DType::kFloat32, {kHq, kLq, kD}, 1),
+         request.mutable_query());
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("query.shape: expected rank 4"),
@@ -319,8 +313,8 @@ TEST_F(RequestCodecTest, RankThree) {
 
 TEST_F(RequestCodecTest, RankFive) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor::Random(DType::kFloat32, {1, kB, kHkv, kLk, kD}, 1),
-            request.mutable_key());
+  ToWire(TestTensor::Random(DType::kFloat32, {1, kB, kHkv, kLk, kD}, 1),
+         request.mutable_key());
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("key: rank 5 exceeds the maximum 4")));
@@ -337,8 +331,8 @@ TEST_F(RequestCodecTest, NegativeDimension) {
 
 TEST_F(RequestCodecTest, KeyShapeMismatch) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor::Random(DType::kFloat32, {kB, kHkv, kLk, kD + 1}, 2),
-            request.mutable_key());
+  ToWire(TestTensor::Random(DType::kFloat32, {kB, kHkv, kLk, kD + 1}, 2),
+         request.mutable_key());
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("key: shape [1, 1, 4, 3]"),
@@ -379,8 +373,8 @@ TEST_F(RequestCodecTest, BoolOutputDtype) {
 
 TEST_F(RequestCodecTest, MaskNotBroadcastable) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor(DType::kBool, {2, kLk}),
-            request.mutable_mask()->mutable_explicit_mask());
+  ToWire(TestTensor(DType::kBool, {2, kLk}),
+         request.mutable_mask()->mutable_explicit_mask());
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("mask: shape [2, 4] is not "
@@ -390,8 +384,8 @@ TEST_F(RequestCodecTest, MaskNotBroadcastable) {
 
 TEST_F(RequestCodecTest, MaskDtypeFloat16) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor(DType::kFloat16, {kLq, kLk}),
-            request.mutable_mask()->mutable_explicit_mask());
+  ToWire(TestTensor(DType::kFloat16, {kLq, kLk}),
+         request.mutable_mask()->mutable_explicit_mask());
   EXPECT_THAT(
       DecodeStatus(request),
       StatusIs(absl::StatusCode::kInvalidArgument,
@@ -410,8 +404,8 @@ TEST_F(RequestCodecTest, MaskDtypeUnspecified) {
 
 TEST_F(RequestCodecTest, MaskWrongByteSize) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor(DType::kFloat32, {kLq, kLk}),
-            request.mutable_mask()->mutable_explicit_mask());
+  ToWire(TestTensor(DType::kFloat32, {kLq, kLk}),
+         request.mutable_mask()->mutable_explicit_mask());
   request.mutable_mask()->mutable_explicit_mask()->mutable_data()->pop_back();
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -421,8 +415,8 @@ TEST_F(RequestCodecTest, MaskWrongByteSize) {
 
 TEST_F(RequestCodecTest, MaskRankFive) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor(DType::kBool, {1, kB, kHq, kLq, kLk}),
-            request.mutable_mask()->mutable_explicit_mask());
+  ToWire(TestTensor(DType::kBool, {1, kB, kHq, kLq, kLk}),
+         request.mutable_mask()->mutable_explicit_mask());
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("mask.explicit_mask: rank 5 exceeds")));
@@ -509,12 +503,12 @@ TEST_F(RequestCodecTest, ZeroScaleIsKept) {
 
 TEST_F(RequestCodecTest, QueryHeadsNotMultipleOfKvHeads) {
   v1::AttendRequest request = ValidRequest();
-  SetTensor(TestTensor::Random(DType::kFloat32, {kB, 3, kLq, kD}, 1),
-            request.mutable_query());
-  SetTensor(TestTensor::Random(DType::kFloat32, {kB, 2, kLk, kD}, 2),
-            request.mutable_key());
-  SetTensor(TestTensor::Random(DType::kFloat32, {kB, 2, kLk, kD}, 3),
-            request.mutable_value());
+  ToWire(TestTensor::Random(DType::kFloat32, {kB, 3, kLq, kD}, 1),
+         request.mutable_query());
+  ToWire(TestTensor::Random(DType::kFloat32, {kB, 2, kLk, kD}, 2),
+         request.mutable_key());
+  ToWire(TestTensor::Random(DType::kFloat32, {kB, 2, kLk, kD}, 3),
+         request.mutable_value());
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("query heads Hq = 3 is not a multiple of "
@@ -716,11 +710,9 @@ TEST_F(RequestCodecTest, RoundTripBlhdBf16) {
   v1::AttendRequest request;
   request.set_layout(v1::BLHD);
   const DType bf16 = DType::kBFloat16;
-  SetTensor(TestTensor::Random(bf16, {2, 5, 4, 8}, 11),
-            request.mutable_query());
-  SetTensor(TestTensor::Random(bf16, {2, 7, 2, 8}, 12), request.mutable_key());
-  SetTensor(TestTensor::Random(bf16, {2, 7, 2, 6}, 13),
-            request.mutable_value());
+  ToWire(TestTensor::Random(bf16, {2, 5, 4, 8}, 11), request.mutable_query());
+  ToWire(TestTensor::Random(bf16, {2, 7, 2, 8}, 12), request.mutable_key());
+  ToWire(TestTensor::Random(bf16, {2, 7, 2, 6}, 13), request.mutable_value());
   request.mutable_mask()->set_causal(true);
   request.mutable_mask()->set_alignment(v1::BOTTOM_RIGHT);
   request.mutable_mask()->add_key_lengths(7);
@@ -734,11 +726,11 @@ TEST_F(RequestCodecTest, RoundTripBlhdF16ToF32WithWeightsAndFloatMask) {
   request.set_output_dtype(v1::FLOAT32);
   request.set_return_weights(true);
   const DType f16 = DType::kFloat16;
-  SetTensor(TestTensor::Random(f16, {1, 3, 2, 4}, 21), request.mutable_query());
-  SetTensor(TestTensor::Random(f16, {1, 5, 2, 4}, 22), request.mutable_key());
-  SetTensor(TestTensor::Random(f16, {1, 5, 2, 4}, 23), request.mutable_value());
-  SetTensor(TestTensor::Random(DType::kFloat32, {2, 1, 5}, 24, -2.0f, 0.0f),
-            request.mutable_mask()->mutable_explicit_mask());
+  ToWire(TestTensor::Random(f16, {1, 3, 2, 4}, 21), request.mutable_query());
+  ToWire(TestTensor::Random(f16, {1, 5, 2, 4}, 22), request.mutable_key());
+  ToWire(TestTensor::Random(f16, {1, 5, 2, 4}, 23), request.mutable_value());
+  ToWire(TestTensor::Random(DType::kFloat32, {2, 1, 5}, 24, -2.0f, 0.0f),
+         request.mutable_mask()->mutable_explicit_mask());
   ExpectRoundTripMatchesReference(*engine_, request, 2e-2f);
 }
 
@@ -755,8 +747,8 @@ TEST_F(RequestCodecTest, DecodesBlockSparse) {
   bs->set_seed(99);
   bs->add_global_tokens(0);
   bs->add_global_tokens(3);
-  SetTensor(TestTensor::FromFloats(DType::kBool, {2, 2}, {1, 0, 0, 1}),
-            bs->mutable_block_mask());
+  ToWire(TestTensor::FromFloats(DType::kBool, {2, 2}, {1, 0, 0, 1}),
+         bs->mutable_block_mask());
   auto decoded = Decode(request);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   const auto& spec = decoded->inputs.mask.block_sparse;
@@ -797,17 +789,17 @@ TEST_F(RequestCodecTest, BlockSparseMalformedFields) {
                        HasSubstr("mask.block_sparse.block_size: must be in "
                                  "[1, 4096], got 0")));
   bs->set_block_size(2);
-  SetTensor(TestTensor(DType::kFloat32, {2, 2}), bs->mutable_block_mask());
+  ToWire(TestTensor(DType::kFloat32, {2, 2}), bs->mutable_block_mask());
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("mask.block_sparse.block_mask.dtype: FLOAT32 "
                                  "is not supported (expected BOOL)")));
-  SetTensor(TestTensor(DType::kBool, {2, 2}), bs->mutable_block_mask());
+  ToWire(TestTensor(DType::kBool, {2, 2}), bs->mutable_block_mask());
   bs->mutable_block_mask()->set_data("x");
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("mask.block_sparse.block_mask")));
-  SetTensor(TestTensor(DType::kBool, {2, 3}), bs->mutable_block_mask());
+  ToWire(TestTensor(DType::kBool, {2, 3}), bs->mutable_block_mask());
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("mask.block_sparse.block_mask: shape [2, 3] "
@@ -868,8 +860,8 @@ TEST_F(RequestCodecTest, LinearAttentionMalformedFields) {
 v1::AttendRequest ValidLshRequest() {
   v1::AttendRequest request = ValidRequest();
   request.clear_key();
-  SetTensor(TestTensor::Random(DType::kFloat32, {kB, kHq, kLq, kD}, 3),
-            request.mutable_value());
+  ToWire(TestTensor::Random(DType::kFloat32, {kB, kHq, kLq, kD}, 3),
+         request.mutable_value());
   v1::LshAttention* lsh = request.mutable_lsh();
   lsh->set_num_hashes(2);
   lsh->set_num_buckets(4);
