@@ -153,10 +153,7 @@ int Run() {
       }
     }
   }
-  const CpuTimes end = ReadCpuTimes();
-  const double others = (end.all - start.all) - (end.self - start.self);
-  std::printf("run_check: other processes used %.1f%% of the CPU time\n",
-              100.0 * others / std::max(1e-9, end.all - start.all));
+  PrintRunCheck(start);
   return 0;
 }
 

@@ -3,7 +3,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -48,6 +50,13 @@ CpuTimes ReadCpuTimes() {
               1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
   }
   return t;
+}
+
+void PrintRunCheck(const CpuTimes& start) {
+  const CpuTimes end = ReadCpuTimes();
+  const double others = (end.all - start.all) - (end.self - start.self);
+  std::printf("run_check: other processes used %.1f%% of the CPU time\n",
+              100.0 * others / std::max(1e-9, end.all - start.all));
 }
 
 double Round(double x, int decimals) {

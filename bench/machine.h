@@ -25,6 +25,10 @@ struct CpuTimes {
 };
 CpuTimes ReadCpuTimes();
 
+// Prints "run_check: other processes used X% of the CPU time" for the busy
+// CPU time since `start` (the table benchmarks' last line).
+void PrintRunCheck(const CpuTimes& start);
+
 // x rounded to `decimals` decimal places.
 double Round(double x, int decimals);
 

@@ -195,10 +195,7 @@ int Run() {
     std::printf("summary_64x2048_two_thread_speedup %.3f\n",
                 one_thread_us_64 / two_thread_us_64);
   }
-  const CpuTimes end = ReadCpuTimes();
-  const double others = (end.all - start.all) - (end.self - start.self);
-  std::printf("run_check: other processes used %.1f%% of the CPU time\n",
-              100.0 * others / std::max(1e-9, end.all - start.all));
+  PrintRunCheck(start);
   return 0;
 }
 
