@@ -6,6 +6,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -15,13 +17,13 @@
 #include "absl/flags/parse.h"
 #include "base/random.h"
 #include "bench/machine.h"
-#include "bench/timing.h"
 #include "core/attention.h"
 #include "core/convert.h"
 
 ABSL_FLAG(bool, quick, false, "L = 4096 and fewer reps (seconds in all)");
 ABSL_FLAG(int64_t, length, 16384, "Lq = Lk");
 ABSL_FLAG(int64_t, block, 128, "block_size of the layouts");
+ABSL_FLAG(int, rounds, 7, "alternating dense/sparse rounds per case");
 
 namespace attnserve::bench {
 namespace {
@@ -65,14 +67,30 @@ double RelativeL2(const std::vector<float>& got,
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
+// Microseconds of one call of `fn`.
+template <typename Fn>
+absl::StatusOr<double> TimeOnce(const Fn& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const absl::Status st = fn();
+  if (!st.ok()) return st;
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 int Run() {
   const bool quick = absl::GetFlag(FLAGS_quick);
   const int64_t length = quick ? 4096 : absl::GetFlag(FLAGS_length);
   const int64_t b = 1, h = 4, d = 64;
   const int64_t block = absl::GetFlag(FLAGS_block);
-  RepPolicy policy;
-  policy.min_seconds = quick ? 0.2 : 1.0;
-  policy.min_reps = quick ? 3 : 5;
+  // Dense and sparse calls alternate, one of each per round, so that load
+  // changes on a shared machine reach both; the ratio is of the medians.
+  const int rounds = quick ? 3 : absl::GetFlag(FLAGS_rounds);
   const CpuTimes start = ReadCpuTimes();
   std::printf(
       "attnserve_block_sparse_bench: %s; %d threads; B%ld H%ld L%ld D%ld, "
@@ -123,32 +141,50 @@ int Run() {
                               {b, h, length, d}),
         std::nullopt};
     for (const bool causal : {false, true}) {
-      in.mask = MaskSpec{};
-      in.mask.causal = causal;
-      absl::StatusOr<Timing> dense_t =
-          TimeMedian(policy, [&] { return (*engine)->Run(in, dense_out); });
-      if (!dense_t.ok()) {
-        std::fprintf(stderr, "dense: %s\n",
-                     dense_t.status().ToString().c_str());
-        return 1;
-      }
       for (LayoutCase& c : Layouts(block)) {
+        AttentionInputs dense_in = in;
+        dense_in.mask = MaskSpec{};
+        dense_in.mask.causal = causal;
+        AttentionInputs sparse_in = dense_in;
         c.spec.global_tokens = c.globals;
-        in.mask.block_sparse = c.spec;
-        absl::StatusOr<AttentionShape> shape = (*engine)->Validate(in);
-        absl::StatusOr<Timing> t =
-            TimeMedian(policy, [&] { return (*engine)->Run(in, sparse_out); });
-        if (!shape.ok() || !t.ok()) {
-          std::fprintf(
-              stderr, "%s: %s\n", c.name.c_str(),
-              (shape.ok() ? t.status() : shape.status()).ToString().c_str());
+        sparse_in.mask.block_sparse = c.spec;
+        absl::StatusOr<AttentionShape> shape = (*engine)->Validate(sparse_in);
+        const auto dense_call = [&] {
+          return (*engine)->Run(dense_in, dense_out);
+        };
+        const auto sparse_call = [&] {
+          return (*engine)->Run(sparse_in, sparse_out);
+        };
+        // Warm-up: primitives, page faults.
+        absl::Status st = shape.status();
+        if (st.ok()) st = dense_call();
+        if (st.ok()) st = sparse_call();
+        std::vector<double> dense_us, sparse_us;
+        for (int r = 0; r < rounds && st.ok(); ++r) {
+          absl::StatusOr<double> t = TimeOnce(dense_call);
+          if (!t.ok()) {
+            st = t.status();
+            break;
+          }
+          dense_us.push_back(*t);
+          t = TimeOnce(sparse_call);
+          if (!t.ok()) {
+            st = t.status();
+            break;
+          }
+          sparse_us.push_back(*t);
+        }
+        if (!st.ok()) {
+          std::fprintf(stderr, "%s: %s\n", c.name.c_str(),
+                       st.ToString().c_str());
           return 1;
         }
+        const double dense_median = Median(dense_us);
+        const double sparse_median = Median(sparse_us);
         std::printf("%-24s %-5s %-6s %8.4f %12.0f %12.0f %8.3f %10.4f\n",
                     c.name.c_str(), DTypeName(dtype).data(),
                     causal ? "yes" : "no", shape->flops / shape->dense_flops(),
-                    dense_t->median_us, t->median_us,
-                    t->median_us / dense_t->median_us,
+                    dense_median, sparse_median, sparse_median / dense_median,
                     RelativeL2(sparse, dense));
       }
     }
