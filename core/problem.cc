@@ -278,6 +278,12 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
   p.method = in.method;
   p.linear = in.linear;
   p.lsh = in.lsh;
+  if (p.method != AttentionMethod::kSoftmax && p.kernel != KernelPath::kAuto) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel: ", KernelPathName(p.kernel), " is a softmax kernel; ",
+        p.method == AttentionMethod::kLinear ? "linear" : "LSH",
+        " attention has its own (leave kernel at auto)"));
+  }
   switch (p.method) {
     case AttentionMethod::kSoftmax:
       s.flops =

@@ -641,13 +641,13 @@ double LinearFlops(const Problem& p) {
   const AttentionShape& s = p.shape;
   const bool favor = p.linear.feature_map == FeatureMap::kFavorPlus;
   const double f = favor ? double(p.linear.num_features) : double(s.head_dim);
-  // Random features of queries and keys, S = phi(K)^T V (and z), then
-  // phi(q) . S (and the denominator).
-  const double per_head =
-      (favor ? 2.0 * (s.q_len + s.k_len) * f * s.head_dim : 0.0) +
-      2.0 * s.k_len * f * (s.value_dim + 1) +
-      2.0 * s.q_len * f * (s.value_dim + 1);
-  return double(s.batch) * s.q_heads * per_head;
+  // Per kv head: the keys' random features and S = phi(K)^T V (and z); per
+  // query head: the queries' features and phi(q) . S (and the denominator).
+  const double per_kv_head = (favor ? 2.0 * s.k_len * f * s.head_dim : 0.0) +
+                             2.0 * s.k_len * f * (s.value_dim + 1);
+  const double per_q_head = (favor ? 2.0 * s.q_len * f * s.head_dim : 0.0) +
+                            2.0 * s.q_len * f * (s.value_dim + 1);
+  return double(s.batch) * (s.kv_heads * per_kv_head + s.q_heads * per_q_head);
 }
 
 absl::Status RunLinear(const Problem& p, const AttentionOutputs& outputs,

@@ -674,5 +674,33 @@ TEST_F(LinearAttentionValidationTest, MaskPartsThatCannotBeLinearised) {
                 absl::StrCat("mask.block_sparse: a block-sparse layout", kWhy));
 }
 
+// The FLOPs count the key sums once per kv head and the queries per query
+// head; a softmax kernel is refused.
+TEST(LinearAttentionFlopsTest, GqaCountsKeySumsPerKvHead) {
+  const TestTensor q = TestTensor::Random(DType::kFloat32, {2, 8, 10, 16}, 1);
+  const TestTensor k = TestTensor::Random(DType::kFloat32, {2, 2, 12, 16}, 2);
+  const TestTensor v = TestTensor::Random(DType::kFloat32, {2, 2, 12, 4}, 3);
+  AttentionInputs in;
+  in.query = q.view();
+  in.key = k.view();
+  in.value = v.view();
+  in.method = AttentionMethod::kLinear;
+  in.linear.feature_map = FeatureMap::kFavorPlus;
+  in.linear.num_features = 32;
+  auto engine = AttentionEngine::Create(EngineOptions{});
+  ASSERT_TRUE(engine.ok());
+  auto shape = (*engine)->Validate(in);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  const double keys = 2.0 * 12 * 32 * 16 + 2.0 * 12 * 32 * 5;
+  const double queries = 2.0 * 10 * 32 * 16 + 2.0 * 10 * 32 * 5;
+  EXPECT_DOUBLE_EQ(shape->flops, 2 * (2 * keys + 8 * queries));
+  in.kernel = KernelPath::kFlash;
+  const absl::Status st = (*engine)->Validate(in).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()),
+              ::testing::HasSubstr("kernel: flash is a softmax kernel; linear "
+                                   "attention has its own"));
+}
+
 }  // namespace
 }  // namespace attnserve
