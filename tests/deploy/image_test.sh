@@ -149,7 +149,7 @@ created=1
 pmt 60 run --detach --name "$name" --read-only --read-only-tmpfs=false \
   --cap-drop=ALL --security-opt=no-new-privileges \
   --publish 127.0.0.1::50051 --publish 127.0.0.1::9464 \
-  "$image" --workers=1 --threads_per_worker=1 --shutdown_grace="${grace}s" \
+  "$image" --workers=1 --threads_per_worker=1 --shutdown_grace="${grace}s" --log_level=debug \
   >"$work/run.txt" 2>&1 || { cat "$work/run.txt" >&2; fail "podman run failed"; }
 grpc="$(pm port "$name" 50051/tcp | head -1)"
 metrics="$(pm port "$name" 9464/tcp | head -1)"
@@ -229,10 +229,11 @@ after="$(health_status)"
 ok "starting → healthy (attnctl health in the container: exit 0, SERVING)"
 
 begin "SIGTERM during a call: podman stop --time $stop_timeout → the call ends OK, exit 0"
-# A call of a second or more on one thread (8 heads, 4096 × 4096, 34 GFLOP), in flight
-# when SIGTERM arrives: the server must drain it, then exit 0, before podman's stop
-# timeout (> --shutdown_grace) would SIGKILL it.
-timeout 150 "$attnctl" infer --target="$grpc" --timeout=120s --heads=8 --lq=4096 --dim=64 \
+# A call of about a second on one thread here (8 heads, 8192 × 8192, 137 GFLOP), in
+# flight when SIGTERM arrives: the server must finish it, then exit 0, before podman's
+# stop timeout (> --shutdown_grace) would SIGKILL it. The server's debug log proves
+# the order: its line for the call comes after "received SIGTERM, draining".
+timeout 150 "$attnctl" infer --target="$grpc" --timeout=120s --heads=8 --lq=8192 --dim=64 \
   >"$work/inflight.txt" 2>&1 &
 infer_pid=$!
 python3 - "http://$metrics/metrics" <<'EOF' || fail "the long call never showed in attnserve_inflight_requests"
@@ -252,14 +253,30 @@ pmt $((stop_timeout + 20)) stop --time "$stop_timeout" "$name" >"$work/stop.txt"
 elapsed=$((SECONDS - stop_started))
 infer_status=0
 wait "$infer_pid" || infer_status=$?
-exit_code="$(pm inspect --format '{{.State.ExitCode}}' "$name")"
+exit_code="$(pm inspect --format "{{.State.ExitCode}}" "$name")"
+finished_at="$(pm inspect --format "{{.State.FinishedAt}}" "$name")"
 pm logs "$name" >"$work/server.log" 2>&1 || true
 [ "$exit_code" = 0 ] || { cat "$work/server.log" >&2; fail "exit code $exit_code after SIGTERM (137 = killed after the stop timeout)"; }
 [ "$elapsed" -lt "$stop_timeout" ] || fail "stopping took $elapsed s, the stop timeout is $stop_timeout s"
 [ "$infer_status" -eq 0 ] ||
   { cat "$work/inflight.txt" >&2; fail "the call in flight at SIGTERM ended with exit $infer_status (above)"; }
-grep -q "received SIGTERM, draining" "$work/server.log" && grep -q "stopped" "$work/server.log" ||
-  { cat "$work/server.log" >&2; fail "the server's log lacks its SIGTERM drain (above)"; }
-ok "the call in flight ended OK; exit 0 in $elapsed s; the log says \"received SIGTERM, draining\", then \"stopped\""
+drain="$(python3 - "$work/server.log" "$finished_at" <<'EOF'
+import datetime, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+def at(pattern):
+    return next((i for i, l in enumerate(lines) if re.search(pattern, l)), None)
+term, stopped = at(r" I received SIGTERM, draining$"), at(r" I stopped$")
+call = next((i for i, l in enumerate(lines) if term is not None and i > term and
+             re.search(r" D Attend id=attnctl-infer code=0 ", l)), None)
+if term is None or stopped is None or call is None or not term < call < stopped:
+    sys.exit("expected 'received SIGTERM, draining', then the call's 'Attend ... code=0', then 'stopped'")
+t = [datetime.datetime.fromisoformat(lines[i].split()[0].rstrip("Z")) for i in (term, stopped)]
+date, clock = sys.argv[2].split()[:2]  # podman's "2006-01-02 15:04:05.999999999 +0000 UTC"
+exited = datetime.datetime.fromisoformat(f"{date} {clock[:15]}")
+print(f"stopped {(t[1] - t[0]).total_seconds():.2f} s after SIGTERM, the process exited "
+      f"after {(exited - t[0]).total_seconds():.2f} s")
+EOF
+)" || { cat "$work/server.log" >&2; fail "the server's log (above) does not show the call drained after SIGTERM"; }
+ok "the call in flight at SIGTERM ended OK; the server drained it and $drain; podman stop returned in $elapsed s, exit code 0"
 
 echo "image-test: ok: $image ($(awk -v s="$size" 'BEGIN {printf "%.0f MB", s / 1e6}'))"
