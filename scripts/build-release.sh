@@ -9,8 +9,8 @@
 # given, with JOBS parallel jobs (default: nproc). --binaries-only (the Dockerfile)
 # configures without tests and benchmarks, so that neither they nor their packages
 # are needed (`scripts/install-deps.sh --build` suffices), and builds the two shipped
-# executables, attnserve and attnctl, when no TARGET is given. No -march flags: the binaries run on
-# any x86-64 host and pick their ISA at run time.
+# executables, attnserve and attnctl, when no TARGET is given. No -march flags: the
+# binaries run on any x86-64 host and pick their ISA at run time.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

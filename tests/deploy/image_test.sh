@@ -36,7 +36,7 @@ if [ $# -ne 2 ]; then
   echo "usage: $0 ATTNCTL WORK_DIR" >&2
   exit 2
 fi
-attnctl="$(realpath "$1")"
+attnctl="$(realpath -m "$1")"
 work="$(realpath -m "$2")"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 image="${IMAGE:-localhost/attnserve:test}"
