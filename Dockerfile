@@ -1,33 +1,32 @@
+# syntax=docker/dockerfile:1
 # attnserve image: the gRPC attention server and the attnctl client.
 #
-#   docker build -t attnserve:0.1.0 .
-#   docker run --rm -p 50051:50051 -p 9464:9464 --cpus=4 attnserve:0.1.0 --workers=1
+#   scripts/podman-base.sh       # once: the Debian 12 minbase base, imported locally
+#   podman --runtime runc build --format docker --network=host -t attnserve:0.1.0 .
+#   podman run --rm -p 50051:50051 -p 9464:9464 --cpus=4 attnserve:0.1.0 --workers=1
 #
-# The build stage runs exactly what CI runs (scripts/install-deps.sh, then
-# scripts/build-release.sh, the recipe behind `make build`), and only those: the test
-# deploy_image_build_steps runs these RUN lines outside Docker on every `make test`, so
-# keep this stage to FROM, WORKDIR, COPY and RUN.
-FROM debian:bookworm AS build
+# Where Docker Hub is reachable: docker build --build-arg BASE_IMAGE=debian:bookworm-slim
+# (BASE_IMAGE is any Debian 12 image with apt; the default is the one
+# scripts/podman-base.sh makes, since this project's machines reach no registry).
+#
+# The build stage runs the same scripts as CI (scripts/install-deps.sh, then
+# scripts/build-release.sh, the recipe behind `make build`), in their build-only
+# modes: the build packages only (no test tools), the two shipped binaries only (no
+# tests or benchmarks). The test deploy_image_build_steps runs these RUN lines outside
+# Docker on every `make test`, so keep this stage to FROM, WORKDIR, COPY and RUN; the
+# ccache cache mount makes a rebuild after a source change mostly cache hits.
+ARG BASE_IMAGE=localhost/attnserve-base:bookworm
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/install-deps.sh
-RUN bash scripts/install-deps.sh
+RUN bash scripts/install-deps.sh --build
 COPY . .
-RUN bash scripts/build-release.sh build attnserve attnctl
+RUN --mount=type=cache,target=/root/.cache/ccache bash scripts/build-release.sh --binaries-only build
 
 # The runtime stage: the shared libraries of the two binaries and nothing else. The
-# test deploy_runtime_libs checks that this list covers `ldd` of both binaries (libc6
+# test deploy_dockerfile checks that this list covers `ldd` of both binaries (libc6
 # comes with the base image).
-FROM debian:bookworm-slim AS runtime
-ARG VERSION=0.1.0
-ARG REVISION=""
-ARG SOURCE=""
-LABEL org.opencontainers.image.title="attnserve" \
-      org.opencontainers.image.description="Attention on the CPU (oneDNN) as a gRPC microservice, with Prometheus metrics" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.source="${SOURCE}" \
-      org.opencontainers.image.documentation="docs/operations.md in the source" \
-      org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim"
+FROM ${BASE_IMAGE} AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libabsl20220623 \
@@ -51,6 +50,18 @@ RUN apt-get update \
  && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin attnserve
 COPY --from=build /src/build/server/attnserve /src/build/client/attnctl /usr/local/bin/
+# Labels after the layers, so that a new REVISION rebuilds none of them.
+ARG BASE_IMAGE
+ARG VERSION=0.1.0
+ARG REVISION=""
+ARG SOURCE=""
+LABEL org.opencontainers.image.title="attnserve" \
+      org.opencontainers.image.description="Attention on the CPU (oneDNN) as a gRPC microservice, with Prometheus metrics" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.documentation="docs/operations.md in the source" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}"
 # Numeric, so that Kubernetes' runAsNonRoot can verify it without /etc/passwd.
 USER 10001:10001
 EXPOSE 50051 9464

@@ -11,7 +11,10 @@
 #              whose prebuilt Debian libraries TSan cannot see into)
 # make bench runs the full kernel and layer benchmarks (one JSON object per case) and
 # the session benchmark (a table);
-# make bench-quick runs its quick subset.
+# make bench-quick runs its quick subset;
+# make test-image builds the Dockerfile with podman (a local Debian 12 base made with
+# debootstrap on first use), runs the image read-only and checks it from outside with
+# the build's attnctl (tests/deploy/image_test.sh; CI runs it after make test).
 
 BUILD_DIR      ?= build
 ASAN_BUILD_DIR ?= build-asan
@@ -20,7 +23,7 @@ CMAKE_FLAGS    ?=
 JOBS           ?= $(shell nproc)
 
 .PHONY: all deps configure build run bench bench-quick test test-release test-sanitize test-tsan \
-        format format-check clean
+        test-image format format-check clean
 
 all: build
 
@@ -65,6 +68,11 @@ test-tsan: deps
 	@cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target attnserve_kvcache_tests
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  $(TSAN_BUILD_DIR)/tests/kvcache/attnserve_kvcache_tests
+
+# Separate from `make test`: it needs root (or sudo) and podman, which a developer's
+# machine or a container may not offer. Fails, never skips, where podman cannot run.
+test-image: build
+	bash tests/deploy/image_test.sh $(BUILD_DIR)/client/attnctl $(BUILD_DIR)/image-test
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i

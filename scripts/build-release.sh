@@ -2,26 +2,39 @@
 # The one Release build of attnserve. `make build` (so CI) and the Dockerfile's build
 # stage both run it, so the image is built exactly as the tree CI tests.
 #
-#   scripts/build-release.sh [--configure-only] BUILD_DIR [TARGET...]
+#   scripts/build-release.sh [--configure-only] [--binaries-only] BUILD_DIR [TARGET...]
 #
 # Configures BUILD_DIR with CMake + Ninja in Release mode (extra -D flags from the
 # CMAKE_FLAGS environment variable), then builds TARGETs, or everything when none is
-# given, with JOBS parallel jobs (default: nproc). No -march flags: the binaries run on
-# any x86-64 host and pick their ISA at run time.
+# given, with JOBS parallel jobs (default: nproc). --binaries-only (the Dockerfile)
+# configures without tests and benchmarks, so that neither they nor their packages
+# are needed (`scripts/install-deps.sh --build` suffices), and builds the two shipped
+# executables, attnserve and attnctl, when no TARGET is given. No -march flags: the
+# binaries run on any x86-64 host and pick their ISA at run time.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 configure_only=0
-if [ "${1:-}" = "--configure-only" ]; then
-  configure_only=1
+binaries_only=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --configure-only) configure_only=1 ;;
+    --binaries-only) binaries_only=1 ;;
+    *) break ;;
+  esac
   shift
-fi
+done
 if [ $# -lt 1 ]; then
-  echo "usage: $0 [--configure-only] BUILD_DIR [TARGET...]" >&2
+  echo "usage: $0 [--configure-only] [--binaries-only] BUILD_DIR [TARGET...]" >&2
   exit 2
 fi
 build_dir="$1"
 shift
+options=()
+if [ "$binaries_only" -eq 1 ]; then
+  options=(-DATTNSERVE_BUILD_TESTS=OFF -DATTNSERVE_BUILD_BENCHMARKS=OFF)
+  [ $# -eq 0 ] && set -- attnserve attnctl
+fi
 
 # ccache keys on the compiler's arguments, which name the source and build
 # directories. Relative to the source root they are the same in every checkout
@@ -30,7 +43,8 @@ shift
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 
 # shellcheck disable=SC2086  # CMAKE_FLAGS is a list of -D flags
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_FLAGS:-} >/dev/null
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${options[@]}" \
+  ${CMAKE_FLAGS:-} >/dev/null
 [ "$configure_only" -eq 1 ] && exit 0
 
 targets=()

@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages attnserve needs to build, test and run.
+#
+#   scripts/install-deps.sh           everything `make build`, `make test`, `make bench`
+#                                     and `make test-image` need (CI's set)
+#   scripts/install-deps.sh --build   only what building attnserve and attnctl needs
+#                                     (`scripts/build-release.sh --binaries-only`): the
+#                                     Dockerfile's build stage, without the test tools
+#
 # Idempotent: prints nothing and touches nothing when every package is present.
 set -euo pipefail
 
-packages=(
+mode=all
+case "${1:-}" in
+  "") ;;
+  --build) mode=build ;;
+  *)
+    echo "usage: $0 [--build]" >&2
+    exit 2
+    ;;
+esac
+
+build_packages=(
   # toolchain
-  build-essential cmake ninja-build ccache pkg-config git openssl
-  clang libclang-rt-14-dev clang-format
+  build-essential cmake ninja-build ccache pkg-config
   # core
   libdnnl-dev ocl-icd-opencl-dev libabsl-dev  # dnnl's CMake config wants OpenCL
   # service and client
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libpng-dev zlib1g-dev
+)
+test_packages=(
+  git openssl clang libclang-rt-14-dev clang-format
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # examples/make_model_repository and its test (standard library only)
@@ -25,7 +44,15 @@ packages=(
   python3-venv python3-pip python3-setuptools python3-wheel
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-matplotlib
   python3-torch
+  # the image test (make test-image, tests/deploy/image_test.sh): podman with runc,
+  # and debootstrap for its base image (scripts/podman-base.sh)
+  podman runc debootstrap
 )
+
+packages=("${build_packages[@]}")
+if [ "$mode" = all ]; then
+  packages+=("${test_packages[@]}")
+fi
 
 missing=()
 for p in "${packages[@]}"; do

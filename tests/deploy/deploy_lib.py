@@ -161,6 +161,18 @@ def dockerfile_stages(path):
     return stages
 
 
+def dockerfile_global_args(path):
+    """{name: default} of the ARGs before the first FROM (None: no default)."""
+    args = {}
+    for ins, rest in dockerfile_instructions(path):
+        if ins == "FROM":
+            break
+        if ins == "ARG":
+            name, eq, value = rest.partition("=")
+            args[name.strip()] = value.strip().strip('"') if eq else None
+    return args
+
+
 def apt_install_packages(run_args):
     """The packages of every `apt-get install` in a shell-form RUN."""
     packages = []

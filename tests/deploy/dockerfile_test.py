@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from deploy_lib import (SOURCE_DIR, Server, apt_install_packages,  # noqa: E402
-                        dockerfile_stages, fail, run)
+                        dockerfile_global_args, dockerfile_stages, fail, run)
 
 BASE_IMAGE_PACKAGES = {"libc6"}
 
@@ -68,8 +68,18 @@ def main():
     runtime = stages["runtime"]
     if list(stages)[-1] != "runtime":
         fail("Dockerfile: the runtime stage must be the last one (the default target)")
-    if not runtime[0][1].startswith("debian:bookworm-slim"):
-        fail(f"runtime stage FROM {runtime[0][1]}, expected debian:bookworm-slim")
+    # Both stages start from BASE_IMAGE, whose default is the Debian 12 minbase image
+    # scripts/podman-base.sh makes (debian:bookworm-slim's equivalent; the Docker Hub
+    # image itself where a registry is reachable).
+    base_arg = dockerfile_global_args(dockerfile).get("BASE_IMAGE")
+    with open(os.path.join(SOURCE_DIR, "scripts", "podman-base.sh")) as f:
+        made = re.search(r'image="\$\{1:-([^}]+)\}"', f.read())
+    if not made or base_arg != made.group(1):
+        fail(f"Dockerfile ARG BASE_IMAGE={base_arg}: expected the default of "
+             f"scripts/podman-base.sh ({made.group(1) if made else 'not found'})")
+    for stage in ("build", "runtime"):
+        if stages[stage][0][1].split()[0] != "${BASE_IMAGE}":
+            fail(f"{stage} stage FROM {stages[stage][0][1]}, expected ${{BASE_IMAGE}}")
 
     # Shared libraries.
     installed = []
