@@ -100,10 +100,32 @@ void AttentionService::Process(const typename Kind::Request& request,
     done(decoded.status());
     return;
   }
-  // run and reject share the completion; the scheduler calls exactly one of
-  // them.
+  MemoryBudget::Reservation reservation;
+  if (options_.budget != nullptr) {
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        options_.budget->Reserve(static_cast<int64_t>(request.ByteSizeLong()) +
+                                 Kind::HeldBytes(*decoded));
+    if (!reserved.ok()) {
+      metrics_->RecordRejection(Rejection::kMemoryBudget);
+      done(reserved.status());
+      return;
+    }
+    reservation = *std::move(reserved);
+  }
+  // run and reject share the completion, and the reservation with it; the
+  // scheduler calls exactly one of them, then drops both.
+  struct Finish {
+    absl::AnyInvocable<void(absl::Status)> done;
+    MemoryBudget::Reservation reservation;
+    // Released as the answer goes back: a client that has its answer sees
+    // the bytes free.
+    void operator()(absl::Status status) {
+      reservation.Release();
+      done(std::move(status));
+    }
+  };
   auto finish =
-      std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+      std::make_shared<Finish>(Finish{std::move(done), std::move(reservation)});
   Task task;
   task.deadline = deadline;
   task.is_cancelled = std::move(is_cancelled);

@@ -21,6 +21,7 @@
 #include "server/model_registry.h"
 #include "server/request_codec.h"
 #include "server/rpc/admission.h"
+#include "server/rpc/memory_budget.h"
 #include "server/scheduler.h"
 #include "server/work_tracker.h"
 
@@ -38,6 +39,10 @@ struct ServiceOptions {
   // Fills the figures of `info` that change while serving (the sessions'
   // counts), at each GetServerInfo; null = none. Thread-safe.
   std::function<void(v1::ServerInfo* info)> live_info;
+  // The server's --max_inflight_bytes budget: every call reserves its
+  // request, response and working bytes once decoded, until its answer is
+  // handed back; null = no budget. Must outlive the service.
+  MemoryBudget* budget = nullptr;
 };
 
 struct AttendKind;

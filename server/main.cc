@@ -26,6 +26,11 @@ ABSL_FLAG(int, threads_per_worker, 0,
           "/ workers");
 ABSL_FLAG(int, max_queue, 256,
           "requests waiting for a worker before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_inflight_bytes, 0,
+          "bytes that calls in flight may hold at once (requests, responses, "
+          "hosted layers' working buffers); past it calls are "
+          "RESOURCE_EXHAUSTED; 0 = half the cgroup memory limit, else of "
+          "physical memory");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
           "largest request message");
 ABSL_FLAG(int64_t, max_response_bytes, int64_t{256} << 20,
@@ -116,6 +121,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_threads_per_worker);
   options.scheduler.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.max_response_bytes = absl::GetFlag(FLAGS_max_response_bytes);
   options.max_request_flops = absl::GetFlag(FLAGS_max_request_flops);
   options.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);

@@ -24,7 +24,7 @@ constexpr int kNumMethods = 22;
 constexpr int kNumCodes =
     17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
 constexpr int kNumKernels = 3;
-constexpr int kNumRejections = 4;
+constexpr int kNumRejections = 5;
 
 // The names of the Open Inference Protocol's methods (from index 13) differ
 // from every native one, so the method label tells the protocols apart
@@ -62,7 +62,7 @@ constexpr const char* kCodeNames[kNumCodes] = {
 constexpr const char* kKernelNames[kNumKernels] = {"flash", "decode",
                                                    "materialized"};
 constexpr const char* kRejectionNames[kNumRejections] = {
-    "queue_full", "deadline", "cancelled", "shutdown"};
+    "queue_full", "deadline", "cancelled", "shutdown", "memory_budget"};
 
 // A 1-2-5 series from 50 µs to 10 s: the fastest calls (a small decode step)
 // take tens of microseconds and the slowest acceptable ones seconds; a 1-2-5
@@ -158,6 +158,8 @@ int RejectionIndex(Rejection reason) {
       return 2;
     case Rejection::kShutdown:
       return 3;
+    case Rejection::kMemoryBudget:
+      return 4;
   }
   return 0;
 }
@@ -237,6 +239,39 @@ class SessionCollectable : public prometheus::Collectable {
   std::function<kvcache::StoreStats()> source_ ABSL_GUARDED_BY(mu_);
 };
 
+// The memory budget's figures, read when Prometheus scrapes.
+class BudgetCollectable : public prometheus::Collectable {
+ public:
+  void SetSource(std::function<std::pair<int64_t, int64_t>()> source) {
+    absl::MutexLock lock(&mu_);
+    source_ = std::move(source);
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::pair<int64_t, int64_t> used_limit;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!source_) return {};
+      used_limit = source_();
+    }
+    std::vector<prometheus::MetricFamily> out;
+    out.push_back(Family("attnserve_inflight_bytes",
+                         "Bytes held by calls in flight (used) and left in "
+                         "the --max_inflight_bytes budget (free), in bytes.",
+                         prometheus::MetricType::Gauge));
+    AddSample(&out.back(), static_cast<double>(used_limit.first),
+              {{"state", "used"}});
+    AddSample(&out.back(),
+              static_cast<double>(used_limit.second - used_limit.first),
+              {{"state", "free"}});
+    return out;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::function<std::pair<int64_t, int64_t>()> source_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 struct Metrics::Impl {
@@ -263,6 +298,8 @@ struct Metrics::Impl {
   std::vector<ModelSeries> models;
   std::shared_ptr<SessionCollectable> sessions =
       std::make_shared<SessionCollectable>();
+  std::shared_ptr<BudgetCollectable> budget =
+      std::make_shared<BudgetCollectable>();
 
   absl::Mutex mu;
   // Declared after the registry so they stop serving before it is destroyed.
@@ -428,6 +465,7 @@ absl::StatusOr<int> Metrics::Expose(const std::string& listen) {
   }
   exposer->RegisterCollectable(impl_->registry);
   exposer->RegisterCollectable(impl_->sessions);
+  exposer->RegisterCollectable(impl_->budget);
   const std::vector<int> ports = exposer->GetListeningPorts();
   if (ports.empty()) {
     return absl::UnavailableError(
@@ -496,6 +534,11 @@ prometheus::Registry& Metrics::registry() { return *impl_->registry; }
 void Metrics::SetSessionStatsSource(
     std::function<kvcache::StoreStats()> source) {
   impl_->sessions->SetSource(std::move(source));
+}
+
+void Metrics::SetMemoryBudgetSource(
+    std::function<std::pair<int64_t, int64_t>()> source) {
+  impl_->budget->SetSource(std::move(source));
 }
 
 }  // namespace attnserve::server

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -54,7 +55,13 @@ enum class Method {
 };
 
 // Why a task never reached a kernel.
-enum class Rejection { kQueueFull, kDeadline, kCancelled, kShutdown };
+enum class Rejection {
+  kQueueFull,
+  kDeadline,
+  kCancelled,
+  kShutdown,
+  kMemoryBudget
+};
 
 struct BuildInfo {
   std::string version;
@@ -102,6 +109,10 @@ class Metrics {
   // from `source` at every scrape (thread-safe; it must stay callable until
   // the metrics are destroyed). Without a source these are not exported.
   void SetSessionStatsSource(std::function<kvcache::StoreStats()> source);
+  // attnserve_inflight_bytes{state="used"|"free"}: the --max_inflight_bytes
+  // budget, from `source` (used, limit) at every scrape, as above.
+  void SetMemoryBudgetSource(
+      std::function<std::pair<int64_t, int64_t>()> source);
 
   prometheus::Registry& registry();
 

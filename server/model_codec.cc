@@ -108,10 +108,18 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
   const int64_t output_shape[] = {s.batch, s.q_len, d_model};
   const int64_t weights_shape[] = {s.batch, layer.config().num_heads, s.q_len,
                                    s.k_len};
-  RETURN_IF_ERROR(CheckResponseBytes(output_shape, decoded.output_dtype,
-                                     decoded.return_weights, weights_shape,
-                                     limits)
-                      .status());
+  ASSIGN_OR_RETURN(
+      decoded.response_payload_bytes,
+      CheckResponseBytes(output_shape, decoded.output_dtype,
+                         decoded.return_weights, weights_shape, limits));
+  const model::ModelConfig& c = layer.config();
+  const double q_width = double(c.num_heads) * c.head_dim;
+  const double kv_width = double(c.num_kv_heads) * c.head_dim;
+  const double working =
+      4.0 * (double(s.batch) * s.q_len * (3.0 * d_model + 3.0 * q_width) +
+             double(s.batch) * s.k_len * (d_model + 2.0 * kv_width));
+  decoded.working_bytes =
+      working > 4e18 ? int64_t{4} << 60 : static_cast<int64_t>(working);
   decoded.flops = layer.Flops(s);
   if (decoded.flops > limits.max_flops) {
     return absl::ResourceExhaustedError(absl::StrCat(

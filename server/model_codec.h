@@ -26,6 +26,11 @@ struct DecodedModelRequest {
   DType output_dtype = DType::kFloat32;
   bool return_weights = false;
   double flops = 0;
+  // The response's output and weights bytes, and an upper bound of the
+  // layer's f32 working buffers (hidden, memory, q, k, v, attention and
+  // output rows).
+  int64_t response_payload_bytes = 0;
+  int64_t working_bytes = 0;
   std::vector<int32_t> positions;
 
   DecodedModelRequest() = default;

@@ -12,6 +12,9 @@
 //   Compute(decoded, engine, response)  fills the response; on a worker
 //   RecordCompute(decoded, seconds, metrics)  the compute metrics
 //   ModelOf(request, models)            the hosted model to count it under
+//   HeldBytes(decoded)                  what it holds beyond its request (the
+//                                       response, working buffers): the
+//                                       memory budget's count
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,6 +56,10 @@ struct AttendKind {
   // Always null: Attend requests belong to no model.
   static const HostedModel* ModelOf(const Request& request,
                                     const ModelRegistry* models);
+  // The response's payload (the kernels' scratch is per worker, bounded).
+  static int64_t HeldBytes(const Decoded& decoded) {
+    return decoded.response_payload_bytes;
+  }
 };
 
 struct ModelKind {
@@ -75,6 +82,10 @@ struct ModelKind {
   // The model named in the request; null when it is not hosted.
   static const HostedModel* ModelOf(const Request& request,
                                     const ModelRegistry* models);
+  // The response's payload and the layer's working buffers.
+  static int64_t HeldBytes(const Decoded& decoded) {
+    return decoded.response_payload_bytes + decoded.working_bytes;
+  }
 };
 
 }  // namespace attnserve::server

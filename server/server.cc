@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -11,17 +12,20 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "base/file.h"
+#include "base/memory_limit.h"
 #include "core/attention.h"
 #include "core/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "model/model_repository.h"
 #include "server/attention_service.h"
 #include "server/kserve/inference_service.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/rpc/memory_budget.h"
 #include "server/session_service.h"
 #include "wire/transport.h"
 
@@ -77,7 +81,10 @@ struct AttnServer::Impl {
   // The metrics outlive the session store (members are destroyed in reverse
   // order): a scrape during destruction must not read a destroyed store.
   ~Impl() {
-    if (metrics) metrics->SetSessionStatsSource(nullptr);
+    if (metrics) {
+      metrics->SetSessionStatsSource(nullptr);
+      metrics->SetMemoryBudgetSource(nullptr);
+    }
   }
 
   ServerOptions options;
@@ -87,8 +94,9 @@ struct AttnServer::Impl {
   // Before the scheduler: queued session calls hold blocks of the store.
   std::unique_ptr<kvcache::SessionStore> sessions;
   std::unique_ptr<Scheduler> scheduler;
-  // Shared by both services.
+  // Shared by the services.
   std::unique_ptr<Admission> admission;
+  std::unique_ptr<MemoryBudget> budget;
   std::unique_ptr<AttentionService> service;
   std::unique_ptr<SessionService> session_service;
   // The Open Inference Protocol, over `service`.
@@ -116,6 +124,11 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   }
   if (!(options.max_request_flops > 0)) {
     return absl::InvalidArgumentError("--max_request_flops must be positive");
+  }
+  if (options.max_inflight_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_inflight_bytes must be >= 0 (0 = half the memory limit), got ",
+        options.max_inflight_bytes));
   }
   if (options.shutdown_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--shutdown_grace must not be negative");
@@ -189,6 +202,13 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   impl->sessions = *std::move(sessions);
   kvcache::SessionStore* store = impl->sessions.get();
   impl->metrics->SetSessionStatsSource([store] { return store->Stats(); });
+  impl->budget = std::make_unique<MemoryBudget>(
+      options.max_inflight_bytes > 0 ? options.max_inflight_bytes
+                                     : base::AvailableMemoryBytes() / 2);
+  MemoryBudget* budget = impl->budget.get();
+  impl->metrics->SetMemoryBudgetSource([budget] {
+    return std::pair<int64_t, int64_t>(budget->used(), budget->limit());
+  });
 
   ServiceOptions service_options;
   service_options.limits.max_response_bytes = options.max_response_bytes;
@@ -218,6 +238,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     info->mutable_sessions()->set_kv_bytes_used(s.used_bytes);
   };
   service_options.models = impl->models.get();
+  service_options.budget = budget;
   const RequestLimits request_limits = service_options.limits;
   impl->admission = std::make_unique<Admission>(token);
   impl->service = std::make_unique<AttentionService>(
@@ -246,6 +267,14 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   transport.max_connection_age = options.max_connection_age;
   transport.max_connection_age_grace = options.shutdown_grace;
   wire::ApplyServerTransport(transport, &builder);
+  // gRPC's own buffers (messages being read, written) stop growing past the
+  // budget and one more largest request, so that reading pauses instead.
+  grpc::ResourceQuota quota("attnserve");
+  quota.Resize(static_cast<size_t>(
+      std::min<int64_t>(budget->limit(),
+                        std::numeric_limits<int64_t>::max() / 2) +
+      options.max_request_bytes));
+  builder.SetResourceQuota(quota);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     impl->scheduler->Shutdown(absl::Now());
@@ -264,6 +293,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
 
 int AttnServer::port() const { return impl_->port; }
 int AttnServer::metrics_port() const { return impl_->metrics_port; }
+int64_t AttnServer::max_inflight_bytes() const {
+  return impl_->budget->limit();
+}
 
 std::string AttnServer::ConfigSummary() const {
   const ServerOptions& o = impl_->options;
@@ -278,6 +310,8 @@ std::string AttnServer::ConfigSummary() const {
       " max_request_bytes=", o.max_request_bytes,
       " max_response_bytes=", o.max_response_bytes,
       " max_request_flops=", o.max_request_flops,
+      " max_inflight_bytes=", impl_->budget->limit(),
+      o.max_inflight_bytes > 0 ? "" : " (half the memory limit)",
       " kv_cache_bytes=", o.sessions.budget_bytes,
       " kv_block_tokens=", o.sessions.block_tokens,
       " kv_eviction=", o.sessions.evict_lru ? "lru" : "none",

@@ -27,6 +27,11 @@ struct ServerOptions {
   int64_t max_response_bytes = int64_t{256} << 20;
   // Largest attention FLOP count of one request.
   double max_request_flops = 1e12;
+  // Bytes that calls in flight may hold at once (server/rpc/memory_budget.h);
+  // 0 (default) = half of the memory the process may use (the cgroup limit,
+  // else physical memory). The transport's own buffers (gRPC's resource
+  // quota) are held to this plus one largest request.
+  int64_t max_inflight_bytes = 0;
   // How long in-flight calls may take to finish after Shutdown starts.
   absl::Duration shutdown_grace = absl::Seconds(30);
   // When positive, each client connection is closed (GOAWAY) after about this
@@ -65,6 +70,8 @@ class AttnServer {
   int port() const;
   // 0 when metrics over HTTP are disabled.
   int metrics_port() const;
+  // The memory budget in use (max_inflight_bytes, resolved).
+  int64_t max_inflight_bytes() const;
   // The effective configuration, one line.
   std::string ConfigSummary() const;
 

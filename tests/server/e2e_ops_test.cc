@@ -489,6 +489,69 @@ TEST(E2eOverloadTest, RejectsBeyondMaxQueueAndStaysHealthy) {
   EXPECT_EQ(Sample(metrics, "attnserve_queue_depth"), 0);
 }
 
+// Calls queued or computing hold their request and response bytes against
+// --max_inflight_bytes: a burst past it is refused naming the budget while the
+// queue still has room, the server stays healthy, and the bytes come back.
+TEST(E2eMemoryBudgetTest, RefusesPastTheBudgetAndReleasesEverything) {
+  const Problem p = Problem::Make(2, 8192, 8, 1, "budget");
+  // Request plus response, as the server counts them.
+  const int64_t held =
+      static_cast<int64_t>(p.request.ByteSizeLong()) + p.OutputBytes();
+  auto server = ServerProcess::Start(
+      {"--workers=1", "--threads_per_worker=1", "--max_queue=64",
+       absl::StrCat("--max_inflight_bytes=", 3 * held - 1)});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = (*server)->Channel();
+  auto stub = v1::AttentionService::NewStub(channel);
+  constexpr int kCalls = 16;
+  int ok = 0, exhausted = 0;
+  {
+    ConcurrentCalls calls(stub.get());
+    for (int i = 0; i < kCalls; ++i) calls.Start(p.request);
+    ASSERT_TRUE(calls.AwaitAll());
+    for (int i = 0; i < kCalls; ++i) {
+      SCOPED_TRACE(absl::StrCat("call ", i));
+      const grpc::Status status = calls.status(i);
+      if (status.ok()) {
+        ++ok;
+        continue;
+      }
+      ++exhausted;
+      EXPECT_THAT(
+          status,
+          GrpcStatusIs(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       AllOf(HasSubstr("memory budget: this call needs "),
+                             HasSubstr("--max_inflight_bytes = "))));
+    }
+  }
+  // Two calls' bytes fit, so at least the first ran; the burst of 16 cannot
+  // all have fitted.
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(exhausted, 1);
+  EXPECT_EQ(ok + exhausted, kCalls);
+  ExpectServing(channel, "");
+  EXPECT_THAT(SmallAttend(channel), GrpcOk());
+
+  const std::string metrics = Scrape(**server);
+  EXPECT_EQ(
+      Sample(metrics, R"(attnserve_rejected_total{reason="memory_budget"})"),
+      exhausted);
+  EXPECT_EQ(Sample(metrics, R"(attnserve_rejected_total{reason="queue_full"})"),
+            0);
+  EXPECT_EQ(Sample(metrics, R"(attnserve_inflight_bytes{state="used"})"), 0);
+  EXPECT_EQ(Sample(metrics, R"(attnserve_inflight_bytes{state="free"})"),
+            3 * held - 1);
+
+  // A call larger than the whole budget can never run, and says so.
+  v1::AttendResponse response;
+  grpc::ClientContext context;
+  const Problem big = Problem::Make(2, 8192 * 4, 8, 2, "too-big");
+  EXPECT_THAT(stub->Attend(&context, big.request, &response),
+              GrpcStatusIs(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           HasSubstr("it can never fit")));
+  EXPECT_THAT((*server)->Log(), HasSubstr("max_inflight_bytes="));
+}
+
 TEST(E2eDeadlineTest, CallExpiringInTheQueueIsNeverComputed) {
   auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
   ASSERT_TRUE(server.ok()) << server.status();
