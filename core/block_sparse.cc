@@ -109,7 +109,7 @@ absl::StatusOr<std::shared_ptr<const BlockLayout>> BlockLayout::Build(
   std::vector<int64_t> perm(static_cast<size_t>(nkb));
   const int64_t draws = std::min(spec.random_blocks, nkb);
   for (int64_t qb = 0; qb < nqb; ++qb) {
-    uint8_t* row = &l.kept_[static_cast<size_t>(qb * nkb)];
+    uint8_t* row = l.kept_.data() + qb * nkb;
     if (local) {
       const int64_t lo = std::max<int64_t>(0, qb + o - left);
       const int64_t hi = std::min<int64_t>(nkb - 1, qb + o + right);
@@ -184,7 +184,7 @@ void BlockLayout::Restrict(int64_t i, int64_t k0, int64_t n,
                            float* bias) const {
   if (global_row_[i]) return;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const uint8_t* row = &kept_[static_cast<size_t>(i / block_size_ * k_blocks_)];
+  const uint8_t* row = kept_.data() + i / block_size_ * k_blocks_;
   for (int64_t c = 0; c < n; ++c) {
     const int64_t j = k0 + c;
     if (!row[j / block_size_] && !global_key_[j]) bias[c] = kNegInf;

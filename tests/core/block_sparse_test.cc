@@ -490,5 +490,32 @@ TEST(BlockSparseTest, DecodeKernelIsRefusedAndAutoUsesFlash) {
               HasSubstr("the decode kernel does not take block-sparse"));
 }
 
+// No keys or no queries: the layout has no blocks on that side, and the call
+// gives zeros (or nothing) like a dense one (found by the fuzzer).
+TEST(BlockSparseTest, EmptyKeysOrQueries) {
+  BlockSparseSpec spec;
+  spec.block_size = 4;
+  spec.local_left = 1;
+  spec.random_blocks = 2;
+  for (const auto& [lq, lk] :
+       std::vector<std::pair<int64_t, int64_t>>{{5, 0}, {0, 7}, {0, 0}}) {
+    auto layout = BlockLayout::Build(spec, lq, lk, 0);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    const TestTensor q = TestTensor::Random(DType::kFloat32, {1, 1, lq, 8}, 1);
+    const TestTensor k = TestTensor::Random(DType::kFloat32, {1, 1, lk, 8}, 2);
+    AttentionInputs in;
+    in.query = q.view();
+    in.key = k.view();
+    in.value = k.view();
+    in.mask.block_sparse = spec;
+    TestTensor out(DType::kFloat32, {1, 1, lq, 8});
+    out.Fill(1.0f);
+    auto engine = AttentionEngine::Create(EngineOptions{});
+    ASSERT_TRUE(engine.ok());
+    ASSERT_TRUE((*engine)->Run(in, {out.mutable_view(), std::nullopt}).ok());
+    for (int64_t i = 0; i < out.size(); ++i) EXPECT_EQ(out.at(i), 0.0f);
+  }
+}
+
 }  // namespace
 }  // namespace attnserve

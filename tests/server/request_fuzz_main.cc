@@ -435,7 +435,12 @@ void MutateMethod(Rng& rng, v1::AttendRequest* r) {
     default: {
       v1::LshAttention* l = r->mutable_lsh();
       l->set_num_hashes(small());
-      l->set_num_buckets(rng.OneIn(2) ? 2 * small() : small());
+      // Even counts often (the valid ones), in int64 so that doubling an
+      // extreme cannot overflow.
+      const int64_t buckets = rng.OneIn(2) ? 2 * int64_t{small()} : small();
+      l->set_num_buckets(static_cast<int32_t>(
+          std::clamp<int64_t>(buckets, std::numeric_limits<int32_t>::min(),
+                              std::numeric_limits<int32_t>::max())));
       l->set_chunk_size(small());
       l->set_seed(rng.Next());
       if (rng.OneIn(2)) r->clear_key();
