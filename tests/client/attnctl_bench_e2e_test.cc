@@ -3,8 +3,10 @@
 // sweeps, streams, round-robin over two servers, and the exit codes of what
 // goes wrong.
 
+#include <csignal>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -314,6 +316,49 @@ TEST(AttnctlBenchRoundRobinTest, EveryServerAnswersItsShare) {
   EXPECT_EQ(on_a + on_b, j["ok"].get<int64_t>());
   EXPECT_EQ(AwaitMetric(sa, kOkAttend, on_a), on_a);
   EXPECT_EQ(AwaitMetric(sb, kOkAttend, on_b), on_b);
+}
+
+// kill -9 of one of two replicas under load: the bench keeps going on the
+// survivor, reports the failed calls by code, and the replica restarted on
+// its port serves again before the bench ends.
+TEST(AttnctlFailoverTest, KillNineOfAReplicaUnderLoad) {
+  auto a = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  auto b = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const int a_port = (*a)->port();
+  const std::string a_target = (*a)->target(), b_target = (*b)->target();
+  CommandResult result;
+  std::thread bench([&] {
+    result =
+        RunAttnctl({"bench", "--heads=2", "--lq=64", "--dim=16", "--warmup=0s",
+                    "--duration=8s", "--concurrency=4", "--output_format=json",
+                    "--target=" + a_target + "," + b_target});
+  });
+  absl::SleepFor(absl::Seconds(2));
+  (*a)->Kill(SIGKILL);
+  EXPECT_FALSE((*a)->WaitForExit(absl::Seconds(10)).ok())
+      << "a SIGKILLed server reports no exit code";
+  absl::SleepFor(absl::Milliseconds(500));
+  auto restarted =
+      ServerProcess::Start({"--workers=1", "--threads_per_worker=1",
+                            absl::StrCat("--listen=127.0.0.1:", a_port)});
+  bench.join();
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+
+  // Failures make the exit code 1; the report still has every request.
+  EXPECT_EQ(result.exit_code, 1) << Describe(result);
+  const Json j = ParseJson(result);
+  ExpectConsistent(j);
+  EXPECT_GT(j["ok"].get<int64_t>(), 0);
+  ASSERT_TRUE(j["errors"].contains("UNAVAILABLE")) << j.dump(2);
+  EXPECT_GT(j["errors"]["UNAVAILABLE"].get<int64_t>(), 0);
+  // The survivor served throughout, and the restarted replica rejoined:
+  // its own (new) counters show calls of the bench.
+  EXPECT_GT(j["targets"][b_target].get<int64_t>(), 0) << j.dump(2);
+  EXPECT_GT(MetricSample(**restarted, kOkAttend), 0)
+      << "the restarted replica served no call; log:\n"
+      << (*restarted)->Log();
 }
 
 }  // namespace
