@@ -332,7 +332,7 @@ TEST(AttnctlFailoverTest, KillNineOfAReplicaUnderLoad) {
   std::thread bench([&] {
     result =
         RunAttnctl({"bench", "--heads=2", "--lq=64", "--dim=16", "--warmup=0s",
-                    "--duration=8s", "--concurrency=4", "--output_format=json",
+                    "--duration=10s", "--concurrency=4", "--output_format=json",
                     "--target=" + a_target + "," + b_target});
   });
   absl::SleepFor(absl::Seconds(2));
