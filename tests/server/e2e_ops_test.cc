@@ -647,13 +647,15 @@ TEST(E2eCancellationStormTest, RandomCancelsLeaveNothingBehind) {
   EXPECT_THAT(Attend(*stub, p.request, &response, kPatience, ""), GrpcOk());
   p.ExpectMatchesReference(response.output(), 16);
   const int64_t after_second = ResidentBytes((*server)->pid());
-  // Under AddressSanitizer freed memory waits in its quarantine (256 MiB by
-  // default) before reuse, so RSS may grow by that much without a leak; there
-  // LeakSanitizer checks the server's exit instead.
+  // Between storms the working size varies by a few MiB with how many calls
+  // overlapped (measured 1.6-9 MB); a leak of the cancelled calls' requests
+  // would be hundreds. Under AddressSanitizer freed memory waits in its
+  // quarantine (256 MiB by default) before reuse, so RSS may grow by that much
+  // without a leak; there LeakSanitizer checks the server's exit below.
 #if defined(__SANITIZE_ADDRESS__)
   constexpr int64_t kSlack = int64_t{300} << 20;
 #else
-  constexpr int64_t kSlack = int64_t{16} << 20;
+  constexpr int64_t kSlack = int64_t{48} << 20;
 #endif
   std::fprintf(stderr,
                "storm: RSS %lld after the first storm, %lld after the second\n",
@@ -662,6 +664,11 @@ TEST(E2eCancellationStormTest, RandomCancelsLeaveNothingBehind) {
   EXPECT_LE(after_second, after_first + kSlack)
       << "RSS " << after_second << " bytes after the second storm, "
       << after_first << " after the first";
+  // A clean exit (under ASan: with LeakSanitizer's check of the heap).
+  (*server)->Kill(SIGTERM);
+  absl::StatusOr<int> code = (*server)->WaitForExit(kPatience);
+  ASSERT_TRUE(code.ok()) << code.status() << "\n" << (*server)->Log();
+  EXPECT_EQ(*code, 0) << (*server)->Log();
 }
 
 TEST(E2eDeadlineTest, CallExpiringInTheQueueIsNeverComputed) {
