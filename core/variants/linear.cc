@@ -188,14 +188,7 @@ absl::StatusOr<const float*> LinearKernel::QueryFeatures(Workspace* w,
   }
   float* x = w->q.Get<float>(rows * d_);
   LoadScaled(p_.q, p_.q_strides, b, h, i0, n, rows, x);
-  MatmulShape shape;
-  shape.m = rows;
-  shape.n = f_;
-  shape.k = d_;
-  shape.lda = d_;
-  shape.ldb = d_;
-  shape.ldc = f_;
-  shape.b_is_nk = true;
+  MatmulShape shape{rows, f_, d_, d_, d_, f_, true};
   RETURN_IF_ERROR(w->matmul->Run(shape, x, omega_, phi));
   // -|x|^2/2 and 1/sqrt(m) are constant over a query row: they cancel.
   for (int64_t r = 0; r < rows; ++r) {
@@ -229,14 +222,7 @@ absl::StatusOr<float> LinearKernel::KeyFeatures(Workspace* w, int64_t b,
     for (int64_t c = 0; c < d_; ++c) sq += row[c] * row[c];
     neg_half_norm[r] = -0.5f * sq;
   }
-  MatmulShape shape;
-  shape.m = f_;
-  shape.n = cols;
-  shape.k = d_;
-  shape.lda = d_;
-  shape.ldb = d_;
-  shape.ldc = cols;
-  shape.b_is_nk = true;
+  MatmulShape shape{f_, cols, d_, d_, d_, cols, true};
   RETURN_IF_ERROR(w->matmul->Run(shape, omega_, x, phi_t));
   // Columns n..cols become -inf, so exp makes them exactly 0.
   float top = kNegInf;
@@ -275,14 +261,8 @@ float* LinearKernel::LoadValues(Workspace* w, int64_t b, int64_t g, int64_t j0,
 
 absl::Status LinearKernel::AddKeys(Workspace* w, int64_t b, int64_t g,
                                    int64_t lo, int64_t hi, KeySum* sum) const {
-  MatmulShape shape;
-  shape.m = f_;
-  shape.n = dv1_;
-  shape.k = block_;
-  shape.lda = block_;
-  shape.ldb = dv1_;
-  shape.ldc = dv1_;
-  shape.accumulate = true;
+  MatmulShape shape{f_,   dv1_,  block_,          block_, dv1_,
+                    dv1_, false, DType::kFloat32, true};
   for (int64_t j0 = lo; j0 < hi; j0 += block_) {
     const int64_t n = std::min(block_, hi - j0);
     ASSIGN_OR_RETURN(const float factor,
@@ -327,13 +307,7 @@ absl::Status LinearKernel::FullRows(Workspace* w, int64_t b, int64_t h,
   const int64_t n = std::min(block_, s_.q_len - i0);
   ASSIGN_OR_RETURN(const float* phi, QueryFeatures(w, b, h, i0, n, block_));
   float* acc = w->acc.Get<float>(block_ * dv1_);
-  MatmulShape shape;
-  shape.m = block_;
-  shape.n = dv1_;
-  shape.k = f_;
-  shape.lda = f_;
-  shape.ldb = dv1_;
-  shape.ldc = dv1_;
+  MatmulShape shape{block_, dv1_, f_, f_, dv1_, dv1_};
   RETURN_IF_ERROR(w->matmul->Run(shape, phi, state, acc));
   for (int64_t r = 0; r < n; ++r) StoreRow(w, acc + r * dv1_, b, h, i0 + r);
   return absl::OkStatus();
@@ -468,36 +442,16 @@ absl::Status LinearKernel::CausalRows(Workspace* w, int64_t b, int64_t g,
                                       KeySum* sum) const {
   float* acc = w->acc.Get<float>(kChunk * dv1_);
   float* scores = w->scores.Get<float>(kChunk * kChunk);
-  MatmulShape prefix;  // acc = phi(Q_c) [S, z]
-  prefix.m = kChunk;
-  prefix.n = dv1_;
-  prefix.k = f_;
-  prefix.lda = f_;
-  prefix.ldb = dv1_;
-  prefix.ldc = dv1_;
-  MatmulShape qk;  // scores = phi(Q_c) phi(K_c)^T
-  qk.m = kChunk;
-  qk.n = kChunk;
-  qk.k = f_;
-  qk.lda = f_;
-  qk.ldb = kChunk;
-  qk.ldc = kChunk;
-  MatmulShape pv;  // acc += scores [V_c, 1]
-  pv.m = kChunk;
-  pv.n = dv1_;
-  pv.k = kChunk;
-  pv.lda = kChunk;
-  pv.ldb = dv1_;
-  pv.ldc = dv1_;
-  pv.accumulate = true;
-  MatmulShape advance;  // [S, z] += phi(K_c)^T [V_c, 1]
-  advance.m = f_;
-  advance.n = dv1_;
-  advance.k = kChunk;
-  advance.lda = kChunk;
-  advance.ldb = dv1_;
-  advance.ldc = dv1_;
-  advance.accumulate = true;
+  // acc = phi(Q_c) [S, z]
+  MatmulShape prefix{kChunk, dv1_, f_, f_, dv1_, dv1_};
+  // scores = phi(Q_c) phi(K_c)^T
+  MatmulShape qk{kChunk, kChunk, f_, f_, kChunk, kChunk};
+  // acc += scores [V_c, 1]
+  MatmulShape pv{kChunk, dv1_,  kChunk,          kChunk, dv1_,
+                 dv1_,   false, DType::kFloat32, true};
+  // [S, z] += phi(K_c)^T [V_c, 1]
+  MatmulShape advance{f_,   dv1_,  kChunk,          kChunk, dv1_,
+                      dv1_, false, DType::kFloat32, true};
   for (int64_t i0 = row_begin; i0 < row_end; i0 += kChunk) {
     const int64_t i1 = std::min(i0 + kChunk, row_end);
     const int64_t n = i1 - i0;
@@ -577,13 +531,7 @@ absl::Status LinearKernel::RunWeights(absl::Span<Workspace* const> ws,
         std::vector<double> den(static_cast<size_t>(n), 0.0);
         float m = key_max[b * s_.kv_heads + g];
         const int64_t keys_end = KeyEnd(b, i0 + n - 1);
-        MatmulShape qk;
-        qk.m = block_;
-        qk.n = block_;
-        qk.k = f_;
-        qk.lda = f_;
-        qk.ldb = block_;
-        qk.ldc = block_;
+        MatmulShape qk{block_, block_, f_, f_, block_, block_};
         for (int64_t j0 = 0; j0 < keys_end; j0 += block_) {
           const int64_t cols = std::min(block_, keys_end - j0);
           RETURN_IF_ERROR(
