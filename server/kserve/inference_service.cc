@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "inference/model_config.pb.h"
 #include "server/log.h"
 #include "server/rpc/status_util.h"
@@ -110,6 +111,14 @@ absl::StatusOr<int> InferenceService::FindModel(
                    ")"));
 }
 
+absl::StatusOr<const ModelInterface*> InferenceService::AdmittedModel(
+    const grpc::CallbackServerContext& context, absl::string_view name,
+    absl::string_view version) const {
+  RETURN_IF_ERROR(admission_->Admit(context));
+  ASSIGN_OR_RETURN(const int index, FindModel(name, version));
+  return &interfaces_[index];
+}
+
 grpc::ServerUnaryReactor* InferenceService::Answer(
     grpc::CallbackServerContext* context, Method method, absl::Time received,
     const google::protobuf::Message& request,
@@ -179,25 +188,21 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
   const absl::Time received = absl::Now();
-  absl::Status status = admission_->Admit(*context);
-  if (status.ok()) {
-    const absl::StatusOr<int> index =
-        FindModel(request->name(), request->version());
-    status = index.status();
-    if (index.ok()) {
-      const ModelInterface& model = interfaces_[*index];
-      response->set_name(model.name);
-      response->add_versions(kModelVersion);
-      response->set_platform(kPlatform);
-      for (const TensorSpec& s : model.inputs)
-        Describe(s, response->add_inputs());
-      for (const TensorSpec& s : model.outputs) {
-        Describe(s, response->add_outputs());
-      }
+  const absl::StatusOr<const ModelInterface*> model =
+      AdmittedModel(*context, request->name(), request->version());
+  if (model.ok()) {
+    response->set_name((*model)->name);
+    response->add_versions(kModelVersion);
+    response->set_platform(kPlatform);
+    for (const TensorSpec& s : (*model)->inputs) {
+      Describe(s, response->add_inputs());
+    }
+    for (const TensorSpec& s : (*model)->outputs) {
+      Describe(s, response->add_outputs());
     }
   }
   return Answer(context, Method::kModelMetadata, received, *request, *response,
-                status);
+                model.status());
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(
@@ -205,37 +210,33 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
   const absl::Time received = absl::Now();
-  absl::Status status = admission_->Admit(*context);
-  if (status.ok()) {
-    const absl::StatusOr<int> index =
-        FindModel(request->name(), request->version());
-    status = index.status();
-    if (index.ok()) {
-      const ModelInterface& model = interfaces_[*index];
-      inference::ModelConfig* config = response->mutable_config();
-      config->set_name(model.name);
-      config->set_platform(kPlatform);
-      config->set_backend(kPlatform);
-      // Batch is the tensors' own first dimension; no batching is added.
-      config->set_max_batch_size(0);
-      for (const TensorSpec& s : model.inputs) {
-        inference::ModelInput* input = config->add_input();
-        input->set_name(s.name);
-        input->set_data_type(ConfigDataType(s.datatypes.front()));
-        for (int64_t d : s.shape) input->add_dims(d);
-        input->set_optional(s.optional);
-      }
-      for (const TensorSpec& s : model.outputs) {
-        inference::ModelOutput* output = config->add_output();
-        output->set_name(s.name);
-        output->set_data_type(ConfigDataType(s.datatypes.front()));
-        for (int64_t d : s.shape) output->add_dims(d);
-      }
-      config->mutable_model_transaction_policy()->set_decoupled(false);
+  const absl::StatusOr<const ModelInterface*> found =
+      AdmittedModel(*context, request->name(), request->version());
+  if (found.ok()) {
+    const ModelInterface& model = **found;
+    inference::ModelConfig* config = response->mutable_config();
+    config->set_name(model.name);
+    config->set_platform(kPlatform);
+    config->set_backend(kPlatform);
+    // Batch is the tensors' own first dimension; no batching is added.
+    config->set_max_batch_size(0);
+    for (const TensorSpec& s : model.inputs) {
+      inference::ModelInput* input = config->add_input();
+      input->set_name(s.name);
+      input->set_data_type(ConfigDataType(s.datatypes.front()));
+      for (int64_t d : s.shape) input->add_dims(d);
+      input->set_optional(s.optional);
     }
+    for (const TensorSpec& s : model.outputs) {
+      inference::ModelOutput* output = config->add_output();
+      output->set_name(s.name);
+      output->set_data_type(ConfigDataType(s.datatypes.front()));
+      for (int64_t d : s.shape) output->add_dims(d);
+    }
+    config->mutable_model_transaction_policy()->set_decoupled(false);
   }
   return Answer(context, Method::kModelConfig, received, *request, *response,
-                status);
+                found.status());
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(

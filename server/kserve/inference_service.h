@@ -123,6 +123,10 @@ class InferenceService final
   // models (or versions).
   absl::StatusOr<int> FindModel(absl::string_view name,
                                 absl::string_view version) const;
+  // Admission, then FindModel: the model a call about one model describes.
+  absl::StatusOr<const ModelInterface*> AdmittedModel(
+      const grpc::CallbackServerContext& context, absl::string_view name,
+      absl::string_view version) const;
 
   // Answers a small call at once and counts it.
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
