@@ -83,23 +83,16 @@ class Engine final : public AttentionEngine {
 
     const KernelArgs args = ArgsFor(problem, outputs, out_strides, path);
 
-    std::vector<std::unique_ptr<Workspace>> ws = AcquireWorkspaces();
-    std::vector<Workspace*> raw(ws.size());
-    for (size_t t = 0; t < ws.size(); ++t) raw[t] = ws[t].get();
-    absl::Status st;
-    switch (path) {
-      case KernelPath::kMaterialized:
-        st = RunMaterialized(args, raw);
-        break;
-      case KernelPath::kDecode:
-        st = RunDecode(args, raw);
-        break;
-      default:
-        st = RunFlash(args, raw);
-        break;
-    }
-    ReleaseWorkspaces(std::move(ws));
-    return st;
+    return WithWorkspaces([&](absl::Span<Workspace* const> ws) {
+      switch (path) {
+        case KernelPath::kMaterialized:
+          return RunMaterialized(args, ws);
+        case KernelPath::kDecode:
+          return RunDecode(args, ws);
+        default:
+          return RunFlash(args, ws);
+      }
+    });
   }
 
   absl::Status RunPaged(const PagedAttentionInputs& inputs) override {
@@ -132,12 +125,9 @@ class Engine final : public AttentionEngine {
       calls.push_back(args);
     }
     if (!calls.empty()) {
-      std::vector<std::unique_ptr<Workspace>> ws = AcquireWorkspaces();
-      std::vector<Workspace*> raw(ws.size());
-      for (size_t t = 0; t < ws.size(); ++t) raw[t] = ws[t].get();
-      const absl::Status st = RunDecodeBatch(calls, raw);
-      ReleaseWorkspaces(std::move(ws));
-      RETURN_IF_ERROR(st);
+      RETURN_IF_ERROR(WithWorkspaces([&](absl::Span<Workspace* const> ws) {
+        return RunDecodeBatch(calls, ws);
+      }));
     }
     // Weights need the materialized kernel, which reads a contiguous cache.
     for (size_t i : with_weights) {
@@ -174,19 +164,15 @@ class Engine final : public AttentionEngine {
   absl::Status RunVariant(const Problem& problem,
                           const AttentionOutputs& outputs,
                           const Strides4& out_strides) {
-    std::vector<std::unique_ptr<Workspace>> ws = AcquireWorkspaces();
-    std::vector<Workspace*> raw(ws.size());
-    for (size_t t = 0; t < ws.size(); ++t) raw[t] = ws[t].get();
-    VariantContext context;
-    context.ops = ops_;
-    context.ws = raw;
-    context.gemm_dtype = GemmDType(problem);
-    const absl::Status st =
-        problem.method == AttentionMethod::kLinear
-            ? RunLinear(problem, outputs, out_strides, context)
-            : RunLsh(problem, outputs, out_strides, context);
-    ReleaseWorkspaces(std::move(ws));
-    return st;
+    return WithWorkspaces([&](absl::Span<Workspace* const> ws) {
+      VariantContext context;
+      context.ops = ops_;
+      context.ws = ws;
+      context.gemm_dtype = GemmDType(problem);
+      return problem.method == AttentionMethod::kLinear
+                 ? RunLinear(problem, outputs, out_strides, context)
+                 : RunLsh(problem, outputs, out_strides, context);
+    });
   }
 
   // bf16 products for bf16 inputs where oneDNN has them, else f32.
@@ -225,8 +211,19 @@ class Engine final : public AttentionEngine {
     return args;
   }
 
-  // One workspace per thread of this call, reused across calls; concurrent
-  // calls each take their own.
+  // Runs fn(workspaces) on one workspace per thread of this call, taken from
+  // the pool and given back after: reused across calls, and concurrent calls
+  // each take their own.
+  template <typename Fn>
+  absl::Status WithWorkspaces(const Fn& fn) {
+    std::vector<std::unique_ptr<Workspace>> owned = AcquireWorkspaces();
+    std::vector<Workspace*> ws(owned.size());
+    for (size_t t = 0; t < owned.size(); ++t) ws[t] = owned[t].get();
+    const absl::Status st = fn(absl::MakeConstSpan(ws));
+    ReleaseWorkspaces(std::move(owned));
+    return st;
+  }
+
   std::vector<std::unique_ptr<Workspace>> AcquireWorkspaces() {
     std::vector<std::unique_ptr<Workspace>> ws;
     {
