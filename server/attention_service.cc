@@ -50,9 +50,9 @@ class AttentionService::Streams final
       done(absl::UnavailableError("server is shutting down"));
       return;
     }
-    service_->Process<Kind>(request, response, message.received,
-                            message.is_cancelled, message.deadline,
-                            std::move(done));
+    service_->Process<Kind>(request, message.request_bytes, response,
+                            message.received, message.is_cancelled,
+                            message.deadline, std::move(done));
   }
 
   void Answered(const Request& request, const v1::AttendResponse& response,
@@ -87,6 +87,7 @@ AttentionService::~AttentionService() = default;
 
 template <typename Kind>
 void AttentionService::Process(const typename Kind::Request& request,
+                               int64_t request_bytes,
                                v1::AttendResponse* response,
                                absl::Time received,
                                std::function<bool()> is_cancelled,
@@ -103,8 +104,7 @@ void AttentionService::Process(const typename Kind::Request& request,
   MemoryBudget::Reservation reservation;
   if (options_.budget != nullptr) {
     absl::StatusOr<MemoryBudget::Reservation> reserved =
-        options_.budget->Reserve(static_cast<int64_t>(request.ByteSizeLong()) +
-                                 Kind::HeldBytes(*decoded));
+        options_.budget->Reserve(request_bytes + Kind::HeldBytes(*decoded));
     if (!reserved.ok()) {
       metrics_->RecordRejection(Rejection::kMemoryBudget);
       done(reserved.status());
@@ -187,7 +187,7 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     return reactor;
   }
   Process<Kind>(
-      *request, response, received,
+      *request, request_bytes, response, received,
       [context] { return context->IsCancelled(); }, CallDeadline(*context),
       std::move(finish));
   return reactor;
@@ -197,16 +197,18 @@ void AttentionService::SubmitAttend(
     const v1::AttendRequest& request, v1::AttendResponse* response,
     absl::Time received, std::function<bool()> is_cancelled,
     absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
-  Process<AttendKind>(request, response, received, std::move(is_cancelled),
-                      deadline, std::move(done));
+  Process<AttendKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
+                      response, received, std::move(is_cancelled), deadline,
+                      std::move(done));
 }
 
 void AttentionService::SubmitModel(
     const v1::ModelRequest& request, v1::AttendResponse* response,
     absl::Time received, std::function<bool()> is_cancelled,
     absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
-  Process<ModelKind>(request, response, received, std::move(is_cancelled),
-                     deadline, std::move(done));
+  Process<ModelKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
+                     response, received, std::move(is_cancelled), deadline,
+                     std::move(done));
 }
 
 grpc::ServerUnaryReactor* AttentionService::Attend(

@@ -108,10 +108,12 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                                         const typename Kind::Request* request,
                                         v1::AttendResponse* response);
 
-  // Decodes and queues one request; `done` is called exactly once, on a worker
-  // or inline, with the final status (response filled and timed when OK).
+  // Decodes and queues one request of `request_bytes` (its serialized size,
+  // which the caller has counted already); `done` is called exactly once, on
+  // a worker or inline, with the final status (response filled and timed when
+  // OK).
   template <typename Kind>
-  void Process(const typename Kind::Request& request,
+  void Process(const typename Kind::Request& request, int64_t request_bytes,
                v1::AttendResponse* response, absl::Time received,
                std::function<bool()> is_cancelled, absl::Time deadline,
                absl::AnyInvocable<void(absl::Status)> done);
