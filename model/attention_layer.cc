@@ -351,6 +351,19 @@ double AttentionLayer::Flops(const LayerShape& s) const {
   return flops;
 }
 
+int64_t AttentionLayer::WorkingBytes(const LayerShape& s) const {
+  const ModelConfig& c = impl_->config;
+  const double d = double(c.d_model);
+  const double q_rows = double(s.batch) * s.q_len;
+  const double k_rows = double(s.batch) * s.k_len;
+  // x (and its normed copy), y; q, the attention rows (and general scoring's
+  // q); memory, k and v.
+  const double floats = q_rows * (3.0 * d + 3.0 * impl_->q_width()) +
+                        k_rows * (d + 2.0 * impl_->kv_width());
+  const double bytes = 4.0 * floats;
+  return bytes > 4e18 ? int64_t{4} << 60 : static_cast<int64_t>(bytes);
+}
+
 absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
                                  AttentionEngine& engine) const {
   ASSIGN_OR_RETURN(const LayerShape shape, Validate(in, engine));

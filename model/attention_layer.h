@@ -78,6 +78,11 @@ class AttentionLayer {
   // functions.
   double Flops(const LayerShape& shape) const;
 
+  // An upper bound of the f32 buffers a call of `shape` works in (hidden
+  // states and memory, q, k, v, attention and output rows), for the server's
+  // memory budget.
+  int64_t WorkingBytes(const LayerShape& shape) const;
+
   // The config the layer was created with, additive_dim filled in from the
   // weights for additive scoring.
   const ModelConfig& config() const;

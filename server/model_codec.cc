@@ -112,14 +112,7 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
       decoded.response_payload_bytes,
       CheckResponseBytes(output_shape, decoded.output_dtype,
                          decoded.return_weights, weights_shape, limits));
-  const model::ModelConfig& c = layer.config();
-  const double q_width = double(c.num_heads) * c.head_dim;
-  const double kv_width = double(c.num_kv_heads) * c.head_dim;
-  const double working =
-      4.0 * (double(s.batch) * s.q_len * (3.0 * d_model + 3.0 * q_width) +
-             double(s.batch) * s.k_len * (d_model + 2.0 * kv_width));
-  decoded.working_bytes =
-      working > 4e18 ? int64_t{4} << 60 : static_cast<int64_t>(working);
+  decoded.working_bytes = layer.WorkingBytes(s);
   decoded.flops = layer.Flops(s);
   if (decoded.flops > limits.max_flops) {
     return absl::ResourceExhaustedError(absl::StrCat(
