@@ -38,7 +38,7 @@ class AttentionService::Streams final
       grpc::CallbackServerContext* context) {
     return new OrderedStreamReactor<Request, v1::AttendResponse>(
         context, this, service_->options_.max_stream_inflight,
-        service_->admission_->Admit(*context));
+        service_->admission_->Admit(*context), service_->options_.watchdog);
   }
 
   void Submit(const Request& request, v1::AttendResponse* response,
@@ -52,7 +52,7 @@ class AttentionService::Streams final
     }
     service_->Process<Kind>(request, message.request_bytes, response,
                             message.received, message.is_cancelled,
-                            message.deadline, std::move(done));
+                            message.deadline, message.held, std::move(done));
   }
 
   void Answered(const Request& request, const v1::AttendResponse& response,
@@ -92,6 +92,7 @@ void AttentionService::Process(const typename Kind::Request& request,
                                absl::Time received,
                                std::function<bool()> is_cancelled,
                                absl::Time deadline,
+                               MemoryBudget::Reservation* held,
                                absl::AnyInvocable<void(absl::Status)> done) {
   const DecodeContext decode_context{validator_, &options_.limits,
                                      options_.models};
@@ -117,15 +118,19 @@ void AttentionService::Process(const typename Kind::Request& request,
   struct Finish {
     absl::AnyInvocable<void(absl::Status)> done;
     MemoryBudget::Reservation reservation;
-    // Released as the answer goes back: a client that has its answer sees
-    // the bytes free.
+    MemoryBudget::Reservation* held;
+    // The bytes stay reserved while the answer is being sent, in `held`.
     void operator()(absl::Status status) {
-      reservation.Release();
+      if (held != nullptr) {
+        *held = std::move(reservation);
+      } else {
+        reservation.Release();
+      }
       done(std::move(status));
     }
   };
-  auto finish =
-      std::make_shared<Finish>(Finish{std::move(done), std::move(reservation)});
+  auto finish = std::make_shared<Finish>(
+      Finish{std::move(done), std::move(reservation), held});
   Task task;
   task.deadline = deadline;
   task.is_cancelled = std::move(is_cancelled);
@@ -161,7 +166,7 @@ template <typename Kind>
 grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     grpc::CallbackServerContext* context, const typename Kind::Request* request,
     v1::AttendResponse* response) {
-  grpc::ServerUnaryReactor* reactor = new TrackedUnaryReactor(&work_);
+  auto* reactor = new TrackedUnaryReactor(&work_, context, options_.watchdog);
   const absl::Time received = absl::Now();
   const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   auto finish = [this, reactor, request, response, received,
@@ -179,7 +184,7 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
                   " code=", grpc_status.error_code(),
                   " bytes_in=", request_bytes, " bytes_out=", response_bytes,
                   " ", status.message());
-    reactor->Finish(grpc_status);
+    reactor->FinishWatched(grpc_status);
   };
   const absl::Status admitted = admission_->Admit(*context);
   if (!admitted.ok()) {
@@ -189,7 +194,7 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
   Process<Kind>(
       *request, request_bytes, response, received,
       [context] { return context->IsCancelled(); }, CallDeadline(*context),
-      std::move(finish));
+      reactor->held(), std::move(finish));
   return reactor;
 }
 
@@ -199,7 +204,7 @@ void AttentionService::SubmitAttend(
     absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
   Process<AttendKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
                       response, received, std::move(is_cancelled), deadline,
-                      std::move(done));
+                      /*held=*/nullptr, std::move(done));
 }
 
 void AttentionService::SubmitModel(
@@ -208,7 +213,7 @@ void AttentionService::SubmitModel(
     absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
   Process<ModelKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
                      response, received, std::move(is_cancelled), deadline,
-                     std::move(done));
+                     /*held=*/nullptr, std::move(done));
 }
 
 grpc::ServerUnaryReactor* AttentionService::Attend(

@@ -22,6 +22,7 @@
 #include "server/request_codec.h"
 #include "server/rpc/admission.h"
 #include "server/rpc/memory_budget.h"
+#include "server/rpc/send_watchdog.h"
 #include "server/scheduler.h"
 #include "server/work_tracker.h"
 
@@ -43,6 +44,9 @@ struct ServiceOptions {
   // request, response and working bytes once decoded, until its answer is
   // handed back; null = no budget. Must outlive the service.
   MemoryBudget* budget = nullptr;
+  // Cancels calls whose client does not take the answer (--send_timeout);
+  // null = none. Must outlive the service.
+  SendWatchdog* watchdog = nullptr;
 };
 
 struct AttendKind;
@@ -111,11 +115,14 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // Decodes and queues one request of `request_bytes` (its serialized size,
   // which the caller has counted already); `done` is called exactly once, on
   // a worker or inline, with the final status (response filled and timed when
-  // OK).
+  // OK). The call's memory-budget reservation is moved into `held` just
+  // before `done`, for the caller to keep until the answer is sent; with
+  // `held` null it is released then.
   template <typename Kind>
   void Process(const typename Kind::Request& request, int64_t request_bytes,
                v1::AttendResponse* response, absl::Time received,
                std::function<bool()> is_cancelled, absl::Time deadline,
+               MemoryBudget::Reservation* held,
                absl::AnyInvocable<void(absl::Status)> done);
 
   // Metrics of one answered request or stream message: per method, and per

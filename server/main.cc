@@ -32,6 +32,14 @@ ABSL_FLAG(int64_t, max_inflight_bytes, 0,
           "hosted layers' working buffers); past it calls are "
           "RESOURCE_EXHAUSTED; 0 = half the cgroup memory limit, else of "
           "physical memory");
+ABSL_FLAG(int, max_streams_per_connection, 0,
+          "calls one client connection may have open at once (its further "
+          "calls wait, unsent); 0 = --max_inflight_bytes / "
+          "--max_request_bytes, within [8, 1024]");
+ABSL_FLAG(absl::Duration, send_timeout, absl::Seconds(60),
+          "cancel a call whose client has not taken its answer this long "
+          "after it was ready (a client that stopped reading or vanished), "
+          "freeing its memory");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
           "largest request message");
 ABSL_FLAG(int64_t, max_response_bytes, int64_t{256} << 20,
@@ -122,6 +130,9 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_threads_per_worker);
   options.scheduler.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.send_timeout = absl::GetFlag(FLAGS_send_timeout);
+  options.max_streams_per_connection =
+      absl::GetFlag(FLAGS_max_streams_per_connection);
   options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.max_response_bytes = absl::GetFlag(FLAGS_max_response_bytes);
   options.max_request_flops = absl::GetFlag(FLAGS_max_request_flops);

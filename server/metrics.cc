@@ -289,6 +289,7 @@ struct Metrics::Impl {
   prometheus::Counter* response_bytes = nullptr;
   prometheus::Counter* flops = nullptr;
   prometheus::Counter* rejected[kNumRejections] = {};
+  prometheus::Counter* send_timeouts = nullptr;
   // Per hosted model.
   struct ModelSeries {
     prometheus::Counter* requests[kNumCodes] = {};
@@ -395,11 +396,21 @@ Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
                        .Help(
                            "Tasks that never reached a kernel, in tasks, by "
                            "reason (queue_full, deadline, cancelled, "
-                           "shutdown).")
+                           "shutdown, memory_budget).")
                        .Register(r);
   for (int i = 0; i < kNumRejections; ++i) {
     impl_->rejected[i] = &rejected.Add({{"reason", kRejectionNames[i]}});
   }
+  impl_->send_timeouts =
+      &prometheus::BuildCounter()
+           .Name("attnserve_send_timeouts_total")
+           .Help(
+               "Calls cancelled because the client had not taken its answer "
+               "(a response or stream message handed to gRPC) within "
+               "--send_timeout, in calls: a client that stopped reading or "
+               "vanished.")
+           .Register(r)
+           .Add({});
 
   auto& model_requests =
       prometheus::BuildCounter()
@@ -520,6 +531,8 @@ void Metrics::RecordModelCompute(int model, double seconds, double flops) {
 void Metrics::RecordRejection(Rejection reason) {
   impl_->rejected[RejectionIndex(reason)]->Increment();
 }
+
+void Metrics::RecordSendTimeout() { impl_->send_timeouts->Increment(); }
 
 void Metrics::SetQueueDepth(int64_t depth) {
   impl_->queue_depth->Set(static_cast<double>(depth));

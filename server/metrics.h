@@ -100,6 +100,9 @@ class Metrics {
   void RecordModelCompute(int model, double seconds, double flops);
   // attnserve_rejected_total{reason}.
   void RecordRejection(Rejection reason);
+  // attnserve_send_timeouts_total: calls cancelled because the client did
+  // not take its answer within --send_timeout (server/rpc/send_watchdog.h).
+  void RecordSendTimeout();
   // attnserve_queue_depth, attnserve_inflight_requests.
   void SetQueueDepth(int64_t depth);
   void AddInflight(int64_t delta);

@@ -26,6 +26,7 @@
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/rpc/memory_budget.h"
+#include "server/rpc/send_watchdog.h"
 #include "server/session_service.h"
 #include "wire/transport.h"
 
@@ -97,6 +98,9 @@ struct AttnServer::Impl {
   // Shared by the services.
   std::unique_ptr<Admission> admission;
   std::unique_ptr<MemoryBudget> budget;
+  std::unique_ptr<SendWatchdog> watchdog;
+  // max_streams_per_connection, resolved.
+  int streams_per_connection = 0;
   std::unique_ptr<AttentionService> service;
   std::unique_ptr<SessionService> session_service;
   // The Open Inference Protocol, over `service`.
@@ -142,6 +146,17 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
         "--max_connection_age must be 0 (off) or between 100ms and 24 days, "
         "got ",
         absl::FormatDuration(options.max_connection_age)));
+  }
+  if (options.send_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--send_timeout must be positive, got ",
+                     absl::FormatDuration(options.send_timeout)));
+  }
+  if (options.max_streams_per_connection < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_streams_per_connection must be >= 0 (0 = derived from "
+        "--max_inflight_bytes), got ",
+        options.max_streams_per_connection));
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -239,6 +254,10 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   };
   service_options.models = impl->models.get();
   service_options.budget = budget;
+  Metrics* metrics = impl->metrics.get();
+  impl->watchdog = std::make_unique<SendWatchdog>(
+      options.send_timeout, [metrics] { metrics->RecordSendTimeout(); });
+  service_options.watchdog = impl->watchdog.get();
   const RequestLimits request_limits = service_options.limits;
   impl->admission = std::make_unique<Admission>(token);
   impl->service = std::make_unique<AttentionService>(
@@ -250,6 +269,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   kserve::InferenceServiceOptions inference_options;
   inference_options.version = ATTNSERVE_VERSION;
   inference_options.models = impl->models.get();
+  inference_options.watchdog = impl->watchdog.get();
   impl->inference_service = std::make_unique<kserve::InferenceService>(
       std::move(inference_options), impl->admission.get(), impl->service.get(),
       impl->metrics.get());
@@ -265,10 +285,26 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   transport.max_request_bytes = options.max_request_bytes;
   transport.max_response_bytes = options.max_response_bytes;
   transport.max_connection_age = options.max_connection_age;
+  impl->streams_per_connection =
+      options.max_streams_per_connection > 0
+          ? options.max_streams_per_connection
+          : static_cast<int>(std::clamp<int64_t>(
+                budget->limit() / options.max_request_bytes, 8, 1024));
+  transport.max_concurrent_streams = impl->streams_per_connection;
+  // A client that takes no answer for send_timeout is cancelled (the
+  // watchdog); one whose connection cannot be written to at all (stopped,
+  // vanished) is found by a ping on that schedule and disconnected, which
+  // ends its calls even while a write to it is stuck.
+  transport.keepalive_time = options.send_timeout;
+  transport.keepalive_timeout =
+      std::min(options.send_timeout, absl::Seconds(20));
   transport.max_connection_age_grace = options.shutdown_grace;
   wire::ApplyServerTransport(transport, &builder);
-  // gRPC's own buffers (messages being read, written) stop growing past the
-  // budget and one more largest request, so that reading pauses instead.
+  // gRPC's own buffers (messages being read, written) are held to the budget
+  // and one more largest request: past it gRPC cancels streams it is
+  // receiving (RST_STREAM ENHANCE_YOUR_CALM, RESOURCE_EXHAUSTED to the
+  // client). It reclaims after the fact, so the per-connection stream cap
+  // above is the bound that holds at once; docs/operations.md has both.
   grpc::ResourceQuota quota("attnserve");
   quota.Resize(static_cast<size_t>(
       std::min<int64_t>(budget->limit(),
@@ -312,6 +348,8 @@ std::string AttnServer::ConfigSummary() const {
       " max_request_flops=", o.max_request_flops,
       " max_inflight_bytes=", impl_->budget->limit(),
       o.max_inflight_bytes > 0 ? "" : " (half the memory limit)",
+      " max_streams_per_connection=", impl_->streams_per_connection,
+      " send_timeout=", absl::FormatDuration(o.send_timeout),
       " kv_cache_bytes=", o.sessions.budget_bytes,
       " kv_block_tokens=", o.sessions.block_tokens,
       " kv_eviction=", o.sessions.evict_lru ? "lru" : "none",

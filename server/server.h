@@ -39,6 +39,16 @@ struct ServerOptions {
   // re-resolve and spread over replicas added since they connected. Zero
   // (default) = connections live as long as the client keeps them.
   absl::Duration max_connection_age = absl::ZeroDuration();
+  // Calls one client connection may have open at once; its further calls
+  // wait on the client's side, unsent. gRPC receives a unary request whole
+  // before the server sees it, so this bounds what one connection can make
+  // the server buffer: max_streams_per_connection x max_request_bytes. 0
+  // (default) = max_inflight_bytes / max_request_bytes, within [8, 1024].
+  int max_streams_per_connection = 0;
+  // A call whose client has not taken its answer (response or stream
+  // message handed to gRPC) this long after it was ready is cancelled, its
+  // memory freed (server/rpc/send_watchdog.h). Positive.
+  absl::Duration send_timeout = absl::Seconds(60);
   // PEM files; both or neither. With tls_client_ca_file, clients must present a
   // certificate signed by it (mTLS).
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;

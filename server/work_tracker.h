@@ -13,6 +13,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/metrics.h"
+#include "server/rpc/memory_budget.h"
+#include "server/rpc/send_watchdog.h"
 
 namespace attnserve::server {
 
@@ -42,18 +44,46 @@ class WorkTracker {
 // it, not merely until Finish: shutdown cancels whatever is open once the
 // services are idle, and a response still being sent must not be cut off.
 // Heap-allocated per call; deletes itself.
+// A unary call's reactor that counts as `work` until gRPC is done with the
+// call, keeps the call's memory-budget bytes until then (its answer is
+// sent, or the call ended), and, given a watchdog, cancels the call when the
+// client has not taken the answer within the watchdog's timeout.
 class TrackedUnaryReactor : public grpc::ServerUnaryReactor {
  public:
-  explicit TrackedUnaryReactor(WorkTracker* work) : work_(work) {
+  // `context` and `watchdog` may be null (no watch); all must outlive the
+  // call.
+  explicit TrackedUnaryReactor(WorkTracker* work,
+                               grpc::CallbackServerContext* context = nullptr,
+                               SendWatchdog* watchdog = nullptr)
+      : work_(work), context_(context), watchdog_(watchdog) {
     work_->Begin();
   }
+
+  // Where the call's reservation waits for the answer to be sent; set
+  // before FinishWatched.
+  MemoryBudget::Reservation* held() { return &held_; }
+
+  // Finish, with the watchdog armed first.
+  void FinishWatched(const grpc::Status& status) {
+    if (watchdog_ != nullptr && context_ != nullptr) {
+      watchdog_->Arm(context_, &guard_);
+    }
+    Finish(status);
+  }
+
   void OnDone() override {
+    guard_.Disarm();
+    held_.Release();
     work_->End();
     delete this;
   }
 
  private:
   WorkTracker* const work_;
+  grpc::CallbackServerContext* const context_;
+  SendWatchdog* const watchdog_;
+  MemoryBudget::Reservation held_;
+  SendWatchdog::Guard guard_;
 };
 
 }  // namespace attnserve::server

@@ -27,6 +27,22 @@ void ApplyServerTransport(const ServerTransportOptions& options,
                               kHttp2MaxFrameBytes);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
                               kHttp2StreamLookaheadBytes);
+  if (options.keepalive_time > absl::ZeroDuration()) {
+    builder->AddChannelArgument(
+        GRPC_ARG_KEEPALIVE_TIME_MS,
+        ClampToInt(absl::ToInt64Milliseconds(options.keepalive_time)));
+    builder->AddChannelArgument(
+        GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+        ClampToInt(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+    builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // Ping however long no data has been sent: a connection stuck writing
+    // sends none.
+    builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
+  if (options.max_concurrent_streams > 0) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                                options.max_concurrent_streams);
+  }
   if (options.max_connection_age > absl::ZeroDuration()) {
     builder->AddChannelArgument(
         GRPC_ARG_MAX_CONNECTION_AGE_MS,

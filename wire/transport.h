@@ -37,6 +37,17 @@ struct ServerTransportOptions {
   // flight get `max_connection_age_grace` to finish. Default 0: never.
   absl::Duration max_connection_age = absl::ZeroDuration();
   absl::Duration max_connection_age_grace = absl::ZeroDuration();
+  // When > 0, the calls one connection may have open at once (HTTP/2
+  // SETTINGS_MAX_CONCURRENT_STREAMS); a client's further calls wait on its
+  // side, sending nothing. Default 0: gRPC's (unbounded).
+  int max_concurrent_streams = 0;
+  // When > 0, the server pings each connection this often (HTTP/2 PING, also
+  // on idle connections) and closes it when a ping is not answered within
+  // `keepalive_timeout`: a peer that vanished, or stopped reading so that
+  // nothing more can be written to it, loses its connection and its calls
+  // end. Default 0: gRPC's (every two hours).
+  absl::Duration keepalive_time = absl::ZeroDuration();
+  absl::Duration keepalive_timeout = absl::Seconds(20);
 };
 
 // Sets the message limits and HTTP/2 settings of `options` on `builder`.

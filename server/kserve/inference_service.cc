@@ -338,7 +338,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     grpc::CallbackServerContext* context, const ModelInferRequest* request,
     ModelInferResponse* response) {
   auto* messages = static_cast<InferMessages*>(context->GetRpcAllocatorState());
-  grpc::ServerUnaryReactor* reactor = new TrackedUnaryReactor(&work_);
+  auto* reactor = new TrackedUnaryReactor(&work_, context, options_.watchdog);
   const absl::Time received = absl::Now();
   const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   auto finish = [this, reactor, messages, request, response, received,
@@ -353,7 +353,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
                 received, request_bytes,
                 static_cast<int64_t>(response->ByteSizeLong()));
     work_.Answered();
-    reactor->Finish(ToGrpcStatus(status));
+    reactor->FinishWatched(ToGrpcStatus(status));
   };
   const absl::Status admitted = admission_->Admit(*context);
   if (!admitted.ok()) {

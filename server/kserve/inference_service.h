@@ -29,6 +29,9 @@ struct InferenceServiceOptions {
   std::string version = "dev";
   // The hosted models; null (default) = none. Must outlive the service.
   const ModelRegistry* models = nullptr;
+  // Cancels ModelInfer calls whose client does not take the answer
+  // (--send_timeout); null = none. Must outlive the service.
+  SendWatchdog* watchdog = nullptr;
 };
 
 class InferenceService final

@@ -25,6 +25,8 @@
 #include "absl/time/time.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
+#include "server/rpc/memory_budget.h"
+#include "server/rpc/send_watchdog.h"
 #include "server/rpc/status_util.h"
 
 namespace attnserve::server {
@@ -40,6 +42,9 @@ struct StreamMessage {
   // True once the stream is cancelled (client gone, deadline, shutdown); cheap
   // and thread-safe, meant to be polled before starting costly work.
   std::function<bool()> is_cancelled;
+  // Where the processor may leave the message's memory-budget bytes: they
+  // stay reserved until its response is written (or the stream ends).
+  MemoryBudget::Reservation* held = nullptr;
 };
 
 // What a stream asks of the service for each message it reads. One processor
@@ -81,20 +86,26 @@ class StreamProcessor {
 // CANCELLED "stream write failed" once a write fails (responses not yet
 // written are dropped then). At most `max_inflight` messages are read and not
 // yet written; reading pauses there until a write completes (backpressure).
+// Given a watchdog, a write the client has not taken within its timeout
+// cancels the stream (server/rpc/send_watchdog.h).
 //
 // Heap-allocate it and hand it to gRPC; it deletes itself once gRPC is done
 // with it and no submitted message still refers to it.
 template <typename Request, typename Response>
 class OrderedStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
  public:
-  // `processor` must outlive the reactor. A non-OK `admitted` (authentication,
-  // draining) finishes the stream at once with that status, reading nothing.
+  // `processor` and `watchdog` (may be null) must outlive the reactor. A
+  // non-OK `admitted` (authentication, draining) finishes the stream at once
+  // with that status, reading nothing.
   OrderedStreamReactor(grpc::CallbackServerContext* context,
                        StreamProcessor<Request, Response>* processor,
-                       int max_inflight, const absl::Status& admitted)
+                       int max_inflight, const absl::Status& admitted,
+                       SendWatchdog* watchdog = nullptr)
       : processor_(processor),
         max_inflight_(max_inflight),
-        deadline_(CallDeadline(*context)) {
+        deadline_(CallDeadline(*context)),
+        context_(context),
+        watchdog_(watchdog) {
     if (!admitted.ok()) {
       {
         absl::MutexLock lock(&mu_);
@@ -123,6 +134,7 @@ class OrderedStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
         static_cast<int64_t>(slot->request.ByteSizeLong());
     slot->message.deadline = deadline_;
     slot->message.is_cancelled = [this] { return cancelled_.load(); };
+    slot->message.held = &slot->held;
     bool read_more;
     {
       absl::MutexLock lock(&mu_);
@@ -141,6 +153,7 @@ class OrderedStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
   }
 
   void OnWriteDone(bool ok) override {
+    write_guard_.Disarm();
     bool read_more = false;
     Actions actions;
     {
@@ -165,6 +178,7 @@ class OrderedStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
   void OnCancel() override { cancelled_.store(true); }
 
   void OnDone() override {
+    write_guard_.Disarm();
     bool destroy;
     {
       absl::MutexLock lock(&mu_);
@@ -179,6 +193,8 @@ class OrderedStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
     Request request;
     Response response;
     StreamMessage message;
+    // Released with the slot: once its response is written.
+    MemoryBudget::Reservation held;
     bool ready = false;
   };
 
@@ -232,7 +248,10 @@ class OrderedStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
   }
 
   void Perform(const Actions& actions) {
-    if (actions.write != nullptr) this->StartWrite(actions.write);
+    if (actions.write != nullptr) {
+      if (watchdog_ != nullptr) watchdog_->Arm(context_, &write_guard_);
+      this->StartWrite(actions.write);
+    }
     if (actions.finish) this->Finish(*actions.finish);
   }
 
@@ -260,6 +279,10 @@ class OrderedStreamReactor : public grpc::ServerBidiReactor<Request, Response> {
   StreamProcessor<Request, Response>* const processor_;
   const int max_inflight_;
   const absl::Time deadline_;
+  grpc::CallbackServerContext* const context_;
+  SendWatchdog* const watchdog_;
+  // Armed while a write is in flight (one at a time).
+  SendWatchdog::Guard write_guard_;
   std::unique_ptr<Slot> reading_;  // touched only by the read chain
   std::atomic<bool> cancelled_{false};
   absl::Mutex mu_;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -23,6 +24,20 @@
 
 namespace attnserve::testing {
 namespace {
+
+// The "Field:   123 kB" line of /proc/PID/status, in bytes; -1 when absent.
+int64_t StatusBytes(pid_t pid, const std::string& field) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (absl::StartsWith(line, field + ":")) {
+      int64_t kb = -1;
+      std::istringstream(line.substr(field.size() + 1)) >> kb;
+      return kb < 0 ? -1 : kb * 1024;
+    }
+  }
+  return -1;
+}
 
 // Reads "key=123" from a log line.
 int FindInt(const std::string& text, const std::string& key) {
@@ -154,6 +169,14 @@ absl::StatusOr<int> ServerProcess::WaitForExit(absl::Duration timeout) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   return absl::DeadlineExceededError("attnserve did not exit in time");
+}
+
+int64_t ServerProcess::ResidentBytes() const {
+  return StatusBytes(pid_, "VmRSS");
+}
+
+int64_t ServerProcess::PeakResidentBytes() const {
+  return StatusBytes(pid_, "VmHWM");
 }
 
 absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {

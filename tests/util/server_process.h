@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,6 +51,11 @@ class ServerProcess {
 
   // The stderr lines so far.
   std::string Log() const;
+
+  // The process's resident memory now (VmRSS) and its peak since start
+  // (VmHWM), in bytes; -1 when /proc cannot be read (e.g. it has exited).
+  int64_t ResidentBytes() const;
+  int64_t PeakResidentBytes() const;
 
  private:
   ServerProcess() = default;

@@ -6,6 +6,7 @@
 #include "server/rpc/stream_reactor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -83,6 +84,21 @@ class FakeProcessor final
     Held& held = *taken;
     held.response->mutable_timing()->set_total_us(marker);
     held.done(std::move(status));
+  }
+
+  // Completes a held message OK with an output of `bytes` bytes, leaving
+  // `reservation` where the reactor keeps it until the write is done, as the
+  // service does with its memory-budget bytes.
+  void CompleteLarge(const std::string& id, int64_t bytes,
+                     MemoryBudget::Reservation reservation) {
+    std::optional<Held> taken = Take(id);
+    if (!taken) return;
+    Held& held = *taken;
+    held.response->mutable_output()->mutable_data()->assign(
+        static_cast<size_t>(bytes), 'x');
+    ASSERT_NE(held.message.held, nullptr);
+    *held.message.held = std::move(reservation);
+    held.done(absl::OkStatus());
   }
 
   // Complete() from another thread after `delay`.
@@ -180,21 +196,23 @@ class FakeProcessor final
 class ReactorService final : public v1::AttentionService::CallbackService {
  public:
   ReactorService(FakeProcessor* processor, int max_inflight,
-                 absl::Status admitted)
+                 absl::Status admitted, SendWatchdog* watchdog)
       : processor_(processor),
         max_inflight_(max_inflight),
-        admitted_(std::move(admitted)) {}
+        admitted_(std::move(admitted)),
+        watchdog_(watchdog) {}
 
   grpc::ServerBidiReactor<AttendRequest, AttendResponse>* AttendStream(
       grpc::CallbackServerContext* context) override {
     return new OrderedStreamReactor<AttendRequest, AttendResponse>(
-        context, processor_, max_inflight_, admitted_);
+        context, processor_, max_inflight_, admitted_, watchdog_);
   }
 
  private:
   FakeProcessor* const processor_;
   const int max_inflight_;
   const absl::Status admitted_;
+  SendWatchdog* const watchdog_;
 };
 
 // Reads a stream's responses on its own thread, so that the test can check
@@ -267,9 +285,11 @@ std::vector<std::string> Texts(const std::vector<AttendResponse>& responses) {
 
 class StreamReactorTest : public ::testing::Test {
  protected:
-  void Start(int max_inflight, absl::Status admitted = absl::OkStatus()) {
+  void Start(int max_inflight, absl::Status admitted = absl::OkStatus(),
+             SendWatchdog* watchdog = nullptr,
+             const grpc::ChannelArguments& client_args = {}) {
     service_ = std::make_unique<ReactorService>(&processor_, max_inflight,
-                                                std::move(admitted));
+                                                std::move(admitted), watchdog);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -278,8 +298,9 @@ class StreamReactorTest : public ::testing::Test {
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_NE(port, 0);
-    stub_ = v1::AttentionService::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    stub_ = v1::AttentionService::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
+        client_args));
   }
 
   void TearDown() override {
@@ -531,6 +552,78 @@ TEST_F(StreamReactorTest, NoCallDeadlineIsTheInfiniteFuture) {
   AttendResponse response;
   EXPECT_TRUE(stream->Read(&response));
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::OK);
+}
+
+// A client that takes at most 64 KiB of a stream before it reads: its HTTP/2
+// window stays at that size while it does not read.
+grpc::ChannelArguments SmallWindowClient() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  return args;
+}
+
+// A client that stops reading: the write of a 32 MiB response cannot
+// complete, so the watchdog cancels the stream after its timeout; the
+// message's budget bytes are held until then and released with it.
+TEST_F(StreamReactorTest, AClientThatStopsReadingIsCancelledAfterTheTimeout) {
+  std::atomic<int> timeouts{0};
+  SendWatchdog watchdog(absl::Milliseconds(300), [&timeouts] { ++timeouts; });
+  MemoryBudget budget(int64_t{1} << 30);
+  Start(/*max_inflight=*/16, absl::OkStatus(), &watchdog, SmallWindowClient());
+  grpc::ClientContext context;
+  Bound(&context);
+  auto stream = stub_->AttendStream(&context);
+  ASSERT_TRUE(stream->Write(Request("big")));
+  ASSERT_TRUE(processor_.WaitForSubmitted(1));
+  absl::StatusOr<MemoryBudget::Reservation> reserved = budget.Reserve(32 << 20);
+  ASSERT_TRUE(reserved.ok());
+  const absl::Time written = absl::Now();
+  processor_.CompleteLarge("big", 32 << 20, *std::move(reserved));
+  // Held while the write is stuck: the client reads nothing.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(budget.used(), 32 << 20);
+  EXPECT_EQ(processor_.released(), 0);
+  // Then the watchdog cancels the stream, which releases the message.
+  EXPECT_TRUE(processor_.WaitForReleased(1));
+  EXPECT_GE(absl::Now() - written, absl::Milliseconds(300));
+  EXPECT_EQ(budget.used(), 0);
+  EXPECT_EQ(watchdog.cancelled(), 1);
+  // The client, reading at last, finds the stream cut off mid-message.
+  AttendResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(timeouts.load(), 1);
+}
+
+// A client that reads is never cancelled, however long the stream lives:
+// each write is watched only while it is in flight.
+TEST_F(StreamReactorTest, AReadingClientOutlivesTheTimeout) {
+  SendWatchdog watchdog(absl::Milliseconds(200), nullptr);
+  MemoryBudget budget(int64_t{1} << 30);
+  Start(/*max_inflight=*/16, absl::OkStatus(), &watchdog, SmallWindowClient());
+  grpc::ClientContext context;
+  Bound(&context);
+  auto stream = stub_->AttendStream(&context);
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = absl::StrCat("m", i);
+    ASSERT_TRUE(stream->Write(Request(id)));
+    ASSERT_TRUE(processor_.WaitForSubmitted(i + 1));
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        budget.Reserve(1 << 20);
+    ASSERT_TRUE(reserved.ok());
+    processor_.CompleteLarge(id, 1 << 20, *std::move(reserved));
+    AttendResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.output().data().size(), size_t{1} << 20);
+    ASSERT_TRUE(processor_.WaitForReleased(i + 1));
+    EXPECT_EQ(budget.used(), 0);
+    absl::SleepFor(absl::Milliseconds(100));  // 400 ms in all
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::OK);
+  EXPECT_EQ(watchdog.cancelled(), 0);
 }
 
 }  // namespace
