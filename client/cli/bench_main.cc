@@ -39,8 +39,8 @@ ABSL_FLAG(std::string, protocol, "native",
           "as Open Inference Protocol ModelInfer calls, raw contents (not "
           "with --stream)");
 ABSL_FLAG(std::string, connections, "auto",
-          "TCP connections per target (1-256), or auto: min(concurrency, 4) "
-          "(open loop: 4; --decode: min(sequences, 4)); calls go to the "
+          "TCP connections per target (1-256), or auto: min(concurrency, 8) "
+          "(open loop: 8; --decode: min(sequences, 8)); calls go to the "
           "connection with the fewest in flight");
 ABSL_FLAG(int, max_outstanding, 1024,
           "open loop: most requests outstanding; a send beyond it waits and "

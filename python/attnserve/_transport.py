@@ -27,8 +27,9 @@ BOOTSTRAP_MESSAGE_BYTES = 64 << 20
 MAX_CONNECTIONS = 256
 # connections="auto" opens one data connection and another whenever a call
 # starts while every open one is busy, up to this many (attnctl bench's
-# --connections=auto: min(concurrency, 4); docs/operations.md "Client settings").
-MAX_AUTO_CONNECTIONS = 4
+# --connections=auto: min(concurrency, 8); docs/operations.md "Several connections
+# per target").
+MAX_AUTO_CONNECTIONS = 8
 
 
 def connection_count(connections):

@@ -135,7 +135,7 @@ class _Base:
 
     @property
     def open_connections(self):
-        """The data connections opened so far (grows to at most 4 with "auto")."""
+        """The data connections opened so far (grows to at most 8 with "auto")."""
         return len(self._channels)
 
     def _md(self, route=None):
@@ -161,7 +161,7 @@ class Client(_Base):
     timeout: default deadline of each call in seconds (None = none); every
       method also takes timeout=. connections: "auto" (default: one TCP
       connection, and another whenever a call starts while every open one is
-      busy, up to 4) or a count in [1, 256]; each call goes to the connection
+      busy, up to 8) or a count in [1, 256]; each call goes to the connection
       with the fewest calls in flight (a stream stays on one). retries: retries of
       idempotent calls that fail with UNAVAILABLE, with exponential backoff.
       retain_heap: keep freed heap memory for the next call's tensors

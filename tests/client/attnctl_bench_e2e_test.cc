@@ -321,7 +321,7 @@ TEST_F(AttnctlBenchTest, TheServerSeesOneConnectionPerPoolMember) {
   };
   const std::vector<Case> cases = {
       {{"--concurrency=3"}, 3, true},
-      {{"--concurrency=16"}, 4, true},
+      {{"--concurrency=16"}, 8, true},
       {{"--concurrency=3", "--connections=1"}, 1, false},
       {{"--concurrency=2", "--connections=5"}, 5, false},
   };

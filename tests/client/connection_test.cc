@@ -101,10 +101,11 @@ TEST(ParseConnectionsTest, TakesAutoOrACount) {
   }
 }
 
-TEST(ConnectionsForTest, AutoIsTheConcurrencyUpToFour) {
+TEST(ConnectionsForTest, AutoIsTheConcurrencyUpToEight) {
   EXPECT_EQ(ConnectionsFor(kAutoConnections, 1), 1);
   EXPECT_EQ(ConnectionsFor(kAutoConnections, 3), 3);
-  EXPECT_EQ(ConnectionsFor(kAutoConnections, 4), 4);
+  EXPECT_EQ(ConnectionsFor(kAutoConnections, 8), 8);
+  EXPECT_EQ(ConnectionsFor(kAutoConnections, 9), 8);
   EXPECT_EQ(ConnectionsFor(kAutoConnections, 64), kMaxAutoConnections);
   EXPECT_EQ(ConnectionsFor(kAutoConnections, 0), 1);
   EXPECT_EQ(ConnectionsFor(2, 64), 2);

@@ -55,7 +55,7 @@ class _Recording(pb_grpc.AttentionServiceServicer):
 @pytest.fixture
 def recording():
     servicer = _Recording()
-    srv = grpc.server(concurrent.futures.ThreadPoolExecutor(16))
+    srv = grpc.server(concurrent.futures.ThreadPoolExecutor(24))
     pb_grpc.add_AttentionServiceServicer_to_server(servicer, srv)
     port = srv.add_insecure_port("127.0.0.1:0")
     srv.start()
@@ -107,8 +107,8 @@ def test_auto_opens_one_connection_for_one_caller(recording):
     assert list(servicer.calls.values()) == [6]
 
 
-@pytest.mark.parametrize("callers,expected", [(3, 3), (6, 4)])
-def test_auto_grows_with_the_calls_in_flight_up_to_four(recording, callers, expected):
+@pytest.mark.parametrize("callers,expected", [(3, 3), (11, 8)])
+def test_auto_grows_with_the_calls_in_flight_up_to_eight(recording, callers, expected):
     servicer, target = recording
     servicer.gather = threading.Barrier(callers)
     with attnserve.Client(target, timeout=30) as c:
