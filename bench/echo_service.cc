@@ -53,7 +53,7 @@ grpc::ServerUnaryReactor* EchoService::Attend(
 
 absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Start(
     const EchoServerOptions& options) {
-  std::unique_ptr<EchoServer> echo(new EchoServer());
+  std::unique_ptr<EchoServer> echo(new EchoServer(options));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &echo->port_);
@@ -69,6 +69,17 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Start(
         absl::StrCat("echo server cannot listen on \"", options.listen, "\""));
   }
   return echo;
+}
+
+grpc::ServerUnaryReactor* EchoService::GetServerInfo(
+    grpc::CallbackServerContext* context, const v1::GetServerInfoRequest*,
+    v1::ServerInfo* response) {
+  response->set_version("echo");
+  response->set_max_request_bytes(max_request_bytes_);
+  response->set_max_response_bytes(max_response_bytes_);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 EchoServer::~EchoServer() {

@@ -22,9 +22,24 @@ namespace attnserve::bench {
 
 class EchoService final : public v1::AttentionService::CallbackService {
  public:
+  // The limits GetServerInfo reports (attnctl bench checks its request
+  // against them before the load).
+  EchoService(int64_t max_request_bytes, int64_t max_response_bytes)
+      : max_request_bytes_(max_request_bytes),
+        max_response_bytes_(max_response_bytes) {}
+
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
                                    const v1::AttendRequest* request,
                                    v1::AttendResponse* response) override;
+  // Version "echo" and the limits, so that attnctl bench can load the echo.
+  grpc::ServerUnaryReactor* GetServerInfo(
+      grpc::CallbackServerContext* context,
+      const v1::GetServerInfoRequest* request,
+      v1::ServerInfo* response) override;
+
+ private:
+  const int64_t max_request_bytes_;
+  const int64_t max_response_bytes_;
 };
 
 // The output attnserve returns for `request`, without its data: dtype
@@ -55,7 +70,8 @@ class EchoServer {
   int port() const { return port_; }
 
  private:
-  EchoServer() = default;
+  explicit EchoServer(const EchoServerOptions& options)
+      : service_(options.max_request_bytes, options.max_response_bytes) {}
   EchoService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

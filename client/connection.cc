@@ -6,6 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -57,11 +59,30 @@ absl::Status ValidateConnectionOptions(const ConnectionOptions& options) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> ParseConnections(absl::string_view text) {
+  const absl::string_view stripped = absl::StripAsciiWhitespace(text);
+  if (absl::EqualsIgnoreCase(stripped, "auto")) return kAutoConnections;
+  int64_t count = 0;
+  if (!absl::SimpleAtoi(stripped, &count) || count < 1 ||
+      count > kMaxConnections) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--connections must be auto or a count in [1, ",
+                     kMaxConnections, "], got \"", text, "\""));
+  }
+  return static_cast<int>(count);
+}
+
+int ConnectionsFor(int requested, int concurrency) {
+  if (requested != kAutoConnections) return requested;
+  return std::clamp(concurrency, 1, kMaxAutoConnections);
+}
+
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
     const ConnectionOptions& options, int connections_per_target) {
-  if (connections_per_target < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--connections must be >= 1, got ", connections_per_target));
+  if (connections_per_target < 1 || connections_per_target > kMaxConnections) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--connections must be in [1, ", kMaxConnections,
+                     "], got ", connections_per_target));
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       grpc::InsecureChannelCredentials();

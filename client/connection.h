@@ -49,12 +49,37 @@ absl::StatusOr<std::vector<std::string>> ParseTargets(absl::string_view list);
 // limit outside [1, INT_MAX], or a CA file without TLS.
 absl::Status ValidateConnectionOptions(const ConnectionOptions& options);
 
+// --connections: how many TCP connections each target gets. kAutoConnections
+// asks for ConnectionsFor's choice; an explicit count is 1 to
+// kMaxConnections.
+inline constexpr int kAutoConnections = 0;
+inline constexpr int kMaxConnections = 256;
+// What kAutoConnections opens at most: on the 2-core machine of
+// docs/benchmarks.md ("Connections per target") one connection per call
+// outstanding carried the most, up to 8; beyond, the gain was within the
+// noise, and each client's connections cost the server sockets and buffers.
+inline constexpr int kMaxAutoConnections = 8;
+
+// "auto" (kAutoConnections) or a count in [1, kMaxConnections];
+// InvalidArgument naming --connections otherwise (0, negative, too large, not
+// a number).
+absl::StatusOr<int> ParseConnections(absl::string_view text);
+
+// The connections per target for `requested` (a count, or kAutoConnections)
+// when up to `concurrency` calls are outstanding at once: the count itself,
+// or for kAutoConnections min(concurrency, kMaxAutoConnections), at least 1.
+// One HTTP/2 connection carries every call's bytes over one TCP stream and
+// one server poller; several let large messages overlap
+// (docs/operations.md, "Client settings").
+int ConnectionsFor(int requested, int concurrency);
+
 // `connections_per_target` channels per target (default 1), each with a TCP
 // connection of its own, with the message limits and HTTP/2 settings applied.
 // Channel i goes to target i % targets.size(), so consecutive channels take
 // turns over the targets. Channels connect lazily: an unreachable server
 // shows as UNAVAILABLE on the first call. NotFound or PermissionDenied when
-// the CA file cannot be read; InvalidArgument for connections_per_target < 1.
+// the CA file cannot be read; InvalidArgument for connections_per_target
+// outside [1, kMaxConnections].
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(
     const ConnectionOptions& options, int connections_per_target = 1);
 

@@ -38,8 +38,10 @@ ABSL_FLAG(std::string, protocol, "native",
           "native (attnserve.v1 Attend/AttendModel) or v2: the same requests "
           "as Open Inference Protocol ModelInfer calls, raw contents (not "
           "with --stream)");
-ABSL_FLAG(int, connections, 1,
-          "TCP connections per target; requests take turns over all of them");
+ABSL_FLAG(std::string, connections, "auto",
+          "TCP connections per target (1-256), or auto: min(concurrency, 8) "
+          "(open loop: 8; --decode: min(sequences, 8)); calls go to the "
+          "connection with the fewest in flight");
 ABSL_FLAG(int, max_outstanding, 1024,
           "open loop: most requests outstanding; a send beyond it waits and "
           "counts as late");
@@ -71,6 +73,12 @@ ExitCode DecodeMain(const ParsedFlags& parsed, ConnectionOptions connection,
   DecodeBenchOptions o;
   o.connection = std::move(connection);
   o.sequences = absl::GetFlag(FLAGS_sequences);
+  absl::StatusOr<int> connections =
+      ParseConnections(absl::GetFlag(FLAGS_connections));
+  if (!connections.ok()) {
+    return UsageError(std::cerr, "bench", connections.status());
+  }
+  o.connections = *connections;
   o.prefill = absl::GetFlag(FLAGS_prefill);
   o.steps = absl::GetFlag(FLAGS_steps);
   o.stateless_steps =
@@ -152,11 +160,10 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const ParsedFlags& parsed) {
         absl::StrCat("--protocol \"", absl::GetFlag(FLAGS_protocol),
                      "\" is not native or v2"));
   }
-  options.connections = absl::GetFlag(FLAGS_connections);
-  if (options.connections < 1 || options.connections > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--connections must be in [1, 256], got ", options.connections));
-  }
+  absl::StatusOr<int> connections =
+      ParseConnections(absl::GetFlag(FLAGS_connections));
+  if (!connections.ok()) return connections.status();
+  options.connections = *connections;
   options.max_outstanding = absl::GetFlag(FLAGS_max_outstanding);
   if (options.max_outstanding < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -1,5 +1,6 @@
 #include "client/load/bench.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -138,7 +139,15 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
                 kExitUsage);
   }
 
-  auto channels = CreateChannels(options.connection, options.connections);
+  int concurrency = options.max_outstanding;
+  if (options.rates.empty()) {
+    concurrency = 1;
+    for (int level : options.concurrency) {
+      concurrency = std::max(concurrency, level);
+    }
+  }
+  const int connections = ConnectionsFor(options.connections, concurrency);
+  auto channels = CreateChannels(options.connection, connections);
   if (!channels.ok()) {
     return Fail(err, channels.status().message(),
                 channels.status().code() == absl::StatusCode::kInvalidArgument
@@ -161,7 +170,8 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
   report.v2 = v2;
   report.model = options.model.name;
   report.targets = options.connection.targets;
-  report.connections_per_target = options.connections;
+  report.connections_per_target = connections;
+  report.connections_auto = options.connections == kAutoConnections;
   report.warmup = options.warmup;
   report.duration = options.duration;
 

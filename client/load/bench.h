@@ -43,8 +43,10 @@ struct BenchOptions {
   // Before each level, and its measurement window (defaults 1 s and 5 s).
   absl::Duration warmup = absl::Seconds(1);
   absl::Duration duration = absl::Seconds(5);
-  // TCP connections per target (default 1).
-  int connections = 1;
+  // TCP connections per target, or kAutoConnections (the default):
+  // ConnectionsFor the largest concurrency level (open loop:
+  // max_outstanding).
+  int connections = kAutoConnections;
   // Open loop: most requests outstanding (default 1024).
   int max_outstanding = 1024;
   OutputFormat format = OutputFormat::kTable;

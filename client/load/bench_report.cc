@@ -82,6 +82,7 @@ Json LevelJson(const BenchReport& report, const LoadResult& r) {
     targets[report.targets[t]] = per_target[t];
   }
   j["targets"] = targets;
+  j["ok_per_connection"] = r.ok_per_channel;
   if (report.open_loop) j["late_sends"] = r.late_sends;
   if (!r.stopped_early.empty()) j["stopped_early"] = r.stopped_early;
   return j;
@@ -94,6 +95,7 @@ std::string FormatJson(const BenchReport& report) {
   if (!report.model.empty()) j["model"] = report.model;
   if (report.open_loop) j["arrival"] = report.arrival;
   j["connections_per_target"] = report.connections_per_target;
+  j["connections_auto"] = report.connections_auto;
   j["warmup_s"] = absl::ToDoubleSeconds(report.warmup);
   j["duration_s"] = absl::ToDoubleSeconds(report.duration);
   j["request"] = {{"description", report.request_text},
@@ -192,10 +194,11 @@ std::string FormatTable(const BenchReport& report) {
       report.stream ? absl::StrCat(MethodName(report), " messages")
                     : absl::StrCat("unary ", MethodName(report)),
       Seconds(report.duration), Seconds(report.warmup));
-  absl::StrAppendFormat(&text, "%-11s %s (%d connection%s each)\n", "targets",
+  absl::StrAppendFormat(&text, "%-11s %s (%d connection%s each%s)\n", "targets",
                         absl::StrJoin(report.targets, ", "),
                         report.connections_per_target,
-                        report.connections_per_target == 1 ? "" : "s");
+                        report.connections_per_target == 1 ? "" : "s",
+                        report.connections_auto ? ", auto" : "");
   absl::StrAppendFormat(&text, "%-11s %s; %.1f KB, %.4g MFLOP\n", "request",
                         report.request_text, report.request_bytes / 1e3,
                         report.request_flops / 1e6);

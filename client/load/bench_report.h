@@ -38,6 +38,8 @@ struct BenchReport {
   std::string model;
   std::vector<std::string> targets;
   int connections_per_target = 1;
+  // The count was --connections=auto's choice (ConnectionsFor).
+  bool connections_auto = false;
   absl::Duration warmup;
   absl::Duration duration;
   // "f32 q [1, 8, 128, 64] k [...] v [...]; causal top_left", for people.

@@ -234,8 +234,9 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
            "--dim >= 1 and 0 <= --stateless_steps <= --steps\n";
     return kExitUsage;
   }
+  const int connections = ConnectionsFor(o.connections, o.sequences);
   absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> channels =
-      CreateChannels(o.connection, std::min(o.sequences, 4));
+      CreateChannels(o.connection, connections);
   if (!channels.ok()) {
     err << "error: " << channels.status().message() << "\n";
     return kExitFileError;
@@ -274,6 +275,7 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
   nlohmann::json j = {
       {"mode", "decode"},
       {"sequences", o.sequences},
+      {"connections_per_target", connections},
       {"prefill", o.prefill},
       {"steps", o.steps},
       {"layers", o.layers},
@@ -294,11 +296,12 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
     return kExitOk;
   }
   out << absl::StrFormat(
-      "decode: %d sequences, prefill %d, %d steps over %d layers; Hq %d, "
-      "Hkv %d, D %d, %s; sessions hold %.1f MiB of KV\n",
-      o.sequences, o.prefill, o.steps, o.layers, o.heads, o.kv_heads,
-      o.head_dim, wire::ShortDataTypeName(o.storage_dtype),
-      kv_bytes / 1048576.0);
+      "decode: %d sequences on %d connection%s per target, prefill %d, %d "
+      "steps over %d layers; Hq %d, Hkv %d, D %d, %s; sessions hold %.1f MiB "
+      "of KV\n",
+      o.sequences, connections, connections == 1 ? "" : "s", o.prefill, o.steps,
+      o.layers, o.heads, o.kv_heads, o.head_dim,
+      wire::ShortDataTypeName(o.storage_dtype), kv_bytes / 1048576.0);
   out << absl::StrFormat("%-10s %10s %12s %12s %14s\n", "", "tokens/s",
                          "step_p50_us", "step_p99_us", "bytes/step");
   for (const auto& [name, p] :

@@ -20,6 +20,10 @@ struct DecodeBenchOptions {
   ConnectionOptions connection;
   // Concurrent sequences, each its own session and client thread.
   int sequences = 4;
+  // TCP connections per target, or kAutoConnections (the default):
+  // ConnectionsFor(sequences). Sequence i keeps channel i % channels, so each
+  // session's calls stay on one connection to one target.
+  int connections = kAutoConnections;
   // Tokens per layer before the first step, and steps per sequence.
   int64_t prefill = 1024;
   int64_t steps = 32;

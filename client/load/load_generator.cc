@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <string>
 #include <thread>
 #include <utility>
@@ -168,10 +169,14 @@ class Generator {
             const google::protobuf::Message& request, const LoadSpec& spec)
       : connection_(connection),
         spec_(spec),
-        tally_(static_cast<int>(channels.size())) {
+        tally_(static_cast<int>(channels.size())),
+        in_flight_(channels.size(), 0) {
     for (const auto& channel : channels) {
       stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
+    // CreateChannels' order: channel i goes to target i % targets.
+    const size_t targets = connection.targets.size();
+    targets_ = targets > 0 && channels.size() % targets == 0 ? targets : 1;
     const std::string bytes = request.SerializeAsString();
     grpc::Slice slice(bytes);
     request_ = grpc::ByteBuffer(&slice, 1);
@@ -285,19 +290,42 @@ class Generator {
     int channel = 0;
   };
 
-  int NextChannel() {
+  // Targets take turns; within the target, the connection with the fewest
+  // calls in flight (the first such after the last one picked), so that N
+  // outstanding calls on N connections sit one on each.
+  int TakeChannel() {
     absl::MutexLock lock(&mu_);
-    return static_cast<int>(next_channel_++ % stubs_.size());
+    const size_t target = next_target_++ % targets_;
+    const size_t connections = stubs_.size() / targets_;
+    size_t best = 0;
+    int best_load = std::numeric_limits<int>::max();
+    for (size_t k = 1; k <= connections; ++k) {
+      const size_t connection = (next_connection_ + k) % connections;
+      const size_t channel = connection * targets_ + target;
+      if (in_flight_[channel] < best_load) {
+        best = channel;
+        best_load = in_flight_[channel];
+      }
+    }
+    next_connection_ = best / targets_;
+    ++in_flight_[best];
+    return static_cast<int>(best);
+  }
+
+  void GiveBackChannel(int channel) {
+    absl::MutexLock lock(&mu_);
+    --in_flight_[channel];
   }
 
   void StartUnary(absl::Time scheduled) {
     auto* call = new UnaryCall;
     call->scheduled = scheduled;
-    call->channel = NextChannel();
+    call->channel = TakeChannel();
     PrepareContext(connection_, &call->context);
     stubs_[call->channel]->UnaryCall(
         &call->context, spec_.method, grpc::StubOptions(), &request_,
         &call->answer, [this, call](grpc::Status status) {
+          GiveBackChannel(call->channel);
           Answered(call->channel, call->scheduled, status, &call->answer);
           delete call;
           if (SendAgain()) {
@@ -406,8 +434,13 @@ class Generator {
   LoadTally tally_;
   std::vector<std::unique_ptr<StreamLane>> lanes_;
 
+  size_t targets_ = 1;
+
   absl::Mutex mu_;
-  uint64_t next_channel_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_target_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t next_connection_ ABSL_GUARDED_BY(mu_) = 0;
+  // Unary calls in flight per channel.
+  std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);
   // Requests sent and not answered (closed loop: slots still sending).
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   int live_lanes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -81,12 +81,15 @@ struct LoadSpec {
 using ProgressFn =
     std::function<void(absl::Duration since_start, const LoadResult& so_far)>;
 
-// Runs one level on `channels` (at least one; requests go round-robin over
-// them) with the deadline and token of `connection`, and returns what the
+// Runs one level on `channels` (at least one) with the deadline and token of
+// `connection`, and returns what the
 // measurement window saw once every measured request has been answered.
 // `request` is serialized once; it must be the request type of spec.method
-// (AttendRequest, ModelRequest). InvalidArgument for a spec outside its
-// ranges.
+// (AttendRequest, ModelRequest). When `channels` are CreateChannels' (a
+// multiple of connection.targets, channel i to target i % targets), unary
+// calls take turns over the targets and go to the target's connection with
+// the fewest calls in flight; stream lanes are dealt out over the channels in
+// order. InvalidArgument for a spec outside its ranges.
 absl::StatusOr<LoadResult> RunLoad(
     const std::vector<std::shared_ptr<grpc::Channel>>& channels,
     const ConnectionOptions& connection,

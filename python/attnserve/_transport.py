@@ -8,6 +8,7 @@ limit max_response_bytes plus the room the server allows for everything around
 the tensors (kResponseEnvelopeBytes).
 """
 
+import operator
 import os
 import random
 import time
@@ -21,6 +22,31 @@ _INT_MAX = (1 << 31) - 1
 # Large enough for any ServerInfo (model configs included) before the limits are
 # known; the bootstrap channel carries only GetServerInfo and health checks.
 BOOTSTRAP_MESSAGE_BYTES = 64 << 20
+
+
+MAX_CONNECTIONS = 256
+# connections="auto" opens one data connection and another whenever a call
+# starts while every open one is busy, up to this many (attnctl bench's
+# --connections=auto: min(concurrency, 8); docs/operations.md "Several connections
+# per target").
+MAX_AUTO_CONNECTIONS = 8
+
+
+def connection_count(connections):
+    """None for "auto", else the count in [1, MAX_CONNECTIONS]."""
+    if isinstance(connections, str) and connections.strip().lower() == "auto":
+        return None
+    try:
+        if isinstance(connections, bool):
+            raise TypeError
+        connections = operator.index(connections)
+    except TypeError:
+        raise TypeError(f'connections: expected "auto" or a count in [1, {MAX_CONNECTIONS}], '
+                        f"got {connections!r}") from None
+    if not 1 <= connections <= MAX_CONNECTIONS:
+        raise ValueError(f'connections: must be "auto" or a count in [1, {MAX_CONNECTIONS}], '
+                         f"got {connections}")
+    return connections
 
 
 def _clamp(n):

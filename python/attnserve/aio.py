@@ -32,7 +32,7 @@ async def _aiter(items):
 class AsyncClient(_Base):
     """As attnserve.Client (same arguments and methods), with coroutines."""
 
-    def __init__(self, target, *, tls=None, token=None, timeout=None, connections=1,
+    def __init__(self, target, *, tls=None, token=None, timeout=None, connections="auto",
                  retries=4, retain_heap=True):
         super().__init__(target, tls=tls, token=token, timeout=timeout,
                          connections=connections, retries=retries, retain_heap=retain_heap,
@@ -60,7 +60,7 @@ class AsyncClient(_Base):
                 raise from_rpc_error(err) from None
             await asyncio.sleep(delay)
 
-    async def _data(self):
+    async def _open(self):
         await self._ready()
         if self._stubs is None:
             async with self._lock:
@@ -68,7 +68,11 @@ class AsyncClient(_Base):
                     info = await self._call(self._boot_stub.GetServerInfo,
                                             pb.GetServerInfoRequest(), idempotent=True)
                     self._open_data_channels(info)
-        return self._pick()
+
+    async def _data(self):
+        """As Client._data: `with await self._data() as (attention, sessions):`."""
+        await self._open()
+        return self._lease()
 
     async def close(self):
         for c in self._channels + ([self._bootstrap] if self._bootstrap else []):
@@ -83,8 +87,8 @@ class AsyncClient(_Base):
     async def attend(self, query, key, value, *, return_weights=False, timeout=None, **kw):
         """As Client.attend."""
         req, kind = C.attend_request(query, key, value, return_weights=return_weights, **kw)
-        stub, _ = await self._data()
-        resp = await self._call(stub.Attend, req, timeout=timeout, idempotent=True)
+        with await self._data() as (stub, _):
+            resp = await self._call(stub.Attend, req, timeout=timeout, idempotent=True)
         return C.decode_attend(resp, kind, return_weights)
 
     async def attend_many(self, items, *, return_exceptions=False, timeout=None, **common):
@@ -95,12 +99,18 @@ class AsyncClient(_Base):
             req, kind = C.attend_request(q, k, v, **kw)
             return req, (kind, bool(kw.get("return_weights", False)))
 
-        stub, _ = await self._data()
-        async for out in self._pipeline(stub.AttendStream, build, items,
+        async for out in self._pipeline(lambda stubs: stubs[0].AttendStream, build, items,
                                         return_exceptions, timeout):
             yield out
 
-    async def _pipeline(self, method, build, items, return_exceptions, timeout):
+    async def _pipeline(self, pick, build, items, return_exceptions, timeout):
+        # The stream holds its data channel's lease while it lasts.
+        with await self._data() as stubs:
+            async for out in self._stream(pick(stubs), build, items, return_exceptions,
+                                          timeout):
+                yield out
+
+    async def _stream(self, method, build, items, return_exceptions, timeout):
         call = method(timeout=self._timeout(timeout), metadata=self._metadata)
         slots = asyncio.Queue()
         done = object()
@@ -181,10 +191,10 @@ class AsyncClient(_Base):
             shape=C.session_shape(num_kv_heads, head_dim, num_layers=num_layers,
                                   value_dim=value_dim, storage_dtype=storage_dtype,
                                   max_tokens=max_tokens))
-        _, stub = await self._data()
-        info = await self._call(stub.CreateSession, req, timeout=timeout,
-                                idempotent=bool(session_id),
-                                metadata=self._md(route_key or session_id))
+        with await self._data() as (_, stub):
+            info = await self._call(stub.CreateSession, req, timeout=timeout,
+                                    idempotent=bool(session_id),
+                                    metadata=self._md(route_key or session_id))
         return AsyncSession(self, info.session_id, route_key, C.session_info(info))
 
     def session(self, session_id, *, route_key=None):
@@ -196,28 +206,28 @@ class AsyncClient(_Base):
         req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
                                                     alibi_slopes, scale, return_weights,
                                                     output_dtype, route_key)
-        _, stub = await self._data()
-        resp = await self._call(stub.AttendSessions, req, timeout=timeout,
-                                idempotent=not appends, metadata=self._md(route))
+        with await self._data() as (_, stub):
+            resp = await self._call(stub.AttendSessions, req, timeout=timeout,
+                                    idempotent=not appends, metadata=self._md(route))
         return C.decode_session_results(resp, kinds, return_weights)
 
     async def _session_call(self, name, request, session, *, idempotent, timeout):
-        _, stub = await self._data()
-        info = await self._call(getattr(stub, name), request, timeout=timeout,
-                                idempotent=idempotent, metadata=self._md(session.route))
+        with await self._data() as (_, stub):
+            info = await self._call(getattr(stub, name), request, timeout=timeout,
+                                    idempotent=idempotent, metadata=self._md(session.route))
         return C.session_info(info)
 
     async def _append_stream(self, requests, session, timeout):
-        _, stub = await self._data()
-        try:
-            call = stub.AppendKvStream(timeout=self._timeout(timeout),
-                                       metadata=self._md(session.route))
-            for r in requests:
-                await call.write(r)
-            await call.done_writing()
-            info = await call
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        with await self._data() as (_, stub):
+            try:
+                call = stub.AppendKvStream(timeout=self._timeout(timeout),
+                                           metadata=self._md(session.route))
+                for r in requests:
+                    await call.write(r)
+                await call.done_writing()
+                info = await call
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
         return C.session_info(info)
 
 
@@ -297,9 +307,9 @@ class AsyncModel:
 
     async def __call__(self, hidden, memory=None, *, timeout=None, **kw):
         req, kind = C.model_request(self.name, hidden, memory, **kw)
-        stub, _ = await self.client._data()
-        resp = await self.client._call(stub.AttendModel, req, timeout=timeout,
-                                       idempotent=True)
+        with await self.client._data() as (stub, _):
+            resp = await self.client._call(stub.AttendModel, req, timeout=timeout,
+                                           idempotent=True)
         return C.decode_attend(resp, kind, kw.get("return_weights", False))
 
     async def many(self, items, *, return_exceptions=False, timeout=None, **common):
@@ -309,7 +319,6 @@ class AsyncModel:
             req, kind = C.model_request(self.name, h, m, **kw)
             return req, (kind, bool(kw.get("return_weights", False)))
 
-        stub, _ = await self.client._data()
-        async for out in self.client._pipeline(stub.AttendModelStream, build, items,
-                                               return_exceptions, timeout):
+        async for out in self.client._pipeline(lambda stubs: stubs[0].AttendModelStream,
+                                               build, items, return_exceptions, timeout):
             yield out

@@ -1,5 +1,6 @@
 """attnserve.Client: the blocking client (attnserve.AsyncClient is its asyncio twin)."""
 
+import contextlib
 import itertools
 import queue
 import threading
@@ -49,19 +50,18 @@ def model_item(item):
 class _Base:
     """What Client and AsyncClient share: settings, channels, metadata."""
 
-    def __init__(self, target, *, tls=None, token=None, timeout=None, connections=1,
+    def __init__(self, target, *, tls=None, token=None, timeout=None, connections="auto",
                  retries=4, retain_heap=True, grpc_module=grpc):
         if not isinstance(target, str) or not target:
             raise TypeError(f"target: expected 'host:port', got {target!r}")
-        if int(connections) < 1:
-            raise ValueError(f"connections: must be >= 1, got {connections}")
+        fixed = X.connection_count(connections)
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout: must be > 0 seconds, got {timeout}")
         if retain_heap:
             _memory.retain_heap()
         self.target = target
         self.timeout = timeout
-        self.connections = int(connections)
+        self.connections = "auto" if fixed is None else fixed
         self._grpc = grpc_module
         self._credentials = X.credentials(tls)
         self._metadata = X.base_metadata(token)
@@ -70,6 +70,10 @@ class _Base:
         self._stubs = None          # [(AttentionServiceStub, SessionServiceStub)]
         self._limits = None         # the ServerInfo the channels were sized from
         self._channels = []
+        # Calls (and streams) in flight per data channel; guarded by _pool_lock,
+        # which is never held across a call.
+        self._in_flight = []
+        self._pool_lock = threading.Lock()
         self._next = itertools.count()
 
     def _open_bootstrap(self):
@@ -86,14 +90,53 @@ class _Base:
         return self._grpc.secure_channel(self.target, self._credentials, options=options)
 
     def _open_data_channels(self, info):
-        self._channels = [self._channel(X.data_channel_options(info, i))
-                          for i in range(self.connections)]
-        self._stubs = [(pb_grpc.AttentionServiceStub(c), spb_grpc.SessionServiceStub(c))
-                       for c in self._channels]
         self._limits = info
+        stubs = []
+        for _ in range(1 if self.connections == "auto" else self.connections):
+            self._add_data_channel(stubs)
+        self._stubs = stubs
 
-    def _pick(self):
-        return self._stubs[next(self._next) % len(self._stubs)]
+    def _add_data_channel(self, stubs):
+        c = self._channel(X.data_channel_options(self._limits, len(self._channels)))
+        self._channels.append(c)
+        self._in_flight.append(0)
+        stubs.append((pb_grpc.AttentionServiceStub(c), spb_grpc.SessionServiceStub(c)))
+
+    def _acquire(self):
+        """The index of the data channel the next call goes on, counted as in
+        flight until _release: the one with the fewest calls in flight (the
+        first such after the last pick). With connections="auto", a new channel
+        opens instead while every open one is busy and fewer than
+        MAX_AUTO_CONNECTIONS are open."""
+        with self._pool_lock:
+            n = len(self._stubs)
+            start = next(self._next)
+            best = min(((start + k) % n for k in range(n)), key=self._in_flight.__getitem__)
+            if (self._in_flight[best] > 0 and self.connections == "auto"
+                    and n < X.MAX_AUTO_CONNECTIONS):
+                self._add_data_channel(self._stubs)
+                best = n
+            self._in_flight[best] += 1
+            return best
+
+    def _release(self, index):
+        with self._pool_lock:
+            self._in_flight[index] -= 1
+
+    @contextlib.contextmanager
+    def _lease(self):
+        """(AttentionServiceStub, SessionServiceStub) of a data channel for one
+        call; the data channels must be open."""
+        index = self._acquire()
+        try:
+            yield self._stubs[index]
+        finally:
+            self._release(index)
+
+    @property
+    def open_connections(self):
+        """The data connections opened so far (grows to at most 8 with "auto")."""
+        return len(self._channels)
 
     def _md(self, route=None):
         if route:
@@ -116,8 +159,10 @@ class Client(_Base):
     tls: None (plain text), True (system roots), a CA file path or PEM bytes, or
       grpc.ChannelCredentials. token: bearer token sent on every call.
     timeout: default deadline of each call in seconds (None = none); every
-      method also takes timeout=. connections: TCP connections that calls are
-      spread over round-robin (a stream stays on one). retries: retries of
+      method also takes timeout=. connections: "auto" (default: one TCP
+      connection, and another whenever a call starts while every open one is
+      busy, up to 8) or a count in [1, 256]; each call goes to the connection
+      with the fewest calls in flight (a stream stays on one). retries: retries of
       idempotent calls that fail with UNAVAILABLE, with exponential backoff.
       retain_heap: keep freed heap memory for the next call's tensors
       (process-wide glibc thresholds, attnserve/_memory.py; halves the round
@@ -127,7 +172,7 @@ class Client(_Base):
     and opens the data channels with matching message limits.
     """
 
-    def __init__(self, target, *, tls=None, token=None, timeout=None, connections=1,
+    def __init__(self, target, *, tls=None, token=None, timeout=None, connections="auto",
                  retries=4, retain_heap=True):
         super().__init__(target, tls=tls, token=token, timeout=timeout,
                          connections=connections, retries=retries, retain_heap=retain_heap)
@@ -150,14 +195,19 @@ class Client(_Base):
                 raise from_rpc_error(err) from None
             time.sleep(delay)
 
-    def _data(self):
+    def _open(self):
         if self._stubs is None:
             with self._lock:
                 if self._stubs is None:
                     info = self._call(self._boot_stub.GetServerInfo,
                                       pb.GetServerInfoRequest(), idempotent=True)
                     self._open_data_channels(info)
-        return self._pick()
+
+    def _data(self):
+        """A lease of a data channel's stubs for one call (opening the data
+        channels first): `with self._data() as (attention, sessions):`."""
+        self._open()
+        return self._lease()
 
     def close(self):
         for c in self._channels + [self._bootstrap]:
@@ -180,8 +230,8 @@ class Client(_Base):
             key_lengths=key_lengths, window=window, alibi_slopes=alibi_slopes,
             alignment=alignment, layout=layout, return_weights=return_weights,
             output_dtype=output_dtype, block_sparse=block_sparse, linear=linear, lsh=lsh)
-        stub, _ = self._data()
-        resp = self._call(stub.Attend, req, timeout=timeout, idempotent=True)
+        with self._data() as (stub, _):
+            resp = self._call(stub.Attend, req, timeout=timeout, idempotent=True)
         return C.decode_attend(resp, kind, return_weights)
 
     def attend_many(self, items, *, return_exceptions=False, timeout=None, **common):
@@ -200,10 +250,16 @@ class Client(_Base):
             req, kind = C.attend_request(q, k, v, **kw)
             return req, (kind, bool(kw.get("return_weights", False)))
 
-        stub, _ = self._data()
-        return self._pipeline(stub.AttendStream, build, items, return_exceptions, timeout)
+        self._open()
+        return self._pipeline(lambda stubs: stubs[0].AttendStream, build, items,
+                              return_exceptions, timeout)
 
-    def _pipeline(self, method, build, items, return_exceptions, timeout):
+    def _pipeline(self, pick, build, items, return_exceptions, timeout):
+        # The stream holds its data channel's lease while it lasts.
+        with self._lease() as stubs:
+            yield from self._stream(pick(stubs), build, items, return_exceptions, timeout)
+
+    def _stream(self, method, build, items, return_exceptions, timeout):
         slots = queue.Queue()
         done = object()
 
@@ -299,10 +355,10 @@ class Client(_Base):
             shape=C.session_shape(num_kv_heads, head_dim, num_layers=num_layers,
                                   value_dim=value_dim, storage_dtype=storage_dtype,
                                   max_tokens=max_tokens))
-        _, stub = self._data()
-        info = self._call(stub.CreateSession, req, timeout=timeout,
-                          idempotent=bool(session_id),
-                          metadata=self._md(route_key or session_id))
+        with self._data() as (_, stub):
+            info = self._call(stub.CreateSession, req, timeout=timeout,
+                              idempotent=bool(session_id),
+                              metadata=self._md(route_key or session_id))
         return Session(self, info.session_id, route_key, C.session_info(info))
 
     def session(self, session_id, *, route_key=None):
@@ -318,24 +374,24 @@ class Client(_Base):
         req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
                                                     alibi_slopes, scale, return_weights,
                                                     output_dtype, route_key)
-        _, stub = self._data()
-        resp = self._call(stub.AttendSessions, req, timeout=timeout,
-                          idempotent=not appends, metadata=self._md(route))
+        with self._data() as (_, stub):
+            resp = self._call(stub.AttendSessions, req, timeout=timeout,
+                              idempotent=not appends, metadata=self._md(route))
         return C.decode_session_results(resp, kinds, return_weights)
 
     def _session_call(self, name, request, session, *, idempotent, timeout):
-        _, stub = self._data()
-        info = self._call(getattr(stub, name), request, timeout=timeout,
-                          idempotent=idempotent, metadata=self._md(session.route))
+        with self._data() as (_, stub):
+            info = self._call(getattr(stub, name), request, timeout=timeout,
+                              idempotent=idempotent, metadata=self._md(session.route))
         return C.session_info(info)
 
     def _append_stream(self, requests, session, timeout):
-        _, stub = self._data()
-        try:
-            info = stub.AppendKvStream(iter(requests), timeout=self._timeout(timeout),
-                                       metadata=self._md(session.route))
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+        with self._data() as (_, stub):
+            try:
+                info = stub.AppendKvStream(iter(requests), timeout=self._timeout(timeout),
+                                           metadata=self._md(session.route))
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
         return C.session_info(info)
 
 
@@ -473,8 +529,8 @@ class Model:
         """hidden [B, Lq, d_model] (memory [B, Lk, d_model] for cross-attention);
         keywords as attend's mask arguments, plus positions and return_weights."""
         req, kind = C.model_request(self.name, hidden, memory, **kw)
-        stub, _ = self.client._data()
-        resp = self.client._call(stub.AttendModel, req, timeout=timeout, idempotent=True)
+        with self.client._data() as (stub, _):
+            resp = self.client._call(stub.AttendModel, req, timeout=timeout, idempotent=True)
         return C.decode_attend(resp, kind, kw.get("return_weights", False))
 
     def many(self, items, *, return_exceptions=False, timeout=None, **common):
@@ -486,8 +542,8 @@ class Model:
             req, kind = C.model_request(self.name, h, m, **kw)
             return req, (kind, bool(kw.get("return_weights", False)))
 
-        stub, _ = self.client._data()
-        return self.client._pipeline(stub.AttendModelStream, build, items,
+        self.client._open()
+        return self.client._pipeline(lambda stubs: stubs[0].AttendModelStream, build, items,
                                      return_exceptions, timeout)
 
 

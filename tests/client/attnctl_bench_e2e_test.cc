@@ -3,7 +3,10 @@
 // sweeps, streams, round-robin over two servers, and the exit codes of what
 // goes wrong.
 
+#include <algorithm>
+#include <atomic>
 #include <csignal>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,6 +42,32 @@ constexpr char kOkAttend[] =
     R"(attnserve_requests_total{code="OK",method="Attend"})";
 constexpr char kOkStream[] =
     R"(attnserve_requests_total{code="OK",method="AttendStream"})";
+
+// Established TCP connections whose local port is `port` (the server's end
+// of each client connection), from /proc/net/tcp and tcp6; -1 when neither
+// can be read.
+int ServerSideConnections(int port) {
+  int count = 0;
+  bool read_any = false;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream table(path);
+    if (!table) continue;
+    read_any = true;
+    std::string line;
+    std::getline(table, line);  // the header
+    while (std::getline(table, line)) {
+      const std::vector<std::string> fields =
+          absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (fields.size() < 4 || fields[3] != "01") continue;  // ESTABLISHED
+      const size_t colon = fields[1].rfind(':');
+      if (colon == std::string::npos) continue;
+      if (std::stoi(fields[1].substr(colon + 1), nullptr, 16) == port) {
+        ++count;
+      }
+    }
+  }
+  return read_any ? count : -1;
+}
 
 void ExpectConsistent(const Json& level) {
   int64_t errors = 0;
@@ -267,7 +296,12 @@ TEST_F(AttnctlBenchTest, UsageErrorsExitWith2) {
       {{"--rate=10", "--arrival=bursty"}, "is not constant or poisson"},
       {{"--output_format=xml"}, "is not table, csv or json"},
       {{"--duration=0s"}, "--duration must be positive"},
-      {{"--connections=0"}, "--connections must be in [1, 256]"},
+      {{"--connections=0"},
+       "--connections must be auto or a count in [1, 256], got \"0\""},
+      {{"--connections=-1"}, "got \"-1\""},
+      {{"--connections=257"}, "got \"257\""},
+      {{"--connections=many"}, "got \"many\""},
+      {{"--connections=99999999999"}, "got \"99999999999\""},
       {{"--protocol=v3"}, "--protocol \"v3\" is not native or v2"},
       {{"--protocol=v2", "--stream"}, "does not take --stream"},
       {{"--q=x.npy"}, "unknown flag"},
@@ -277,6 +311,58 @@ TEST_F(AttnctlBenchTest, UsageErrorsExitWith2) {
     EXPECT_EQ(r.exit_code, 2) << Describe(r);
     EXPECT_THAT(r.err, HasSubstr(message)) << Describe(r);
   }
+}
+
+TEST_F(AttnctlBenchTest, TheServerSeesOneConnectionPerPoolMember) {
+  struct Case {
+    std::vector<std::string> args;
+    int connections;
+    bool automatic;
+  };
+  const std::vector<Case> cases = {
+      {{"--concurrency=3"}, 3, true},
+      {{"--concurrency=16"}, 8, true},
+      {{"--concurrency=3", "--connections=1"}, 1, false},
+      {{"--concurrency=2", "--connections=5"}, 5, false},
+  };
+  ASSERT_GE(ServerSideConnections(server_->port()), 0)
+      << "neither /proc/net/tcp nor /proc/net/tcp6 can be read";
+  for (const Case& c : cases) {
+    // The previous run's connections close as its process exits.
+    for (int i = 0; i < 100 && ServerSideConnections(server_->port()) > 0;
+         ++i) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_EQ(ServerSideConnections(server_->port()), 0);
+    std::atomic<bool> done = false;
+    int most = 0;
+    std::thread watcher([&] {
+      while (!done) {
+        most = std::max(most, ServerSideConnections(server_->port()));
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    });
+    std::vector<std::string> args = c.args;
+    args.push_back("--duration=1s");
+    args.push_back("--output_format=json");
+    const CommandResult r = Bench(args);
+    done = true;
+    watcher.join();
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    const Json j = ParseJson(r);
+    EXPECT_EQ(most, c.connections) << c.args[0];
+    EXPECT_EQ(j["connections_per_target"], c.connections);
+    EXPECT_EQ(j["connections_auto"], c.automatic);
+    ASSERT_EQ(j["ok_per_connection"].size(), static_cast<size_t>(c.connections))
+        << j.dump(2);
+    for (const Json& ok : j["ok_per_connection"]) {
+      EXPECT_GT(ok.get<int64_t>(), 0) << j["ok_per_connection"].dump();
+    }
+  }
+  const CommandResult r = Bench({"--concurrency=3", "--duration=300ms"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("targets     ", server_->target(),
+                                            " (3 connections each, auto)\n")));
 }
 
 TEST_F(AttnctlBenchTest, AnUnwritableOutputIsAFileError) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/rpc_status.h"
 #include "client/tensors/wire_names.h"
 #include "gmock/gmock.h"
@@ -64,6 +65,51 @@ TEST(CreateChannelsTest, OneChannelPerTarget) {
   auto channels = CreateChannels(options);
   ASSERT_TRUE(channels.ok()) << channels.status();
   EXPECT_EQ(channels->size(), 2u);
+}
+
+TEST(CreateChannelsTest, ConnectionsTakeTurnsOverTheTargets) {
+  ConnectionOptions options;
+  options.targets = {"127.0.0.1:1", "127.0.0.1:2"};
+  auto channels = CreateChannels(options, 3);
+  ASSERT_TRUE(channels.ok()) << channels.status();
+  EXPECT_EQ(channels->size(), 6u);
+}
+
+TEST(CreateChannelsTest, RejectsACountOutsideTheRange) {
+  ConnectionOptions options;
+  EXPECT_THAT(CreateChannels(options, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--connections must be in [1, 256], got 0")));
+  EXPECT_THAT(CreateChannels(options, kMaxConnections + 1).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("257")));
+}
+
+TEST(ParseConnectionsTest, TakesAutoOrACount) {
+  EXPECT_EQ(*ParseConnections("auto"), kAutoConnections);
+  EXPECT_EQ(*ParseConnections("AUTO"), kAutoConnections);
+  EXPECT_EQ(*ParseConnections("1"), 1);
+  EXPECT_EQ(*ParseConnections("256"), 256);
+  for (const char* bad :
+       {"0", "-1", "257", "99999999999999999999", "", "2x", "many", "1.5"}) {
+    EXPECT_THAT(
+        ParseConnections(bad).status(),
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 HasSubstr(absl::StrCat("--connections must be auto or a "
+                                        "count in [1, 256], got \"",
+                                        bad, "\""))))
+        << bad;
+  }
+}
+
+TEST(ConnectionsForTest, AutoIsTheConcurrencyUpToEight) {
+  EXPECT_EQ(ConnectionsFor(kAutoConnections, 1), 1);
+  EXPECT_EQ(ConnectionsFor(kAutoConnections, 3), 3);
+  EXPECT_EQ(ConnectionsFor(kAutoConnections, 8), 8);
+  EXPECT_EQ(ConnectionsFor(kAutoConnections, 9), 8);
+  EXPECT_EQ(ConnectionsFor(kAutoConnections, 64), kMaxAutoConnections);
+  EXPECT_EQ(ConnectionsFor(kAutoConnections, 0), 1);
+  EXPECT_EQ(ConnectionsFor(2, 64), 2);
+  EXPECT_EQ(ConnectionsFor(8, 1), 8);
 }
 
 TEST(CreateChannelsTest, AMissingCaFileIsNotFound) {
