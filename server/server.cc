@@ -265,7 +265,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
       impl->metrics.get(), impl->validator.get());
   impl->session_service = std::make_unique<SessionService>(
       request_limits, impl->admission.get(), store, impl->scheduler.get(),
-      impl->metrics.get());
+      impl->metrics.get(), budget, impl->watchdog.get());
   kserve::InferenceServiceOptions inference_options;
   inference_options.version = ATTNSERVE_VERSION;
   inference_options.models = impl->models.get();

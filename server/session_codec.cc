@@ -160,9 +160,9 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
   return d;
 }
 
-absl::StatusOr<double> AdmitSessions(const DecodedSessionsRequest& d,
-                                     absl::Span<const kvcache::PartPlan> plans,
-                                     const RequestLimits& limits) {
+absl::StatusOr<SessionsAdmission> AdmitSessions(
+    const DecodedSessionsRequest& d, absl::Span<const kvcache::PartPlan> plans,
+    const RequestLimits& limits) {
   const kvcache::SessionShape& first = plans[0].shape;
   const int64_t hq = d.queries[0].shape[1];
   double flops = 0;
@@ -205,7 +205,7 @@ absl::StatusOr<double> AdmitSessions(const DecodedSessionsRequest& d,
         "request: ", flops, " FLOPs of attention exceed the limit of ",
         limits.max_flops, " (the server's --max_request_flops flag)"));
   }
-  return flops;
+  return SessionsAdmission{flops, bytes};
 }
 
 void PrepareSessionsCall(const DecodedSessionsRequest& d,

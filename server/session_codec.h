@@ -61,10 +61,14 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
 // is appended: the sessions share num_kv_heads, head_dim, value_dim and
 // storage dtype; each query is [Lnew, Hq, head_dim] with one Hq for all, a
 // multiple of num_kv_heads; the response fits limits.max_response_bytes and
-// the work limits.max_flops. Returns the call's dense FLOPs.
-absl::StatusOr<double> AdmitSessions(const DecodedSessionsRequest& decoded,
-                                     absl::Span<const kvcache::PartPlan> plans,
-                                     const RequestLimits& limits);
+// the work limits.max_flops.
+struct SessionsAdmission {
+  double flops = 0;            // the call's dense FLOPs
+  int64_t response_bytes = 0;  // its outputs (and weights)
+};
+absl::StatusOr<SessionsAdmission> AdmitSessions(
+    const DecodedSessionsRequest& decoded,
+    absl::Span<const kvcache::PartPlan> plans, const RequestLimits& limits);
 
 // What the engine run needs, owned: converted queries (when the storage dtype
 // differs from the wire's) and the block pointers, pinned.

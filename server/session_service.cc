@@ -21,21 +21,43 @@ int64_t Micros(absl::Duration d) { return absl::ToInt64Microseconds(d); }
 SessionService::SessionService(const RequestLimits& limits,
                                const Admission* admission,
                                kvcache::SessionStore* store,
-                               Scheduler* scheduler, Metrics* metrics)
+                               Scheduler* scheduler, Metrics* metrics,
+                               MemoryBudget* budget, SendWatchdog* watchdog)
     : limits_(limits),
       store_(store),
       scheduler_(scheduler),
       metrics_(metrics),
       admission_(admission),
+      budget_(budget),
+      watchdog_(watchdog),
       work_(metrics) {}
+
+absl::StatusOr<MemoryBudget::Reservation> SessionService::Reserve(
+    int64_t bytes) {
+  if (budget_ == nullptr) return MemoryBudget::Reservation();
+  absl::StatusOr<MemoryBudget::Reservation> reserved = budget_->Reserve(bytes);
+  if (!reserved.ok()) metrics_->RecordRejection(Rejection::kMemoryBudget);
+  return reserved;
+}
 
 template <typename Request, typename Op>
 grpc::ServerUnaryReactor* SessionService::Inline(
     grpc::CallbackServerContext* context, Method method, const Request& request,
     v1::SessionInfo* response, Op op) {
-  grpc::ServerUnaryReactor* reactor = new TrackedUnaryReactor(&work_);
+  auto* reactor = new TrackedUnaryReactor(&work_, context, watchdog_);
   const absl::Time received = absl::Now();
   absl::Status status = admission_->Admit(*context);
+  // The request (AppendKv's keys and values) is held until the answer is
+  // sent.
+  if (status.ok()) {
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        Reserve(static_cast<int64_t>(request.ByteSizeLong()));
+    if (reserved.ok()) {
+      *reactor->held() = *std::move(reserved);
+    } else {
+      status = reserved.status();
+    }
+  }
   if (status.ok()) status = op();
   if (!status.ok()) response->Clear();
   const grpc::Status grpc_status = ToGrpcStatus(status);
@@ -44,7 +66,7 @@ grpc::ServerUnaryReactor* SessionService::Inline(
                           static_cast<int64_t>(request.ByteSizeLong()),
                           static_cast<int64_t>(response->ByteSizeLong()));
   work_.Answered();
-  reactor->Finish(grpc_status);
+  reactor->FinishWatched(grpc_status);
   return reactor;
 }
 
@@ -160,7 +182,7 @@ grpc::ServerUnaryReactor* SessionService::AttendSessions(
     grpc::CallbackServerContext* context,
     const v1::AttendSessionsRequest* request,
     v1::AttendSessionsResponse* response) {
-  grpc::ServerUnaryReactor* reactor = new TrackedUnaryReactor(&work_);
+  auto* reactor = new TrackedUnaryReactor(&work_, context, watchdog_);
   const absl::Time received = absl::Now();
   const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   auto finish = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(
@@ -178,7 +200,7 @@ grpc::ServerUnaryReactor* SessionService::AttendSessions(
             LogLevel::kDebug, "AttendSessions id=", request->request_id(),
             " code=", grpc_status.error_code(),
             " sessions=", request->sessions_size(), " ", status.message());
-        reactor->Finish(grpc_status);
+        reactor->FinishWatched(grpc_status);
       });
   // Everything up to the pin happens here, in arrival order.
   auto prepare = [&]() -> absl::StatusOr<std::shared_ptr<SessionsCall>> {
@@ -191,7 +213,13 @@ grpc::ServerUnaryReactor* SessionService::AttendSessions(
         store_->AppendAndPin(
             decoded->layer, decoded->parts,
             [&](absl::Span<const kvcache::PartPlan> plans) -> absl::Status {
-              ASSIGN_OR_RETURN(flops, AdmitSessions(*decoded, plans, limits_));
+              ASSIGN_OR_RETURN(const SessionsAdmission admitted,
+                               AdmitSessions(*decoded, plans, limits_));
+              flops = admitted.flops;
+              // Before anything is appended, so a refusal leaves no trace.
+              ASSIGN_OR_RETURN(
+                  *reactor->held(),
+                  Reserve(request_bytes + admitted.response_bytes));
               return absl::OkStatus();
             }));
     auto call = std::make_shared<SessionsCall>();

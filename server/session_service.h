@@ -17,6 +17,8 @@
 #include "server/metrics.h"
 #include "server/request_codec.h"
 #include "server/rpc/admission.h"
+#include "server/rpc/memory_budget.h"
+#include "server/rpc/send_watchdog.h"
 #include "server/scheduler.h"
 #include "server/work_tracker.h"
 
@@ -25,10 +27,14 @@ namespace attnserve::server {
 class SessionService final : public v1::SessionService::CallbackService {
  public:
   // `admission` (the server's, shared with AttentionService), `store`,
-  // `scheduler` and `metrics` must outlive the service.
+  // `scheduler`, `metrics` and, when not null, `budget` (each call reserves
+  // its request and response bytes until its answer is sent; the keys and
+  // values the cache keeps are the store's own budget) and `watchdog`
+  // (--send_timeout) must outlive the service.
   SessionService(const RequestLimits& limits, const Admission* admission,
                  kvcache::SessionStore* store, Scheduler* scheduler,
-                 Metrics* metrics);
+                 Metrics* metrics, MemoryBudget* budget = nullptr,
+                 SendWatchdog* watchdog = nullptr);
   bool WaitUntilIdle(absl::Time deadline) {
     return work_.WaitUntilIdle(deadline);
   }
@@ -70,12 +76,17 @@ class SessionService final : public v1::SessionService::CallbackService {
                                    v1::SessionInfo* response, Op op);
   absl::Status Append(const v1::AppendKvRequest& request,
                       v1::SessionInfo* response);
+  // `bytes` of the budget (an empty reservation without one); a refusal is
+  // counted.
+  absl::StatusOr<MemoryBudget::Reservation> Reserve(int64_t bytes);
 
   const RequestLimits limits_;
   kvcache::SessionStore* const store_;
   Scheduler* const scheduler_;
   Metrics* const metrics_;
   const Admission* const admission_;
+  MemoryBudget* const budget_;
+  SendWatchdog* const watchdog_;
   WorkTracker work_;
 };
 

@@ -685,6 +685,36 @@ TEST(E2eSessionLimitsTest, AFullCacheRefusesNamingTheBudget) {
                         "(--kv_cache_bytes) in use"));
 }
 
+// Session calls count against --max_inflight_bytes like the others: a call
+// whose request and response do not fit is refused before anything is
+// appended, naming the budget, and the session is as it was.
+TEST(E2eSessionLimitsTest, CallsPastTheMemoryBudgetAreRefusedAndLeaveNoTrace) {
+  auto server = StartServer({"--max_inflight_bytes=200000"});
+  ASSERT_NE(server, nullptr);
+  Client c(*server);
+  MirrorShape shape;  // 2 kv heads x 16 dims, f32: 256 bytes a token
+  ASSERT_TRUE(c.Create("a", shape).ok());
+  ASSERT_TRUE(c.Append("a", 0, 256, 1).ok());  // 64 KiB
+  const auto budget_message = HasSubstr("--max_inflight_bytes = 200000");
+  // 1024 tokens (256 KiB) in one AppendKv.
+  grpc::Status st = c.Append("a", 0, 1024, 2);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(st.error_message(), budget_message);
+  // A step of 512 queries (128 KiB) appending 512 tokens (128 KiB).
+  st = c.AttendAndCheck({{"a", 512, 512}}, {}, 3);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(st.error_message(), budget_message);
+  v1::SessionInfo info;
+  ASSERT_TRUE(Get(c, "a", &info).ok());
+  EXPECT_EQ(info.layer_tokens(0), 256);
+  // What fits is served, against the mirror of the 256 tokens.
+  EXPECT_TRUE(c.AttendAndCheck({{"a", 4, 4}}, {}, 4).ok());
+  EXPECT_EQ(
+      testing::AwaitMetric(
+          *server, R"(attnserve_rejected_total{reason="memory_budget"})", 2),
+      2);
+}
+
 TEST(E2eSessionLimitsTest, LruEvictsIdleSessionsAndSaysSo) {
   auto server = StartServer(
       {"--kv_cache_bytes=65536", "--kv_block_tokens=16", "--kv_eviction=lru"});
