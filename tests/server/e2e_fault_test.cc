@@ -615,7 +615,26 @@ TEST(E2eSoakTest, SteadyLoadKeepsLatencyAndMemoryFlat) {
   }
   ASSERT_GE(n, 5) << "RSS samples after the first window";
   const double slope = (n * stb - st * sb) / (n * stt - st * st);  // bytes/s
-  const double span = absl::ToDoubleSeconds(length - kWindow);
+  // The growth of each window after the first (its last sample against the
+  // previous window's). The server keeps freed heap up to its peak, so a
+  // burst of queued calls (a noisy neighbour) raises RSS once, in one
+  // window, and it stays; a leak raises it in every window. The median
+  // growth tells them apart.
+  std::vector<int64_t> window_rss;
+  for (const auto& [t, bytes] : rss.samples()) {
+    const size_t w = static_cast<size_t>(t / absl::ToDoubleSeconds(kWindow));
+    if (bytes < 0) continue;
+    if (window_rss.size() <= w) window_rss.resize(w + 1, -1);
+    window_rss[w] = bytes;
+  }
+  std::vector<double> growth;
+  for (size_t w = 2; w < window_rss.size(); ++w) {
+    if (window_rss[w] >= 0 && window_rss[w - 1] >= 0) {
+      growth.push_back(static_cast<double>(window_rss[w] - window_rss[w - 1]));
+    }
+  }
+  ASSERT_GE(growth.size(), 1u) << "windows after the first two";
+  const double median_growth = Quantile(growth, 0.5);
 
   std::string windows_text;
   std::vector<double> p99s;
@@ -627,26 +646,29 @@ TEST(E2eSoakTest, SteadyLoadKeepsLatencyAndMemoryFlat) {
   std::printf(
       "soak: %.0f s at %.1f calls/s (70%% of %.1f), %lld calls, %lld failed, "
       "%lld wrong; p99 per %.0f s window (ms): %s; RSS %lld -> %lld MiB after "
-      "warm-up, slope %.1f KiB/s\n",
+      "warm-up, slope %.1f KiB/s, median growth per window %.2f MiB\n",
       absl::ToDoubleSeconds(length), rate, capacity,
       static_cast<long long>(sent), static_cast<long long>(failed),
       static_cast<long long>(wrong), absl::ToDoubleSeconds(kWindow),
       windows_text.c_str(), static_cast<long long>(first / kMiB),
-      static_cast<long long>(last / kMiB), slope / 1024);
+      static_cast<long long>(last / kMiB), slope / 1024, median_growth / kMiB);
 
   for (const auto& [what, count] : errors) {
     ADD_FAILURE() << count << " calls failed: " << what;
   }
   EXPECT_EQ(wrong, 0) << "answers that differ from the first of their shape";
   ASSERT_GE(p99s.size(), 2u);
+  // Below 5 ms a p99 is the operating system's scheduling, not the server's:
+  // the first window's counts as at least that.
+  const double first_p99 = std::max(p99s[0], 0.005);
   for (size_t w = 1; w < p99s.size(); ++w) {
-    EXPECT_LE(p99s[w], 2 * p99s[0]) << "window " << w << " p99 against the "
-                                    << "first window's";
+    EXPECT_LE(p99s[w], 2 * first_p99)
+        << "window " << w << " p99 against the first window's";
   }
-  // "Flat": growth over the whole post-warm-up span within 16 MiB; a leak of
-  // one small request per call would be far more.
-  EXPECT_LE(slope * span, 16.0 * kMiB)
-      << "RSS slope " << slope / 1024 << " KiB/s over " << span << " s";
+  // "Flat": at most 2 MiB a window (200 KiB/s) in the median window; a leak
+  // of 2 KB a call would be more, of one request (768 KB and up) far more.
+  EXPECT_LE(median_growth, 2.0 * kMiB)
+      << "RSS slope " << slope / 1024 << " KiB/s";
 }
 
 }  // namespace
