@@ -94,7 +94,7 @@ void AttentionService::Process(const typename Kind::Request& request,
                                absl::Time deadline,
                                absl::AnyInvocable<void(absl::Status)> done) {
   const DecodeContext decode_context{validator_, &options_.limits,
-                                     options_.models};
+                                     options_.models, options_.shared_memory};
   absl::StatusOr<typename Kind::Decoded> decoded =
       Kind::Decode(request, decode_context);
   if (!decoded.ok()) {

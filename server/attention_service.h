@@ -23,6 +23,7 @@
 #include "server/rpc/admission.h"
 #include "server/rpc/memory_budget.h"
 #include "server/scheduler.h"
+#include "server/shm/shared_memory_registry.h"
 #include "server/work_tracker.h"
 
 namespace attnserve::server {
@@ -43,6 +44,9 @@ struct ServiceOptions {
   // request, response and working bytes once decoded, until its answer is
   // handed back; null = no budget. Must outlive the service.
   MemoryBudget* budget = nullptr;
+  // Regions that Attend tensors may refer to (--shared_memory); null =
+  // none. Must outlive the service.
+  SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 struct AttendKind;

@@ -27,6 +27,8 @@
 #include "server/model_registry.h"
 #include "server/rpc/memory_budget.h"
 #include "server/session_service.h"
+#include "server/shared_memory_service.h"
+#include "server/shm/shared_memory_registry.h"
 #include "wire/transport.h"
 
 #ifndef ATTNSERVE_VERSION
@@ -84,6 +86,7 @@ struct AttnServer::Impl {
     if (metrics) {
       metrics->SetSessionStatsSource(nullptr);
       metrics->SetMemoryBudgetSource(nullptr);
+      metrics->SetSharedMemorySource(nullptr);
     }
   }
 
@@ -97,6 +100,9 @@ struct AttnServer::Impl {
   // Shared by the services.
   std::unique_ptr<Admission> admission;
   std::unique_ptr<MemoryBudget> budget;
+  // Before the services: calls in flight hold its regions.
+  std::unique_ptr<SharedMemoryRegistry> shared_memory;
+  std::unique_ptr<SharedMemoryService> shared_memory_service;
   std::unique_ptr<AttentionService> service;
   std::unique_ptr<SessionService> session_service;
   // The Open Inference Protocol, over `service`.
@@ -210,6 +216,14 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     return std::pair<int64_t, int64_t>(budget->used(), budget->limit());
   });
 
+  ASSIGN_OR_RETURN(impl->shared_memory,
+                   SharedMemoryRegistry::Create(options.shared_memory));
+  SharedMemoryRegistry* shared_memory = impl->shared_memory.get();
+  if (options.shared_memory.enabled) {
+    impl->metrics->SetSharedMemorySource(
+        [shared_memory] { return shared_memory->Stats(); });
+  }
+
   ServiceOptions service_options;
   service_options.limits.max_response_bytes = options.max_response_bytes;
   service_options.limits.max_flops = options.max_request_flops;
@@ -239,6 +253,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   };
   service_options.models = impl->models.get();
   service_options.budget = budget;
+  if (options.shared_memory.enabled) {
+    service_options.shared_memory = shared_memory;
+  }
   const RequestLimits request_limits = service_options.limits;
   impl->admission = std::make_unique<Admission>(token);
   impl->service = std::make_unique<AttentionService>(
@@ -250,6 +267,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   kserve::InferenceServiceOptions inference_options;
   inference_options.version = ATTNSERVE_VERSION;
   inference_options.models = impl->models.get();
+  impl->shared_memory_service = std::make_unique<SharedMemoryService>(
+      impl->admission.get(), shared_memory, impl->metrics.get());
   impl->inference_service = std::make_unique<kserve::InferenceService>(
       std::move(inference_options), impl->admission.get(), impl->service.get(),
       impl->metrics.get());
@@ -261,6 +280,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   builder.RegisterService(impl->service.get());
   builder.RegisterService(impl->session_service.get());
   builder.RegisterService(impl->inference_service.get());
+  builder.RegisterService(impl->shared_memory_service.get());
   wire::ServerTransportOptions transport;
   transport.max_request_bytes = options.max_request_bytes;
   transport.max_response_bytes = options.max_response_bytes;
@@ -324,7 +344,12 @@ std::string AttnServer::ConfigSummary() const {
       " tls=",
       o.tls_cert_file.empty() ? "off"
                               : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
-      " auth=", o.auth_token_file.empty() ? "off" : "bearer", " models=",
+      " auth=", o.auth_token_file.empty() ? "off" : "bearer",
+      " shared_memory=",
+      o.shared_memory.enabled
+          ? absl::StrCat("on prefix=", o.shared_memory.prefix)
+          : std::string("off"),
+      " models=",
       impl_->models->models().empty()
           ? std::string("none")
           : absl::StrJoin(impl_->models->names(), ","),
