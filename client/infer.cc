@@ -243,8 +243,9 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
         SharedMemoryPlacement::Create(channels->front(), options.connection,
                                       &shm_request);
     if (!placed.ok()) {
-      err << "error: " << StatusCodeName(static_cast<grpc::StatusCode>(
-                              placed.status().code()))
+      err << "error: "
+          << StatusCodeName(
+                 static_cast<grpc::StatusCode>(placed.status().code()))
           << ": " << placed.status().message() << "\n";
       return kExitRpcFailed;
     }

@@ -20,7 +20,9 @@ namespace {
 
 constexpr int64_t kAlignment = 64;
 
-int64_t AlignUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+int64_t AlignUp(int64_t n) {
+  return (n + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 int64_t Elements(const v1::Tensor& tensor) {
   int64_t n = 1;
@@ -77,14 +79,14 @@ std::pair<int64_t, int64_t> OutputBytes(const v1::AttendRequest& request) {
     return {0, 0};
   }
   const int64_t rows = Elements(q) / q.shape(3);
-  const int64_t keys =
-      request.layout() == v1::BLHD ? v.shape(1) : v.shape(2);
-  const v1::DataType out_dtype = request.output_dtype() ==
-                                         v1::DATA_TYPE_UNSPECIFIED
-                                     ? q.dtype()
-                                     : request.output_dtype();
-  return {rows * v.shape(3) * static_cast<int64_t>(wire::ElementSize(out_dtype)),
-          request.return_weights() ? rows * keys * 4 : 0};
+  const int64_t keys = request.layout() == v1::BLHD ? v.shape(1) : v.shape(2);
+  const v1::DataType out_dtype =
+      request.output_dtype() == v1::DATA_TYPE_UNSPECIFIED
+          ? q.dtype()
+          : request.output_dtype();
+  return {
+      rows * v.shape(3) * static_cast<int64_t>(wire::ElementSize(out_dtype)),
+      request.return_weights() ? rows * keys * 4 : 0};
 }
 
 }  // namespace

@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
   options.shared_memory.prefix = absl::GetFlag(FLAGS_shared_memory_prefix);
   options.shared_memory.max_regions =
       absl::GetFlag(FLAGS_shared_memory_max_regions);
-  options.shared_memory.max_bytes = absl::GetFlag(FLAGS_shared_memory_max_bytes);
+  options.shared_memory.max_bytes =
+      absl::GetFlag(FLAGS_shared_memory_max_bytes);
   const std::string eviction = absl::GetFlag(FLAGS_kv_eviction);
   if (eviction == "lru") {
     options.sessions.evict_lru = true;

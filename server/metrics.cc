@@ -29,16 +29,31 @@ constexpr int kNumRejections = 5;
 // The names of the Open Inference Protocol's methods (from index 13) differ
 // from every native one, so the method label tells the protocols apart
 // without a label that would change the native series.
-constexpr const char* kMethodNames[kNumMethods] = {
-    "Attend",          "AttendStream",      "GetServerInfo",
-    "AttendModel",     "AttendModelStream", "CreateSession",
-    "AppendKv",        "AppendKvStream",    "AttendSessions",
-    "ForkSession",     "TruncateSession",   "CloseSession",
-    "GetSession",      "ServerLive",        "ServerReady",
-    "ModelReady",      "ServerMetadata",    "ModelMetadata",
-    "ModelConfig",     "ModelStatistics",   "ModelInfer",
-    "ModelStreamInfer", "RegisterSharedMemory", "UnregisterSharedMemory",
-    "SharedMemoryStatus"};
+constexpr const char* kMethodNames[kNumMethods] = {"Attend",
+                                                   "AttendStream",
+                                                   "GetServerInfo",
+                                                   "AttendModel",
+                                                   "AttendModelStream",
+                                                   "CreateSession",
+                                                   "AppendKv",
+                                                   "AppendKvStream",
+                                                   "AttendSessions",
+                                                   "ForkSession",
+                                                   "TruncateSession",
+                                                   "CloseSession",
+                                                   "GetSession",
+                                                   "ServerLive",
+                                                   "ServerReady",
+                                                   "ModelReady",
+                                                   "ServerMetadata",
+                                                   "ModelMetadata",
+                                                   "ModelConfig",
+                                                   "ModelStatistics",
+                                                   "ModelInfer",
+                                                   "ModelStreamInfer",
+                                                   "RegisterSharedMemory",
+                                                   "UnregisterSharedMemory",
+                                                   "SharedMemoryStatus"};
 // The names gRPC itself prints for each code, so dashboards match grpc_*
 // metrics.
 constexpr const char* kCodeNames[kNumCodes] = {

@@ -62,9 +62,8 @@ absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
   if (tensor.has_shared_memory()) {
     ASSIGN_OR_RETURN(const absl::string_view bytes,
                      use->Input(name, tensor, DTypeSize(dtype), shared_memory));
-    ASSIGN_OR_RETURN(view,
-                     TensorViewFromBytes(name, bytes.data(), bytes.size(),
-                                         dtype, wire::ShapeOf(tensor)));
+    ASSIGN_OR_RETURN(view, TensorViewFromBytes(name, bytes.data(), bytes.size(),
+                                               dtype, wire::ShapeOf(tensor)));
   } else {
     ASSIGN_OR_RETURN(view, wire::ViewAs(name, tensor, dtype));
   }
@@ -210,24 +209,25 @@ absl::StatusOr<DecodedRequest> DecodeRequest(
                          decoded.return_weights && !weights_shm,
                          decoded.shape.weights_shape, limits, !output_shm));
   if (output_shm) {
-    ASSIGN_OR_RETURN(const int64_t bytes,
-                     DenseBytes("output", decoded.shape.output_shape,
-                                decoded.output_dtype));
-    ASSIGN_OR_RETURN(decoded.output_data,
-                     decoded.shared_memory.Output(
-                         "output_shared_memory", request.output_shared_memory(),
-                         bytes, DTypeSize(decoded.output_dtype), shared_memory));
+    ASSIGN_OR_RETURN(
+        const int64_t bytes,
+        DenseBytes("output", decoded.shape.output_shape, decoded.output_dtype));
+    ASSIGN_OR_RETURN(
+        decoded.output_data,
+        decoded.shared_memory.Output(
+            "output_shared_memory", request.output_shared_memory(), bytes,
+            DTypeSize(decoded.output_dtype), shared_memory));
     decoded.output_ref = &request.output_shared_memory();
   }
   if (weights_shm) {
-    ASSIGN_OR_RETURN(const int64_t bytes,
-                     DenseBytes("weights", decoded.shape.weights_shape,
-                                DType::kFloat32));
+    ASSIGN_OR_RETURN(
+        const int64_t bytes,
+        DenseBytes("weights", decoded.shape.weights_shape, DType::kFloat32));
     ASSIGN_OR_RETURN(
         decoded.weights_data,
-        decoded.shared_memory.Output("weights_shared_memory",
-                                     request.weights_shared_memory(), bytes,
-                                     DTypeSize(DType::kFloat32), shared_memory));
+        decoded.shared_memory.Output(
+            "weights_shared_memory", request.weights_shared_memory(), bytes,
+            DTypeSize(DType::kFloat32), shared_memory));
     decoded.weights_ref = &request.weights_shared_memory();
   }
   // A small request can ask for hours of compute (Lq = Lk = 1e5, D = 1 is 400
@@ -257,7 +257,8 @@ AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
     outputs.weights =
         decoded.weights_data != nullptr
             ? PlaceTensor(DType::kFloat32, decoded.shape.weights_shape,
-                          *decoded.weights_ref, decoded.weights_data, response->mutable_weights())
+                          *decoded.weights_ref, decoded.weights_data,
+                          response->mutable_weights())
             : wire::PrepareTensor(DType::kFloat32, decoded.shape.weights_shape,
                                   response->mutable_weights());
   } else {

@@ -344,8 +344,7 @@ std::string AttnServer::ConfigSummary() const {
       " tls=",
       o.tls_cert_file.empty() ? "off"
                               : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
-      " auth=", o.auth_token_file.empty() ? "off" : "bearer",
-      " shared_memory=",
+      " auth=", o.auth_token_file.empty() ? "off" : "bearer", " shared_memory=",
       o.shared_memory.enabled
           ? absl::StrCat("on prefix=", o.shared_memory.prefix)
           : std::string("off"),

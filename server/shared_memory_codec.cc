@@ -45,21 +45,21 @@ absl::StatusOr<SharedMemoryUse::Span> SharedMemoryUse::Resolve(
   const int64_t offset = ref.offset();
   const int64_t size = ref.byte_size();
   if (offset < 0 || size < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".shared_memory: offset ", offset, " and byte_size ", size,
-        " must not be negative"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shared_memory: offset ", offset,
+                     " and byte_size ", size, " must not be negative"));
   }
   if (offset % static_cast<int64_t>(element_size) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".shared_memory.offset: ", offset,
-        " is not a multiple of the element size ", element_size,
-        " (misaligned)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shared_memory.offset: ", offset,
+                     " is not a multiple of the element size ", element_size,
+                     " (misaligned)"));
   }
   if (offset > region->size() || size > region->size() - offset) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".shared_memory: bytes [", offset, ", ", offset, " + ", size,
-        ") lie past the end of region \"", region->name(), "\" (",
-        region->size(), " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shared_memory: bytes [", offset, ", ", offset,
+                     " + ", size, ") lie past the end of region \"",
+                     region->name(), "\" (", region->size(), " bytes)"));
   }
   return Span{region.get(), offset, offset + size, false, field};
 }
@@ -68,9 +68,9 @@ absl::StatusOr<absl::string_view> SharedMemoryUse::Input(
     absl::string_view field, const v1::Tensor& tensor, size_t element_size,
     SharedMemoryRegistry* registry) {
   if (!tensor.data().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": data (", tensor.data().size(),
-        " bytes) and shared_memory are both set (send one)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": data (", tensor.data().size(),
+                     " bytes) and shared_memory are both set (send one)"));
   }
   ASSIGN_OR_RETURN(Span span, Resolve(field, tensor.shared_memory(),
                                       element_size, registry));

@@ -63,8 +63,8 @@ class SharedMemoryService::Lease final
       service_->leases_[region_.get()] = end_;
     }
     ATTNSERVE_LOG(LogLevel::kInfo, "shared memory region \"", region_->name(),
-                  "\" registered: \"/", region_->key(), "\", ",
-                  region_->size(), " bytes");
+                  "\" registered: \"/", region_->key(), "\", ", region_->size(),
+                  " bytes");
     Describe(*region_, message_.mutable_region());
     StartWrite(&message_);
   }
@@ -177,8 +177,9 @@ grpc::ServerUnaryReactor* SharedMemoryService::Status(
       if (region.ok()) {
         Describe(**region, response->add_regions());
       } else {
-        status = absl::Status(region.status().code(),
-                              absl::StrCat("name: ", region.status().message()));
+        status =
+            absl::Status(region.status().code(),
+                         absl::StrCat("name: ", region.status().message()));
       }
     }
   }

@@ -86,8 +86,9 @@ int TakeSlot(char* data, int64_t size) {
     if (slot.used) continue;
     slot.used = true;
     slot.faulted.store(false, std::memory_order_relaxed);
-    slot.end.store(reinterpret_cast<uintptr_t>(data) + static_cast<size_t>(size),
-                   std::memory_order_release);
+    slot.end.store(
+        reinterpret_cast<uintptr_t>(data) + static_cast<size_t>(size),
+        std::memory_order_release);
     slot.begin.store(reinterpret_cast<uintptr_t>(data),
                      std::memory_order_release);
     return i;
@@ -121,9 +122,9 @@ std::string Quoted(absl::string_view text) {
 
 absl::Status CheckName(absl::string_view name) {
   if (name.empty() || name.size() > kMaxNameLength || !AllNameChars(name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "name: ", Quoted(name), " is not 1 to ", kMaxNameLength,
-        " characters of [A-Za-z0-9_.-]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("name: ", Quoted(name), " is not 1 to ", kMaxNameLength,
+                     " characters of [A-Za-z0-9_.-]"));
   }
   return absl::OkStatus();
 }
@@ -132,8 +133,8 @@ absl::Status CheckKey(absl::string_view key, absl::string_view prefix) {
   if (key.empty() || key.size() > kMaxKeyLength || !AllNameChars(key) ||
       absl::StrContains(key, "..")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "key: ", Quoted(key),
-        " is not a shared-memory object name (1 to ", kMaxKeyLength,
+        "key: ", Quoted(key), " is not a shared-memory object name (1 to ",
+        kMaxKeyLength,
         " characters of [A-Za-z0-9_.-], no \"..\", no \"/\": the name given "
         "to shm_open without its leading \"/\")"));
   }
@@ -206,20 +207,18 @@ SharedMemoryRegistry::Create(const SharedMemoryOptions& options) {
   if (options.prefix.empty() || options.prefix.size() > kMaxKeyLength ||
       !AllNameChars(options.prefix) ||
       absl::StrContains(options.prefix, "..")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--shared_memory_prefix: ", Quoted(options.prefix),
-                     " is not 1 to ", kMaxKeyLength,
-                     " characters of [A-Za-z0-9_.-] without \"..\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shared_memory_prefix: ", Quoted(options.prefix), " is not 1 to ",
+        kMaxKeyLength, " characters of [A-Za-z0-9_.-] without \"..\""));
   }
   if (options.max_regions < 1 || options.max_regions > kMaxRegions) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--shared_memory_max_regions must be in [1, ",
-                     kMaxRegions, "], got ", options.max_regions));
+        absl::StrCat("--shared_memory_max_regions must be in [1, ", kMaxRegions,
+                     "], got ", options.max_regions));
   }
   if (options.max_bytes < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--shared_memory_max_bytes must be >= 1, got ",
-                     options.max_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shared_memory_max_bytes must be >= 1, got ", options.max_bytes));
   }
   if (options.enabled) InstallSigbusGuard();
   return std::unique_ptr<SharedMemoryRegistry>(
@@ -258,8 +257,7 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedMemoryRegistry::Register(
     if (byte_size > options_.max_bytes - bytes_) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "byte_size: ", byte_size, " bytes more than the ", bytes_,
-          " registered exceed --shared_memory_max_bytes=",
-          options_.max_bytes));
+          " registered exceed --shared_memory_max_bytes=", options_.max_bytes));
     }
   }
   const std::string path = absl::StrCat("/", key);
@@ -274,8 +272,8 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedMemoryRegistry::Register(
   if (st.st_size < byte_size) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
-        "byte_size: ", byte_size, " exceeds the ", st.st_size,
-        " bytes of \"", path, "\" (ftruncate it to the size first)"));
+        "byte_size: ", byte_size, " exceeds the ", st.st_size, " bytes of \"",
+        path, "\" (ftruncate it to the size first)"));
   }
   void* data = mmap(nullptr, static_cast<size_t>(byte_size),
                     PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -283,8 +281,8 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedMemoryRegistry::Register(
     const int error = errno;
     close(fd);
     return absl::ResourceExhaustedError(
-        absl::StrCat("byte_size: cannot map ", byte_size, " bytes of \"",
-                     path, "\": ", std::strerror(error)));
+        absl::StrCat("byte_size: cannot map ", byte_size, " bytes of \"", path,
+                     "\": ", std::strerror(error)));
   }
   const int slot = TakeSlot(static_cast<char*>(data), byte_size);
   if (slot < 0) {
@@ -300,15 +298,15 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedMemoryRegistry::Register(
   // Checked again: another registration may have come in meanwhile (the
   // region just made is then unmapped as it goes).
   if (regions_.count(name) > 0) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "name: region ", Quoted(name), " is already registered"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("name: region ", Quoted(name), " is already registered"));
   }
   if (static_cast<int>(regions_.size()) >= options_.max_regions ||
       byte_size > options_.max_bytes - bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "name: the registered regions reached --shared_memory_max_regions=",
-        options_.max_regions, " or --shared_memory_max_bytes=",
-        options_.max_bytes));
+        options_.max_regions,
+        " or --shared_memory_max_bytes=", options_.max_bytes));
   }
   regions_.emplace(std::string(name), region);
   bytes_ += byte_size;
@@ -321,8 +319,8 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedMemoryRegistry::Unregister(
   absl::MutexLock lock(&mu_);
   auto it = regions_.find(name);
   if (it == regions_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "name: no shared memory region ", Quoted(name), " is registered"));
+    return absl::NotFoundError(absl::StrCat("name: no shared memory region ",
+                                            Quoted(name), " is registered"));
   }
   std::shared_ptr<SharedRegion> region = std::move(it->second);
   regions_.erase(it);
@@ -346,8 +344,8 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedMemoryRegistry::Find(
   absl::MutexLock lock(&mu_);
   auto it = regions_.find(name);
   if (it == regions_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "no shared memory region ", Quoted(name), " is registered"));
+    return absl::NotFoundError(absl::StrCat("no shared memory region ",
+                                            Quoted(name), " is registered"));
   }
   return it->second;
 }

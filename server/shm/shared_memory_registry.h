@@ -113,8 +113,9 @@ class SharedMemoryRegistry {
   // smaller than byte_size; NotFound when no such object exists;
   // PermissionDenied when the server may not open it; AlreadyExists when
   // `name` is registered; ResourceExhausted past max_regions or max_bytes.
-  absl::StatusOr<std::shared_ptr<SharedRegion>> Register(
-      absl::string_view name, absl::string_view key, int64_t byte_size);
+  absl::StatusOr<std::shared_ptr<SharedRegion>> Register(absl::string_view name,
+                                                         absl::string_view key,
+                                                         int64_t byte_size);
 
   // Removes `name`; calls holding the region keep it until they finish.
   // NotFound when not registered; FailedPrecondition when off.

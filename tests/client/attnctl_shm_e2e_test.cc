@@ -94,9 +94,8 @@ class AttnctlShmTest : public ::testing::Test {
 ServerProcess* AttnctlShmTest::server_ = nullptr;
 
 TEST_F(AttnctlShmTest, InferGivesTheBytesPathsOutputBitForBit) {
-  const std::vector<std::string> shape = {"--heads=4", "--lq=96", "--lk=80",
-                                          "--dim=32", "--causal",
-                                          "--seed=21"};
+  const std::vector<std::string> shape = {"--heads=4", "--lq=96",  "--lk=80",
+                                          "--dim=32",  "--causal", "--seed=21"};
   const std::string bytes_out = dir_.path() + "/bytes.npy";
   const std::string shm_out = dir_.path() + "/shm.npy";
   const std::string bytes_weights = dir_.path() + "/bytes_w.npy";
@@ -141,10 +140,15 @@ TEST_F(AttnctlShmTest, BenchRefusesShmWithTheV2Protocol) {
 }
 
 TEST_F(AttnctlShmTest, AKilledClientLeavesNoRegistrationAndNoObject) {
-  std::vector<std::string> args = {
-      ATTNSERVE_ATTNCTL_BINARY, "bench",         "--shm",
-      "--heads=2",              "--lq=64",       "--dim=32",
-      "--duration=60s",         "--warmup=0s",   "--target=" + server_->target()};
+  std::vector<std::string> args = {ATTNSERVE_ATTNCTL_BINARY,
+                                   "bench",
+                                   "--shm",
+                                   "--heads=2",
+                                   "--lq=64",
+                                   "--dim=32",
+                                   "--duration=60s",
+                                   "--warmup=0s",
+                                   "--target=" + server_->target()};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -79,8 +79,8 @@ struct Lease {
 };
 
 std::unique_ptr<Lease> Register(v1::SharedMemoryService::Stub& stub,
-                                const std::string& name,
-                                const std::string& key, int64_t size) {
+                                const std::string& name, const std::string& key,
+                                int64_t size) {
   auto lease = std::make_unique<Lease>();
   v1::RegisterSharedMemoryRequest request;
   request.set_name(name);
@@ -202,8 +202,7 @@ TEST_F(SharedMemoryE2eTest, AttendsThroughARegionBitForBitWithTheBytesPath) {
   }
   EXPECT_EQ(std::string(object.data() + 3 * kTensorBytes, kTensorBytes),
             bytes_response.output().data());
-  EXPECT_EQ(AwaitMetric(*server_, "attnserve_shared_memory_calls_total", 2),
-            2);
+  EXPECT_EQ(AwaitMetric(*server_, "attnserve_shared_memory_calls_total", 2), 2);
   EXPECT_EQ(testing::MetricSample(*server_, "attnserve_shared_memory_regions"),
             1);
   EXPECT_EQ(testing::MetricSample(*server_, "attnserve_shared_memory_bytes"),
@@ -220,7 +219,8 @@ TEST_F(SharedMemoryE2eTest, AttendsThroughARegionBitForBitWithTheBytesPath) {
   EXPECT_TRUE(lease->reader->Finish().ok());
   EXPECT_THAT(RegionNames(*shm_), ::testing::IsEmpty());
   grpc::ClientContext context;
-  const grpc::Status after = attention_->Attend(&context, shm_request, &response);
+  const grpc::Status after =
+      attention_->Attend(&context, shm_request, &response);
   EXPECT_EQ(after.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(after.error_message(),
               HasSubstr("query.shared_memory.region: no shared memory region "

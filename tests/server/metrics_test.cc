@@ -208,16 +208,30 @@ TEST_F(MetricsTest, ExposesEveryFamilyWithHelpAndType) {
 
 TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
   const Scrape scrape = Get();
-  for (const char* method :
-       {"Attend",      "AttendStream",      "GetServerInfo",
-        "AttendModel", "AttendModelStream", "CreateSession",
-        "AppendKv",    "AppendKvStream",    "AttendSessions",
-        "ForkSession", "TruncateSession",   "CloseSession",
-        "GetSession",  "ServerLive",        "ServerReady",
-        "ModelReady",  "ServerMetadata",    "ModelMetadata",
-        "ModelConfig", "ModelStatistics",   "ModelInfer",
-        "RegisterSharedMemory", "UnregisterSharedMemory",
-        "SharedMemoryStatus"}) {
+  for (const char* method : {"Attend",
+                             "AttendStream",
+                             "GetServerInfo",
+                             "AttendModel",
+                             "AttendModelStream",
+                             "CreateSession",
+                             "AppendKv",
+                             "AppendKvStream",
+                             "AttendSessions",
+                             "ForkSession",
+                             "TruncateSession",
+                             "CloseSession",
+                             "GetSession",
+                             "ServerLive",
+                             "ServerReady",
+                             "ModelReady",
+                             "ServerMetadata",
+                             "ModelMetadata",
+                             "ModelConfig",
+                             "ModelStatistics",
+                             "ModelInfer",
+                             "RegisterSharedMemory",
+                             "UnregisterSharedMemory",
+                             "SharedMemoryStatus"}) {
     for (const char* code :
          {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
           "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",

@@ -42,8 +42,8 @@ class ShmObject {
   explicit ShmObject(int64_t size) {
     static std::atomic<int> counter{0};
     key_ = absl::StrCat("attnserve_test_", getpid(), "_", counter++);
-    const int fd = shm_open(("/" + key_).c_str(), O_RDWR | O_CREAT | O_EXCL,
-                            0600);
+    const int fd =
+        shm_open(("/" + key_).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
     EXPECT_GE(fd, 0) << std::strerror(errno);
     EXPECT_EQ(ftruncate(fd, size), 0);
     close(fd);
@@ -132,9 +132,9 @@ TEST(SharedMemoryRegistryTest, RefusesBadNames) {
   for (const std::string& name :
        {std::string(), std::string(65, 'a'), std::string("a/b"),
         std::string("a b"), std::string("é")}) {
-    EXPECT_THAT(registry->Register(name, object.key(), 4096).status(),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("name: ")))
+    EXPECT_THAT(
+        registry->Register(name, object.key(), 4096).status(),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name: ")))
         << name;
   }
 }
@@ -151,10 +151,9 @@ TEST(SharedMemoryRegistryTest, RefusesKeysOutsideThePrefixAndPathTricks) {
        {std::string("attnserve_/../etc/passwd"), std::string("attnserve_.."),
         std::string("/" + object.key()), std::string("attnserve_a/b"),
         std::string(""), std::string("attnserve_") + std::string(250, 'a')}) {
-    EXPECT_THAT(
-        registry->Register("r", key, 4096).status(),
-        StatusIs(absl::StatusCode::kInvalidArgument,
-                 HasSubstr("is not a shared-memory object name")))
+    EXPECT_THAT(registry->Register("r", key, 4096).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("is not a shared-memory object name")))
         << key;
   }
 }
@@ -162,10 +161,10 @@ TEST(SharedMemoryRegistryTest, RefusesKeysOutsideThePrefixAndPathTricks) {
 TEST(SharedMemoryRegistryTest, RefusesMissingSmallAndBadSizes) {
   ShmObject object(4096);
   auto registry = MakeRegistry();
-  EXPECT_THAT(registry->Register("r", "attnserve_no_such_object", 4096)
-                  .status(),
-              StatusIs(absl::StatusCode::kNotFound,
-                       HasSubstr("/attnserve_no_such_object")));
+  EXPECT_THAT(
+      registry->Register("r", "attnserve_no_such_object", 4096).status(),
+      StatusIs(absl::StatusCode::kNotFound,
+               HasSubstr("/attnserve_no_such_object")));
   EXPECT_THAT(registry->Register("r", object.key(), 4097).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("byte_size: 4097 exceeds the 4096 bytes")));
@@ -427,7 +426,8 @@ TEST_F(SharedMemoryCodecTest, RefusesEveryMalformedInputReference) {
   for (const Case& c : cases) {
     v1::AttendRequest request = ShmRequest();
     c.mutate(&request);
-    EXPECT_THAT(Decode(request).status(), StatusIs(c.code, HasSubstr(c.message)))
+    EXPECT_THAT(Decode(request).status(),
+                StatusIs(c.code, HasSubstr(c.message)))
         << c.what;
   }
 }
@@ -478,9 +478,9 @@ TEST_F(SharedMemoryCodecTest, RefusesEveryMalformedOutputReference) {
   for (const Case& c : cases) {
     v1::AttendRequest request = ShmRequest();
     c.mutate(&request);
-    EXPECT_THAT(Decode(request).status(),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr(c.message)))
+    EXPECT_THAT(
+        Decode(request).status(),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)))
         << c.what;
   }
   v1::AttendRequest unknown = ShmRequest();
