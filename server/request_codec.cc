@@ -90,9 +90,8 @@ MutableTensorView PlaceTensor(DType dtype, absl::Span<const int64_t> shape,
 
 }  // namespace
 
-// Like TensorViewFromBytes, it also
-// requires the product of the nonzero dimensions to fit: an empty tensor's
-// strides are still built from them.
+// As in TensorViewFromBytes, the product of the nonzero dimensions must fit
+// too: an empty tensor's strides are still built from them.
 absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
                                    absl::Span<const int64_t> shape,
                                    DType dtype) {
@@ -114,6 +113,22 @@ absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
   }
   return empty ? 0 : elements * element_size;
 }
+
+namespace {
+
+// The span of a registered region that `ref` gives the `name` result
+// ("output" or "weights") of `shape` and `dtype`.
+absl::StatusOr<char*> PlaceOutput(absl::string_view name,
+                                  const v1::SharedMemoryRef& ref,
+                                  absl::Span<const int64_t> shape, DType dtype,
+                                  SharedMemoryRegistry* shared_memory,
+                                  SharedMemoryUse* use) {
+  ASSIGN_OR_RETURN(const int64_t bytes, DenseBytes(name, shape, dtype));
+  return use->Output(absl::StrCat(name, "_shared_memory"), ref, bytes,
+                     DTypeSize(dtype), shared_memory);
+}
+
+}  // namespace
 
 absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {
   if (wire == v1::DATA_TYPE_UNSPECIFIED) return fallback;
@@ -209,26 +224,19 @@ absl::StatusOr<DecodedRequest> DecodeRequest(
                          decoded.return_weights && !weights_shm,
                          decoded.shape.weights_shape, limits, !output_shm));
   if (output_shm) {
-    ASSIGN_OR_RETURN(
-        const int64_t bytes,
-        DenseBytes("output", decoded.shape.output_shape, decoded.output_dtype));
+    decoded.output_ref = &request.output_shared_memory();
     ASSIGN_OR_RETURN(
         decoded.output_data,
-        decoded.shared_memory.Output(
-            "output_shared_memory", request.output_shared_memory(), bytes,
-            DTypeSize(decoded.output_dtype), shared_memory));
-    decoded.output_ref = &request.output_shared_memory();
+        PlaceOutput("output", *decoded.output_ref, decoded.shape.output_shape,
+                    decoded.output_dtype, shared_memory,
+                    &decoded.shared_memory));
   }
   if (weights_shm) {
-    ASSIGN_OR_RETURN(
-        const int64_t bytes,
-        DenseBytes("weights", decoded.shape.weights_shape, DType::kFloat32));
-    ASSIGN_OR_RETURN(
-        decoded.weights_data,
-        decoded.shared_memory.Output(
-            "weights_shared_memory", request.weights_shared_memory(), bytes,
-            DTypeSize(DType::kFloat32), shared_memory));
     decoded.weights_ref = &request.weights_shared_memory();
+    ASSIGN_OR_RETURN(decoded.weights_data,
+                     PlaceOutput("weights", *decoded.weights_ref,
+                                 decoded.shape.weights_shape, DType::kFloat32,
+                                 shared_memory, &decoded.shared_memory));
   }
   // A small request can ask for hours of compute (Lq = Lk = 1e5, D = 1 is 400
   // KB per tensor); the limit keeps one call from holding a worker

@@ -10,17 +10,18 @@
 namespace attnserve::server {
 
 absl::StatusOr<SharedMemoryUse::Span> SharedMemoryUse::Resolve(
-    absl::string_view field, const v1::SharedMemoryRef& ref,
-    size_t element_size, SharedMemoryRegistry* registry) {
+    absl::string_view field, absl::string_view ref_field,
+    const v1::SharedMemoryRef& ref, size_t element_size,
+    SharedMemoryRegistry* registry) {
   if (registry == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        field,
-        ".shared_memory: shared memory is off on this server (start it "
-        "with --shared_memory)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(ref_field,
+                     ": shared memory is off on this server (start it "
+                     "with --shared_memory)"));
   }
   if (absl::Status enabled = registry->CheckEnabled(); !enabled.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(field, ".shared_memory: ", enabled.message()));
+        absl::StrCat(ref_field, ": ", enabled.message()));
   }
   std::shared_ptr<SharedRegion> region;
   for (const std::shared_ptr<SharedRegion>& held : regions_) {
@@ -30,15 +31,15 @@ absl::StatusOr<SharedMemoryUse::Span> SharedMemoryUse::Resolve(
     absl::StatusOr<std::shared_ptr<SharedRegion>> found =
         registry->Find(ref.region());
     if (!found.ok()) {
-      return absl::Status(found.status().code(),
-                          absl::StrCat(field, ".shared_memory.region: ",
-                                       found.status().message()));
+      return absl::Status(
+          found.status().code(),
+          absl::StrCat(ref_field, ".region: ", found.status().message()));
     }
     region = *std::move(found);
     registry_ = registry;
     if (absl::Status intact = region->Check(); !intact.ok()) {
       return absl::FailedPreconditionError(
-          absl::StrCat(field, ".shared_memory: ", intact.message()));
+          absl::StrCat(ref_field, ": ", intact.message()));
     }
     regions_.push_back(region);
   }
@@ -46,22 +47,22 @@ absl::StatusOr<SharedMemoryUse::Span> SharedMemoryUse::Resolve(
   const int64_t size = ref.byte_size();
   if (offset < 0 || size < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ".shared_memory: offset ", offset,
-                     " and byte_size ", size, " must not be negative"));
+        absl::StrCat(ref_field, ": offset ", offset, " and byte_size ", size,
+                     " must not be negative"));
   }
   if (offset % static_cast<int64_t>(element_size) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ".shared_memory.offset: ", offset,
+        absl::StrCat(ref_field, ".offset: ", offset,
                      " is not a multiple of the element size ", element_size,
                      " (misaligned)"));
   }
   if (offset > region->size() || size > region->size() - offset) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ".shared_memory: bytes [", offset, ", ", offset,
-                     " + ", size, ") lie past the end of region \"",
-                     region->name(), "\" (", region->size(), " bytes)"));
+        absl::StrCat(ref_field, ": bytes [", offset, ", ", offset, " + ", size,
+                     ") lie past the end of region \"", region->name(), "\" (",
+                     region->size(), " bytes)"));
   }
-  return Span{region.get(), offset, offset + size, false, field};
+  return Span{region.get(), offset, offset + size, std::string(field)};
 }
 
 absl::StatusOr<absl::string_view> SharedMemoryUse::Input(
@@ -72,8 +73,9 @@ absl::StatusOr<absl::string_view> SharedMemoryUse::Input(
         absl::StrCat(field, ": data (", tensor.data().size(),
                      " bytes) and shared_memory are both set (send one)"));
   }
-  ASSIGN_OR_RETURN(Span span, Resolve(field, tensor.shared_memory(),
-                                      element_size, registry));
+  ASSIGN_OR_RETURN(Span span,
+                   Resolve(field, absl::StrCat(field, ".shared_memory"),
+                           tensor.shared_memory(), element_size, registry));
   spans_.push_back(span);
   return absl::string_view(span.region->data() + span.begin,
                            static_cast<size_t>(span.end - span.begin));
@@ -84,7 +86,8 @@ absl::StatusOr<char*> SharedMemoryUse::Output(absl::string_view field,
                                               int64_t bytes,
                                               size_t element_size,
                                               SharedMemoryRegistry* registry) {
-  ASSIGN_OR_RETURN(Span span, Resolve(field, ref, element_size, registry));
+  ASSIGN_OR_RETURN(Span span,
+                   Resolve(field, field, ref, element_size, registry));
   if (ref.byte_size() != bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".byte_size: ", ref.byte_size(), " differs from the ", bytes,
@@ -99,7 +102,6 @@ absl::StatusOr<char*> SharedMemoryUse::Output(absl::string_view field,
           other.begin, ", ", other.end, ")"));
     }
   }
-  span.output = true;
   spans_.push_back(span);
   return span.region->data() + span.begin;
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,10 +54,12 @@ class SharedMemoryUse {
   struct Span {
     const SharedRegion* region;
     int64_t begin, end;
-    bool output;
-    absl::string_view field;
+    std::string field;
   };
+  // `field` names the tensor in overlap messages, `ref_field` the reference
+  // in the others ("query.shared_memory", "output_shared_memory").
   absl::StatusOr<Span> Resolve(absl::string_view field,
+                               absl::string_view ref_field,
                                const v1::SharedMemoryRef& ref,
                                size_t element_size,
                                SharedMemoryRegistry* registry);

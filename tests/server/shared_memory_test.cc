@@ -485,9 +485,11 @@ TEST_F(SharedMemoryCodecTest, RefusesEveryMalformedOutputReference) {
   }
   v1::AttendRequest unknown = ShmRequest();
   Ref(unknown.mutable_output_shared_memory(), 0, 128, "nope");
-  EXPECT_THAT(Decode(unknown).status(),
-              StatusIs(absl::StatusCode::kNotFound,
-                       HasSubstr("output_shared_memory.shared_memory.region")));
+  EXPECT_THAT(
+      Decode(unknown).status(),
+      StatusIs(
+          absl::StatusCode::kNotFound,
+          HasSubstr("output_shared_memory.region: no shared memory region")));
 }
 
 TEST_F(SharedMemoryCodecTest, OtherTensorsInSharedMemoryAreRefused) {
