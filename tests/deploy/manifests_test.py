@@ -9,8 +9,9 @@ say what docs/operations.md promises:
   Service, named attnserve (the rules' job label).
 - The shared-memory overlay (deploy/k8s-shm-sidecar) adds to the base Deployment a
   memory-backed emptyDir (medium Memory, with a sizeLimit) mounted at /dev/shm in
-  attnserve and in a sidecar, and --shared_memory; the patched flags start a live
-  attnserve.
+  attnserve and in a sidecar, and --shared_memory, without --max_connection_age
+  (which would end every registration with its connection); the patched flags start
+  a live attnserve.
 - Compose: three attnserve replicas, Prometheus and Grafana; every mounted path exists;
   the stop grace exceeds --shutdown_grace.
 - The flags in both are real: a live attnserve starts with each set of arguments
@@ -217,20 +218,28 @@ def check_kubernetes(docs, attnserve):
     print(f"kubernetes: {sum(len(v) for v in objects.values())} objects ok")
 
 
-def json_patch_add(doc, path, value):
-    """The JSON Patch "add" operation (RFC 6902) on nested dicts and lists."""
-    keys = path.lstrip("/").split("/")
+def json_patch(doc, op, where):
+    """The JSON Patch (RFC 6902) operations add, remove and test on nested dicts
+    and lists; anything else fails."""
+    keys = op["path"].lstrip("/").split("/")
     target = doc
     for key in keys[:-1]:
         target = target[int(key)] if isinstance(target, list) else target[key]
     last = keys[-1]
-    if isinstance(target, list):
-        if last == "-":
-            target.append(value)
+    index = (len(target) if last == "-" else int(last)) if isinstance(target, list) else last
+    if op["op"] == "add":
+        if isinstance(target, list):
+            target.insert(index, op["value"])
         else:
-            target.insert(int(last), value)
+            target[index] = op["value"]
+    elif op["op"] == "remove":
+        del target[index]
+    elif op["op"] == "test":
+        if target[index] != op["value"]:
+            fail(f"{where}: test of {op['path']} expects {op['value']!r}, the base has "
+                 f"{target[index]!r}")
     else:
-        target[last] = value
+        fail(f"{where}: unexpected patch operation {op}")
 
 
 def check_shm_overlay(docs, attnserve):
@@ -247,9 +256,7 @@ def check_shm_overlay(docs, attnserve):
     if len(patches) != 1 or patches[0].get("target", {}).get("kind") != "Deployment":
         fail(f"{base}: expected one patch of the Deployment, got {patches}")
     for op in yaml.safe_load(patches[0]["patch"]):
-        if op.get("op") != "add":
-            fail(f"{base}: only add operations are expected, got {op}")
-        json_patch_add(dep, op["path"], op["value"])
+        json_patch(dep, op, base)
     pod = dep["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     memory = [n for n, v in volumes.items()
@@ -269,6 +276,9 @@ def check_shm_overlay(docs, attnserve):
     server = [c for c in pod["containers"] if c["name"] == "attnserve"][0]
     if "--shared_memory" not in server["args"]:
         fail(f"{base}: attnserve needs --shared_memory, args {server['args']}")
+    if flag(server["args"], "max_connection_age", "0") not in ("0", "0s"):
+        fail(f"{base}: --max_connection_age would end every registration with its "
+             f"connection; args {server['args']}")
     for c in pod["containers"]:
         csc = c.get("securityContext", {})
         if not csc.get("readOnlyRootFilesystem") or csc.get("allowPrivilegeEscalation") is not False:
