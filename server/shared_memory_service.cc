@@ -20,6 +20,9 @@ void Describe(const SharedRegion& region, v1::SharedMemoryRegion* out) {
 }  // namespace
 
 struct SharedMemoryService::LeaseEnd {
+  explicit LeaseEnd(grpc::ServerWriteReactor<v1::SharedMemoryLease>* call)
+      : reactor(call) {}
+
   // Finishes the call with `status` unless it was finished already.
   void Finish(const absl::Status& status) {
     grpc::ServerWriteReactor<v1::SharedMemoryLease>* call;
@@ -40,15 +43,20 @@ class SharedMemoryService::Lease final
  public:
   Lease(SharedMemoryService* service, grpc::CallbackServerContext* context,
         const v1::RegisterSharedMemoryRequest& request)
-      : service_(service), received_(absl::Now()) {
-    end_->reactor = this;
+      : service_(service),
+        received_(absl::Now()),
+        end_(std::make_shared<LeaseEnd>(this)) {
     absl::Status status = service_->admission_->Admit(*context);
     if (status.ok()) {
+      // Registered and leased at once: an Unregister in between would find
+      // the region but not the lease to end.
+      absl::MutexLock lock(&service_->mu_);
       absl::StatusOr<std::shared_ptr<SharedRegion>> region =
           service_->registry_->Register(request.name(), request.key(),
                                         request.byte_size());
       if (region.ok()) {
         region_ = *std::move(region);
+        service_->leases_[region_.get()] = end_;
       } else {
         status = region.status();
       }
@@ -58,15 +66,13 @@ class SharedMemoryService::Lease final
       end_->Finish(status);
       return;
     }
-    {
-      absl::MutexLock lock(&service_->mu_);
-      service_->leases_[region_.get()] = end_;
-    }
     ATTNSERVE_LOG(LogLevel::kInfo, "shared memory region \"", region_->name(),
                   "\" registered: \"/", region_->key(), "\", ", region_->size(),
                   " bytes");
     Describe(*region_, message_.mutable_region());
-    StartWrite(&message_);
+    // Not after a Finish: an Unregister may already have ended the lease.
+    absl::MutexLock lock(&end_->mu);
+    if (end_->reactor != nullptr) StartWrite(&message_);
   }
 
   // The lease stays open after its one message.
@@ -94,10 +100,13 @@ class SharedMemoryService::Lease final
   // the service's leases; calls still using the region keep it mapped.
   void Release() {
     if (region_ == nullptr) return;
-    service_->registry_->Remove(region_.get());
     {
       absl::MutexLock lock(&service_->mu_);
-      service_->leases_.erase(region_.get());
+      service_->registry_->Remove(region_.get());
+      auto it = service_->leases_.find(region_.get());
+      if (it != service_->leases_.end() && it->second == end_) {
+        service_->leases_.erase(it);
+      }
     }
     ATTNSERVE_LOG(LogLevel::kInfo, "shared memory region \"", region_->name(),
                   "\" released");
@@ -106,7 +115,7 @@ class SharedMemoryService::Lease final
 
   SharedMemoryService* const service_;
   const absl::Time received_;
-  const std::shared_ptr<LeaseEnd> end_ = std::make_shared<LeaseEnd>();
+  const std::shared_ptr<LeaseEnd> end_;
   std::shared_ptr<SharedRegion> region_;
   v1::SharedMemoryLease message_;
 };
@@ -131,19 +140,19 @@ grpc::ServerUnaryReactor* SharedMemoryService::Unregister(
   const absl::Time received = absl::Now();
   absl::Status status = admission_->Admit(*context);
   if (status.ok()) {
-    absl::StatusOr<std::shared_ptr<SharedRegion>> region =
-        registry_->Unregister(request->name());
-    if (region.ok()) {
-      std::shared_ptr<LeaseEnd> end;
-      {
-        absl::MutexLock lock(&mu_);
+    std::shared_ptr<LeaseEnd> end;
+    {
+      absl::MutexLock lock(&mu_);
+      absl::StatusOr<std::shared_ptr<SharedRegion>> region =
+          registry_->Unregister(request->name());
+      if (region.ok()) {
         auto it = leases_.find(region->get());
         if (it != leases_.end()) end = it->second;
+      } else {
+        status = region.status();
       }
-      if (end != nullptr) end->Finish(absl::OkStatus());
-    } else {
-      status = region.status();
     }
+    if (end != nullptr) end->Finish(absl::OkStatus());
   }
   const grpc::Status grpc_status = ToGrpcStatus(status);
   metrics_->RecordRequest(Method::kUnregisterSharedMemory,

@@ -50,6 +50,8 @@ class SharedMemoryService final
   const Admission* const admission_;
   SharedMemoryRegistry* const registry_;
   Metrics* const metrics_;
+  // Held across a registration and its lease entry (and an unregistration
+  // and its lookup), so that the two never come apart.
   absl::Mutex mu_;
   std::map<const SharedRegion*, std::shared_ptr<LeaseEnd>> leases_
       ABSL_GUARDED_BY(mu_);
