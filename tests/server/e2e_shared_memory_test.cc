@@ -5,12 +5,8 @@
 // --shared_memory off. A client process that dies is tests/client's
 // (attnctl_shm_e2e_test.cc).
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -25,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/util/server_process.h"
+#include "tests/util/shm_object.h"
 #include "tests/util/test_util.h"
 #include "tests/util/wire_tensor.h"
 
@@ -33,6 +30,7 @@ namespace {
 
 using ::attnserve::testing::AwaitMetric;
 using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::ShmObject;
 using ::attnserve::testing::TestTensor;
 using ::attnserve::testing::ToWire;
 using ::testing::HasSubstr;
@@ -42,33 +40,6 @@ constexpr int64_t kTensorBytes = kB * kH * kL * kD * 4;
 constexpr int64_t kWeightsBytes = kB * kH * kL * kL * 4;
 // q, k, v, output, weights, one after another.
 constexpr int64_t kRegionBytes = 4 * kTensorBytes + kWeightsBytes;
-
-// A POSIX shared-memory object mapped here, unlinked and unmapped at the end.
-class ShmObject {
- public:
-  explicit ShmObject(int64_t size) : size_(size) {
-    static std::atomic<int> counter{0};
-    key_ = absl::StrCat("attnserve_e2e_", getpid(), "_", counter++);
-    const int fd =
-        shm_open(("/" + key_).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(ftruncate(fd, size), 0);
-    data_ = static_cast<char*>(
-        mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    close(fd);
-  }
-  ~ShmObject() {
-    munmap(data_, size_);
-    shm_unlink(("/" + key_).c_str());
-  }
-  const std::string& key() const { return key_; }
-  char* data() const { return data_; }
-
- private:
-  std::string key_;
-  int64_t size_;
-  char* data_;
-};
 
 // A Register call held open.
 struct Lease {
@@ -268,7 +239,7 @@ TEST_F(SharedMemoryE2eTest, ShutdownWithALeaseOpenEndsItAndExitsCleanly) {
 
 TEST_F(SharedMemoryE2eTest, RefusesBadRegistrationsWithTheirCodes) {
   Start({"--shared_memory", "--shared_memory_prefix=team_a_"});
-  ShmObject object(4096);  // "attnserve_e2e_...": outside team_a_
+  ShmObject object(4096);  // "attnserve_test_...": outside team_a_
   auto outside = Register(*shm_, "x", object.key(), 4096);
   EXPECT_FALSE(outside->registered);
   const grpc::Status status = outside->reader->Finish();

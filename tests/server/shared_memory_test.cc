@@ -4,11 +4,6 @@
 // the mapping, and a region that shrinks before and during a call (the SIGBUS
 // guard).
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -23,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/request_codec.h"
 #include "server/shm/shared_memory_registry.h"
+#include "tests/util/shm_object.h"
 #include "tests/util/status_matchers.h"
 #include "tests/util/test_util.h"
 #include "tests/util/wire_tensor.h"
@@ -30,36 +26,12 @@
 namespace attnserve::server {
 namespace {
 
+using ::attnserve::testing::ShmObject;
 using ::attnserve::testing::StatusIs;
 using ::attnserve::testing::TestTensor;
 using ::attnserve::testing::ToWire;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-
-// A POSIX shared-memory object for one test, unlinked at the end.
-class ShmObject {
- public:
-  explicit ShmObject(int64_t size) {
-    static std::atomic<int> counter{0};
-    key_ = absl::StrCat("attnserve_test_", getpid(), "_", counter++);
-    const int fd =
-        shm_open(("/" + key_).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    EXPECT_GE(fd, 0) << std::strerror(errno);
-    EXPECT_EQ(ftruncate(fd, size), 0);
-    close(fd);
-  }
-  ~ShmObject() { shm_unlink(("/" + key_).c_str()); }
-  const std::string& key() const { return key_; }
-  void Truncate(int64_t size) const {
-    const int fd = shm_open(("/" + key_).c_str(), O_RDWR, 0);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(ftruncate(fd, size), 0);
-    close(fd);
-  }
-
- private:
-  std::string key_;
-};
 
 std::unique_ptr<SharedMemoryRegistry> MakeRegistry(
     SharedMemoryOptions options = {}) {
