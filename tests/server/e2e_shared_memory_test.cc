@@ -140,6 +140,9 @@ TEST_F(SharedMemoryE2eTest, AttendsThroughARegionBitForBitWithTheBytesPath) {
     grpc::ClientContext context;
     ASSERT_TRUE(attention_->Attend(&context, request, &bytes_response).ok());
   }
+  // Garbage where the results go: the kernel must write every element.
+  std::memset(object.data() + 3 * kTensorBytes, 0xa5,
+              kTensorBytes + kWeightsBytes);
   v1::AttendResponse response;
   {
     grpc::ClientContext context;
@@ -159,8 +162,9 @@ TEST_F(SharedMemoryE2eTest, AttendsThroughARegionBitForBitWithTheBytesPath) {
   // The request carried references only.
   EXPECT_LT(shm_request.ByteSizeLong(), 1024u);
 
-  // A stream message the same way, into a cleared region.
-  std::memset(object.data() + 3 * kTensorBytes, 0, kTensorBytes);
+  // A stream message the same way.
+  std::memset(object.data() + 3 * kTensorBytes, 0xa5,
+              kTensorBytes + kWeightsBytes);
   {
     grpc::ClientContext context;
     auto stream = attention_->AttendStream(&context);
@@ -173,6 +177,8 @@ TEST_F(SharedMemoryE2eTest, AttendsThroughARegionBitForBitWithTheBytesPath) {
   }
   EXPECT_EQ(std::string(object.data() + 3 * kTensorBytes, kTensorBytes),
             bytes_response.output().data());
+  EXPECT_EQ(std::string(object.data() + 4 * kTensorBytes, kWeightsBytes),
+            bytes_response.weights().data());
   EXPECT_EQ(AwaitMetric(*server_, "attnserve_shared_memory_calls_total", 2), 2);
   EXPECT_EQ(testing::MetricSample(*server_, "attnserve_shared_memory_regions"),
             1);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -330,6 +331,82 @@ TEST_F(SharedMemoryCodecTest, ResultsEqualTheBytesPathBitForBit) {
   EXPECT_EQ(std::string(region_->data() + 4 * kTensorBytes,
                         bytes_response.weights().data().size()),
             bytes_response.weights().data());
+}
+
+// The kernels write every element of a result in place: over garbage in the
+// region, every method, mask and dtype gives the bytes path's results.
+TEST_F(SharedMemoryCodecTest, EveryVariantOverwritesTheWholeOutputSpan) {
+  struct Variant {
+    const char* name;
+    std::function<void(v1::AttendRequest*)> apply;
+  };
+  const std::vector<Variant> variants = {
+      {"causal, no key allowed, weights",
+       [](v1::AttendRequest* r) {
+         r->mutable_mask()->set_causal(true);
+         r->mutable_mask()->add_key_lengths(0);
+         r->set_return_weights(true);
+       }},
+      {"window, bf16 output",
+       [](v1::AttendRequest* r) {
+         r->mutable_mask()->set_window_left(1);
+         r->mutable_mask()->set_window_right(0);
+         r->set_output_dtype(v1::BFLOAT16);
+       }},
+      {"blhd, weights",
+       [](v1::AttendRequest* r) {
+         r->set_layout(v1::BLHD);
+         r->set_return_weights(true);
+       }},
+      {"linear",
+       [](v1::AttendRequest* r) {
+         r->mutable_linear()->set_feature_map(v1::ELU_PLUS_ONE);
+       }},
+      {"lsh",
+       [](v1::AttendRequest* r) {
+         r->clear_key();
+         v1::LshAttention* lsh = r->mutable_lsh();
+         lsh->set_num_hashes(2);
+         lsh->set_num_buckets(2);
+         lsh->set_chunk_size(2);
+         lsh->set_seed(5);
+       }},
+  };
+  for (const Variant& variant : variants) {
+    SCOPED_TRACE(variant.name);
+    v1::AttendRequest bytes_request;
+    v1::AttendRequest request = ShmRequest(&bytes_request);
+    variant.apply(&bytes_request);
+    variant.apply(&request);
+    auto decoded_bytes =
+        DecodeRequest(bytes_request, *engine_, RequestLimits(), nullptr);
+    ASSERT_TRUE(decoded_bytes.ok()) << decoded_bytes.status();
+    v1::AttendResponse bytes_response;
+    ASSERT_TRUE(engine_
+                    ->Run(decoded_bytes->inputs,
+                          PrepareResponse(*decoded_bytes, &bytes_response))
+                    .ok());
+    const int64_t output_bytes =
+        static_cast<int64_t>(bytes_response.output().data().size());
+    const int64_t weights_bytes =
+        static_cast<int64_t>(bytes_response.weights().data().size());
+    Ref(request.mutable_output_shared_memory(), 512, output_bytes);
+    if (weights_bytes > 0) {
+      Ref(request.mutable_weights_shared_memory(), 1024, weights_bytes);
+    }
+    std::memset(region_->data() + 512, 0xa5, 4096 - 512);
+    auto decoded = Decode(request);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    v1::AttendResponse response;
+    ASSERT_TRUE(
+        engine_->Run(decoded->inputs, PrepareResponse(*decoded, &response))
+            .ok());
+    ASSERT_TRUE(decoded->shared_memory.Finish().ok());
+    EXPECT_EQ(std::string(region_->data() + 512, output_bytes),
+              bytes_response.output().data());
+    EXPECT_EQ(std::string(region_->data() + 1024, weights_bytes),
+              bytes_response.weights().data());
+  }
 }
 
 TEST_F(SharedMemoryCodecTest, OffOrWithoutARegistryIsFailedPrecondition) {
