@@ -13,6 +13,7 @@
 #include "client/check.h"
 #include "client/hosted_model.h"
 #include "client/rpc_status.h"
+#include "client/shared_memory.h"
 #include "client/tensors/input_files.h"
 #include "client/tensors/npy.h"
 #include "client/tensors/wire_names.h"
@@ -181,7 +182,15 @@ ExitCode RunModelInfer(const InferOptions& options, std::ostream& out,
 
 ExitCode RunInfer(const InferOptions& options, std::ostream& out,
                   std::ostream& err) {
-  if (!options.model.name.empty()) return RunModelInfer(options, out, err);
+  if (!options.model.name.empty()) {
+    if (options.shared_memory) {
+      return Fail(err,
+                  absl::InvalidArgumentError(
+                      "--shm applies to Attend calls, not to --model"),
+                  kExitUsage);
+    }
+    return RunModelInfer(options, out, err);
+  }
   CallOptions call = options.spec.call;
   if (!options.weights_file.empty()) call.return_weights = true;
 
@@ -224,16 +233,43 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
   if (!channels.ok()) return Fail(err, channels.status(), kExitFileError);
   const absl::Duration connect =
       ConnectChannel(*channels->front(), options.connection.timeout);
+  // With --shm the call sends a copy whose tensors are in the region; the
+  // request keeps its bytes for --check.
+  std::unique_ptr<SharedMemoryPlacement> placement;
+  v1::AttendRequest shm_request;
+  if (options.shared_memory) {
+    shm_request = request;
+    absl::StatusOr<std::unique_ptr<SharedMemoryPlacement>> placed =
+        SharedMemoryPlacement::Create(channels->front(), options.connection,
+                                      &shm_request);
+    if (!placed.ok()) {
+      err << "error: "
+          << StatusCodeName(
+                 static_cast<grpc::StatusCode>(placed.status().code()))
+          << ": " << placed.status().message() << "\n";
+      return kExitRpcFailed;
+    }
+    placement = *std::move(placed);
+    out << absl::StrFormat("%-8s region \"%s\", %d bytes\n", "shm",
+                           placement->name(), placement->size());
+  }
   auto stub = v1::AttentionService::NewStub(channels->front());
   grpc::ClientContext context;
   PrepareContext(options.connection, &context);
   v1::AttendResponse response;
   const absl::Time start = absl::Now();
-  const grpc::Status status = stub->Attend(&context, request, &response);
+  const grpc::Status status = stub->Attend(
+      &context, placement != nullptr ? shm_request : request, &response);
   const absl::Duration round_trip = absl::Now() - start;
   if (!status.ok()) {
     err << RpcErrorLine(status) << "\n";
     return kExitRpcFailed;
+  }
+  if (placement != nullptr) {
+    if (const absl::Status collected = placement->CollectOutputs(&response);
+        !collected.ok()) {
+      return Fail(err, collected, kExitRpcFailed);
+    }
   }
   PrintResponse(response, connect, round_trip, out);
   if (const ExitCode saved = SaveOutputs(options, response, out, err);

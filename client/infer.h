@@ -30,6 +30,10 @@ struct InferOptions {
   std::string weights_file;
   // Recompute with the reference and compare (default off).
   bool check = false;
+  // Send query, key and value through a shared-memory region and take the
+  // output (and weights) back through it (client/shared_memory.h; default
+  // off). Attend only; the server must run with --shared_memory.
+  bool shared_memory = false;
   // When model.name is set, an AttendModel call instead: random hidden states
   // [spec.random.batch, spec.random.q_len, d_model] (d_model from the
   // server's GetServerInfo), spec.call's mask parts, weights flag and output

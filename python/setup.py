@@ -17,7 +17,8 @@ from setuptools.command.build_py import build_py
 HERE = pathlib.Path(__file__).resolve().parent
 # attnserve.v1 keeps the proto's own package path, so the generated imports
 # (`from attnserve.v1 import attention_pb2`) resolve inside this package.
-WIRE_PROTOS = ["attnserve/v1/attention.proto", "attnserve/v1/sessions.proto"]
+WIRE_PROTOS = ["attnserve/v1/attention.proto", "attnserve/v1/sessions.proto",
+               "attnserve/v1/shared_memory.proto"]
 # The standard health protocol: only its messages; the package calls the one
 # method itself (a generated grpc stub would import the `grpc.health` package).
 HEALTH_PROTO = "grpc/health/v1/health.proto"

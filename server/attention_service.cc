@@ -95,7 +95,7 @@ void AttentionService::Process(const typename Kind::Request& request,
                                MemoryBudget::Reservation* held,
                                absl::AnyInvocable<void(absl::Status)> done) {
   const DecodeContext decode_context{validator_, &options_.limits,
-                                     options_.models};
+                                     options_.models, options_.shared_memory};
   absl::StatusOr<typename Kind::Decoded> decoded =
       Kind::Decode(request, decode_context);
   if (!decoded.ok()) {

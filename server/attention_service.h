@@ -24,6 +24,7 @@
 #include "server/rpc/memory_budget.h"
 #include "server/rpc/send_watchdog.h"
 #include "server/scheduler.h"
+#include "server/shm/shared_memory_registry.h"
 #include "server/work_tracker.h"
 
 namespace attnserve::server {
@@ -47,6 +48,9 @@ struct ServiceOptions {
   // Cancels calls whose client does not take the answer (--send_timeout);
   // null = none. Must outlive the service.
   SendWatchdog* watchdog = nullptr;
+  // Regions that Attend tensors may refer to (--shared_memory); null =
+  // none. Must outlive the service.
+  SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 struct AttendKind;

@@ -86,6 +86,18 @@ ABSL_FLAG(absl::Duration, kv_max_session_ttl, absl::Hours(24),
           "the longest idle TTL a session may ask for");
 ABSL_FLAG(int64_t, kv_max_sessions, 65536, "live sessions at most");
 
+ABSL_FLAG(bool, shared_memory, false,
+          "same-host clients may register POSIX shared-memory regions and "
+          "send Attend tensors (and take outputs) through them "
+          "(docs/operations.md \"Shared memory\")");
+ABSL_FLAG(std::string, shared_memory_prefix, "attnserve_",
+          "shared-memory objects a client may register must be named with "
+          "this prefix");
+ABSL_FLAG(int, shared_memory_max_regions, 64,
+          "regions registered at once, 1..1024");
+ABSL_FLAG(int64_t, shared_memory_max_bytes, int64_t{64} << 30,
+          "bytes of all registered regions together");
+
 namespace {
 
 using attnserve::server::LogLevel;
@@ -149,6 +161,12 @@ int main(int argc, char** argv) {
   options.sessions.default_ttl = absl::GetFlag(FLAGS_kv_session_ttl);
   options.sessions.max_ttl = absl::GetFlag(FLAGS_kv_max_session_ttl);
   options.sessions.max_sessions = absl::GetFlag(FLAGS_kv_max_sessions);
+  options.shared_memory.enabled = absl::GetFlag(FLAGS_shared_memory);
+  options.shared_memory.prefix = absl::GetFlag(FLAGS_shared_memory_prefix);
+  options.shared_memory.max_regions =
+      absl::GetFlag(FLAGS_shared_memory_max_regions);
+  options.shared_memory.max_bytes =
+      absl::GetFlag(FLAGS_shared_memory_max_bytes);
   const std::string eviction = absl::GetFlag(FLAGS_kv_eviction);
   if (eviction == "lru") {
     options.sessions.evict_lru = true;

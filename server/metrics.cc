@@ -20,7 +20,7 @@
 namespace attnserve::server {
 namespace {
 
-constexpr int kNumMethods = 22;
+constexpr int kNumMethods = 25;
 constexpr int kNumCodes =
     17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
 constexpr int kNumKernels = 3;
@@ -29,15 +29,31 @@ constexpr int kNumRejections = 5;
 // The names of the Open Inference Protocol's methods (from index 13) differ
 // from every native one, so the method label tells the protocols apart
 // without a label that would change the native series.
-constexpr const char* kMethodNames[kNumMethods] = {
-    "Attend",          "AttendStream",      "GetServerInfo",
-    "AttendModel",     "AttendModelStream", "CreateSession",
-    "AppendKv",        "AppendKvStream",    "AttendSessions",
-    "ForkSession",     "TruncateSession",   "CloseSession",
-    "GetSession",      "ServerLive",        "ServerReady",
-    "ModelReady",      "ServerMetadata",    "ModelMetadata",
-    "ModelConfig",     "ModelStatistics",   "ModelInfer",
-    "ModelStreamInfer"};
+constexpr const char* kMethodNames[kNumMethods] = {"Attend",
+                                                   "AttendStream",
+                                                   "GetServerInfo",
+                                                   "AttendModel",
+                                                   "AttendModelStream",
+                                                   "CreateSession",
+                                                   "AppendKv",
+                                                   "AppendKvStream",
+                                                   "AttendSessions",
+                                                   "ForkSession",
+                                                   "TruncateSession",
+                                                   "CloseSession",
+                                                   "GetSession",
+                                                   "ServerLive",
+                                                   "ServerReady",
+                                                   "ModelReady",
+                                                   "ServerMetadata",
+                                                   "ModelMetadata",
+                                                   "ModelConfig",
+                                                   "ModelStatistics",
+                                                   "ModelInfer",
+                                                   "ModelStreamInfer",
+                                                   "RegisterSharedMemory",
+                                                   "UnregisterSharedMemory",
+                                                   "SharedMemoryStatus"};
 // The names gRPC itself prints for each code, so dashboards match grpc_*
 // metrics.
 constexpr const char* kCodeNames[kNumCodes] = {
@@ -122,6 +138,12 @@ int MethodIndex(Method method) {
       return 20;
     case Method::kModelStreamInfer:
       return 21;
+    case Method::kRegisterSharedMemory:
+      return 22;
+    case Method::kUnregisterSharedMemory:
+      return 23;
+    case Method::kSharedMemoryStatus:
+      return 24;
   }
   return 0;
 }
@@ -272,6 +294,45 @@ class BudgetCollectable : public prometheus::Collectable {
   std::function<std::pair<int64_t, int64_t>()> source_ ABSL_GUARDED_BY(mu_);
 };
 
+// The registered shared-memory regions, read when Prometheus scrapes.
+class SharedMemoryCollectable : public prometheus::Collectable {
+ public:
+  void SetSource(std::function<SharedMemoryStats()> source) {
+    absl::MutexLock lock(&mu_);
+    source_ = std::move(source);
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    SharedMemoryStats s;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!source_) return {};
+      s = source_();
+    }
+    using prometheus::MetricType;
+    std::vector<prometheus::MetricFamily> out;
+    out.push_back(Family("attnserve_shared_memory_regions",
+                         "Registered shared-memory regions, in regions.",
+                         MetricType::Gauge));
+    AddSample(&out.back(), static_cast<double>(s.regions));
+    out.push_back(Family("attnserve_shared_memory_bytes",
+                         "Bytes of the registered shared-memory regions "
+                         "(the clients' memory, mapped), in bytes.",
+                         MetricType::Gauge));
+    AddSample(&out.back(), static_cast<double>(s.bytes));
+    out.push_back(Family("attnserve_shared_memory_calls_total",
+                         "Attend calls (and stream messages) computed with "
+                         "tensors in shared memory, in calls.",
+                         MetricType::Counter));
+    AddSample(&out.back(), static_cast<double>(s.calls));
+    return out;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::function<SharedMemoryStats()> source_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 struct Metrics::Impl {
@@ -301,6 +362,8 @@ struct Metrics::Impl {
       std::make_shared<SessionCollectable>();
   std::shared_ptr<BudgetCollectable> budget =
       std::make_shared<BudgetCollectable>();
+  std::shared_ptr<SharedMemoryCollectable> shared_memory =
+      std::make_shared<SharedMemoryCollectable>();
 
   absl::Mutex mu;
   // Declared after the registry so they stop serving before it is destroyed.
@@ -477,6 +540,7 @@ absl::StatusOr<int> Metrics::Expose(const std::string& listen) {
   exposer->RegisterCollectable(impl_->registry);
   exposer->RegisterCollectable(impl_->sessions);
   exposer->RegisterCollectable(impl_->budget);
+  exposer->RegisterCollectable(impl_->shared_memory);
   const std::vector<int> ports = exposer->GetListeningPorts();
   if (ports.empty()) {
     return absl::UnavailableError(
@@ -552,6 +616,10 @@ void Metrics::SetSessionStatsSource(
 void Metrics::SetMemoryBudgetSource(
     std::function<std::pair<int64_t, int64_t>()> source) {
   impl_->budget->SetSource(std::move(source));
+}
+
+void Metrics::SetSharedMemorySource(std::function<SharedMemoryStats()> source) {
+  impl_->shared_memory->SetSource(std::move(source));
 }
 
 }  // namespace attnserve::server

@@ -18,6 +18,7 @@
 #include "core/attention.h"
 #include "grpcpp/support/status.h"
 #include "kvcache/session_store.h"
+#include "server/shm/shared_memory_registry.h"
 
 namespace prometheus {
 class Registry;
@@ -52,6 +53,10 @@ enum class Method {
   kModelStatistics,
   kModelInfer,
   kModelStreamInfer,
+  // SharedMemoryService.
+  kRegisterSharedMemory,
+  kUnregisterSharedMemory,
+  kSharedMemoryStatus,
 };
 
 // Why a task never reached a kernel.
@@ -116,6 +121,10 @@ class Metrics {
   // budget, from `source` (used, limit) at every scrape, as above.
   void SetMemoryBudgetSource(
       std::function<std::pair<int64_t, int64_t>()> source);
+  // attnserve_shared_memory_regions, attnserve_shared_memory_bytes and
+  // attnserve_shared_memory_calls_total, from `source` at every scrape, as
+  // above (set only with --shared_memory).
+  void SetSharedMemorySource(std::function<SharedMemoryStats()> source);
 
   prometheus::Registry& registry();
 

@@ -46,7 +46,9 @@ absl::string_view AxesOf(absl::string_view name, Layout layout) {
 absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
                                          const v1::Tensor& tensor,
                                          Layout layout,
-                                         std::optional<DType> query_dtype) {
+                                         std::optional<DType> query_dtype,
+                                         SharedMemoryRegistry* shared_memory,
+                                         SharedMemoryUse* use) {
   if (!present) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
@@ -56,7 +58,15 @@ absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
       const DType dtype,
       wire::FloatDType(name, tensor, query_dtype, "query",
                        "query, key and value must share one dtype"));
-  ASSIGN_OR_RETURN(TensorView view, wire::ViewAs(name, tensor, dtype));
+  TensorView view;
+  if (tensor.has_shared_memory()) {
+    ASSIGN_OR_RETURN(const absl::string_view bytes,
+                     use->Input(name, tensor, DTypeSize(dtype), shared_memory));
+    ASSIGN_OR_RETURN(view, TensorViewFromBytes(name, bytes.data(), bytes.size(),
+                                               dtype, wire::ShapeOf(tensor)));
+  } else {
+    ASSIGN_OR_RETURN(view, wire::ViewAs(name, tensor, dtype));
+  }
   if (view.rank != 4) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, ".shape: expected rank 4 ", AxesOf(name, layout), ", got rank ",
@@ -65,9 +75,23 @@ absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
   return view;
 }
 
-// Bytes of a dense tensor of `shape`. Like TensorViewFromBytes, it also
-// requires the product of the nonzero dimensions to fit: an empty tensor's
-// strides are still built from them.
+// `tensor` as dtype, shape and `ref` (no data); a view of `data` for the
+// kernel to write.
+MutableTensorView PlaceTensor(DType dtype, absl::Span<const int64_t> shape,
+                              const v1::SharedMemoryRef& ref, char* data,
+                              v1::Tensor* tensor) {
+  tensor->set_dtype(wire::DTypeToWire(dtype));
+  tensor->clear_shape();
+  for (int64_t d : shape) tensor->add_shape(d);
+  tensor->clear_data();
+  *tensor->mutable_shared_memory() = ref;
+  return MakeMutableTensorView(data, dtype, shape);
+}
+
+}  // namespace
+
+// As in TensorViewFromBytes, the product of the nonzero dimensions must fit
+// too: an empty tensor's strides are still built from them.
 absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
                                    absl::Span<const int64_t> shape,
                                    DType dtype) {
@@ -90,6 +114,20 @@ absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
   return empty ? 0 : elements * element_size;
 }
 
+namespace {
+
+// The span of a registered region that `ref` gives the `name` result
+// ("output" or "weights") of `shape` and `dtype`.
+absl::StatusOr<char*> PlaceOutput(absl::string_view name,
+                                  const v1::SharedMemoryRef& ref,
+                                  absl::Span<const int64_t> shape, DType dtype,
+                                  SharedMemoryRegistry* shared_memory,
+                                  SharedMemoryUse* use) {
+  ASSIGN_OR_RETURN(const int64_t bytes, DenseBytes(name, shape, dtype));
+  return use->Output(absl::StrCat(name, "_shared_memory"), ref, bytes,
+                     DTypeSize(dtype), shared_memory);
+}
+
 }  // namespace
 
 absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {
@@ -106,9 +144,13 @@ absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {
 
 absl::StatusOr<int64_t> CheckResponseBytes(
     absl::Span<const int64_t> output_shape, DType output_dtype, bool weights,
-    absl::Span<const int64_t> weights_shape, const RequestLimits& limits) {
-  ASSIGN_OR_RETURN(const int64_t output_bytes,
-                   DenseBytes("output", output_shape, output_dtype));
+    absl::Span<const int64_t> weights_shape, const RequestLimits& limits,
+    bool output) {
+  int64_t output_bytes = 0;
+  if (output) {
+    ASSIGN_OR_RETURN(output_bytes,
+                     DenseBytes("output", output_shape, output_dtype));
+  }
   int64_t weights_bytes = 0;
   if (weights) {
     ASSIGN_OR_RETURN(weights_bytes,
@@ -121,9 +163,13 @@ absl::StatusOr<int64_t> CheckResponseBytes(
                                   ? "more than 2^63"
                                   : absl::StrCat(output_bytes + weights_bytes);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "response: ", total, " bytes (output ", ShapeString(output_shape),
-        " of ", DTypeName(output_dtype), ": ", output_bytes, " bytes",
-        weights ? absl::StrCat("; weights ", ShapeString(weights_shape),
+        "response: ", total, " bytes (",
+        output ? absl::StrCat("output ", ShapeString(output_shape), " of ",
+                              DTypeName(output_dtype), ": ", output_bytes,
+                              " bytes")
+               : "",
+        weights ? absl::StrCat(output ? "; " : "", "weights ",
+                               ShapeString(weights_shape),
                                " of f32: ", weights_bytes, " bytes")
                 : "",
         ") exceed the limit of ", limits.max_response_bytes,
@@ -132,20 +178,22 @@ absl::StatusOr<int64_t> CheckResponseBytes(
   return output_bytes + weights_bytes;
 }
 
-absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
-                                             const AttentionEngine& engine,
-                                             const RequestLimits& limits) {
+absl::StatusOr<DecodedRequest> DecodeRequest(
+    const v1::AttendRequest& request, const AttentionEngine& engine,
+    const RequestLimits& limits, SharedMemoryRegistry* shared_memory) {
   DecodedRequest decoded;
   AttentionInputs& inputs = decoded.inputs;
   ASSIGN_OR_RETURN(inputs.layout, DecodeLayout(request.layout()));
   RETURN_IF_ERROR(wire::DecodeMethod(request, &inputs));
   ASSIGN_OR_RETURN(inputs.query,
                    DecodeOperand("query", request.has_query(), request.query(),
-                                 inputs.layout, std::nullopt));
+                                 inputs.layout, std::nullopt, shared_memory,
+                                 &decoded.shared_memory));
   if (inputs.method != AttentionMethod::kLsh) {
     ASSIGN_OR_RETURN(inputs.key,
                      DecodeOperand("key", request.has_key(), request.key(),
-                                   inputs.layout, inputs.query.dtype));
+                                   inputs.layout, inputs.query.dtype,
+                                   shared_memory, &decoded.shared_memory));
   } else if (request.has_key()) {
     return absl::InvalidArgumentError(
         "key: LSH attention shares queries and keys (Reformer's shared-QK); "
@@ -153,7 +201,8 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
   }
   ASSIGN_OR_RETURN(inputs.value,
                    DecodeOperand("value", request.has_value(), request.value(),
-                                 inputs.layout, inputs.query.dtype));
+                                 inputs.layout, inputs.query.dtype,
+                                 shared_memory, &decoded.shared_memory));
 
   ASSIGN_OR_RETURN(inputs.mask, wire::DecodeMask(request.mask()));
   if (request.has_scale()) inputs.scale = request.scale();
@@ -161,13 +210,34 @@ absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
       decoded.output_dtype,
       DecodeOutputDType(request.output_dtype(), inputs.query.dtype));
   decoded.return_weights = request.return_weights();
+  if (request.has_weights_shared_memory() && !decoded.return_weights) {
+    return absl::InvalidArgumentError(
+        "weights_shared_memory: set without return_weights");
+  }
 
   ASSIGN_OR_RETURN(decoded.shape, engine.Validate(inputs));
+  const bool output_shm = request.has_output_shared_memory();
+  const bool weights_shm = request.has_weights_shared_memory();
   ASSIGN_OR_RETURN(
       decoded.response_payload_bytes,
       CheckResponseBytes(decoded.shape.output_shape, decoded.output_dtype,
-                         decoded.return_weights, decoded.shape.weights_shape,
-                         limits));
+                         decoded.return_weights && !weights_shm,
+                         decoded.shape.weights_shape, limits, !output_shm));
+  if (output_shm) {
+    decoded.output_ref = &request.output_shared_memory();
+    ASSIGN_OR_RETURN(
+        decoded.output_data,
+        PlaceOutput("output", *decoded.output_ref, decoded.shape.output_shape,
+                    decoded.output_dtype, shared_memory,
+                    &decoded.shared_memory));
+  }
+  if (weights_shm) {
+    decoded.weights_ref = &request.weights_shared_memory();
+    ASSIGN_OR_RETURN(decoded.weights_data,
+                     PlaceOutput("weights", *decoded.weights_ref,
+                                 decoded.shape.weights_shape, DType::kFloat32,
+                                 shared_memory, &decoded.shared_memory));
+  }
   // A small request can ask for hours of compute (Lq = Lk = 1e5, D = 1 is 400
   // KB per tensor); the limit keeps one call from holding a worker
   // indefinitely.
@@ -184,12 +254,21 @@ AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
                                  v1::AttendResponse* response) {
   AttentionOutputs outputs;
   outputs.output =
-      wire::PrepareTensor(decoded.output_dtype, decoded.shape.output_shape,
-                          response->mutable_output());
+      decoded.output_data != nullptr
+          ? PlaceTensor(decoded.output_dtype, decoded.shape.output_shape,
+                        *decoded.output_ref, decoded.output_data,
+                        response->mutable_output())
+          : wire::PrepareTensor(decoded.output_dtype,
+                                decoded.shape.output_shape,
+                                response->mutable_output());
   if (decoded.return_weights) {
     outputs.weights =
-        wire::PrepareTensor(DType::kFloat32, decoded.shape.weights_shape,
-                            response->mutable_weights());
+        decoded.weights_data != nullptr
+            ? PlaceTensor(DType::kFloat32, decoded.shape.weights_shape,
+                          *decoded.weights_ref, decoded.weights_data,
+                          response->mutable_weights())
+            : wire::PrepareTensor(DType::kFloat32, decoded.shape.weights_shape,
+                                  response->mutable_weights());
   } else {
     response->clear_weights();
   }

@@ -13,6 +13,8 @@
 #include "attnserve/v1/attention.pb.h"
 #include "core/attention.h"
 #include "core/tensor.h"
+#include "server/shared_memory_codec.h"
+#include "server/shm/shared_memory_registry.h"
 
 namespace attnserve::server {
 
@@ -31,23 +33,35 @@ struct DecodedRequest {
   AttentionShape shape;
   DType output_dtype = DType::kFloat32;
   bool return_weights = false;
-  // Bytes of the output tensor plus, when requested, the weights tensor.
+  // Bytes of the output tensor plus, when requested, the weights tensor,
+  // that the response message carries (not those written into shared
+  // memory).
   int64_t response_payload_bytes = 0;
+  // The regions the request refers to, and where the output and the weights
+  // go when the request placed them there (the request's reference and the
+  // mapped bytes; null = in the response).
+  SharedMemoryUse shared_memory;
+  const v1::SharedMemoryRef* output_ref = nullptr;
+  const v1::SharedMemoryRef* weights_ref = nullptr;
+  char* output_data = nullptr;
+  char* weights_data = nullptr;
 };
 
 // InvalidArgument naming the field ("query.data", "mask.key_lengths", ...) with
 // the expected and actual shape or size; ResourceExhausted when the response
 // would exceed limits.max_response_bytes or the work limits.max_flops (the
 // message names the limit and the flag that raises it). `engine` validates the
-// attention semantics (shapes, masks).
-absl::StatusOr<DecodedRequest> DecodeRequest(const v1::AttendRequest& request,
-                                             const AttentionEngine& engine,
-                                             const RequestLimits& limits);
+// attention semantics (shapes, masks). Tensors and outputs in shared memory
+// are resolved against `shared_memory` (SharedMemoryUse's errors; null = the
+// server's shared memory is off).
+absl::StatusOr<DecodedRequest> DecodeRequest(
+    const v1::AttendRequest& request, const AttentionEngine& engine,
+    const RequestLimits& limits, SharedMemoryRegistry* shared_memory = nullptr);
 
 // Sets the output (and weights) tensors of `response` — dtype, shape and data
 // of the right size (zero-filled by std::string; the kernels overwrite every
-// element) — and its timing.flops, and returns views of the tensors for the
-// engine to fill.
+// element), or the request's shared-memory reference instead of data — and
+// its timing.flops, and returns views of the tensors for the engine to fill.
 AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
                                  v1::AttendResponse* response);
 
@@ -60,9 +74,18 @@ absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback);
 // Bytes of the output (and, when `weights`, the f32 weights) of a response;
 // ResourceExhausted naming both shapes and --max_response_bytes when they
 // exceed limits.max_response_bytes.
+// With `output` false the output's bytes are not counted (it goes into
+// shared memory).
 absl::StatusOr<int64_t> CheckResponseBytes(
     absl::Span<const int64_t> output_shape, DType output_dtype, bool weights,
-    absl::Span<const int64_t> weights_shape, const RequestLimits& limits);
+    absl::Span<const int64_t> weights_shape, const RequestLimits& limits,
+    bool output = true);
+
+// Bytes of a dense `dtype` tensor of `shape`; InvalidArgument naming `name`
+// when the element count overflows.
+absl::StatusOr<int64_t> DenseBytes(absl::string_view name,
+                                   absl::Span<const int64_t> shape,
+                                   DType dtype);
 
 }  // namespace attnserve::server
 

@@ -6,14 +6,17 @@ namespace attnserve::server {
 
 absl::StatusOr<AttendKind::Decoded> AttendKind::Decode(
     const Request& request, const DecodeContext& context) {
-  return DecodeRequest(request, *context.validator, *context.limits);
+  return DecodeRequest(request, *context.validator, *context.limits,
+                       context.shared_memory);
 }
 
 absl::Status AttendKind::Compute(const Decoded& decoded,
                                  AttentionEngine& engine,
                                  v1::AttendResponse* response) {
   const AttentionOutputs outputs = PrepareResponse(decoded, response);
-  return engine.Run(decoded.inputs, outputs);
+  const absl::Status status = engine.Run(decoded.inputs, outputs);
+  if (!status.ok() || decoded.shared_memory.empty()) return status;
+  return decoded.shared_memory.Finish();
 }
 
 void AttendKind::RecordCompute(const Decoded& decoded, double seconds,

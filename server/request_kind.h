@@ -34,6 +34,8 @@ struct DecodeContext {
   const RequestLimits* limits = nullptr;
   // The hosted models; null = none.
   const ModelRegistry* models = nullptr;
+  // Regions that Attend tensors may refer to; null = shared memory off.
+  SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 struct AttendKind {
@@ -47,7 +49,8 @@ struct AttendKind {
   static absl::StatusOr<Decoded> Decode(const Request& request,
                                         const DecodeContext& context);
   // Sets the response's tensors and runs the kernel into them; the engine's
-  // errors.
+  // errors, and FailedPrecondition when a shared-memory region it used shrank
+  // meanwhile.
   static absl::Status Compute(const Decoded& decoded, AttentionEngine& engine,
                               v1::AttendResponse* response);
   // attnserve_compute_duration_seconds{kernel} and the FLOPs.
@@ -57,6 +60,7 @@ struct AttendKind {
   static const HostedModel* ModelOf(const Request& request,
                                     const ModelRegistry* models);
   // The response's payload (the kernels' scratch is per worker, bounded).
+  // Tensors in shared memory are the client's memory and are not counted.
   static int64_t HeldBytes(const Decoded& decoded) {
     return decoded.response_payload_bytes;
   }

@@ -28,6 +28,8 @@
 #include "server/rpc/memory_budget.h"
 #include "server/rpc/send_watchdog.h"
 #include "server/session_service.h"
+#include "server/shared_memory_service.h"
+#include "server/shm/shared_memory_registry.h"
 #include "wire/transport.h"
 
 #ifndef ATTNSERVE_VERSION
@@ -85,6 +87,7 @@ struct AttnServer::Impl {
     if (metrics) {
       metrics->SetSessionStatsSource(nullptr);
       metrics->SetMemoryBudgetSource(nullptr);
+      metrics->SetSharedMemorySource(nullptr);
     }
   }
 
@@ -101,6 +104,9 @@ struct AttnServer::Impl {
   std::unique_ptr<SendWatchdog> watchdog;
   // max_streams_per_connection, resolved.
   int streams_per_connection = 0;
+  // Before the services: calls in flight hold its regions.
+  std::unique_ptr<SharedMemoryRegistry> shared_memory;
+  std::unique_ptr<SharedMemoryService> shared_memory_service;
   std::unique_ptr<AttentionService> service;
   std::unique_ptr<SessionService> session_service;
   // The Open Inference Protocol, over `service`.
@@ -225,6 +231,14 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     return std::pair<int64_t, int64_t>(budget->used(), budget->limit());
   });
 
+  ASSIGN_OR_RETURN(impl->shared_memory,
+                   SharedMemoryRegistry::Create(options.shared_memory));
+  SharedMemoryRegistry* shared_memory = impl->shared_memory.get();
+  if (options.shared_memory.enabled) {
+    impl->metrics->SetSharedMemorySource(
+        [shared_memory] { return shared_memory->Stats(); });
+  }
+
   ServiceOptions service_options;
   service_options.limits.max_response_bytes = options.max_response_bytes;
   service_options.limits.max_flops = options.max_request_flops;
@@ -258,6 +272,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   impl->watchdog = std::make_unique<SendWatchdog>(
       options.send_timeout, [metrics] { metrics->RecordSendTimeout(); });
   service_options.watchdog = impl->watchdog.get();
+  if (options.shared_memory.enabled) {
+    service_options.shared_memory = shared_memory;
+  }
   const RequestLimits request_limits = service_options.limits;
   impl->admission = std::make_unique<Admission>(token);
   impl->service = std::make_unique<AttentionService>(
@@ -270,6 +287,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   inference_options.version = ATTNSERVE_VERSION;
   inference_options.models = impl->models.get();
   inference_options.watchdog = impl->watchdog.get();
+  impl->shared_memory_service = std::make_unique<SharedMemoryService>(
+      impl->admission.get(), shared_memory, impl->metrics.get());
   impl->inference_service = std::make_unique<kserve::InferenceService>(
       std::move(inference_options), impl->admission.get(), impl->service.get(),
       impl->metrics.get());
@@ -281,6 +300,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   builder.RegisterService(impl->service.get());
   builder.RegisterService(impl->session_service.get());
   builder.RegisterService(impl->inference_service.get());
+  builder.RegisterService(impl->shared_memory_service.get());
   wire::ServerTransportOptions transport;
   transport.max_request_bytes = options.max_request_bytes;
   transport.max_response_bytes = options.max_response_bytes;
@@ -362,7 +382,11 @@ std::string AttnServer::ConfigSummary() const {
       " tls=",
       o.tls_cert_file.empty() ? "off"
                               : (o.tls_client_ca_file.empty() ? "on" : "mtls"),
-      " auth=", o.auth_token_file.empty() ? "off" : "bearer", " models=",
+      " auth=", o.auth_token_file.empty() ? "off" : "bearer", " shared_memory=",
+      o.shared_memory.enabled
+          ? absl::StrCat("on prefix=", o.shared_memory.prefix)
+          : std::string("off"),
+      " models=",
       impl_->models->models().empty()
           ? std::string("none")
           : absl::StrJoin(impl_->models->names(), ","),

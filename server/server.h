@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "kvcache/session_store.h"
 #include "server/scheduler.h"
+#include "server/shm/shared_memory_registry.h"
 
 namespace attnserve::server {
 
@@ -63,6 +64,9 @@ struct ServerOptions {
   // TTLs (kvcache/session_store.h). With budget_bytes 0 no session can hold a
   // token (appends are RESOURCE_EXHAUSTED naming --kv_cache_bytes).
   kvcache::StoreOptions sessions;
+  // Same-host tensors in POSIX shared memory (SharedMemoryService); off by
+  // default.
+  SharedMemoryOptions shared_memory;
 };
 
 class AttnServer {

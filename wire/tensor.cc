@@ -45,6 +45,13 @@ absl::StatusOr<DType> FloatDType(absl::string_view name,
 
 absl::StatusOr<TensorView> ViewAs(absl::string_view name,
                                   const v1::Tensor& tensor, DType dtype) {
+  if (tensor.has_shared_memory()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name,
+        ".shared_memory: only the query, key and value of Attend and "
+        "AttendStream requests may be in shared memory; send this tensor's "
+        "data"));
+  }
   return TensorViewFromBytes(name, tensor.data().data(), tensor.data().size(),
                              dtype, ShapeOf(tensor));
 }

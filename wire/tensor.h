@@ -40,7 +40,8 @@ absl::StatusOr<DType> FloatDType(absl::string_view name,
 
 // The tensor's bytes as a dense row-major `dtype` tensor of its shape.
 // InvalidArgument naming `name` for a negative dimension, an element count that
-// overflows, or a byte count that does not match the shape.
+// overflows, a byte count that does not match the shape, or a shared-memory
+// reference (the server resolves those itself where it accepts them).
 absl::StatusOr<TensorView> ViewAs(absl::string_view name,
                                   const v1::Tensor& tensor, DType dtype);
 

@@ -61,6 +61,8 @@ ABSL_FLAG(int64_t, steps, 32, "decode: steps per sequence");
 ABSL_FLAG(int64_t, stateless_steps, 8,
           "decode: steps per sequence of the stateless comparison (each "
           "resends the cache); 0 = none");
+// Defined by attnctl infer.
+ABSL_DECLARE_FLAG(bool, shm);
 // Shared with attnctl session.
 ABSL_DECLARE_FLAG(int, layers);
 ABSL_DECLARE_FLAG(std::string, storage_dtype);
@@ -175,6 +177,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const ParsedFlags& parsed) {
   options.format = *format;
   options.output_file = absl::GetFlag(FLAGS_output);
   options.progress = absl::GetFlag(FLAGS_progress) && isatty(STDERR_FILENO);
+  options.shared_memory = absl::GetFlag(FLAGS_shm);
   return options;
 }
 
@@ -184,7 +187,7 @@ int BenchMain(absl::Span<char* const> args) {
   const std::vector<FlagGroup> groups = {
       {"load",
        {"concurrency", "rate", "arrival", "duration", "warmup", "stream",
-        "protocol", "connections", "max_outstanding"}},
+        "protocol", "connections", "max_outstanding", "shm"}},
       {"report", {"output_format", "output", "progress"}},
       {"decode",
        {"decode", "sequences", "prefill", "steps", "stateless_steps", "layers",

@@ -14,6 +14,10 @@ ABSL_FLAG(std::string, out, "",
           "write the output here as .npy (bf16 as '<u2' bits)");
 ABSL_FLAG(std::string, weights_out, "",
           "write the weights here as .npy (implies --return_weights)");
+ABSL_FLAG(bool, shm, false,
+          "send query, key and value through a POSIX shared-memory region and "
+          "take the output back through it (same host; the server runs with "
+          "--shared_memory)");
 ABSL_FLAG(bool, check, false,
           "recompute with the reference and compare: tolerance "
           "1e-5*(1+|ref|) for f32, 2e-2*(1+|ref|) with bf16/f16; exit 3 "
@@ -25,7 +29,7 @@ int InferMain(absl::Span<char* const> args) {
   const FlagGroup random = RandomInputFlagGroup();
   const std::vector<FlagGroup> groups = {
       {"input and output",
-       {"q", "k", "v", "mask", "out", "weights_out", "check"}},
+       {"q", "k", "v", "mask", "out", "weights_out", "check", "shm"}},
       random,
       CallFlagGroup(),
       VariantFlagGroup(),
@@ -69,6 +73,7 @@ int InferMain(absl::Span<char* const> args) {
   options.output_file = absl::GetFlag(FLAGS_out);
   options.weights_file = absl::GetFlag(FLAGS_weights_out);
   options.check = absl::GetFlag(FLAGS_check);
+  options.shared_memory = absl::GetFlag(FLAGS_shm);
   return RunInfer(options, std::cout, std::cerr);
 }
 

@@ -9,6 +9,7 @@
 #include "client/hosted_model.h"
 #include "client/load/v2_request.h"
 #include "client/rpc_status.h"
+#include "client/shared_memory.h"
 #include "client/tensors/file_util.h"
 #include "client/tensors/wire_names.h"
 #include "client/tensors/wire_tensor.h"
@@ -139,6 +140,14 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
                 kExitUsage);
   }
 
+  if (options.shared_memory &&
+      (hosted || v2 || options.connection.targets.size() != 1)) {
+    return Fail(err,
+                "--shm loads native Attend calls on one target (not --model, "
+                "--protocol=v2 or several --target)",
+                kExitUsage);
+  }
+
   int concurrency = options.max_outstanding;
   if (options.rates.empty()) {
     concurrency = 1;
@@ -198,6 +207,18 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     ApplyCallOptions(options.spec.call, &attend_request);
     report.request_text = RequestText(attend_request);
     expected_output_bytes = OutputBytes(random, options.spec.call);
+  }
+  std::unique_ptr<SharedMemoryPlacement> placement;
+  if (options.shared_memory) {
+    absl::StatusOr<std::unique_ptr<SharedMemoryPlacement>> placed =
+        SharedMemoryPlacement::Create(channels->front(), options.connection,
+                                      &attend_request);
+    if (!placed.ok()) {
+      return Fail(err, placed.status().message(), kExitRpcFailed);
+    }
+    placement = *std::move(placed);
+    report.request_text =
+        absl::StrCat(report.request_text, "; shm region ", placement->name());
   }
   inference::ModelInferRequest infer_request;
   if (v2) {

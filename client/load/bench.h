@@ -43,6 +43,11 @@ struct BenchOptions {
   // Before each level, and its measurement window (defaults 1 s and 5 s).
   absl::Duration warmup = absl::Seconds(1);
   absl::Duration duration = absl::Seconds(5);
+  // Attend tensors through one shared-memory region (client/shared_memory.h)
+  // registered once before the load: the calls carry references, and every
+  // call writes its output into the same span of the region (the bench does
+  // not read it). One target, native Attend/AttendStream only. Default off.
+  bool shared_memory = false;
   // TCP connections per target, or kAutoConnections (the default):
   // ConnectionsFor the largest concurrency level (open loop:
   // max_outstanding).

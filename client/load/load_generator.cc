@@ -102,7 +102,12 @@ Verdict Judge(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
         StatusCodeName(static_cast<grpc::StatusCode>(response.error_code())),
         response.error_message());
   }
-  const int64_t got = static_cast<int64_t>(response.output().data().size());
+  // An output written into shared memory (attnctl bench --shm) is as long
+  // as its reference says.
+  const int64_t got =
+      response.output().has_shared_memory()
+          ? response.output().shared_memory().byte_size()
+          : static_cast<int64_t>(response.output().data().size());
   if (got != expected_output_bytes) {
     return Refused("RESPONSE_MISMATCH",
                    absl::StrCat("the output has ", got, " bytes, expected ",

@@ -7,6 +7,11 @@ say what docs/operations.md promises:
   read-only root filesystem; a ClusterIP and a headless Service select its pods; the
   HPA and PDB target it; the ServiceMonitor scrapes the metrics port of exactly one
   Service, named attnserve (the rules' job label).
+- The shared-memory overlay (deploy/k8s-shm-sidecar) adds to the base Deployment a
+  memory-backed emptyDir (medium Memory, with a sizeLimit) mounted at /dev/shm in
+  attnserve and in a sidecar, and --shared_memory, without --max_connection_age
+  (which would end every registration with its connection); the patched flags start
+  a live attnserve.
 - Compose: three attnserve replicas, Prometheus and Grafana; every mounted path exists;
   the stop grace exceeds --shutdown_grace.
 - The flags in both are real: a live attnserve starts with each set of arguments
@@ -17,6 +22,7 @@ With kubectl on PATH, `kubectl kustomize deploy/k8s` must also render.
 usage: manifests_test.py ATTNSERVE
 """
 
+import copy
 import os
 import re
 import shutil
@@ -212,6 +218,93 @@ def check_kubernetes(docs, attnserve):
     print(f"kubernetes: {sum(len(v) for v in objects.values())} objects ok")
 
 
+def json_patch(doc, op, where):
+    """The JSON Patch (RFC 6902) operations add, remove and test on nested dicts
+    and lists; anything else fails."""
+    keys = op["path"].lstrip("/").split("/")
+    target = doc
+    for key in keys[:-1]:
+        target = target[int(key)] if isinstance(target, list) else target[key]
+    last = keys[-1]
+    index = (len(target) if last == "-" else int(last)) if isinstance(target, list) else last
+    if op["op"] == "add":
+        if isinstance(target, list):
+            target.insert(index, op["value"])
+        else:
+            target[index] = op["value"]
+    elif op["op"] == "remove":
+        del target[index]
+    elif op["op"] == "test":
+        if target[index] != op["value"]:
+            fail(f"{where}: test of {op['path']} expects {op['value']!r}, the base has "
+                 f"{target[index]!r}")
+    else:
+        fail(f"{where}: unexpected patch operation {op}")
+
+
+def check_shm_overlay(docs, attnserve):
+    base = "deploy/k8s-shm-sidecar"
+    kust = docs.get(f"{base}/kustomization.yaml")
+    if not kust:
+        fail(f"{base}/kustomization.yaml missing")
+    kust = kust[0]
+    if kust.get("resources") != ["../k8s"]:
+        fail(f"{base} must build on ../k8s, got resources {kust.get('resources')}")
+    dep = copy.deepcopy([d for d in docs["deploy/k8s/deployment.yaml"]
+                         if d["kind"] == "Deployment"][0])
+    patches = kust.get("patches", [])
+    if len(patches) != 1 or patches[0].get("target", {}).get("kind") != "Deployment":
+        fail(f"{base}: expected one patch of the Deployment, got {patches}")
+    for op in yaml.safe_load(patches[0]["patch"]):
+        json_patch(dep, op, base)
+    pod = dep["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    memory = [n for n, v in volumes.items()
+              if v.get("emptyDir", {}).get("medium") == "Memory"]
+    if len(memory) != 1:
+        fail(f"{base}: expected one emptyDir with medium Memory, got volumes {volumes}")
+    name = memory[0]
+    if not volumes[name]["emptyDir"].get("sizeLimit"):
+        fail(f"{base}: the memory-backed emptyDir needs a sizeLimit (its pages count "
+             "against the pod's memory)")
+    mounted = [c["name"] for c in pod["containers"]
+               if any(m["name"] == name and m["mountPath"] == "/dev/shm"
+                      for m in c.get("volumeMounts", []))]
+    if "attnserve" not in mounted or len(mounted) < 2:
+        fail(f"{base}: /dev/shm must be the emptyDir in attnserve and a sidecar; "
+             f"mounted in {mounted}")
+    server = [c for c in pod["containers"] if c["name"] == "attnserve"][0]
+    if "--shared_memory" not in server["args"]:
+        fail(f"{base}: attnserve needs --shared_memory, args {server['args']}")
+    if flag(server["args"], "max_connection_age", "0") not in ("0", "0s"):
+        fail(f"{base}: --max_connection_age would end every registration with its "
+             f"connection; args {server['args']}")
+    for c in pod["containers"]:
+        csc = c.get("securityContext", {})
+        if not csc.get("readOnlyRootFilesystem") or csc.get("allowPrivilegeEscalation") is not False:
+            fail(f"{base}: container {c['name']} must keep a read-only root and no "
+                 "privilege escalation")
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        r = run([kubectl, "kustomize", os.path.join(SOURCE_DIR, base)], timeout=120)
+        if r.returncode != 0:
+            fail(f"kubectl kustomize {base}: {r.stderr}")
+        rendered = [d for d in yaml.safe_load_all(r.stdout)
+                    if d and d["kind"] == "Deployment"]
+        def essentials(p):  # images are retagged by the base's kustomization
+            return (p.get("volumes"),
+                    [(c["name"], c.get("args"), c.get("volumeMounts"))
+                     for c in p["containers"]])
+        if len(rendered) != 1 or essentials(rendered[0]["spec"]["template"]["spec"]) \
+                != essentials(pod):
+            fail(f"kubectl kustomize {base} renders other volumes, mounts or flags than "
+                 "the patch applied here")
+    cpu_var = re.fullmatch(r"\$\((\w+)\)", flag(server["args"], "threads_per_worker"))
+    start_with(attnserve, [a.replace(cpu_var.group(0), "1") for a in server["args"]],
+               "shared-memory overlay")
+    print(f"{base}: /dev/shm is a memory emptyDir shared by {', '.join(mounted)}")
+
+
 def check_compose(docs, attnserve):
     path = "deploy/compose/compose.yaml"
     compose = docs.get(path)
@@ -277,6 +370,7 @@ def main():
     print(f"{len(docs)} YAML files parse")
     check_rule_tests(docs)
     check_kubernetes(docs, attnserve)
+    check_shm_overlay(docs, attnserve)
     check_compose(docs, attnserve)
     print("manifests: ok")
 

@@ -208,14 +208,30 @@ TEST_F(MetricsTest, ExposesEveryFamilyWithHelpAndType) {
 
 TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
   const Scrape scrape = Get();
-  for (const char* method :
-       {"Attend",      "AttendStream",      "GetServerInfo",
-        "AttendModel", "AttendModelStream", "CreateSession",
-        "AppendKv",    "AppendKvStream",    "AttendSessions",
-        "ForkSession", "TruncateSession",   "CloseSession",
-        "GetSession",  "ServerLive",        "ServerReady",
-        "ModelReady",  "ServerMetadata",    "ModelMetadata",
-        "ModelConfig", "ModelStatistics",   "ModelInfer"}) {
+  for (const char* method : {"Attend",
+                             "AttendStream",
+                             "GetServerInfo",
+                             "AttendModel",
+                             "AttendModelStream",
+                             "CreateSession",
+                             "AppendKv",
+                             "AppendKvStream",
+                             "AttendSessions",
+                             "ForkSession",
+                             "TruncateSession",
+                             "CloseSession",
+                             "GetSession",
+                             "ServerLive",
+                             "ServerReady",
+                             "ModelReady",
+                             "ServerMetadata",
+                             "ModelMetadata",
+                             "ModelConfig",
+                             "ModelStatistics",
+                             "ModelInfer",
+                             "RegisterSharedMemory",
+                             "UnregisterSharedMemory",
+                             "SharedMemoryStatus"}) {
     for (const char* code :
          {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
           "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
@@ -245,7 +261,7 @@ TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
   for (const Line& line : scrape) {
     requests_series += line.name == "attnserve_requests_total";
   }
-  EXPECT_EQ(requests_series, 22 * 17);
+  EXPECT_EQ(requests_series, 25 * 17);
   int model_series = 0;
   for (const Line& line : scrape) {
     model_series += line.name == "attnserve_model_requests_total";

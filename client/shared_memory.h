@@ -1,0 +1,68 @@
+#ifndef ATTNSERVE_CLIENT_SHARED_MEMORY_H_
+#define ATTNSERVE_CLIENT_SHARED_MEMORY_H_
+
+// attnctl's --shm: one POSIX shared-memory region that holds an Attend
+// request's query, key and value and receives its output (and weights), so
+// that the call carries references instead of tensor bytes. The region is
+// created under the server's prefix (SharedMemoryService.Status), registered
+// (its Register call is held open as the lease), and its name unlinked as
+// soon as the server has mapped it: whatever happens to attnctl afterwards,
+// nothing is left in /dev/shm, and the server drops the registration when
+// attnctl's connection goes.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "attnserve/v1/attention.pb.h"
+#include "attnserve/v1/shared_memory.grpc.pb.h"
+#include "client/connection.h"
+#include "grpcpp/channel.h"
+
+namespace attnserve::client {
+
+class SharedMemoryPlacement {
+ public:
+  // Moves `request`'s query, key and value into a new region (64-byte
+  // aligned spans; the request then refers to them and carries no tensor
+  // bytes) with room for the output, and the weights when return_weights,
+  // which the request asks the server to write there. Registers it on
+  // `channel`. The server's errors keep their codes (FAILED_PRECONDITION
+  // when its --shared_memory is off), prefixed with the step; Internal for a
+  // local shm_open/ftruncate/mmap failure. Nothing is left behind on error.
+  static absl::StatusOr<std::unique_ptr<SharedMemoryPlacement>> Create(
+      const std::shared_ptr<grpc::Channel>& channel,
+      const ConnectionOptions& connection, v1::AttendRequest* request);
+
+  // Unregisters (ending the lease) and unmaps.
+  ~SharedMemoryPlacement();
+  SharedMemoryPlacement(const SharedMemoryPlacement&) = delete;
+  SharedMemoryPlacement& operator=(const SharedMemoryPlacement&) = delete;
+
+  // The region's registered name and its size.
+  const std::string& name() const { return name_; }
+  int64_t size() const { return size_; }
+
+  // Copies the output and weights the server wrote into the region into
+  // `response`'s data, so that it reads as an ordinary response.
+  // InvalidArgument when the response's references are not this region's.
+  absl::Status CollectOutputs(v1::AttendResponse* response) const;
+
+ private:
+  SharedMemoryPlacement() = default;
+  absl::Status CopyOut(v1::Tensor* tensor) const;
+
+  std::string name_;
+  char* data_ = nullptr;
+  int64_t size_ = 0;
+  ConnectionOptions connection_;
+  std::unique_ptr<v1::SharedMemoryService::Stub> stub_;
+  std::unique_ptr<grpc::ClientContext> lease_context_;
+  std::unique_ptr<grpc::ClientReader<v1::SharedMemoryLease>> lease_;
+};
+
+}  // namespace attnserve::client
+
+#endif  // ATTNSERVE_CLIENT_SHARED_MEMORY_H_
