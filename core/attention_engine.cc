@@ -182,7 +182,10 @@ class Engine final : public AttentionEngine {
     for (int64_t n = kKeyGranule; n < kb; n += kKeyGranule) {
       keys.push_back({n, ldk, ldv});
     }
-    if (kKeyGranule <= kb) keys.push_back({kKeyGranule, d, dv});
+    // Padded keys: a tail of one granule, or a small span copied whole.
+    for (int64_t n = kKeyGranule; n <= kb; n += kKeyGranule) {
+      if (ldk != d || ldv != dv) keys.push_back({n, d, dv});
+    }
     for (const Rows& r : rows) {
       for (const Keys& k : keys) {
         RETURN_IF_ERROR(matmuls_->Prepare(

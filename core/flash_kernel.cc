@@ -85,7 +85,14 @@ struct SpanOperands {
   int64_t n_full = 0;
   const void* k_tail = nullptr;  // ld = D, or null when nothing is padded
   const void* v_tail = nullptr;  // ld = Dv
+  // kp and vp are zero-padded copies of the whole span (ld = D, Dv), to a
+  // multiple of kKeyGranule rows.
+  bool whole_copy = false;
 };
+
+// A span this small (K and V bytes) is copied whole when it needs padding:
+// one product instead of a full part and a tail costs less than the copy.
+constexpr size_t kWholeSpanCopyBytes = 32 << 10;
 
 // Rows [r0, r1) of the set against keys [k0, k0 + n) of `op`; with
 // `use_bias`, the elementwise mask parts (FillBias) apply. With `all_allowed`
@@ -115,8 +122,11 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
   const int64_t ldq = padded_rows ? dim : c.rows.ldq;
   // Keys in place, then the padded tail when this block reaches it.
   const bool tail = op.k_tail != nullptr && n > op.n_full;
-  const int64_t full = tail ? op.n_full : n;
-  const int64_t cols = tail ? full + kKeyGranule : n;
+  const int64_t full =
+      tail ? op.n_full
+           : (op.whole_copy ? (n + kKeyGranule - 1) / kKeyGranule * kKeyGranule
+                            : n);
+  const int64_t cols = tail ? full + kKeyGranule : full;
   float* scores = c.scores + r0 * kb;
   if (full > 0) {
     const MatmulShape qk{
@@ -134,24 +144,29 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
     float* bias = use_bias ? c.bias : nullptr;
     if (bias != nullptr) {
       FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
-      std::fill(bias + n, bias + cols, 0.0f);
+    }
+    // The softmax runs over the n real keys; the padding keys' probabilities
+    // are zeros.
+    if (bf16) {
+      std::memset(c.probs16 + r * kb + n, 0, (cols - n) * sizeof(uint16_t));
+    } else {
+      std::memset(s + n, 0, (cols - n) * sizeof(float));
     }
     const int64_t lo = all_allowed ? 0 : ws->row_lo[r] - k0;
-    const int64_t hi = all_allowed ? n : std::min(ws->row_hi[r] - k0, n);
-    const float tile_max = ops.scale_mask_max(s, cols, p.scale, lo, hi, bias);
+    const int64_t hi = all_allowed ? n : ws->row_hi[r] - k0;
+    const float tile_max = ops.scale_mask_max(s, n, p.scale, lo, hi, bias);
     const float new_max = std::max(c.row_max[r], tile_max);
     if (new_max == kNegInf) {
       // Nothing allowed so far: this row contributes zeros to acc.
       if (bf16) {
-        std::memset(c.probs16 + r * kb, 0, cols * sizeof(uint16_t));
+        std::memset(c.probs16 + r * kb, 0, n * sizeof(uint16_t));
       } else {
-        std::memset(s, 0, cols * sizeof(float));
+        std::memset(s, 0, n * sizeof(float));
       }
       continue;
     }
-    const float sum =
-        bf16 ? ops.exp_sum_bf16(s, cols, new_max, c.probs16 + r * kb)
-             : ops.exp_sum_f32(s, cols, new_max, s);
+    const float sum = bf16 ? ops.exp_sum_bf16(s, n, new_max, c.probs16 + r * kb)
+                           : ops.exp_sum_f32(s, n, new_max, s);
     if (new_max != c.row_max[r]) {
       if (c.row_max[r] != kNegInf) {
         const float alpha = std::exp(c.row_max[r] - new_max);
@@ -247,6 +262,16 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
             : ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
       paged ? dv : vs.row, n, dv, &ws->v, &op.ldv);
   op.n_full = n;
+  const auto Multiply = [&]() -> absl::Status {
+    if (!ragged) return ProcessBlock(c, 0, m, k0, n, op, use_bias);
+    for (int64_t g = 0; g < groups; ++g) {
+      if (group_n[g] == 0) continue;
+      RETURN_IF_ERROR(ProcessBlock(c, g * kRowGranule,
+                                   std::min(m, (g + 1) * kRowGranule), k0,
+                                   group_n[g], op, use_bias));
+    }
+    return absl::OkStatus();
+  };
   // A span that ends off the key granule (at Lk or a split's end): its last
   // keys from padded copies, so that the products keep granule shapes. Not
   // when the padded span would overrun the key tile (k_block itself off the
@@ -255,6 +280,15 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
   if (c.pad_keys && n != args.k_block && rest != 0 &&
       n - rest + kKeyGranule <= args.k_block) {
     const size_t es = DTypeSize(args.gemm_dtype);
+    if (static_cast<size_t>(n * (dim + dv)) * es <= kWholeSpanCopyBytes) {
+      const int64_t padded = n - rest + kKeyGranule;
+      op.kp = PaddedCopy(op.kp, op.ldk, n, padded, dim, es, &ws->k_tail);
+      op.ldk = dim;
+      op.vp = PaddedCopy(op.vp, op.ldv, n, padded, dv, es, &ws->v_tail);
+      op.ldv = dv;
+      op.whole_copy = true;
+      return Multiply();
+    }
     op.n_full = n - rest;
     op.k_tail =
         PaddedCopy(static_cast<const char*>(op.kp) + op.n_full * op.ldk * es,
@@ -263,14 +297,7 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
         PaddedCopy(static_cast<const char*>(op.vp) + op.n_full * op.ldv * es,
                    op.ldv, rest, kKeyGranule, dv, es, &ws->v_tail);
   }
-  if (!ragged) return ProcessBlock(c, 0, m, k0, n, op, use_bias);
-  for (int64_t g = 0; g < groups; ++g) {
-    if (group_n[g] == 0) continue;
-    RETURN_IF_ERROR(ProcessBlock(c, g * kRowGranule,
-                                 std::min(m, (g + 1) * kRowGranule), k0,
-                                 group_n[g], op, use_bias));
-  }
-  return absl::OkStatus();
+  return Multiply();
 }
 
 // `rows` of `block` rows, the start keys of the layout's key blocks in
