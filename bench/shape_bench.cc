@@ -25,10 +25,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/random.h"
 #include "bench/machine.h"
 #include "core/attention.h"
+#include "core/matmul.h"
 #include "core/status_macros.h"
 #include "model/attention_layer.h"
 #include "model/model_weights.h"
@@ -42,6 +44,7 @@ ABSL_FLAG(std::vector<std::string>, threads,
           "OpenMP thread counts of the engine part.");
 ABSL_FLAG(bool, layers, true, "Run the hosted-layer part.");
 ABSL_FLAG(bool, engine, true, "Run the engine part.");
+ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
 
 namespace attnserve::bench {
 namespace {
@@ -130,6 +133,8 @@ std::vector<int64_t> NewLengths(int count, uint64_t seed) {
 // The ratios of a sweep: each new length's first call over the median of its
 // repeats, and (the noise floor) the first repeat over that same median.
 struct Sweep {
+  // Product primitives created during the measured calls (after warm-up).
+  int64_t primitives_created = 0;
   // [0]: wall time, [1]: CPU time.
   std::vector<double> new_ratio[2], repeat_ratio[2], extra_us[2];
 };
@@ -144,6 +149,8 @@ absl::StatusOr<Sweep> RunSweep(const std::vector<int64_t>& lengths, int repeats,
     RETURN_IF_ERROR(fn(l));
   }
   Sweep s;
+  ASSIGN_OR_RETURN(MatmulCache * cache, MatmulCache::Shared());
+  const int64_t created_before = cache->created();
   for (int64_t l : lengths) {
     ASSIGN_OR_RETURN(const Sample first, TimeUs([&] { return fn(l); }));
     std::vector<Sample> again;
@@ -160,11 +167,13 @@ absl::StatusOr<Sweep> RunSweep(const std::vector<int64_t>& lengths, int repeats,
       s.extra_us[cpu].push_back(f - base);
     }
   }
+  s.primitives_created = cache->created() - created_before;
   return s;
 }
 
 void AddSweep(const Sweep& s, Json* r) {
   (*r)["lengths"] = s.new_ratio[0].size();
+  (*r)["primitives_created"] = s.primitives_created;
   for (int cpu = 0; cpu < 2; ++cpu) {
     const std::string t = cpu ? "cpu_" : "wall_";
     (*r)[t + "new_over_repeat_p50"] =
@@ -214,6 +223,9 @@ model::LayerWeights LayerWeightsFor(const model::ModelConfig& c) {
 // one new length (200) and a sweep of new lengths.
 absl::Status LayerCase(const std::string& name, int64_t d_model,
                        int64_t heads) {
+  if (!absl::StrContains(name, absl::GetFlag(FLAGS_filter))) {
+    return absl::OkStatus();
+  }
   const model::ModelConfig config = LayerConfig(d_model, heads);
   const model::LayerWeights weights = LayerWeightsFor(config);
   const Clock::time_point t0 = Clock::now();
@@ -284,12 +296,34 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
   });
   worker.join();
   RETURN_IF_ERROR(status);
+  // A second worker (thread and engine) of the same server: its first call
+  // pays what is per thread or per engine, not what is per process.
+  std::thread second([&] {
+    status = [&]() -> absl::Status {
+      EngineOptions options;
+      options.num_threads = 1;
+      ASSIGN_OR_RETURN(std::unique_ptr<AttentionEngine> engine,
+                       AttentionEngine::Create(options));
+      ASSIGN_OR_RETURN(const Sample t,
+                       TimeUs([&] { return call(*engine, 128); }));
+      r["wall_second_worker_first_call_us"] = Round(t.wall_us, 1);
+      r["cpu_second_worker_first_call_us"] = Round(t.cpu_us, 1);
+      return absl::OkStatus();
+    }();
+  });
+  second.join();
+  RETURN_IF_ERROR(status);
   Emit(r);
   return absl::OkStatus();
 }
 
 // The engine: causal BHLD self-attention, B1 H8 D64 f32, Lq = Lk = L.
 absl::Status EngineCase(int threads) {
+  const std::string name =
+      absl::StrCat("engine_causal_b1_h8_d64_f32_t", threads);
+  if (!absl::StrContains(name, absl::GetFlag(FLAGS_filter))) {
+    return absl::OkStatus();
+  }
   constexpr int64_t kHeads = 8, kDim = 64;
   const size_t max_elems = kHeads * kMaxLen * kDim;
   const std::vector<float> q = Uniform(max_elems, 21, 1.0f);
@@ -300,12 +334,18 @@ absl::Status EngineCase(int threads) {
   options.num_threads = threads;
   ASSIGN_OR_RETURN(std::unique_ptr<AttentionEngine> engine,
                    AttentionEngine::Create(options));
-  auto call = [&](int64_t l) {
+  auto inputs = [&](int64_t l) {
     AttentionInputs in;
     in.query = MakeTensorView(q.data(), DType::kFloat32, {1, kHeads, l, kDim});
     in.key = MakeTensorView(k.data(), DType::kFloat32, {1, kHeads, l, kDim});
     in.value = MakeTensorView(v.data(), DType::kFloat32, {1, kHeads, l, kDim});
     in.mask.causal = true;
+    return in;
+  };
+  // What a hosted layer does when it loads: the tiles of every length.
+  RETURN_IF_ERROR(engine->Prepare(inputs(kMinLen)));
+  auto call = [&](int64_t l) {
+    const AttentionInputs in = inputs(l);
     AttentionOutputs o;
     o.output = MakeMutableTensorView(out.data(), DType::kFloat32,
                                      {1, kHeads, l, kDim});
@@ -315,7 +355,7 @@ absl::Status EngineCase(int threads) {
                    RunSweep(NewLengths(absl::GetFlag(FLAGS_lengths), 29),
                             absl::GetFlag(FLAGS_repeats), call));
   Json r;
-  r["case"] = absl::StrCat("engine_causal_b1_h8_d64_f32_t", threads);
+  r["case"] = name;
   r["threads"] = threads;
   AddSweep(sweep, &r);
   Emit(r);
