@@ -50,6 +50,9 @@ ABSL_FLAG(int, reps, 0,
 ABSL_FLAG(std::vector<std::string>, threads,
           std::vector<std::string>({"1", "2"}),
           "Comma-separated OpenMP thread counts to run every case with.");
+ABSL_FLAG(bool, cpu_time, false,
+          "Time reps by the process's CPU time, not wall time (one-thread "
+          "runs on a shared machine; see docs/benchmarks.md).");
 ABSL_FLAG(std::string, rss_child, "",
           "Internal: measure the named peak_rss case in this process.");
 
@@ -422,6 +425,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.quick = absl::GetFlag(FLAGS_quick);
   o.filter = absl::GetFlag(FLAGS_filter);
   o.policy.fixed_reps = absl::GetFlag(FLAGS_reps);
+  o.policy.cpu_time = absl::GetFlag(FLAGS_cpu_time);
   if (o.policy.fixed_reps < 0) {
     return absl::InvalidArgumentError("--reps must be >= 0");
   }

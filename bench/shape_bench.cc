@@ -11,6 +11,7 @@
 // Every ratio divides two times measured back to back in the same process.
 // See docs/benchmarks.md ("New shapes").
 
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
@@ -85,14 +86,23 @@ double ProcessCpuUs() {
 // is what other processes on a shared machine disturb least).
 struct Sample {
   double wall_us = 0, cpu_us = 0;
+  int64_t minor_faults = 0;  // page faults the process took during the call
 };
+
+int64_t MinorFaults() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
 
 template <typename Fn>
 absl::StatusOr<Sample> TimeUs(const Fn& fn) {
+  const int64_t f0 = MinorFaults();
   const double c0 = ProcessCpuUs();
   const Clock::time_point t0 = Clock::now();
   RETURN_IF_ERROR(fn());
   Sample s;
+  s.minor_faults = MinorFaults() - f0;
   s.wall_us =
       std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   s.cpu_us = ProcessCpuUs() - c0;
@@ -257,6 +267,7 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
       // of 20 repeats of each.
       Sample first[2];
       double repeat[2][2];
+      int64_t last_repeat_faults = 0;
       const int64_t lens[2] = {128, 200};
       for (int i = 0; i < 2; ++i) {
         ASSIGN_OR_RETURN(first[i],
@@ -267,6 +278,7 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
                            TimeUs([&] { return call(*engine, lens[i]); }));
           again.push_back(t);
         }
+        last_repeat_faults = again.back().minor_faults;
         repeat[i][0] = MedianOf(again, false);
         repeat[i][1] = MedianOf(again, true);
       }
@@ -279,6 +291,9 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
       r["heads"] = heads;
       r["threads"] = 1;
       r["load_ms"] = Round(load_ms, 2);
+      r["first_call_minor_faults"] = first[0].minor_faults;
+      r["l200_first_minor_faults"] = first[1].minor_faults;
+      r["repeat_minor_faults"] = last_repeat_faults;
       for (int cpu = 0; cpu < 2; ++cpu) {
         const std::string t = cpu ? "cpu_" : "wall_";
         const double f0 = cpu ? first[0].cpu_us : first[0].wall_us;
@@ -306,6 +321,7 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
                        AttentionEngine::Create(options));
       ASSIGN_OR_RETURN(const Sample t,
                        TimeUs([&] { return call(*engine, 128); }));
+      r["second_worker_first_call_minor_faults"] = t.minor_faults;
       r["wall_second_worker_first_call_us"] = Round(t.wall_us, 1);
       r["cpu_second_worker_first_call_us"] = Round(t.cpu_us, 1);
       return absl::OkStatus();
