@@ -145,8 +145,11 @@ std::vector<int64_t> NewLengths(int count, uint64_t seed) {
 struct Sweep {
   // Product primitives created during the measured calls (after warm-up).
   int64_t primitives_created = 0;
+  // Page faults of the new lengths' calls and of their first repeats.
+  std::vector<double> new_faults, repeat_faults;
   // [0]: wall time, [1]: CPU time.
   std::vector<double> new_ratio[2], repeat_ratio[2], extra_us[2];
+  std::vector<double> switch_ratio[2];
 };
 
 // Runs fn(L) at every warm-up length, then for each new length once (timed as
@@ -161,6 +164,8 @@ absl::StatusOr<Sweep> RunSweep(const std::vector<int64_t>& lengths, int repeats,
   Sweep s;
   ASSIGN_OR_RETURN(MatmulCache * cache, MatmulCache::Shared());
   const int64_t created_before = cache->created();
+  int64_t previous = 0;
+  double previous_base[2] = {0, 0};
   for (int64_t l : lengths) {
     ASSIGN_OR_RETURN(const Sample first, TimeUs([&] { return fn(l); }));
     std::vector<Sample> again;
@@ -168,6 +173,8 @@ absl::StatusOr<Sweep> RunSweep(const std::vector<int64_t>& lengths, int repeats,
       ASSIGN_OR_RETURN(const Sample t, TimeUs([&] { return fn(l); }));
       again.push_back(t);
     }
+    s.new_faults.push_back(first.minor_faults);
+    s.repeat_faults.push_back(again[0].minor_faults);
     for (int cpu = 0; cpu < 2; ++cpu) {
       const double base = MedianOf(again, cpu);
       const double f = cpu ? first.cpu_us : first.wall_us;
@@ -176,6 +183,17 @@ absl::StatusOr<Sweep> RunSweep(const std::vector<int64_t>& lengths, int repeats,
       s.repeat_ratio[cpu].push_back(a / base);
       s.extra_us[cpu].push_back(f - base);
     }
+    // The control: the previous length again (seen, not repeated just
+    // before), against its own median. What a change of length costs when
+    // nothing about it is new.
+    if (previous > 0) {
+      ASSIGN_OR_RETURN(const Sample back, TimeUs([&] { return fn(previous); }));
+      s.switch_ratio[0].push_back(back.wall_us / previous_base[0]);
+      s.switch_ratio[1].push_back(back.cpu_us / previous_base[1]);
+    }
+    previous = l;
+    previous_base[0] = MedianOf(again, false);
+    previous_base[1] = MedianOf(again, true);
   }
   s.primitives_created = cache->created() - created_before;
   return s;
@@ -184,6 +202,9 @@ absl::StatusOr<Sweep> RunSweep(const std::vector<int64_t>& lengths, int repeats,
 void AddSweep(const Sweep& s, Json* r) {
   (*r)["lengths"] = s.new_ratio[0].size();
   (*r)["primitives_created"] = s.primitives_created;
+  (*r)["new_minor_faults_p50"] = Percentile(s.new_faults, 0.5);
+  (*r)["new_minor_faults_p90"] = Percentile(s.new_faults, 0.9);
+  (*r)["repeat_minor_faults_p90"] = Percentile(s.repeat_faults, 0.9);
   for (int cpu = 0; cpu < 2; ++cpu) {
     const std::string t = cpu ? "cpu_" : "wall_";
     (*r)[t + "new_over_repeat_p50"] =
@@ -198,6 +219,10 @@ void AddSweep(const Sweep& s, Json* r) {
         Round(Percentile(s.repeat_ratio[cpu], 0.5), 3);
     (*r)[t + "repeat_over_repeat_p90"] =
         Round(Percentile(s.repeat_ratio[cpu], 0.9), 3);
+    (*r)[t + "seen_switch_over_repeat_p50"] =
+        Round(Percentile(s.switch_ratio[cpu], 0.5), 3);
+    (*r)[t + "seen_switch_over_repeat_p90"] =
+        Round(Percentile(s.switch_ratio[cpu], 0.9), 3);
   }
 }
 
