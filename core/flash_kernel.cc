@@ -75,8 +75,10 @@ struct BlockContext {
   int64_t q_tail_row = 0;
 };
 
-// The keys of one span: n_full of them read in place (kp, vp), the rest
-// (fewer than kKeyGranule) from zero-padded copies of kKeyGranule rows.
+// The keys of one span: n_full of them read in place (kp, vp) and the rest
+// (fewer than kKeyGranule) from zero-padded copies of kKeyGranule rows
+// (k_tail, v_tail); or, for a small span, all of them from one zero-padded
+// copy (whole_copy).
 struct SpanOperands {
   const void* kp = nullptr;
   int64_t ldk = 0;
