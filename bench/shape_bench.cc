@@ -82,10 +82,17 @@ double ProcessCpuUs() {
   return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
+double ThreadCpuUs() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
 // One call's wall time and the CPU time the process spent in it (the second
 // is what other processes on a shared machine disturb least).
 struct Sample {
   double wall_us = 0, cpu_us = 0;
+  double thread_cpu_us = 0;  // of the calling thread alone
   int64_t minor_faults = 0;  // page faults the process took during the call
 };
 
@@ -99,6 +106,7 @@ template <typename Fn>
 absl::StatusOr<Sample> TimeUs(const Fn& fn) {
   const int64_t f0 = MinorFaults();
   const double c0 = ProcessCpuUs();
+  const double tc0 = ThreadCpuUs();
   const Clock::time_point t0 = Clock::now();
   RETURN_IF_ERROR(fn());
   Sample s;
@@ -106,6 +114,7 @@ absl::StatusOr<Sample> TimeUs(const Fn& fn) {
   s.wall_us =
       std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   s.cpu_us = ProcessCpuUs() - c0;
+  s.thread_cpu_us = ThreadCpuUs() - tc0;
   return s;
 }
 
@@ -316,6 +325,8 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
       r["heads"] = heads;
       r["threads"] = 1;
       r["load_ms"] = Round(load_ms, 2);
+      r["thread_cpu_first_call_us"] = Round(first[0].thread_cpu_us, 1);
+      r["thread_cpu_l200_first_us"] = Round(first[1].thread_cpu_us, 1);
       r["first_call_minor_faults"] = first[0].minor_faults;
       r["l200_first_minor_faults"] = first[1].minor_faults;
       r["repeat_minor_faults"] = last_repeat_faults;
@@ -347,6 +358,7 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
       ASSIGN_OR_RETURN(const Sample t,
                        TimeUs([&] { return call(*engine, 128); }));
       r["second_worker_first_call_minor_faults"] = t.minor_faults;
+      r["thread_cpu_second_worker_first_call_us"] = Round(t.thread_cpu_us, 1);
       r["wall_second_worker_first_call_us"] = Round(t.wall_us, 1);
       r["cpu_second_worker_first_call_us"] = Round(t.cpu_us, 1);
       return absl::OkStatus();
