@@ -109,7 +109,7 @@ DType GemmDType(DType dtype) {
 }
 
 absl::StatusOr<double> GemmGflops(DType dtype, int threads,
-                                  const RepPolicy& policy) {
+                                  const RepPolicy& policy, bool packed_b) {
   const ScopedOmpThreads scoped_threads(threads);
   const DType gemm_dtype = GemmDType(dtype);
   const int64_t n = kGemmSize;
@@ -130,12 +130,21 @@ absl::StatusOr<double> GemmGflops(DType dtype, int threads,
   try {
     ASSIGN_OR_RETURN(const Dnnl d, GetDnnl());
     const memory::desc a_md({n, n}, ToDnnl(gemm_dtype), Tag::ab);
+    const memory::desc b_md({n, n}, ToDnnl(gemm_dtype),
+                            packed_b ? Tag::any : Tag::ab);
     const memory::desc c_md({n, n}, memory::data_type::f32, Tag::ab);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, a_md, c_md),
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md),
                                     *d.engine);
     prims.push_back(dnnl::matmul(pd));
+    memory b_mem(a_md, *d.engine, b.data());
+    if (packed_b && pd.weights_desc() != a_md) {
+      memory packed(pd.weights_desc(), *d.engine);
+      dnnl::reorder(b_mem, packed).execute(*d.stream, b_mem, packed);
+      d.stream->wait();
+      b_mem = packed;
+    }
     args.push_back({{DNNL_ARG_SRC, memory(a_md, *d.engine, a.data())},
-                    {DNNL_ARG_WEIGHTS, memory(a_md, *d.engine, b.data())},
+                    {DNNL_ARG_WEIGHTS, b_mem},
                     {DNNL_ARG_DST, memory(c_md, *d.engine, c.data())}});
   } catch (const dnnl::error& e) {
     return DnnlError(e, "GEMM baseline");

@@ -25,9 +25,12 @@ DType GemmDType(DType dtype);
 
 // Median GFLOP/s of an M = N = K = 2048 oneDNN matmul: GemmDType(dtype) sources
 // in plain row-major layouts, f32 destination, `threads` OpenMP threads. The
-// primitive is created and run once before timing.
+// primitive is created and run once before timing. With `packed_b`, B is in
+// the layout the primitive prefers (format_tag::any, reordered once before
+// timing, as the projections' weights are): the GEMM's best case.
 absl::StatusOr<double> GemmGflops(DType dtype, int threads,
-                                  const RepPolicy& policy);
+                                  const RepPolicy& policy,
+                                  bool packed_b = false);
 
 // Why the unfused baseline is not run for `spec` (decode, or a score buffer
 // above 2 GiB), or nullopt.

@@ -50,6 +50,9 @@ ABSL_FLAG(int, reps, 0,
 ABSL_FLAG(std::vector<std::string>, threads,
           std::vector<std::string>({"1", "2"}),
           "Comma-separated OpenMP thread counts to run every case with.");
+ABSL_FLAG(bool, cpu_time, false,
+          "Time reps by the process's CPU time, not wall time (one-thread "
+          "runs on a shared machine; see docs/benchmarks.md).");
 ABSL_FLAG(std::string, rss_child, "",
           "Internal: measure the named peak_rss case in this process.");
 
@@ -176,6 +179,20 @@ class Benchmark {
     return it->second;
   }
 
+  // The same GEMM with B packed (GemmGflops' packed_b): the base of the
+  // ratio_to_packed_b_gemm field, measured once per (dtype, threads).
+  absl::StatusOr<double> PackedGemmRate(DType dtype, int threads) {
+    const std::pair<DType, int> key(GemmDType(dtype), threads);
+    auto it = packed_gemm_.find(key);
+    if (it == packed_gemm_.end()) {
+      ASSIGN_OR_RETURN(const double rate,
+                       GemmGflops(dtype, threads, options_.policy,
+                                  /*packed_b=*/true));
+      it = packed_gemm_.emplace(key, rate).first;
+    }
+    return it->second;
+  }
+
   // Measures every GEMM rate the run used once more. On two shared cores
   // another process shows up as a moved rate, and then no ratio of the run can
   // be trusted.
@@ -239,6 +256,9 @@ class Benchmark {
     r["gemm_gflops"] = Round(gemm, 2);
     r["gemm_dtype"] = std::string(DTypeName(GemmDType(spec.dtype)));
     r["ratio_to_gemm"] = Round(gflops / gemm, 4);
+    ASSIGN_OR_RETURN(const double packed, PackedGemmRate(spec.dtype, threads));
+    r["gemm_packed_b_gflops"] = Round(packed, 2);
+    r["ratio_to_packed_b_gemm"] = Round(gflops / packed, 4);
     if (spec.causal) {
       // gflops counts dense FLOPs; this counts only the (i, j) pairs the mask
       // allows (top-left diagonal).
@@ -395,6 +415,7 @@ class Benchmark {
       std::chrono::steady_clock::now();
   const CpuTimes start_cpu_ = ReadCpuTimes();
   std::map<std::pair<DType, int>, double> gemm_cache_;
+  std::map<std::pair<DType, int>, double> packed_gemm_;
   std::vector<Json> records_;
 };
 
@@ -404,6 +425,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.quick = absl::GetFlag(FLAGS_quick);
   o.filter = absl::GetFlag(FLAGS_filter);
   o.policy.fixed_reps = absl::GetFlag(FLAGS_reps);
+  o.policy.cpu_time = absl::GetFlag(FLAGS_cpu_time);
   if (o.policy.fixed_reps < 0) {
     return absl::InvalidArgumentError("--reps must be >= 0");
   }

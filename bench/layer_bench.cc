@@ -30,6 +30,9 @@
 ABSL_FLAG(bool, json, false, "One JSON object per line instead of a table.");
 ABSL_FLAG(bool, quick, false, "Only the L = 128 cases, fewer reps.");
 ABSL_FLAG(int, reps, 0, "Timed reps; 0 = enough for 0.5 s, at least 5.");
+ABSL_FLAG(bool, cpu_time, false,
+          "Time reps by the process's CPU time (one-thread figures on a shared "
+          "machine; the 2-thread ones then count both threads).");
 
 namespace attnserve::bench {
 namespace {
@@ -121,6 +124,7 @@ absl::Status Run() {
   const bool quick = absl::GetFlag(FLAGS_quick);
   RepPolicy policy;
   policy.fixed_reps = absl::GetFlag(FLAGS_reps);
+  policy.cpu_time = absl::GetFlag(FLAGS_cpu_time);
   if (quick && policy.fixed_reps == 0) policy.fixed_reps = 5;
   std::map<int, double> gemm;
   const CpuTimes start = ReadCpuTimes();

@@ -1,5 +1,7 @@
 #include "bench/timing.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,12 +14,20 @@ namespace attnserve::bench {
 absl::StatusOr<Timing> TimeMedian(const RepPolicy& policy,
                                   absl::FunctionRef<absl::Status()> fn) {
   using Clock = std::chrono::steady_clock;
-  auto timed = [&fn](std::vector<double>* samples) -> absl::Status {
+  const auto cpu_us = [] {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+  };
+  auto timed = [&](std::vector<double>* samples) -> absl::Status {
     const Clock::time_point start = Clock::now();
+    const double cpu_start = policy.cpu_time ? cpu_us() : 0.0;
     RETURN_IF_ERROR(fn());
     samples->push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - start)
-            .count());
+        policy.cpu_time
+            ? cpu_us() - cpu_start
+            : std::chrono::duration<double, std::micro>(Clock::now() - start)
+                  .count());
     return absl::OkStatus();
   };
 

@@ -16,6 +16,11 @@ struct RepPolicy {
   double min_seconds = 0.5;
   int min_reps = 5;
   int max_reps = 10000;
+  // Time each rep by the CPU time the process spent in it instead of the
+  // wall time: on a shared machine other processes' slices then do not
+  // count. Meaningful for one-thread work only (idle threads of a team would
+  // count as they spin).
+  bool cpu_time = false;
 };
 
 struct Timing {

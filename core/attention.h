@@ -215,6 +215,14 @@ class AttentionEngine {
   virtual absl::Status Run(const AttentionInputs& inputs,
                            const AttentionOutputs& outputs) = 0;
 
+  // Creates now every product primitive that softmax calls like `like` can
+  // use — the same dtypes, head counts, head dims, layout, row strides and
+  // mask parts, any Lq and Lk — so that such calls create none (a hosted layer
+  // calls it when it loads). Primitives are shared by every engine of the
+  // process. Linear and LSH methods have nothing to prepare. InvalidArgument
+  // as Validate; Internal if oneDNN fails.
+  virtual absl::Status Prepare(const AttentionInputs& like) = 0;
+
   // Attention over paged KV caches (core/paged.h): every sequence exactly as
   // the stateless Run of PagedAsStateless would compute it, all sequences
   // without weights in one run of the decode kernel reading the blocks in

@@ -42,11 +42,8 @@ int64_t MaterializedQueryBlock(int64_t q_len, int64_t k_len) {
 class Engine final : public AttentionEngine {
  public:
   Engine(const EngineOptions& options, int threads, const VecOps* ops,
-         std::unique_ptr<MatmulCache> matmuls)
-      : options_(options),
-        threads_(threads),
-        ops_(ops),
-        matmuls_(std::move(matmuls)) {}
+         MatmulCache* matmuls)
+      : options_(options), threads_(threads), ops_(ops), matmuls_(matmuls) {}
 
   absl::StatusOr<AttentionShape> Validate(
       const AttentionInputs& inputs) const override {
@@ -150,6 +147,56 @@ class Engine final : public AttentionEngine {
     return absl::OkStatus();
   }
 
+  absl::Status Prepare(const AttentionInputs& like) override {
+    ASSIGN_OR_RETURN(Problem p, ResolveProblem(like));
+    if (p.method != AttentionMethod::kSoftmax) return absl::OkStatus();
+    // The flash tiles of kernel_common.h's "Tile shapes", for every Lq and Lk:
+    // full query blocks and row groups read the queries in place, padded row
+    // groups and the decode kernel's gathered rows a dense copy (ld = D); key
+    // spans of whole granules read K and V in place, a padded tail a dense
+    // copy of kKeyGranule rows.
+    const DType gemm = GemmDType(p);
+    const int64_t d = p.shape.head_dim, dv = p.shape.value_dim;
+    const int64_t kb = options_.k_block;
+    const bool widened = p.dtype != gemm;
+    const int64_t ldq = widened ? d : p.q_strides.row;
+    const int64_t ldk = widened ? d : p.k_strides.row;
+    const int64_t ldv = widened ? dv : p.v_strides.row;
+    struct Rows {
+      int64_t m, lda;
+    };
+    std::vector<Rows> rows = {{kRowGranule, ldq}};
+    if (options_.q_block > 0) {
+      rows.push_back({options_.q_block, ldq});
+    } else {
+      for (int64_t lq : {1, 192, 768})
+        rows.push_back({AutoQueryBlock(lq), ldq});
+    }
+    for (int64_t r = kRowPad; r <= kRowGranule; r += kRowPad) {
+      rows.push_back({r, d});
+    }
+    struct Keys {
+      int64_t n, ldk, ldv;
+    };
+    std::vector<Keys> keys = {{kb, ldk, ldv}};
+    for (int64_t n = kKeyGranule; n < kb; n += kKeyGranule) {
+      keys.push_back({n, ldk, ldv});
+    }
+    // Padded keys: a tail of one granule, or a small span copied whole.
+    for (int64_t n = kKeyGranule; n <= kb; n += kKeyGranule) {
+      if (ldk != d || ldv != dv) keys.push_back({n, d, dv});
+    }
+    for (const Rows& r : rows) {
+      for (const Keys& k : keys) {
+        RETURN_IF_ERROR(matmuls_->Prepare(
+            MatmulShape{r.m, k.n, d, r.lda, k.ldk, kb, true, gemm, false}));
+        RETURN_IF_ERROR(matmuls_->Prepare(
+            MatmulShape{r.m, dv, k.n, kb, k.ldv, dv, false, gemm, true}));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   Isa isa() const override { return ops_->isa; }
   int num_threads() const override { return threads_; }
   bool bf16_gemm() const override { return matmuls_->bf16_supported(); }
@@ -249,7 +296,7 @@ class Engine final : public AttentionEngine {
   const EngineOptions options_;
   const int threads_;
   const VecOps* const ops_;
-  const std::unique_ptr<MatmulCache> matmuls_;
+  MatmulCache* const matmuls_;  // MatmulCache::Shared()
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Workspace>> free_ ABSL_GUARDED_BY(mu_);
 };
@@ -319,9 +366,9 @@ absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
   const VecOps* ops = isa == Isa::kAvx512 ? &Avx512VecOps() : &Avx2VecOps();
   const int threads =
       options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
-  ASSIGN_OR_RETURN(std::unique_ptr<MatmulCache> matmuls, MatmulCache::Create());
+  ASSIGN_OR_RETURN(MatmulCache * matmuls, MatmulCache::Shared());
   return std::unique_ptr<AttentionEngine>(
-      new Engine(options, threads, ops, std::move(matmuls)));
+      new Engine(options, threads, ops, matmuls));
 }
 
 std::string OneDnnVersion() {

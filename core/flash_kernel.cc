@@ -55,10 +55,6 @@ void RowRanges(const Problem& p, const RowSet& rows, Workspace* ws,
   }
 }
 
-// Rows of a ragged key block (causal diagonal, padding edges) are multiplied in
-// groups of this many, each only as far as its own last allowed key.
-constexpr int64_t kRowGranule = 64;
-
 // The online-softmax state of a row set and the operands of one key block.
 struct BlockContext {
   const KernelArgs& args;
@@ -70,38 +66,93 @@ struct BlockContext {
   float* scores;
   uint16_t* probs16;  // bf16 products only
   float* bias;        // elementwise masks only
+  // Ragged edges padded (kernel_common.h, "Tile shapes"): flash and decode
+  // pad keys; flash pads its last row group, whose rows (padded, ld = D) are
+  // in q_tail from row q_tail_row on. Block-sparse tiles are the layout's.
+  bool pad_rows = false;
+  bool pad_keys = false;
+  const void* q_tail = nullptr;
+  int64_t q_tail_row = 0;
 };
 
-// Rows [r0, r1) of the set against keys [k0, k0 + n) whose operands are kp /
-// vp; with `use_bias`, the elementwise mask parts (FillBias) apply. With
-// `all_allowed` (gathered blocks, which every row allows whole) the rows'
-// intervals are not consulted.
+// The keys of one span: n_full of them read in place (kp, vp) and the rest
+// (fewer than kKeyGranule) from zero-padded copies of kKeyGranule rows
+// (k_tail, v_tail); or, for a small span, all of them from one zero-padded
+// copy (whole_copy).
+struct SpanOperands {
+  const void* kp = nullptr;
+  int64_t ldk = 0;
+  const void* vp = nullptr;
+  int64_t ldv = 0;
+  int64_t n_full = 0;
+  const void* k_tail = nullptr;  // ld = D, or null when nothing is padded
+  const void* v_tail = nullptr;  // ld = Dv
+  // kp and vp are zero-padded copies of the whole span (ld = D, Dv), to a
+  // multiple of kKeyGranule rows.
+  bool whole_copy = false;
+};
+
+// A span this small (K and V bytes) is copied whole when it needs padding:
+// one product instead of a full part and a tail costs less than the copy.
+constexpr size_t kWholeSpanCopyBytes = 32 << 10;
+
+// Rows [r0, r1) of the set against keys [k0, k0 + n) of `op`; with
+// `use_bias`, the elementwise mask parts (FillBias) apply. With `all_allowed`
+// (gathered blocks, which every row allows whole) the rows' intervals are not
+// consulted.
 absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
-                          int64_t k0, int64_t n, const void* kp, int64_t ldk,
-                          const void* vp, int64_t ldv, bool use_bias,
-                          bool all_allowed = false) {
+                          int64_t k0, int64_t n, const SpanOperands& op,
+                          bool use_bias, bool all_allowed = false) {
   const KernelArgs& args = c.args;
   const Problem& p = *args.p;
   const VecOps& ops = *args.ops;
   Workspace* ws = c.ws;
   const int64_t kb = args.k_block;
+  const int64_t dim = p.shape.head_dim;
   const int64_t dv = p.shape.value_dim;
   const bool bf16 = args.gemm_dtype == DType::kBFloat16;
+  const size_t es = DTypeSize(args.gemm_dtype);
   const int64_t m = r1 - r0;
+  // A padded row group (the set's last rows) reads its zero-padded copy.
+  const bool padded_rows = c.pad_rows && r0 >= c.q_tail_row &&
+                           c.q_tail != nullptr && m != args.q_block &&
+                           m != kRowGranule;
+  const int64_t rows = padded_rows ? PaddedRows(m) : m;
   const char* q =
-      static_cast<const char*>(c.rows.q) +
-      r0 * c.rows.ldq * static_cast<int64_t>(DTypeSize(args.gemm_dtype));
+      padded_rows ? static_cast<const char*>(c.q_tail)
+                  : static_cast<const char*>(c.rows.q) + r0 * c.rows.ldq * es;
+  const int64_t ldq = padded_rows ? dim : c.rows.ldq;
+  // Keys in place, then the padded tail when this block reaches it.
+  const bool tail = op.k_tail != nullptr && n > op.n_full;
+  const int64_t full =
+      tail ? op.n_full
+           : (op.whole_copy ? (n + kKeyGranule - 1) / kKeyGranule * kKeyGranule
+                            : n);
+  const int64_t cols = tail ? full + kKeyGranule : full;
   float* scores = c.scores + r0 * kb;
-  MatmulShape qk{m,  n,    p.shape.head_dim, c.rows.ldq, ldk,
-                 kb, true, args.gemm_dtype,  false};
-  absl::Status st = ws->matmul->Run(qk, q, kp, scores);
-  if (!st.ok()) return st;
+  if (full > 0) {
+    const MatmulShape qk{
+        rows, full, dim, ldq, op.ldk, kb, true, args.gemm_dtype, false};
+    RETURN_IF_ERROR(ws->matmul->Run(qk, q, op.kp, scores));
+  }
+  if (tail) {
+    const MatmulShape qk{rows, kKeyGranule,     dim,  ldq, dim, kb,
+                         true, args.gemm_dtype, false};
+    RETURN_IF_ERROR(ws->matmul->Run(qk, q, op.k_tail, scores + full));
+  }
 
   for (int64_t r = r0; r < r1; ++r) {
     float* s = c.scores + r * kb;
     float* bias = use_bias ? c.bias : nullptr;
     if (bias != nullptr) {
       FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
+    }
+    // The softmax runs over the n real keys; the padding keys' probabilities
+    // are zeros.
+    if (bf16) {
+      std::memset(c.probs16 + r * kb + n, 0, (cols - n) * sizeof(uint16_t));
+    } else {
+      std::memset(s + n, 0, (cols - n) * sizeof(float));
     }
     const int64_t lo = all_allowed ? 0 : ws->row_lo[r] - k0;
     const int64_t hi = all_allowed ? n : ws->row_hi[r] - k0;
@@ -128,16 +179,48 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
     }
     c.row_sum[r] += sum;
   }
+  // The padding rows' probabilities: zeros (f32 scores of zero query rows are
+  // zeros already).
+  if (bf16) {
+    for (int64_t r = r1; r < r0 + rows; ++r) {
+      std::memset(c.probs16 + r * kb, 0, cols * sizeof(uint16_t));
+    }
+  }
 
-  MatmulShape pv{m, dv, n, kb, ldv, dv, false, args.gemm_dtype, true};
-  const void* probs =
-      bf16 ? static_cast<const void*>(c.probs16 + r0 * kb) : scores;
-  return ws->matmul->Run(pv, probs, vp, c.acc + r0 * dv);
+  const char* probs = bf16 ? reinterpret_cast<const char*>(c.probs16 + r0 * kb)
+                           : reinterpret_cast<const char*>(scores);
+  float* acc = c.acc + r0 * dv;
+  if (full > 0) {
+    const MatmulShape pv{rows, dv, full, kb, op.ldv, dv, false, args.gemm_dtype,
+                         true};
+    RETURN_IF_ERROR(ws->matmul->Run(pv, probs, op.vp, acc));
+  }
+  if (tail) {
+    const MatmulShape pv{rows, dv,    kKeyGranule,     kb,  dv,
+                         dv,   false, args.gemm_dtype, true};
+    RETURN_IF_ERROR(ws->matmul->Run(pv, probs + full * es, op.v_tail, acc));
+  }
+  return absl::OkStatus();
+}
+
+// `rows` rows of `cols` elements (product type) at `src`, row stride `ld`,
+// copied densely into `buffer` and followed by zero rows up to `padded`.
+const void* PaddedCopy(const void* src, int64_t ld, int64_t rows,
+                       int64_t padded, int64_t cols, size_t es,
+                       ScratchBuffer* buffer) {
+  char* dst = buffer->Get<char>(padded * cols * es);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * cols * es,
+                static_cast<const char*>(src) + r * ld * es, cols * es);
+  }
+  std::memset(dst + rows * cols * es, 0, (padded - rows) * cols * es);
+  return dst;
 }
 
 // Keys [k0, k0 + span) of the set's key range (cut short after hi_all and at
 // k_end): one product for every row that needs them, or one per row group
-// when the rows need different lengths (the causal diagonal, padding).
+// when the rows need different lengths (the causal diagonal, padding) or the
+// set is shorter than a query block.
 absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
                          int64_t hi_all, int64_t k_end, bool use_bias) {
   const KernelArgs& args = c.args;
@@ -151,7 +234,7 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
   // Per row group: how far its rows need this block (0 = not at all).
   int64_t group_n[(kMaxQueryBlock + kRowGranule - 1) / kRowGranule];
   const int64_t groups = (m + kRowGranule - 1) / kRowGranule;
-  bool any = false, ragged = false;
+  bool any = false, ragged = c.pad_rows && m != args.q_block;
   for (int64_t g = 0; g < groups; ++g) {
     int64_t hi = k0;
     for (int64_t r = g * kRowGranule; r < std::min(m, (g + 1) * kRowGranule);
@@ -168,26 +251,55 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
 
   const Strides4& ks = p.k_strides;
   const Strides4& vs = p.v_strides;
-  int64_t ldk, ldv;
+  SpanOperands op;
   const bool paged = p.kv_blocks != nullptr;
-  const void* kp = OperandRows(
+  op.kp = OperandRows(
       args,
       paged ? p.PagedKeys(rows.kv_head, k0)
             : ElementPtr(p.k, ks.offset(rows.batch, rows.kv_head, k0), p.dtype),
-      paged ? dim : ks.row, n, dim, &ws->k, &ldk);
-  const void* vp = OperandRows(
+      paged ? dim : ks.row, n, dim, &ws->k, &op.ldk);
+  op.vp = OperandRows(
       args,
       paged ? p.PagedValues(rows.kv_head, k0)
             : ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
-      paged ? dv : vs.row, n, dv, &ws->v, &ldv);
-  if (!ragged) return ProcessBlock(c, 0, m, k0, n, kp, ldk, vp, ldv, use_bias);
-  for (int64_t g = 0; g < groups; ++g) {
-    if (group_n[g] == 0) continue;
-    RETURN_IF_ERROR(ProcessBlock(c, g * kRowGranule,
-                                 std::min(m, (g + 1) * kRowGranule), k0,
-                                 group_n[g], kp, ldk, vp, ldv, use_bias));
+      paged ? dv : vs.row, n, dv, &ws->v, &op.ldv);
+  op.n_full = n;
+  const auto Multiply = [&]() -> absl::Status {
+    if (!ragged) return ProcessBlock(c, 0, m, k0, n, op, use_bias);
+    for (int64_t g = 0; g < groups; ++g) {
+      if (group_n[g] == 0) continue;
+      RETURN_IF_ERROR(ProcessBlock(c, g * kRowGranule,
+                                   std::min(m, (g + 1) * kRowGranule), k0,
+                                   group_n[g], op, use_bias));
+    }
+    return absl::OkStatus();
+  };
+  // A span that ends off the key granule (at Lk or a split's end): its last
+  // keys from padded copies, so that the products keep granule shapes. Not
+  // when the padded span would overrun the key tile (k_block itself off the
+  // granule, e.g. paged blocks of 16 tokens), where the exact length stays.
+  const int64_t rest = n % kKeyGranule;
+  if (c.pad_keys && n != args.k_block && rest != 0 &&
+      n - rest + kKeyGranule <= args.k_block) {
+    const size_t es = DTypeSize(args.gemm_dtype);
+    if (static_cast<size_t>(n * (dim + dv)) * es <= kWholeSpanCopyBytes) {
+      const int64_t padded = n - rest + kKeyGranule;
+      op.kp = PaddedCopy(op.kp, op.ldk, n, padded, dim, es, &ws->k_tail);
+      op.ldk = dim;
+      op.vp = PaddedCopy(op.vp, op.ldv, n, padded, dv, es, &ws->v_tail);
+      op.ldv = dv;
+      op.whole_copy = true;
+      return Multiply();
+    }
+    op.n_full = n - rest;
+    op.k_tail =
+        PaddedCopy(static_cast<const char*>(op.kp) + op.n_full * op.ldk * es,
+                   op.ldk, rest, kKeyGranule, dim, es, &ws->k_tail);
+    op.v_tail =
+        PaddedCopy(static_cast<const char*>(op.vp) + op.n_full * op.ldv * es,
+                   op.ldv, rest, kKeyGranule, dv, es, &ws->v_tail);
   }
-  return absl::OkStatus();
+  return Multiply();
 }
 
 // `rows` of `block` rows, the start keys of the layout's key blocks in
@@ -247,12 +359,13 @@ absl::Status AccumulateSparse(const BlockContext& c, const BlockLayout& layout,
       // Consecutive: read in place.
       st = ProcessSpan(c, gathered.front(), count * bs, hi_all, k_end, false);
     } else {
-      const void* kp =
-          GatherBlocks(args, rows, gathered, bs, /*values=*/false, &ws->k);
-      const void* vp =
-          GatherBlocks(args, rows, gathered, bs, /*values=*/true, &ws->v);
-      st = ProcessBlock(c, 0, rows.count, 0, count * bs, kp, p.shape.head_dim,
-                        vp, p.shape.value_dim,
+      SpanOperands op;
+      op.kp = GatherBlocks(args, rows, gathered, bs, /*values=*/false, &ws->k);
+      op.ldk = p.shape.head_dim;
+      op.vp = GatherBlocks(args, rows, gathered, bs, /*values=*/true, &ws->v);
+      op.ldv = p.shape.value_dim;
+      op.n_full = count * bs;
+      st = ProcessBlock(c, 0, rows.count, 0, count * bs, op,
                         /*use_bias=*/false, /*all_allowed=*/true);
     }
     gathered.clear();
@@ -281,28 +394,49 @@ absl::Status AccumulateSparse(const BlockContext& c, const BlockLayout& layout,
 // Runs the online softmax of `rows` over keys [k_begin, k_end) (block aligned
 // at k_begin). On return the workspace holds, per row, the running max
 // (row_max), the sum of exp(s - max) (row_sum) and the unnormalized output
-// (acc, ld = Dv).
+// (acc, ld = Dv). With `pad_rows` (flash), a set shorter than a query block
+// multiplies its last row group as padded rows ("Tile shapes").
 absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
-                        int64_t k_begin, int64_t k_end, Workspace* ws) {
+                        int64_t k_begin, int64_t k_end, bool pad_rows,
+                        Workspace* ws) {
   const Problem& p = *args.p;
   const int64_t m = rows.count;
+  const int64_t dim = p.shape.head_dim;
   const int64_t dv = p.shape.value_dim;
   const int64_t kb = args.k_block;
   const bool bf16 = args.gemm_dtype == DType::kBFloat16;
+  // Block-sparse tiles are the layout's blocks (a fixed set per layout).
+  const bool pad = p.block_layout == nullptr;
+  pad_rows = pad_rows && pad;
+  // Rows the buffers hold: a padded last group runs up to PaddedRows(m).
+  const int64_t held = pad_rows ? PaddedRows(m) : m;
 
-  const BlockContext c{
-      args,
-      rows,
-      ws,
-      ws->row_max.Get<float>(m),
-      ws->row_sum.Get<float>(m),
-      ws->acc.Get<float>(m * dv),
-      ws->scores.Get<float>(m * kb),
-      bf16 ? ws->probs.Get<uint16_t>(m * kb) : nullptr,
-      p.has_elementwise_mask() ? ws->bias.Get<float>(kb) : nullptr};
+  BlockContext c{args,
+                 rows,
+                 ws,
+                 ws->row_max.Get<float>(m),
+                 ws->row_sum.Get<float>(m),
+                 ws->acc.Get<float>(held * dv),
+                 ws->scores.Get<float>(held * kb),
+                 bf16 ? ws->probs.Get<uint16_t>(held * kb) : nullptr,
+                 p.has_elementwise_mask() ? ws->bias.Get<float>(kb) : nullptr};
+  c.pad_rows = pad_rows;
+  c.pad_keys = pad;
+  if (pad_rows && m != args.q_block) {
+    // The last row group, when it is not a full one: its rows zero-padded.
+    const int64_t first = (m - 1) / kRowGranule * kRowGranule;
+    const int64_t last = m - first;
+    if (last != kRowGranule && last != args.q_block) {
+      const size_t es = DTypeSize(args.gemm_dtype);
+      c.q_tail =
+          PaddedCopy(static_cast<const char*>(rows.q) + first * rows.ldq * es,
+                     rows.ldq, last, PaddedRows(last), dim, es, &ws->q_tail);
+      c.q_tail_row = first;
+    }
+  }
   std::fill(c.row_max, c.row_max + m, kNegInf);
   std::fill(c.row_sum, c.row_sum + m, 0.0f);
-  std::fill(c.acc, c.acc + m * dv, 0.0f);
+  std::fill(c.acc, c.acc + held * dv, 0.0f);
 
   int64_t lo_all, hi_all;
   RowRanges(p, rows, ws, k_begin, k_end, &lo_all, &hi_all);
@@ -361,7 +495,8 @@ absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws) {
         rows.q = OperandRows(
             args, ElementPtr(p.q, p.q_strides.offset(b, h, i0), p.dtype),
             p.q_strides.row, rows.count, s.head_dim, &w->q, &rows.ldq);
-        absl::Status st = Accumulate(args, rows, 0, s.k_len, w);
+        absl::Status st =
+            Accumulate(args, rows, 0, s.k_len, /*pad_rows=*/true, w);
         if (!st.ok()) return st;
         const float* acc = w->acc.Get<float>(0);
         const float* sum = w->row_sum.Get<float>(0);
@@ -499,7 +634,8 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
                     out + 2 * plan.chunk + rows.count * dv, 0.0f);
           return absl::OkStatus();
         }
-        absl::Status st = Accumulate(args, rows, k_begin, k_end, w);
+        absl::Status st =
+            Accumulate(args, rows, k_begin, k_end, /*pad_rows=*/false, w);
         if (!st.ok()) return st;
         std::memcpy(out, w->row_max.Get<float>(0), rows.count * sizeof(float));
         std::memcpy(out + plan.chunk, w->row_sum.Get<float>(0),

@@ -47,6 +47,8 @@ struct Workspace {
   ScratchBuffer scores, probs, acc, row_max, row_sum, q, k, v, bias;
   std::vector<int64_t> row_head, row_index, row_lo, row_hi;
   std::vector<int64_t> block_starts;  // block-sparse: the blocks of a product
+  // Zero-padded copies of a ragged edge's query rows, keys and values.
+  ScratchBuffer q_tail, k_tail, v_tail;
   // The variants' (core/variants/): one converted row; LSH's sort offsets and
   // per-row key limits.
   ScratchBuffer row;
@@ -110,6 +112,29 @@ inline constexpr int64_t kMaxQueryBlock = 4096;
 // many keys: causal and padded rows skip most of a partly used block while the
 // number of distinct product shapes (each a cached primitive) stays small.
 inline constexpr int64_t kKeyGranule = 64;
+
+// Rows of a ragged key block (causal diagonal, padding edges) are multiplied in
+// groups of this many, each only as far as its own last allowed key.
+inline constexpr int64_t kRowGranule = 64;
+
+// Tile shapes. Every product primitive is created for exact dimensions
+// (matmul.h), so the kernels keep the shapes they ask for to a fixed set per
+// head size and layout: a new Lq or Lk must not create one. Full tiles are a
+// query block (q_block rows) or a row group (kRowGranule rows) against a key
+// block or a multiple of kKeyGranule keys. The ragged edges are padded:
+//  - the last rows of a query block shorter than q_block are multiplied in
+//    row groups, and the last group, of r < kRowGranule rows, from a copy of
+//    its query rows zero-padded to a multiple of kRowPad rows;
+//  - keys past the last multiple of kKeyGranule (at Lk, or the end of a key
+//    split) are multiplied from a copy of those rows zero-padded to
+//    kKeyGranule rows, their scores masked to -inf.
+// AttentionEngine::Prepare creates the whole set.
+inline constexpr int64_t kRowPad = 16;
+
+// The rows a padded row group of `rows` rows is multiplied as.
+inline int64_t PaddedRows(int64_t rows) {
+  return (rows + kRowPad - 1) / kRowPad * kRowPad;
+}
 
 // The end of a key block starting at k0: k0 + k_block, but not past k_end, and
 // not past `allowed_end` rounded up to kKeyGranule.

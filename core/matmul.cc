@@ -43,6 +43,7 @@ struct MatmulCache::Impl {
     auto created = Make(s);
     if (!created.ok()) return created.status();
     absl::MutexLock lock(&mu);
+    ++created_count;
     auto [it, inserted] = map.emplace(s, *std::move(created));
     if (inserted) {
       order.push_back(s);
@@ -57,6 +58,12 @@ struct MatmulCache::Impl {
   }
 
   absl::StatusOr<std::shared_ptr<const Primitive>> Make(const MatmulShape& s) {
+    // oneDNN fixes a primitive's thread count when it is created (brgemm keeps
+    // omp_get_max_threads() of that moment). Products run on the calling
+    // thread inside the kernels' parallel regions, so create every primitive
+    // for one thread, wherever it is created (a layer's warm-up runs outside
+    // any region; created for two threads, each tile would start a team).
+    const ScopedOmpThreads one_thread(1);
     try {
       const dt ab = s.ab_dtype == DType::kBFloat16 ? dt::bf16 : dt::f32;
       auto p = std::make_shared<Primitive>();
@@ -88,6 +95,7 @@ struct MatmulCache::Impl {
   absl::flat_hash_map<MatmulShape, std::shared_ptr<const Primitive>> map
       ABSL_GUARDED_BY(mu);
   std::deque<MatmulShape> order ABSL_GUARDED_BY(mu);
+  int64_t created_count ABSL_GUARDED_BY(mu) = 0;
 };
 
 struct MatmulRunner::Impl {
@@ -174,6 +182,28 @@ absl::StatusOr<std::unique_ptr<MatmulCache>> MatmulCache::Create(
       std::make_unique<Impl>(**engine, capacity < 2 ? 2 : capacity)));
   cache->bf16_supported_ = HasBf16Matmul();
   return cache;
+}
+
+absl::StatusOr<MatmulCache*> MatmulCache::Shared() {
+  static absl::Mutex mu(absl::kConstInit);
+  // Leaked: engines and layers that outlive main() may still use it.
+  static MatmulCache* shared ABSL_GUARDED_BY(mu) = nullptr;
+  absl::MutexLock lock(&mu);
+  if (shared == nullptr) {
+    absl::StatusOr<std::unique_ptr<MatmulCache>> cache = Create();
+    if (!cache.ok()) return cache.status();
+    shared = cache->release();
+  }
+  return shared;
+}
+
+absl::Status MatmulCache::Prepare(const MatmulShape& shape) {
+  return impl_->Get(shape).status();
+}
+
+int64_t MatmulCache::created() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->created_count;
 }
 
 std::unique_ptr<MatmulRunner> MatmulCache::NewRunner() {

@@ -18,6 +18,11 @@ namespace attnserve {
 // C[m×n] (=|+=) A[m×k] · B[k×n], row-major with leading dimensions in elements.
 // A and B are f32 or bf16 (same type); C is f32. When b_is_nk, B is given as an
 // n×k matrix (rows of keys) and used transposed.
+//
+// A primitive is created for exactly these dimensions and leading dimensions
+// (oneDNN's fast brgemm matmul takes no run-time dimensions): the kernels keep
+// the shapes they ask for to a fixed set per head size and layout, whatever
+// Lq and Lk (kernel_common.h, "Tile shapes").
 struct MatmulShape {
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0;
@@ -58,13 +63,18 @@ class MatmulRunner {
   std::unique_ptr<Impl> impl_;
 };
 
-// The engine-wide primitive cache. Thread-safe. Holds at most `capacity`
-// primitives; past that the least recently created half is dropped (runners
-// keep what they use).
+// A primitive cache. Thread-safe. Holds at most `capacity` primitives; past
+// that the least recently created half is dropped (runners keep what they
+// use).
 class MatmulCache {
  public:
   static absl::StatusOr<std::unique_ptr<MatmulCache>> Create(
       size_t capacity = 2048);
+  // The process's cache, which every engine uses (created on first use, never
+  // destroyed): primitives created for one engine, or by a hosted layer's
+  // warm-up, serve all of them. Internal when oneDNN's engine cannot be
+  // created.
+  static absl::StatusOr<MatmulCache*> Shared();
   ~MatmulCache();
   MatmulCache(const MatmulCache&) = delete;
   MatmulCache& operator=(const MatmulCache&) = delete;
@@ -75,6 +85,12 @@ class MatmulCache {
   bool bf16_supported() const { return bf16_supported_; }
   // The implementation oneDNN picked for a shape, e.g. "brg:avx512_core".
   absl::StatusOr<std::string> ImplementationName(const MatmulShape& shape);
+  // Creates the primitive of `shape` now unless it is cached (warm-up).
+  // Internal on a oneDNN failure.
+  absl::Status Prepare(const MatmulShape& shape);
+  // Primitives this cache has created so far (tests: a sweep of new lengths
+  // after warm-up must create none).
+  int64_t created() const;
 
  private:
   struct Impl;

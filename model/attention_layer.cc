@@ -1,5 +1,6 @@
 #include "model/attention_layer.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -131,6 +132,9 @@ absl::Status CheckLinformerCall(const MaskSpec& mask, int64_t batch,
   return absl::OkStatus();
 }
 
+// Rows of the warm-up call a layer makes when it loads.
+constexpr int64_t kWarmUpLength = 100;
+
 }  // namespace
 
 struct AttentionLayer::Impl {
@@ -231,7 +235,44 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
       impl->additive_k.push_back(std::move(k_product));
     }
   }
-  return std::unique_ptr<AttentionLayer>(new AttentionLayer(std::move(impl)));
+  std::unique_ptr<AttentionLayer> layer(new AttentionLayer(std::move(impl)));
+  RETURN_IF_ERROR(layer->WarmUp());
+  return layer;
+}
+
+absl::Status AttentionLayer::WarmUp() const {
+  const ModelConfig& c = impl_->config;
+  EngineOptions options;
+  options.num_threads = 1;
+  ASSIGN_OR_RETURN(std::unique_ptr<AttentionEngine> engine,
+                   AttentionEngine::Create(options));
+  // The attention's tiles, for every Lq and Lk (the engines share them).
+  static const char kPlaceholder = 0;
+  const DType dtype = impl_->bf16() ? DType::kBFloat16 : DType::kFloat32;
+  AttentionInputs like;
+  like.layout = Layout::kBLHD;
+  like.query =
+      MakeTensorView(&kPlaceholder, dtype, {1, 1, c.num_heads, c.head_dim});
+  like.key =
+      MakeTensorView(&kPlaceholder, dtype, {1, 1, c.num_kv_heads, c.head_dim});
+  like.value = like.key;
+  ApplyMethod(c, &like);
+  RETURN_IF_ERROR(engine->Prepare(like));
+  // One call through every step (the projections' first execution, the
+  // score functions, the process's first parallel region), on zeros.
+  const int64_t len =
+      std::min<int64_t>(kWarmUpLength, c.attention == AttentionKind::kLinformer
+                                           ? c.linformer_max_len
+                                           : kWarmUpLength);
+  std::vector<float> zeros(static_cast<size_t>(len * c.d_model));
+  std::vector<float> out(zeros.size());
+  LayerInputs in;
+  in.hidden =
+      MakeTensorView(zeros.data(), DType::kFloat32, {1, len, c.d_model});
+  LayerOutputs o;
+  o.output =
+      MakeMutableTensorView(out.data(), DType::kFloat32, {1, len, c.d_model});
+  return Run(in, o, *engine);
 }
 
 absl::StatusOr<LayerShape> AttentionLayer::Validate(

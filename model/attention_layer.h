@@ -52,7 +52,11 @@ struct LayerShape {
 
 class AttentionLayer {
  public:
-  // Packs the weights (the config must be the one they were loaded for).
+  // Packs the weights (the config must be the one they were loaded for) and
+  // warms the layer up: creates the attention's product primitives for every
+  // Lq and Lk (shared by every engine of the process, AttentionEngine::Prepare)
+  // and makes one call of 100 rows on zeros (full and padded tiles), so that a
+  // server's first call is not the one that pays for oneDNN's first executions.
   // Internal when oneDNN fails.
   static absl::StatusOr<std::unique_ptr<AttentionLayer>> Create(
       const ModelConfig& config, const LayerWeights& weights);
@@ -90,6 +94,7 @@ class AttentionLayer {
  private:
   struct Impl;
   explicit AttentionLayer(std::unique_ptr<Impl> impl);
+  absl::Status WarmUp() const;
   std::unique_ptr<Impl> impl_;
 };
 

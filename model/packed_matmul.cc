@@ -1,11 +1,17 @@
 #include "model/packed_matmul.h"
 
+#include <omp.h>
+
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/convert.h"
 #include "core/dnnl_context.h"
 #include "dnnl.hpp"
@@ -28,14 +34,49 @@ struct PackedMatmul::Impl {
   bool bf16_product = false;
   std::string implementation;
   dnnl::engine engine;  // DnnlEngine()
-  dnnl::matmul prim;
-  dnnl::memory::desc scratch_md;
+  // oneDNN fixes a primitive's thread count when it is created (the gemm
+  // matmul keeps omp_get_max_threads() of that moment), so there is one
+  // primitive per thread count the callers run with, all on the same packed
+  // weights.
+  struct Product {
+    dnnl::matmul prim;
+    dnnl::memory::desc scratch_md;
+  };
+  dnnl::memory::desc weights_md;
+  mutable absl::Mutex mu;
+  mutable std::map<int, std::shared_ptr<const Product>> products
+      ABSL_GUARDED_BY(mu);
   dnnl::memory weights;
   dnnl::memory bias;
   bool has_bias = false;
   std::vector<float> bias_data;
 
   dt src_type() const { return bf16_product ? dt::bf16 : dt::f32; }
+
+  // The product for `threads` OpenMP threads, created on first use. A
+  // primitive whose weights layout differs from the packed one (not seen with
+  // oneDNN 2.6) is not used: the one-thread product serves instead.
+  absl::StatusOr<std::shared_ptr<const Product>> ForThreads(int threads) const {
+    {
+      absl::MutexLock lock(&mu);
+      auto it = products.find(threads);
+      if (it != products.end()) return it->second;
+    }
+    std::shared_ptr<const Product> made;
+    try {
+      const ScopedOmpThreads scoped(threads);
+      const dnnl::matmul::primitive_desc pd = Describe(src_type());
+      if (pd.weights_desc() == weights_md) {
+        made = std::make_shared<const Product>(
+            Product{dnnl::matmul(pd), pd.scratchpad_desc()});
+      }
+    } catch (const dnnl::error& e) {
+      return DnnlError("matmul creation", e);
+    }
+    absl::MutexLock lock(&mu);
+    if (made == nullptr) return products.at(1);
+    return products.emplace(threads, std::move(made)).first->second;
+  }
 
   // The primitive for x [rows, k] of `type`; throws dnnl::error.
   dnnl::matmul::primitive_desc Describe(dt type) const {
@@ -79,6 +120,9 @@ absl::StatusOr<std::unique_ptr<PackedMatmul>> PackedMatmul::Create(
   impl->has_bias = bias != nullptr;
   impl->engine = **engine;
   try {
+    // Created for one thread (a layer's warm-up and one-thread workers), and
+    // below for the loading thread's count.
+    const ScopedOmpThreads one_thread(1);
     dnnl::matmul::primitive_desc pd;
     bool have = false;
     if (spec.bf16 && HasBf16Matmul()) {
@@ -92,8 +136,13 @@ absl::StatusOr<std::unique_ptr<PackedMatmul>> PackedMatmul::Create(
     }
     if (!have) pd = impl->Describe(dt::f32);
     impl->implementation = pd.impl_info_str();
-    impl->scratch_md = pd.scratchpad_desc();
-    impl->prim = dnnl::matmul(pd);
+    impl->weights_md = pd.weights_desc();
+    {
+      absl::MutexLock lock(&impl->mu);
+      impl->products.emplace(
+          1, std::make_shared<const Impl::Product>(
+                 Impl::Product{dnnl::matmul(pd), pd.scratchpad_desc()}));
+    }
 
     // The weights as given, in the product's type (bf16-rounded for a bf16
     // model either way), then reordered once into the primitive's layout.
@@ -117,6 +166,9 @@ absl::StatusOr<std::unique_ptr<PackedMatmul>> PackedMatmul::Create(
                                      strides);
     dnnl::memory user(user_md, impl->engine, const_cast<void*>(user_data));
     impl->weights = dnnl::memory(pd.weights_desc(), impl->engine);
+    // On one thread (one_thread above): a team's idle threads would spin on
+    // the cores for a while after it, just as a server that has loaded its
+    // models takes its first calls.
     dnnl::reorder(user, impl->weights).execute(**stream, user, impl->weights);
     (*stream)->wait();
     if (bias != nullptr) {
@@ -127,6 +179,14 @@ absl::StatusOr<std::unique_ptr<PackedMatmul>> PackedMatmul::Create(
     }
   } catch (const dnnl::error& e) {
     return DnnlError("matmul creation", e);
+  }
+  // The loading thread's count too (a server's default, cores / workers, is
+  // often it).
+  const int threads = omp_get_max_threads();
+  if (threads > 1) {
+    absl::StatusOr<std::shared_ptr<const Impl::Product>> product =
+        impl->ForThreads(threads);
+    if (!product.ok()) return product.status();
   }
   return std::unique_ptr<PackedMatmul>(new PackedMatmul(std::move(impl)));
 }
@@ -157,6 +217,10 @@ absl::Status PackedMatmul::Run(const void* x, int64_t rows, float* y) const {
   }
   absl::StatusOr<dnnl::stream*> stream = ThreadDnnlStream();
   if (!stream.ok()) return stream.status();
+  absl::StatusOr<std::shared_ptr<const Impl::Product>> product =
+      impl_->ForThreads(omp_get_max_threads());
+  if (!product.ok()) return product.status();
+  const Impl::Product& p = **product;
   try {
     dnnl::memory src(dnnl::memory::desc({rows, spec.k}, impl_->src_type(),
                                         dims{spec.lda, 1}),
@@ -164,17 +228,17 @@ absl::Status PackedMatmul::Run(const void* x, int64_t rows, float* y) const {
     dnnl::memory dst(
         dnnl::memory::desc({rows, spec.n}, dt::f32, dims{spec.ldc, 1}),
         impl_->engine, y);
-    if (scratch.size() < impl_->scratch_md.get_size()) {
-      scratch.resize(impl_->scratch_md.get_size());
+    if (scratch.size() < p.scratch_md.get_size()) {
+      scratch.resize(p.scratch_md.get_size());
     }
-    dnnl::memory scratchpad(impl_->scratch_md, impl_->engine, scratch.data());
+    dnnl::memory scratchpad(p.scratch_md, impl_->engine, scratch.data());
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_SRC, src},
         {DNNL_ARG_WEIGHTS, impl_->weights},
         {DNNL_ARG_DST, dst},
         {DNNL_ARG_SCRATCHPAD, scratchpad}};
     if (impl_->has_bias) args.emplace(DNNL_ARG_BIAS, impl_->bias);
-    impl_->prim.execute(**stream, args);
+    p.prim.execute(**stream, args);
     (*stream)->wait();
   } catch (const dnnl::error& e) {
     return DnnlError("matmul", e);

@@ -41,7 +41,9 @@ class PackedMatmul {
 
   // y[m] = x[m]·W + b for m in [0, rows). x: f32 rows, or bf16 bits when the
   // spec says bf16. Thread-safe; uses the calling thread's OpenMP thread
-  // count (omp_set_num_threads). Internal when oneDNN fails.
+  // count (omp_set_num_threads): the first call with a count other than 1 and
+  // the creating thread's creates the primitive for it. Internal when oneDNN
+  // fails.
   absl::Status Run(const void* x, int64_t rows, float* y) const;
 
   // The implementation oneDNN picked, e.g. "gemm:jit", "brg:avx512_core".

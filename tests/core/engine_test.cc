@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/attention.h"
+#include "core/matmul.h"
 #include "core/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -354,6 +355,86 @@ INSTANTIATE_TEST_SUITE_P(
           "Dv", s.dv, DTypeLabel(std::get<1>(info.param)),
           MaskName(std::get<2>(info.param)), PathName(std::get<3>(info.param)));
     });
+
+// Ragged edges (kernel_common.h, "Tile shapes"): every length 1..300, so that
+// every residue of the query block, the row group and the key granule ends a
+// tile, self-attention (causal and not) and cross-attention, both layouts,
+// GQA, padded keys; and tile sizes off the granule (q_block 40, k_block 96).
+class EngineRaggedTest
+    : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(EngineRaggedTest, EveryLengthTo300MatchesReference) {
+  const auto [dtype, odd_tiles] = GetParam();
+  auto engine =
+      odd_tiles ? MakeEngine(Isa::kAuto, 40, 96) : MakeEngine(Isa::kAuto);
+  ASSERT_NE(engine, nullptr);
+  for (int64_t l = 1; l <= 300; ++l) {
+    Case c;
+    // Self-attention on odd L, cross (Lk = 301 - L) on even L.
+    c.shape = Shape{1, 2, 1, l, l % 2 == 1 ? l : 301 - l, 16, 16};
+    c.dtype = dtype;
+    c.out_dtype = DType::kFloat32;
+    c.layout = l % 4 < 2 ? Layout::kBHLD : Layout::kBLHD;
+    const MaskKind masks[] = {MaskKind::kCausalTopLeft, MaskKind::kNone,
+                              MaskKind::kCausalBottomRight,
+                              MaskKind::kKeyLengths};
+    c.mask = masks[l % 4];
+    c.Build(static_cast<uint64_t>(l));
+    SCOPED_TRACE(absl::StrCat("Lq=", c.shape.lq, " Lk=", c.shape.lk,
+                              " mask=", MaskName(c.mask)));
+    ExpectMatchesReference(*engine, c, KernelPath::kFlash);
+    if (l % 10 == 0) ExpectMatchesReference(*engine, c, KernelPath::kDecode);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sweep, EngineRaggedTest,
+    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kBFloat16),
+                       ::testing::Bool()),
+    [](const ::testing::TestParamInfo<std::tuple<DType, bool>>& info) {
+      return absl::StrCat(DTypeLabel(std::get<0>(info.param)),
+                          std::get<1>(info.param) ? "OddTiles" : "");
+    });
+
+// After Prepare, flash calls of any length create no product primitive, on
+// this engine or another (the cache is the process's), whatever the mask.
+TEST(EngineTest, NewLengthsCreateNoPrimitiveAfterPrepare) {
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (const Layout layout : {Layout::kBHLD, Layout::kBLHD}) {
+      auto engine = MakeEngine(Isa::kAuto);
+      auto other = MakeEngine(Isa::kAuto, 0, 512, 1);
+      ASSERT_NE(engine, nullptr);
+      ASSERT_NE(other, nullptr);
+      Case like;
+      like.shape = Shape{1, 4, 2, 1, 1, 64, 64};
+      like.dtype = dtype;
+      like.layout = layout;
+      like.Build(1);
+      ASSERT_TRUE(engine->Prepare(like.Inputs(KernelPath::kAuto)).ok());
+      absl::StatusOr<MatmulCache*> cache = MatmulCache::Shared();
+      ASSERT_TRUE(cache.ok());
+      const int64_t created = (*cache)->created();
+      for (int64_t l = 1; l <= 1100; l += l < 200 ? 1 : 37) {
+        for (const MaskKind mask : {MaskKind::kCausalTopLeft, MaskKind::kNone,
+                                    MaskKind::kKeyLengths}) {
+          Case c;
+          c.shape = Shape{1, 4, 2, l, l % 3 == 0 ? l + 50 : l, 64, 64};
+          c.dtype = dtype;
+          c.layout = layout;
+          c.mask = mask;
+          c.Build(static_cast<uint64_t>(l));
+          TestTensor out(dtype, c.OutputShape());
+          AttentionOutputs outputs{out.mutable_view(), std::nullopt};
+          AttentionEngine& e = l % 2 == 0 ? *engine : *other;
+          ASSERT_TRUE(e.Run(c.Inputs(KernelPath::kFlash), outputs).ok());
+        }
+        ASSERT_EQ((*cache)->created(), created)
+            << "L = " << l << " created a primitive (" << DTypeLabel(dtype)
+            << (layout == Layout::kBHLD ? " BHLD" : " BLHD") << ")";
+      }
+    }
+  }
+}
 
 TEST(EngineTest, DegenerateShapes) {
   auto engine = MakeEngine(Isa::kAuto);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/random.h"
+#include "core/matmul.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/reference_layer.h"
@@ -277,6 +278,42 @@ class LayerValidationTest : public ::testing::Test {
   std::unique_ptr<AttentionLayer> layer_;
   std::unique_ptr<AttentionEngine> engine_;
 };
+
+// A layer warms up when it is created: calls of any length, self-attention
+// (causal or not) or cross-attention, on any engine, create no product
+// primitive (regression: each new length created a few, 0.2-2 ms each).
+TEST(LayerWarmUpTest, NewLengthsCreateNoPrimitive) {
+  for (const ModelDType dtype : {ModelDType::kFloat32, ModelDType::kBFloat16}) {
+    ModelConfig config = Config(64, 4, 2, 16);
+    config.dtype = dtype;
+    const LayerWeights weights = MakeWeights(config, 0);
+    auto layer = AttentionLayer::Create(config, weights);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    EngineOptions options;
+    options.num_threads = 2;
+    options.max_isa = CapIsa(Isa::kAuto);
+    auto engine = AttentionEngine::Create(options);
+    ASSERT_TRUE(engine.ok());
+    absl::StatusOr<MatmulCache*> cache = MatmulCache::Shared();
+    ASSERT_TRUE(cache.ok());
+    const int64_t created = (*cache)->created();
+    for (int64_t l = 1; l <= 300; l += l < 80 ? 1 : 13) {
+      const TestTensor hidden =
+          TestTensor::Random(DType::kFloat32, {2, l, 64}, l);
+      const TestTensor memory =
+          TestTensor::Random(DType::kFloat32, {2, l + 7, 64}, l + 1);
+      TestTensor out(DType::kFloat32, {2, l, 64});
+      LayerInputs in;
+      in.hidden = hidden.view();
+      in.mask.causal = l % 2 == 0;
+      if (l % 3 == 0) in.memory = memory.view();
+      LayerOutputs o;
+      o.output = out.mutable_view();
+      ASSERT_TRUE(layer->get()->Run(in, o, **engine).ok());
+      ASSERT_EQ((*cache)->created(), created) << "L = " << l;
+    }
+  }
+}
 
 TEST_F(LayerValidationTest, HiddenMustBeBLD) {
   const TestTensor wrong_d = TestTensor::Random(DType::kFloat32, {1, 3, 15}, 1);

@@ -15,8 +15,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/attention.h"
+#include "core/matmul.h"
+#include "core/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/attention_layer.h"
 #include "model/model_config.h"
 #include "model/model_repository.h"
 #include "model/safetensors.h"
@@ -110,6 +114,49 @@ TEST(ExampleModelsTest, ScriptWritesModelsThatLoad) {
   }
   EXPECT_EQ(loaded["additive"]->weights.additive_dim, 16);
   EXPECT_THAT(loaded["additive"]->weights.additive_v, SizeIs(4 * 16));
+}
+
+// Every example model warms up when its layer is created (as the server
+// creates them at start-up); calls at new lengths then create no product
+// primitive and give finite outputs.
+TEST(ExampleModelsTest, EveryModelWarmsUpAndServesNewLengths) {
+  TempDir dir;
+  const ScriptRun run = MakeExampleModels(dir.path());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  absl::StatusOr<RepositoryContents> contents =
+      LoadModelRepository(dir.path(), false);
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EngineOptions options;
+  options.num_threads = 1;
+  absl::StatusOr<std::unique_ptr<AttentionEngine>> engine =
+      AttentionEngine::Create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  absl::StatusOr<MatmulCache*> cache = MatmulCache::Shared();
+  ASSERT_TRUE(cache.ok());
+  for (const LoadedModel& model : contents->models) {
+    absl::StatusOr<std::unique_ptr<AttentionLayer>> layer =
+        AttentionLayer::Create(model.config, model.weights);
+    ASSERT_TRUE(layer.ok()) << model.name << ": " << layer.status();
+    const int64_t created = (*cache)->created();
+    const int64_t d = model.config.d_model;
+    for (const int64_t l : {1, 37, 130, 201}) {
+      std::vector<float> hidden(static_cast<size_t>(l * d));
+      for (size_t i = 0; i < hidden.size(); ++i) {
+        hidden[i] = std::sin(0.37f * static_cast<float>(i));
+      }
+      std::vector<float> out(hidden.size());
+      LayerInputs in;
+      in.hidden = MakeTensorView(hidden.data(), DType::kFloat32, {1, l, d});
+      LayerOutputs o;
+      o.output = MakeMutableTensorView(out.data(), DType::kFloat32, {1, l, d});
+      const absl::Status st = (*layer)->Run(in, o, **engine);
+      ASSERT_TRUE(st.ok()) << model.name << " L = " << l << ": " << st;
+      for (float v : out) ASSERT_TRUE(std::isfinite(v)) << model.name;
+    }
+    if (model.config.attention == AttentionKind::kSoftmax) {
+      EXPECT_EQ((*cache)->created(), created) << model.name;
+    }
+  }
 }
 
 TEST(ExampleModelsTest, WeightsLookInitialised) {
