@@ -11,12 +11,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention.h"
+#include "server/call_stages.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request_codec.h"
@@ -43,6 +45,17 @@ struct ServiceOptions {
   // request, response and working bytes once decoded, until its answer is
   // handed back; null = no budget. Must outlive the service.
   MemoryBudget* budget = nullptr;
+  // Requests of fewer FLOPs (the count --max_request_flops limits) are small:
+  // the scheduler may run them inline and the engine on one thread
+  // (SchedulerOptions::run_small_inline, EngineOptions::serial_below_flops),
+  // and small Attend requests may be batched. 0 (default) = none is small.
+  double small_request_flops = 0;
+  // Small Attend requests carry their batch key (server/batching.h), so that
+  // a scheduler with batch_max_size > 1 coalesces them (default false).
+  bool batch_small_requests = false;
+  // Called once per computed call, after its answer, with its stage times;
+  // null (default) = not measured. For benchmarks; must be thread-safe.
+  std::function<void(const CallStages&)> observe_stages;
 };
 
 struct AttendKind;
@@ -117,6 +130,21 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                v1::AttendResponse* response, absl::Time received,
                std::function<bool()> is_cancelled, absl::Time deadline,
                absl::AnyInvocable<void(absl::Status)> done);
+
+  // Computes one decoded request alone into `response` and answers it
+  // (timing and compute metrics when OK).
+  template <typename Kind>
+  void RunAlone(const typename Kind::Decoded& decoded, AttentionEngine& engine,
+                v1::AttendResponse* response, absl::Time received,
+                absl::Time submitted, int batch_size,
+                absl::AnyInvocable<void(absl::Status)>& answer);
+
+  // The scheduler's run_batch of small Attend requests: one engine run for
+  // all (server/batching.h), each member answered with its own slice, timing
+  // and status; members are run alone when the batch's working bytes do not
+  // fit the memory budget or the batched run fails.
+  void RunAttendBatch(AttentionEngine& engine,
+                      const std::vector<BatchMember>& members);
 
   // Metrics of one answered request or stream message: per method, and per
   // model for requests of a hosted model.

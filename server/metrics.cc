@@ -282,6 +282,7 @@ struct Metrics::Impl {
   prometheus::Counter* requests[kNumMethods][kNumCodes] = {};
   prometheus::Histogram* request_duration[kNumMethods] = {};
   prometheus::Histogram* queue_duration = nullptr;
+  prometheus::Histogram* batch_size = nullptr;
   prometheus::Histogram* compute_duration[kNumKernels] = {};
   prometheus::Gauge* inflight = nullptr;
   prometheus::Gauge* queue_depth = nullptr;
@@ -343,6 +344,17 @@ Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
                "seconds.")
            .Register(r)
            .Add({}, LatencyBuckets());
+
+  impl_->batch_size =
+      &prometheus::BuildHistogram()
+           .Name("attnserve_batch_size")
+           .Help(
+               "Tasks the scheduler ran together in one engine run (dynamic "
+               "batching, --batch_max_size; 1 = alone), in tasks, once per "
+               "run.")
+           .Register(r)
+           .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32,
+                                                            64, 128, 256});
 
   auto& compute = prometheus::BuildHistogram()
                       .Name("attnserve_compute_duration_seconds")
@@ -515,6 +527,10 @@ void Metrics::RecordModelCompute(int model, double seconds, double flops) {
         seconds);
   }
   if (flops > 0) impl_->flops->Increment(flops);
+}
+
+void Metrics::RecordBatch(int size) {
+  impl_->batch_size->Observe(static_cast<double>(size));
 }
 
 void Metrics::RecordRejection(Rejection reason) {

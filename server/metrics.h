@@ -98,6 +98,8 @@ class Metrics {
   // attnserve_model_compute_duration_seconds{model}, and the call's FLOPs
   // (projections included) in attnserve_attention_flops_total.
   void RecordModelCompute(int model, double seconds, double flops);
+  // attnserve_batch_size: the tasks of one scheduler run (1 = alone).
+  void RecordBatch(int size);
   // attnserve_rejected_total{reason}.
   void RecordRejection(Rejection reason);
   // attnserve_queue_depth, attnserve_inflight_requests.

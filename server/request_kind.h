@@ -15,6 +15,7 @@
 //   HeldBytes(decoded)                  what it holds beyond its request (the
 //                                       response, working buffers): the
 //                                       memory budget's count
+//   Flops(decoded)                      its work, for the small-request path
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -60,6 +61,8 @@ struct AttendKind {
   static int64_t HeldBytes(const Decoded& decoded) {
     return decoded.response_payload_bytes;
   }
+  // The FLOPs the limits and small-request threshold count.
+  static double Flops(const Decoded& decoded) { return decoded.shape.flops; }
 };
 
 struct ModelKind {
@@ -86,6 +89,8 @@ struct ModelKind {
   static int64_t HeldBytes(const Decoded& decoded) {
     return decoded.response_payload_bytes + decoded.working_bytes;
   }
+  // The layer's FLOPs (projections included).
+  static double Flops(const Decoded& decoded) { return decoded.flops; }
 };
 
 }  // namespace attnserve::server
