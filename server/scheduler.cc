@@ -207,23 +207,28 @@ void Scheduler::WorkerLoop(AttentionEngine* engine) {
       taken.push_back(std::move(queue_.front()));
       queue_.pop_front();
       ++running_;
-      const std::string& key = taken.front().task.batch_key;
+      // A copy: `taken` grows, and its first element moves.
+      const std::string key = taken.front().task.batch_key;
       if (batch_max_size_ > 1 && !key.empty()) {
         TakeCompatible(key, &taken);
         if (batch_max_delay_ > absl::ZeroDuration()) {
-          // No member's deadline may pass in the wait.
+          // The wait never reaches into a member's last batch_max_delay
+          // before its deadline, so that waiting does not expire it.
           absl::Time until = absl::Now() + batch_max_delay_;
-          for (const Queued& q : taken)
-            until = std::min(until, q.task.deadline);
+          size_t capped = 0;
+          auto cap = [&] {
+            for (; capped < taken.size(); ++capped) {
+              until = std::min(until,
+                               taken[capped].task.deadline - batch_max_delay_);
+            }
+          };
+          cap();
           ++batch_waiters_;
           while (static_cast<int>(taken.size()) < batch_max_size_ &&
                  accepting_ && !stop_ &&
                  !work_or_stop_.WaitWithDeadline(&mu_, until)) {
-            const size_t before = taken.size();
             TakeCompatible(key, &taken);
-            for (size_t i = before; i < taken.size(); ++i) {
-              until = std::min(until, taken[i].task.deadline);
-            }
+            cap();
           }
           TakeCompatible(key, &taken);
           --batch_waiters_;

@@ -24,7 +24,8 @@
 // batch_key also takes, in queue order, the queued tasks with the same key, up
 // to batch_max_size in all; with batch_max_delay > 0 it then waits up to that
 // long after taking the first for more to arrive (0: only what is queued
-// already). The tasks it takes pass over incompatible ones, which keep their
+// already), but never into a member's last batch_max_delay before its
+// deadline. The tasks it takes pass over incompatible ones, which keep their
 // order. A batch of one runs as an ordinary task.
 
 #include <cstdint>
