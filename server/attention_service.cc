@@ -141,7 +141,7 @@ void AttentionService::Process(const typename Kind::Request& request,
   Task task;
   task.deadline = deadline;
   task.is_cancelled = std::move(is_cancelled);
-  task.small = Kind::Flops(*decoded) < options_.small_request_flops;
+  task.small = Kind::IsSmall(*decoded, options_.small_request_flops);
   if constexpr (std::is_same_v<Kind, AttendKind>) {
     if (task.small && options_.batch_small_requests) {
       task.batch_key = AttendBatchKey(*decoded);

@@ -45,10 +45,11 @@ struct ServiceOptions {
   // request, response and working bytes once decoded, until its answer is
   // handed back; null = no budget. Must outlive the service.
   MemoryBudget* budget = nullptr;
-  // Requests of fewer FLOPs (the count --max_request_flops limits) are small:
-  // the scheduler may run them inline and the engine on one thread
-  // (SchedulerOptions::run_small_inline, EngineOptions::serial_below_flops),
-  // and small Attend requests may be batched. 0 (default) = none is small.
+  // Softmax Attend requests of fewer FLOPs (the count --max_request_flops
+  // limits) are small (Kind::IsSmall): the engine runs them on one thread
+  // (EngineOptions::serial_below_flops), the scheduler inline when it can
+  // (SchedulerOptions::run_small_inline), and they may be batched. 0
+  // (default) = none is small.
   double small_request_flops = 0;
   // Small Attend requests carry their batch key (server/batching.h), so that
   // a scheduler with batch_max_size > 1 coalesces them (default false).

@@ -40,7 +40,8 @@ ABSL_FLAG(int64_t, max_response_bytes, int64_t{256} << 20,
 ABSL_FLAG(double, max_request_flops, 1e12,
           "largest attention FLOP count (2*B*Hq*Lq*Lk*(D+Dv)) of one request");
 ABSL_FLAG(double, small_request_flops, 1e6,
-          "requests of fewer FLOPs are small: computed on one thread with no "
+          "softmax Attend requests of fewer FLOPs are small: computed on one "
+          "thread with no "
           "OpenMP team, run at once on the receiving thread when a worker is "
           "idle and nothing is queued (--inline_small_requests), batchable "
           "(--batch_max_size); 0 = none is small");

@@ -15,7 +15,8 @@
 //   HeldBytes(decoded)                  what it holds beyond its request (the
 //                                       response, working buffers): the
 //                                       memory budget's count
-//   Flops(decoded)                      its work, for the small-request path
+//   IsSmall(decoded, threshold)         whether it takes the small-request
+//                                       path (one thread, maybe inline)
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,8 +62,13 @@ struct AttendKind {
   static int64_t HeldBytes(const Decoded& decoded) {
     return decoded.response_payload_bytes;
   }
-  // The FLOPs the limits and small-request threshold count.
-  static double Flops(const Decoded& decoded) { return decoded.shape.flops; }
+  // Softmax attention of fewer FLOPs than `threshold`: the engine runs it on
+  // the calling thread with no OpenMP team (EngineOptions::serial_below_flops),
+  // so it may run on any thread. Linear and LSH attention keep their team.
+  static bool IsSmall(const Decoded& decoded, double threshold) {
+    return decoded.inputs.method == AttentionMethod::kSoftmax &&
+           decoded.shape.flops < threshold;
+  }
 };
 
 struct ModelKind {
@@ -89,8 +95,11 @@ struct ModelKind {
   static int64_t HeldBytes(const Decoded& decoded) {
     return decoded.response_payload_bytes + decoded.working_bytes;
   }
-  // The layer's FLOPs (projections included).
-  static double Flops(const Decoded& decoded) { return decoded.flops; }
+  // Never: the layer's projections run on an OpenMP team of the engine's
+  // threads, which must not be started on a gRPC thread.
+  static bool IsSmall(const Decoded& decoded, double threshold) {
+    return false;
+  }
 };
 
 }  // namespace attnserve::server

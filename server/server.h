@@ -29,7 +29,8 @@ struct ServerOptions {
   int64_t max_response_bytes = int64_t{256} << 20;
   // Largest attention FLOP count of one request.
   double max_request_flops = 1e12;
-  // Requests of fewer FLOPs are small (ServiceOptions::small_request_flops):
+  // Softmax Attend requests of fewer FLOPs are small
+  // (ServiceOptions::small_request_flops):
   // the engine runs them on one thread (EngineOptions::serial_below_flops),
   // the scheduler inline when it can (SchedulerOptions::run_small_inline),
   // and they may be batched (SchedulerOptions::batch_max_size). Default 1e6
