@@ -139,6 +139,8 @@ void Scheduler::TakeCompatible(const std::string& key,
     if (it->task.batch_key == key) {
       batch->push_back(std::move(*it));
       it = queue_.erase(it);
+      // Taken, not finished: still counts against the queue's bound.
+      ++active_;
     } else {
       ++it;
     }
@@ -206,6 +208,7 @@ void Scheduler::WorkerLoop(AttentionEngine* engine) {
       }
       taken.push_back(std::move(queue_.front()));
       queue_.pop_front();
+      ++active_;
       ++running_;
       // A copy: `taken` grows, and its first element moves.
       const std::string key = taken.front().task.batch_key;
@@ -224,17 +227,18 @@ void Scheduler::WorkerLoop(AttentionEngine* engine) {
           };
           cap();
           ++batch_waiters_;
+          PublishDepth();
           while (static_cast<int>(taken.size()) < batch_max_size_ &&
                  accepting_ && !stop_ &&
                  !work_or_stop_.WaitWithDeadline(&mu_, until)) {
             TakeCompatible(key, &taken);
             cap();
+            PublishDepth();
           }
           TakeCompatible(key, &taken);
           --batch_waiters_;
         }
       }
-      active_ += static_cast<int>(taken.size());
       PublishDepth();
       if (queue_.empty()) queue_empty_.SignalAll();
     }

@@ -156,7 +156,7 @@ class Scheduler {
             Metrics* metrics);
   void WorkerLoop(AttentionEngine* engine);
   // Moves the queued tasks with `key` into `batch`, in queue order, until it
-  // holds batch_max_size.
+  // holds batch_max_size; they count as active from then on.
   void TakeCompatible(const std::string& key, std::vector<Queued>* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks each task's deadline and cancellation (rejecting those that fail),

@@ -970,6 +970,25 @@ TEST(SchedulerTest, BatchedTasksCountAgainstTheQueueUntilFinished) {
   EXPECT_EQ(log.runs(), (Runs{{"a1", "a2"}}));
 }
 
+TEST(SchedulerTest, TasksWaitingInABatchCountAgainstTheQueue) {
+  // max_queue 1 + 1 worker: two tasks admitted, even while the worker holds
+  // both in a batch that waits for more.
+  SchedulerOptions options = Options(1, 1);
+  options.batch_max_size = 8;
+  options.batch_max_delay = absl::Seconds(30);
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  RunLog log;
+  ASSERT_TRUE(scheduler->Submit(log.Make("a1", "a")).ok());
+  while (scheduler->queue_depth() != 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(scheduler->Submit(log.Make("a2", "a")).ok());
+  while (scheduler->queue_depth() != 0) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_THAT(scheduler->Submit(log.Make("a3", "a")),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("queue is full (max_queue = 1)")));
+  scheduler->Shutdown(absl::InfiniteFuture());
+  EXPECT_EQ(log.runs(), (Runs{{"a1", "a2"}}));
+}
+
 TEST(SchedulerTest, BatchSizesGoToTheHistogram) {
   Metrics metrics(BuildInfo{"test", "0", "avx2"});
   SchedulerOptions options = Options(1, 16);
