@@ -148,6 +148,9 @@ std::vector<RpcCase> RpcCases() {
   return {
       {"rpc_b1_h8_l128_d64_f32_c1", 1, 8, 128, 64, 1, Goal::kLatency, 1.15},
       {"rpc_b1_h1_l16_d64_f32_c1", 1, 1, 16, 64, 1, Goal::kOverhead, 15},
+      // Small (5.2e5 FLOPs) but two heads: the team that the small-request
+      // path leaves asleep.
+      {"rpc_b1_h2_l32_d64_f32_c1", 1, 2, 32, 64, 1, Goal::kOverhead, 15},
       {"rpc_b1_h1_l16_d64_f32_c32", 1, 1, 16, 64, 32, Goal::kThroughput, 0.9},
       {"rpc_b1_h1_l16_d64_f32_c32_batch", 1, 1, 16, 64, 32, Goal::kThroughput,
        0.9, true},
