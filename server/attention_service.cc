@@ -217,6 +217,7 @@ void AttentionService::RunAttendBatch(AttentionEngine& engine,
     absl::StatusOr<MemoryBudget::Reservation> reserved =
         options_.budget->Reserve(AttendBatchBytes(batch));
     if (!reserved.ok()) {
+      metrics_->RecordBatchFallback(/*memory_budget=*/true);
       run_each_alone();
       return;
     }
@@ -228,6 +229,7 @@ void AttentionService::RunAttendBatch(AttentionEngine& engine,
   reservation.Release();
   if (!status.ok()) {
     // Each member gets its own result, or its own error.
+    metrics_->RecordBatchFallback(/*memory_budget=*/false);
     run_each_alone();
     return;
   }

@@ -191,6 +191,7 @@ TEST_F(MetricsTest, ExposesEveryFamilyWithHelpAndType) {
       {"attnserve_request_duration_seconds", "histogram"},
       {"attnserve_queue_duration_seconds", "histogram"},
       {"attnserve_batch_size", "histogram"},
+      {"attnserve_batch_fallbacks_total", "counter"},
       {"attnserve_compute_duration_seconds", "histogram"},
       {"attnserve_inflight_requests", "gauge"},
       {"attnserve_queue_depth", "gauge"},
