@@ -84,6 +84,13 @@ ABSL_FLAG(bool, malloc_keep_freed, false,
           "M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD 1 GiB, M_TOP_PAD 64 MiB) "
           "instead of glibc's default of returning large blocks to the OS.");
 ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
+ABSL_FLAG(double, small_request_flops, 1e6,
+          "attnserve's --small_request_flops (0 turns the small-request path "
+          "off).");
+ABSL_FLAG(bool, inline_small, true, "attnserve's --inline_small_requests.");
+ABSL_FLAG(int, batch_max_size, 32,
+          "attnserve's --batch_max_size in the *_batch cases (the others run "
+          "with 1).");
 
 namespace attnserve::bench {
 namespace {
@@ -114,11 +121,17 @@ struct Options {
   bool mutex_deadlock_detection = true;
   bool malloc_keep_freed = false;
   std::string filter;
+  double small_request_flops = 0;
+  bool inline_small = true;
+  int batch_max_size = 1;
 };
 
 enum class Goal {
   kLatency,     // attnserve_p50 / (echo_p50 + kernel_median) <= target
   kThroughput,  // attnserve_rps / echo_rps >= target
+  // The server's median span outside the kernel (receipt to answer handed
+  // back, minus compute), in µs, <= target.
+  kOverhead,
 };
 
 struct RpcCase {
@@ -127,12 +140,20 @@ struct RpcCase {
   int concurrency = 1;
   Goal goal = Goal::kLatency;
   double target = 0;
+  // attnserve's --batch_max_size (Options::batch_max_size when batching).
+  bool batching = false;
 };
 
 std::vector<RpcCase> RpcCases() {
   return {
       {"rpc_b1_h8_l128_d64_f32_c1", 1, 8, 128, 64, 1, Goal::kLatency, 1.15},
-      {"rpc_b1_h1_l16_d64_f32_c32", 1, 1, 16, 64, 32, Goal::kThroughput, 0.7},
+      {"rpc_b1_h1_l16_d64_f32_c1", 1, 1, 16, 64, 1, Goal::kOverhead, 15},
+      // Small (5.2e5 FLOPs) but two heads: the team that the small-request
+      // path leaves asleep.
+      {"rpc_b1_h2_l32_d64_f32_c1", 1, 2, 32, 64, 1, Goal::kOverhead, 15},
+      {"rpc_b1_h1_l16_d64_f32_c32", 1, 1, 16, 64, 32, Goal::kThroughput, 0.9},
+      {"rpc_b1_h1_l16_d64_f32_c32_batch", 1, 1, 16, 64, 32, Goal::kThroughput,
+       0.9, true},
       {"rpc_b1_h16_l2048_d64_f32_c1", 1, 16, 2048, 64, 1, Goal::kLatency, 1.1},
   };
 }
@@ -169,6 +190,53 @@ SideRep Summarize(const WindowResult& w) {
   s.response_bytes = w.response_bytes;
   return s;
 }
+
+// Medians of one repetition's server-side stages (server::CallStages), µs.
+struct StageRep {
+  double decode_us = 0, queue_us = 0, compute_us = 0, answer_us = 0,
+         span_us = 0, outside_us = 0, mean_batch = 0;
+};
+
+// The stage times of every computed call since the last Take.
+class StageLog {
+ public:
+  void Add(const server::CallStages& s) {
+    absl::MutexLock lock(&mu_);
+    stages_.push_back(s);
+  }
+  StageRep Take() {
+    std::vector<server::CallStages> stages;
+    {
+      absl::MutexLock lock(&mu_);
+      stages.swap(stages_);
+    }
+    auto us = [](absl::Duration d) { return absl::ToDoubleMicroseconds(d); };
+    std::vector<double> decode, queue, compute, answer, span, outside;
+    double batch = 0;
+    for (const server::CallStages& c : stages) {
+      decode.push_back(us(c.submitted - c.received));
+      queue.push_back(us(c.started - c.submitted));
+      compute.push_back(us(c.computed - c.started));
+      answer.push_back(us(c.answered - c.computed));
+      span.push_back(us(c.answered - c.received));
+      outside.push_back(span.back() - compute.back());
+      batch += c.batch_size;
+    }
+    StageRep r;
+    r.decode_us = Median(decode);
+    r.queue_us = Median(queue);
+    r.compute_us = Median(compute);
+    r.answer_us = Median(answer);
+    r.span_us = Median(span);
+    r.outside_us = Median(outside);
+    r.mean_batch = stages.empty() ? 0 : batch / stages.size();
+    return r;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<server::CallStages> stages_ ABSL_GUARDED_BY(mu_);
+};
 
 // Median over repetitions of one field.
 double MedianOf(const std::vector<SideRep>& reps,
@@ -255,7 +323,7 @@ class Benchmark {
                   r.at("cpus").get<int>(),
                   r.at("loadavg_start").get<std::string>().c_str(),
                   r.at("method").get<std::string>().c_str());
-      std::printf("\n%-28s %3s %6s %9s %9s %9s %9s %9s %8s %8s %6s %7s  %s\n",
+      std::printf("\n%-32s %3s %6s %9s %9s %9s %9s %9s %8s %8s %6s %7s  %s\n",
                   "case", "c", "calls", "attn_p50", "attn_p99", "echo_p50",
                   "echo_p99", "kernel", "attn_rps", "echo_rps", "ratio",
                   "target", "met");
@@ -268,7 +336,7 @@ class Benchmark {
     } else {
       const Json& k = r.at("kernel_median_us");
       std::printf(
-          "%-28s %3d %6lld %9.1f %9.1f %9.1f %9.1f %9s %8.0f %8.0f %6.3f "
+          "%-32s %3d %6lld %9.1f %9.1f %9.1f %9.1f %9s %8.0f %8.0f %6.3f "
           "%2s%5.2f  %s\n",
           kind.c_str(), r.at("concurrency").get<int>(),
           static_cast<long long>(r.at("requests").get<int64_t>()),
@@ -296,6 +364,18 @@ class Benchmark {
           static_cast<long long>(r.at("echo_response_bytes").get<int64_t>()),
           r.at("response_serialize_us").get<double>(),
           r.at("response_parse_us").get<double>());
+      std::printf(
+          "    stages (server, median us): decode %.1f, queue %.1f, compute "
+          "%.1f, answer %.1f; span %.1f, outside the kernel %.1f; hand-back "
+          "estimate %.1f; mean batch %.2f\n",
+          r.at("stage_decode_us").get<double>(),
+          r.at("stage_queue_us").get<double>(),
+          r.at("stage_compute_us").get<double>(),
+          r.at("stage_answer_us").get<double>(),
+          r.at("stage_span_us").get<double>(),
+          r.at("stage_outside_kernel_us").get<double>(),
+          r.at("handback_est_us").get<double>(),
+          r.at("mean_batch_size").get<double>());
     }
     std::fflush(stdout);
   }
@@ -354,6 +434,14 @@ class Benchmark {
     server_options.listen = "127.0.0.1:0";
     server_options.metrics_listen = "";
     server_options.shutdown_grace = absl::Seconds(5);
+    server_options.small_request_flops = options_.small_request_flops;
+    server_options.scheduler.run_small_inline = options_.inline_small;
+    server_options.scheduler.batch_max_size =
+        c.batching ? options_.batch_max_size : 1;
+    auto stage_log = std::make_shared<StageLog>();
+    server_options.observe_stages = [stage_log](const server::CallStages& s) {
+      stage_log->Add(s);
+    };
     if (c.goal == Goal::kThroughput) {
       server_options.scheduler.workers = options_.tput_workers;
       server_options.scheduler.threads_per_worker = options_.tput_threads;
@@ -384,9 +472,12 @@ class Benchmark {
             absl::StrCat("GetServerInfo: ", s.error_message()));
       }
     }
-    const std::string config =
-        absl::StrCat("workers=", info.workers(),
-                     " threads_per_worker=", info.threads_per_worker());
+    const std::string config = absl::StrCat(
+        "workers=", info.workers(),
+        " threads_per_worker=", info.threads_per_worker(),
+        " small_request_flops=", server_options.small_request_flops,
+        " inline_small_requests=", server_options.scheduler.run_small_inline,
+        " batch_max_size=", server_options.scheduler.batch_max_size);
 
     // The inputs: the kernel benchmark's buffers (uniform [-1, 1], fixed
     // seed), sent as raw BHLD bytes.
@@ -501,9 +592,11 @@ class Benchmark {
     // side has had --duration and --min_calls calls, so that the three share
     // the machine's noise at the scale of a slice.
     std::vector<SideRep> attn_reps, echo_reps;
+    std::vector<StageRep> stage_reps;
     std::vector<double> kernel_reps, ratio_reps;
     const double wanted = absl::ToDoubleSeconds(options_.duration);
     for (int rep = 0; rep < options_.reps; ++rep) {
+      stage_log->Take();
       WindowResult attn_w, echo_w, kernel_w;
       auto enough = [&](const WindowResult& w) {
         return w.seconds >= wanted && w.completed >= options_.min_calls;
@@ -526,11 +619,14 @@ class Benchmark {
       }
       attn_reps.push_back(Summarize(attn_w));
       echo_reps.push_back(Summarize(echo_w));
+      stage_reps.push_back(stage_log->Take());
       kernel_reps.push_back(Median(kernel_w.latencies_us));
       ratio_reps.push_back(
           c.goal == Goal::kLatency
               ? attn_reps.back().p50_us /
                     (echo_reps.back().p50_us + kernel_reps.back())
+          : c.goal == Goal::kOverhead
+              ? stage_reps.back().outside_us
               : attn_reps.back().rps / echo_reps.back().rps);
     }
     const ResponseCost cost = MeasureResponseCost(checked);
@@ -544,8 +640,15 @@ class Benchmark {
     const double echo_rps = MedianOf(echo_reps, rps);
     const double kernel = Median(kernel_reps);
     const bool latency = c.goal == Goal::kLatency;
-    const double ratio =
-        latency ? attn_p50 / (echo_p50 + kernel) : attn_rps / echo_rps;
+    const bool overhead = c.goal == Goal::kOverhead;
+    auto stage = [&stage_reps](double StageRep::*field) {
+      std::vector<double> v;
+      for (const StageRep& r : stage_reps) v.push_back(r.*field);
+      return Round(Median(std::move(v)), 1);
+    };
+    const double ratio = latency    ? attn_p50 / (echo_p50 + kernel)
+                         : overhead ? stage(&StageRep::outside_us)
+                                    : attn_rps / echo_rps;
 
     Json r;
     r["case"] = c.name;
@@ -561,11 +664,25 @@ class Benchmark {
     r["echo_rps"] = Round(echo_rps, 1);
     r["ratio"] = Round(ratio, 4);
     r["ratio_definition"] =
-        latency ? "attnserve_p50_us / (echo_p50_us + kernel_median_us)"
-                : "attnserve_rps / echo_rps";
+        latency    ? "attnserve_p50_us / (echo_p50_us + kernel_median_us)"
+        : overhead ? "stage_outside_kernel_us (median over calls, us)"
+                   : "attnserve_rps / echo_rps";
     r["target"] = c.target;
-    r["at_least"] = !latency;
-    r["met"] = latency ? ratio <= c.target : ratio >= c.target;
+    r["at_least"] = !latency && !overhead;
+    r["met"] = latency || overhead ? ratio <= c.target : ratio >= c.target;
+    // Where the server's span goes (server::CallStages), medians over calls
+    // and then over repetitions.
+    r["stage_decode_us"] = stage(&StageRep::decode_us);
+    r["stage_queue_us"] = stage(&StageRep::queue_us);
+    r["stage_compute_us"] = stage(&StageRep::compute_us);
+    r["stage_answer_us"] = stage(&StageRep::answer_us);
+    r["stage_span_us"] = stage(&StageRep::span_us);
+    r["stage_outside_kernel_us"] = stage(&StageRep::outside_us);
+    r["mean_batch_size"] = stage(&StageRep::mean_batch);
+    // What the client waits beyond the echo and the server's span: the hand
+    // back to gRPC and the transport that the echo does not pay.
+    r["handback_est_us"] =
+        Round(attn_p50 - echo_p50 - stage(&StageRep::span_us), 1);
     std::vector<double> rounded;
     for (double x : ratio_reps) rounded.push_back(Round(x, 4));
     r["ratio_per_rep"] = rounded;
@@ -678,6 +795,15 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.latency_threads = absl::GetFlag(FLAGS_latency_threads);
   o.mutex_deadlock_detection = absl::GetFlag(FLAGS_mutex_deadlock_detection);
   o.malloc_keep_freed = absl::GetFlag(FLAGS_malloc_keep_freed);
+  o.small_request_flops = absl::GetFlag(FLAGS_small_request_flops);
+  o.inline_small = absl::GetFlag(FLAGS_inline_small);
+  o.batch_max_size = absl::GetFlag(FLAGS_batch_max_size);
+  if (!(o.small_request_flops >= 0)) {
+    return absl::InvalidArgumentError("--small_request_flops must be >= 0");
+  }
+  if (o.batch_max_size < 1 || o.batch_max_size > 1024) {
+    return absl::InvalidArgumentError("--batch_max_size must be in [1, 1024]");
+  }
   if (o.latency_threads < 0) {
     return absl::InvalidArgumentError("--latency_threads must be >= 0");
   }
@@ -698,7 +824,8 @@ int main(int argc, char** argv) {
       "[--json] [--quick] [--duration S] [--slice S] [--reps N] "
       "[--min_calls N] [--channels N] [--tput_workers N] [--tput_threads N] "
       "[--latency_threads N] [--filter SUBSTR] [--malloc_keep_freed] "
-      "[--nomutex_deadlock_detection]");
+      "[--nomutex_deadlock_detection] [--small_request_flops F] "
+      "[--noinline_small] [--batch_max_size N]");
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
     return absl::EndsWith(file, "bench/rpc_bench.cc");

@@ -183,6 +183,12 @@ struct EngineOptions {
   int q_block = 0;
   // Keys per tile (default 512).
   int k_block = 512;
+  // Softmax calls of fewer FLOPs (AttentionShape::flops) than this run on the
+  // calling thread alone, with no OpenMP parallel region, whatever
+  // num_threads is: for a tiny call, waking the team costs more than the
+  // second thread gains. 0 (default) = every call uses num_threads. Linear
+  // and LSH attention always use num_threads.
+  double serial_below_flops = 0;
 };
 
 // Computes scaled dot-product attention on the CPU with oneDNN matmul

@@ -78,7 +78,8 @@ class Engine final : public AttentionEngine {
     }
     if (s.batch == 0 || s.q_len == 0 || s.q_heads == 0) return absl::OkStatus();
 
-    const KernelArgs args = ArgsFor(problem, outputs, out_strides, path);
+    KernelArgs args = ArgsFor(problem, outputs, out_strides, path);
+    if (s.flops < options_.serial_below_flops) args.num_threads = 1;
 
     return WithWorkspaces([&](absl::Span<Workspace* const> ws) {
       switch (path) {
@@ -349,6 +350,10 @@ absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
     return absl::InvalidArgumentError(absl::StrCat("q_block: must be in [0, ",
                                                    kMaxQueryBlock, "], got ",
                                                    options.q_block));
+  }
+  if (!(options.serial_below_flops >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "serial_below_flops: must be >= 0, got ", options.serial_below_flops));
   }
   if (options.k_block < 1 || options.k_block > 65536) {
     return absl::InvalidArgumentError(

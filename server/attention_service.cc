@@ -1,9 +1,12 @@
 #include "server/attention_service.h"
 
 #include <memory>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
+#include "server/batching.h"
 #include "server/log.h"
 #include "server/request_kind.h"
 #include "server/rpc/status_util.h"
@@ -21,6 +24,14 @@ void SetTiming(absl::Time received, absl::Time start, absl::Time end,
   timing->set_compute_us(Micros(end - start));
   timing->set_total_us(Micros(end - received));
 }
+
+// A small Attend request's part in a batch (Task::batch_part).
+struct AttendBatchPart final : BatchPart {
+  DecodedRequest decoded;
+  v1::AttendResponse* response = nullptr;
+  absl::Time received, submitted;
+  absl::AnyInvocable<void(absl::Status)> answer;
+};
 
 }  // namespace
 
@@ -131,23 +142,114 @@ void AttentionService::Process(const typename Kind::Request& request,
   };
   auto finish = std::make_shared<Finish>(
       Finish{std::move(done), std::move(reservation), held});
+  const absl::Time submitted_at = absl::Now();
   Task task;
   task.deadline = deadline;
   task.is_cancelled = std::move(is_cancelled);
-  task.run = [this, d = *std::move(decoded), response, received, finish](
-                 AttentionEngine& engine, absl::Duration queued) {
-    const absl::Time start = absl::Now();
-    const absl::Status status = Kind::Compute(d, engine, response);
-    const absl::Time end = absl::Now();
-    if (status.ok()) {
-      Kind::RecordCompute(d, absl::ToDoubleSeconds(end - start), *metrics_);
-      SetTiming(received, start, end, response);
+  task.small = Kind::IsSmall(*decoded, options_.small_request_flops);
+  if constexpr (std::is_same_v<Kind, AttendKind>) {
+    if (task.small && options_.batch_small_requests) {
+      task.batch_key = AttendBatchKey(*decoded);
     }
-    (*finish)(status);
+    if (!task.batch_key.empty()) {
+      auto part = std::make_unique<AttendBatchPart>();
+      part->decoded = *decoded;
+      part->response = response;
+      part->received = received;
+      part->submitted = submitted_at;
+      part->answer = [finish](absl::Status status) {
+        (*finish)(std::move(status));
+      };
+      task.batch_part = std::move(part);
+      task.run_batch = [this](AttentionEngine& engine,
+                              const std::vector<BatchMember>& members) {
+        RunAttendBatch(engine, members);
+      };
+    }
+  }
+  task.run = [this, d = *std::move(decoded), response, received, submitted_at,
+              finish](AttentionEngine& engine, absl::Duration queued) {
+    absl::AnyInvocable<void(absl::Status)> answer =
+        [&finish](absl::Status status) { (*finish)(std::move(status)); };
+    RunAlone<Kind>(d, engine, response, received, submitted_at, 1, answer);
   };
   task.reject = [finish](absl::Status status) { (*finish)(std::move(status)); };
   const absl::Status submitted = scheduler_->Submit(std::move(task));
   if (!submitted.ok()) (*finish)(submitted);
+}
+
+template <typename Kind>
+void AttentionService::RunAlone(
+    const typename Kind::Decoded& decoded, AttentionEngine& engine,
+    v1::AttendResponse* response, absl::Time received, absl::Time submitted,
+    int batch_size, absl::AnyInvocable<void(absl::Status)>& answer) {
+  const absl::Time start = absl::Now();
+  const absl::Status status = Kind::Compute(decoded, engine, response);
+  const absl::Time end = absl::Now();
+  if (status.ok()) {
+    Kind::RecordCompute(decoded, absl::ToDoubleSeconds(end - start), *metrics_);
+    SetTiming(received, start, end, response);
+  }
+  answer(status);
+  if (status.ok() && options_.observe_stages) {
+    options_.observe_stages(
+        CallStages{received, submitted, start, end, absl::Now(), batch_size});
+  }
+}
+
+void AttentionService::RunAttendBatch(AttentionEngine& engine,
+                                      const std::vector<BatchMember>& members) {
+  std::vector<AttendBatchPart*> parts;
+  std::vector<BatchedAttend> batch;
+  parts.reserve(members.size());
+  batch.reserve(members.size());
+  for (const BatchMember& m : members) {
+    parts.push_back(static_cast<AttendBatchPart*>(m.part));
+    batch.push_back(
+        BatchedAttend{&parts.back()->decoded, parts.back()->response});
+  }
+  const int size = static_cast<int>(parts.size());
+  auto run_each_alone = [&] {
+    for (AttendBatchPart* p : parts) {
+      RunAlone<AttendKind>(p->decoded, engine, p->response, p->received,
+                           p->submitted, 1, p->answer);
+    }
+  };
+  // The gathered inputs and the batch's output are memory the members'
+  // reservations do not cover.
+  MemoryBudget::Reservation reservation;
+  if (options_.budget != nullptr) {
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        options_.budget->Reserve(AttendBatchBytes(batch));
+    if (!reserved.ok()) {
+      metrics_->RecordBatchFallback(/*memory_budget=*/true);
+      run_each_alone();
+      return;
+    }
+    reservation = *std::move(reserved);
+  }
+  const absl::Time start = absl::Now();
+  const absl::Status status = server::RunAttendBatch(batch, engine);
+  const absl::Time end = absl::Now();
+  reservation.Release();
+  if (!status.ok()) {
+    // Each member gets its own result, or its own error.
+    metrics_->RecordBatchFallback(/*memory_budget=*/false);
+    run_each_alone();
+    return;
+  }
+  const double seconds = absl::ToDoubleSeconds(end - start);
+  std::vector<CallStages> stages;
+  for (AttendBatchPart* p : parts) {
+    AttendKind::RecordCompute(p->decoded, seconds, *metrics_);
+    SetTiming(p->received, start, end, p->response);
+    p->answer(absl::OkStatus());
+    if (options_.observe_stages) {
+      stages.push_back(
+          CallStages{p->received, p->submitted, start, end, absl::Now(), size});
+    }
+  }
+  for (const CallStages& s : stages) options_.observe_stages(s);
 }
 
 template <typename Kind>

@@ -11,12 +11,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention.h"
+#include "server/call_stages.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request_codec.h"
@@ -51,6 +53,18 @@ struct ServiceOptions {
   // Regions that Attend tensors may refer to (--shared_memory); null =
   // none. Must outlive the service.
   SharedMemoryRegistry* shared_memory = nullptr;
+  // Softmax Attend requests of fewer FLOPs (the count --max_request_flops
+  // limits) are small (Kind::IsSmall): the engine runs them on one thread
+  // (EngineOptions::serial_below_flops), the scheduler inline when it can
+  // (SchedulerOptions::run_small_inline), and they may be batched. 0
+  // (default) = none is small.
+  double small_request_flops = 0;
+  // Small Attend requests carry their batch key (server/batching.h), so that
+  // a scheduler with batch_max_size > 1 coalesces them (default false).
+  bool batch_small_requests = false;
+  // Called once per computed call, after its answer, with its stage times;
+  // null (default) = not measured. For benchmarks; must be thread-safe.
+  std::function<void(const CallStages&)> observe_stages;
 };
 
 struct AttendKind;
@@ -128,6 +142,21 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                std::function<bool()> is_cancelled, absl::Time deadline,
                MemoryBudget::Reservation* held,
                absl::AnyInvocable<void(absl::Status)> done);
+
+  // Computes one decoded request alone into `response` and answers it
+  // (timing and compute metrics when OK).
+  template <typename Kind>
+  void RunAlone(const typename Kind::Decoded& decoded, AttentionEngine& engine,
+                v1::AttendResponse* response, absl::Time received,
+                absl::Time submitted, int batch_size,
+                absl::AnyInvocable<void(absl::Status)>& answer);
+
+  // The scheduler's run_batch of small Attend requests: one engine run for
+  // all (server/batching.h), each member answered with its own slice, timing
+  // and status; members are run alone when the batch's working bytes do not
+  // fit the memory budget or the batched run fails.
+  void RunAttendBatch(AttentionEngine& engine,
+                      const std::vector<BatchMember>& members);
 
   // Metrics of one answered request or stream message: per method, and per
   // model for requests of a hosted model.

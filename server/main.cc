@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/attention.h"
 #include "grpc/grpc.h"
@@ -46,6 +47,22 @@ ABSL_FLAG(int64_t, max_response_bytes, int64_t{256} << 20,
           "largest response message");
 ABSL_FLAG(double, max_request_flops, 1e12,
           "largest attention FLOP count (2*B*Hq*Lq*Lk*(D+Dv)) of one request");
+ABSL_FLAG(double, small_request_flops, 1e6,
+          "softmax Attend requests of fewer FLOPs are small: computed on one "
+          "thread with no "
+          "OpenMP team, run at once on the receiving thread when a worker is "
+          "idle and nothing is queued (--inline_small_requests), batchable "
+          "(--batch_max_size); 0 = none is small");
+ABSL_FLAG(bool, inline_small_requests, true,
+          "run a small request on the thread that received it when a worker "
+          "is idle and nothing is queued, instead of handing it to a worker");
+ABSL_FLAG(int, batch_max_size, 1,
+          "dynamic batching: most small, compatible Attend requests computed "
+          "in one engine run (1..1024); 1 = no batching");
+ABSL_FLAG(int64_t, batch_max_delay_us, 0,
+          "dynamic batching: microseconds a worker holding an incomplete "
+          "batch waits for more compatible requests (0..100000); 0 = only "
+          "what is already queued");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "time in-flight calls get to finish after SIGTERM/SIGINT");
 ABSL_FLAG(absl::Duration, max_connection_age, absl::ZeroDuration(),
@@ -148,6 +165,26 @@ int main(int argc, char** argv) {
   options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.max_response_bytes = absl::GetFlag(FLAGS_max_response_bytes);
   options.max_request_flops = absl::GetFlag(FLAGS_max_request_flops);
+  options.small_request_flops = absl::GetFlag(FLAGS_small_request_flops);
+  options.scheduler.run_small_inline =
+      absl::GetFlag(FLAGS_inline_small_requests);
+  const int batch_max_size = absl::GetFlag(FLAGS_batch_max_size);
+  if (batch_max_size < 1 || batch_max_size > 1024) {
+    return Fail(
+        "--batch_max_size must be in [1, 1024] (1 = no batching), got " +
+        std::to_string(batch_max_size));
+  }
+  options.scheduler.batch_max_size = batch_max_size;
+  const int64_t batch_max_delay_us = absl::GetFlag(FLAGS_batch_max_delay_us);
+  if (batch_max_delay_us < 0 || batch_max_delay_us > 100000) {
+    return Fail("--batch_max_delay_us must be in [0, 100000], got " +
+                std::to_string(batch_max_delay_us));
+  }
+  options.scheduler.batch_max_delay = absl::Microseconds(batch_max_delay_us);
+  if (!(options.small_request_flops >= 0)) {
+    return Fail("--small_request_flops must be >= 0, got " +
+                absl::StrCat(options.small_request_flops));
+  }
   options.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   options.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);

@@ -343,6 +343,8 @@ struct Metrics::Impl {
   prometheus::Counter* requests[kNumMethods][kNumCodes] = {};
   prometheus::Histogram* request_duration[kNumMethods] = {};
   prometheus::Histogram* queue_duration = nullptr;
+  prometheus::Histogram* batch_size = nullptr;
+  prometheus::Counter* batch_fallbacks[2] = {};
   prometheus::Histogram* compute_duration[kNumKernels] = {};
   prometheus::Gauge* inflight = nullptr;
   prometheus::Gauge* queue_depth = nullptr;
@@ -407,6 +409,29 @@ Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
                "seconds.")
            .Register(r)
            .Add({}, LatencyBuckets());
+
+  impl_->batch_size =
+      &prometheus::BuildHistogram()
+           .Name("attnserve_batch_size")
+           .Help(
+               "Tasks the scheduler ran together in one engine run (dynamic "
+               "batching, --batch_max_size; 1 = alone), in tasks, once per "
+               "run.")
+           .Register(r)
+           .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32,
+                                                            64, 128, 256});
+
+  auto& fallbacks =
+      prometheus::BuildCounter()
+          .Name("attnserve_batch_fallbacks_total")
+          .Help(
+              "Batches whose members were computed one by one instead, in "
+              "batches, by reason: the batch's working bytes did not fit "
+              "--max_inflight_bytes (memory_budget), or its run failed "
+              "(error).")
+          .Register(r);
+  impl_->batch_fallbacks[0] = &fallbacks.Add({{"reason", "memory_budget"}});
+  impl_->batch_fallbacks[1] = &fallbacks.Add({{"reason", "error"}});
 
   auto& compute = prometheus::BuildHistogram()
                       .Name("attnserve_compute_duration_seconds")
@@ -590,6 +615,14 @@ void Metrics::RecordModelCompute(int model, double seconds, double flops) {
         seconds);
   }
   if (flops > 0) impl_->flops->Increment(flops);
+}
+
+void Metrics::RecordBatch(int size) {
+  impl_->batch_size->Observe(static_cast<double>(size));
+}
+
+void Metrics::RecordBatchFallback(bool memory_budget) {
+  impl_->batch_fallbacks[memory_budget ? 0 : 1]->Increment();
 }
 
 void Metrics::RecordRejection(Rejection reason) {

@@ -15,6 +15,8 @@
 //   HeldBytes(decoded)                  what it holds beyond its request (the
 //                                       response, working buffers): the
 //                                       memory budget's count
+//   IsSmall(decoded, threshold)         whether it takes the small-request
+//                                       path (one thread, maybe inline)
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -64,6 +66,13 @@ struct AttendKind {
   static int64_t HeldBytes(const Decoded& decoded) {
     return decoded.response_payload_bytes;
   }
+  // Softmax attention of fewer FLOPs than `threshold`: the engine runs it on
+  // the calling thread with no OpenMP team (EngineOptions::serial_below_flops),
+  // so it may run on any thread. Linear and LSH attention keep their team.
+  static bool IsSmall(const Decoded& decoded, double threshold) {
+    return decoded.inputs.method == AttentionMethod::kSoftmax &&
+           decoded.shape.flops < threshold;
+  }
 };
 
 struct ModelKind {
@@ -89,6 +98,11 @@ struct ModelKind {
   // The response's payload and the layer's working buffers.
   static int64_t HeldBytes(const Decoded& decoded) {
     return decoded.response_payload_bytes + decoded.working_bytes;
+  }
+  // Never: the layer's projections run on an OpenMP team of the engine's
+  // threads, which must not be started on a gRPC thread.
+  static bool IsSmall(const Decoded& decoded, double threshold) {
+    return false;
   }
 };
 

@@ -26,6 +26,16 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue: must be >= 0, got ", options.max_queue));
   }
+  if (options.batch_max_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_max_size: must be >= 1 (1 = no batching), got ",
+                     options.batch_max_size));
+  }
+  if (options.batch_max_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_max_delay: must be >= 0, got ",
+                     absl::FormatDuration(options.batch_max_delay)));
+  }
   const int threads =
       options.threads_per_worker > 0
           ? options.threads_per_worker
@@ -58,6 +68,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, int threads_per_worker,
     : workers_(options.workers),
       threads_per_worker_(threads_per_worker),
       max_queue_(options.max_queue),
+      run_small_inline_(options.run_small_inline),
+      batch_max_size_(options.batch_max_size),
+      batch_max_delay_(options.batch_max_delay),
       metrics_(metrics) {}
 
 Scheduler::~Scheduler() { Shutdown(absl::Now()); }
@@ -66,6 +79,11 @@ absl::Status Scheduler::Submit(Task task) {
   if (!task.run || !task.reject) {
     return absl::InvalidArgumentError("task: run and reject must both be set");
   }
+  if (!task.batch_key.empty() && (!task.run_batch || !task.batch_part)) {
+    return absl::InvalidArgumentError(
+        "task: a batch_key needs run_batch and batch_part");
+  }
+  bool run_inline = false;
   {
     absl::MutexLock lock(&mu_);
     if (!accepting_) return absl::UnavailableError("server is shutting down");
@@ -73,43 +91,67 @@ absl::Status Scheduler::Submit(Task task) {
     // take in, even when max_queue is 0.
     if (static_cast<int64_t>(queue_.size()) + active_ <
         int64_t{max_queue_} + workers_) {
-      queue_.push_back(Queued{std::move(task), absl::Now()});
-      PublishDepth();
-      work_or_stop_.Signal();
-      return absl::OkStatus();
+      // A free slot and nothing ahead (nor a batch waiting for company):
+      // waking a worker would only add a thread hand-off each way.
+      if (task.small && run_small_inline_ && queue_.empty() &&
+          running_ < workers_ && batch_waiters_ == 0) {
+        ++active_;
+        ++running_;
+        ++inline_running_;
+        run_inline = true;
+      } else {
+        queue_.push_back(Queued{std::move(task), absl::Now()});
+        PublishDepth();
+        if (batch_waiters_ > 0) {
+          work_or_stop_.SignalAll();
+        } else {
+          work_or_stop_.Signal();
+        }
+        return absl::OkStatus();
+      }
     }
   }
-  if (metrics_ != nullptr) metrics_->RecordRejection(Rejection::kQueueFull);
-  return absl::ResourceExhaustedError(
-      absl::StrCat("queue is full (max_queue = ", max_queue_,
-                   "); retry later or raise --max_queue"));
+  if (!run_inline) {
+    if (metrics_ != nullptr) metrics_->RecordRejection(Rejection::kQueueFull);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue is full (max_queue = ", max_queue_,
+                     "); retry later or raise --max_queue"));
+  }
+  {
+    std::vector<Queued> taken;
+    taken.push_back(Queued{std::move(task), absl::Now()});
+    RunTaken(*engines_.front(), taken);
+  }
+  absl::MutexLock lock(&mu_);
+  --active_;
+  --running_;
+  --inline_running_;
+  // The slot is free again: a worker may have been held back by it.
+  if (!queue_.empty()) work_or_stop_.Signal();
+  return absl::OkStatus();
 }
 
-void Scheduler::WorkerLoop(AttentionEngine* engine) {
-  bool finished_one = false;
-  while (true) {
-    // Declared per iteration so the task's captures (request, responder) are
-    // released before the worker counts as free again.
-    Queued queued;
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_one) --active_;
-      while (queue_.empty() && accepting_ && !stop_) work_or_stop_.Wait(&mu_);
-      // After Shutdown's deadline the queued tasks belong to Shutdown, which
-      // rejects them; the worker only has to leave.
-      if (stop_ || queue_.empty() ||
-          (!accepting_ && absl::Now() >= shutdown_deadline_)) {
-        return;
-      }
-      queued = std::move(queue_.front());
-      queue_.pop_front();
+void Scheduler::TakeCompatible(const std::string& key,
+                               std::vector<Queued>* batch) {
+  for (auto it = queue_.begin();
+       it != queue_.end() &&
+       static_cast<int>(batch->size()) < batch_max_size_;) {
+    if (it->task.batch_key == key) {
+      batch->push_back(std::move(*it));
+      it = queue_.erase(it);
+      // Taken, not finished: still counts against the queue's bound.
       ++active_;
-      PublishDepth();
-      if (queue_.empty()) queue_empty_.SignalAll();
+    } else {
+      ++it;
     }
-    finished_one = true;
+  }
+}
 
-    const absl::Time now = absl::Now();
+void Scheduler::RunTaken(AttentionEngine& engine, std::vector<Queued>& taken) {
+  const absl::Time now = absl::Now();
+  std::vector<Queued*> live;
+  std::vector<BatchMember> members;
+  for (Queued& queued : taken) {
     const absl::Duration waited = now - queued.enqueued;
     Task& task = queued.task;
     if (now >= task.deadline) {
@@ -125,8 +167,83 @@ void Scheduler::WorkerLoop(AttentionEngine* engine) {
       if (metrics_ != nullptr) {
         metrics_->RecordQueue(absl::ToDoubleSeconds(waited));
       }
-      task.run(*engine, waited);
+      live.push_back(&queued);
+      members.push_back(BatchMember{task.batch_part.get(), waited});
     }
+  }
+  if (live.empty()) return;
+  if (metrics_ != nullptr) {
+    metrics_->RecordBatch(static_cast<int>(live.size()));
+  }
+  if (live.size() == 1) {
+    live.front()->task.run(engine, members.front().queued);
+  } else {
+    live.front()->task.run_batch(engine, members);
+  }
+}
+
+void Scheduler::WorkerLoop(AttentionEngine* engine) {
+  int finished = 0;
+  while (true) {
+    // Declared per iteration so the tasks' captures (request, responder) are
+    // released before the worker counts as free again.
+    std::vector<Queued> taken;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished > 0) {
+        active_ -= finished;
+        --running_;
+        finished = 0;
+      }
+      while (true) {
+        if (stop_) return;
+        if (!queue_.empty() && running_ < workers_) break;
+        // After Shutdown's deadline the queued tasks belong to Shutdown,
+        // which rejects them; the worker only has to leave.
+        if (!accepting_ &&
+            (queue_.empty() || absl::Now() >= shutdown_deadline_)) {
+          return;
+        }
+        work_or_stop_.Wait(&mu_);
+      }
+      taken.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+      ++active_;
+      ++running_;
+      // A copy: `taken` grows, and its first element moves.
+      const std::string key = taken.front().task.batch_key;
+      if (batch_max_size_ > 1 && !key.empty()) {
+        TakeCompatible(key, &taken);
+        if (batch_max_delay_ > absl::ZeroDuration()) {
+          // The wait never reaches into a member's last batch_max_delay
+          // before its deadline, so that waiting does not expire it.
+          absl::Time until = absl::Now() + batch_max_delay_;
+          size_t capped = 0;
+          auto cap = [&] {
+            for (; capped < taken.size(); ++capped) {
+              until = std::min(until,
+                               taken[capped].task.deadline - batch_max_delay_);
+            }
+          };
+          cap();
+          ++batch_waiters_;
+          PublishDepth();
+          while (static_cast<int>(taken.size()) < batch_max_size_ &&
+                 accepting_ && !stop_ &&
+                 !work_or_stop_.WaitWithDeadline(&mu_, until)) {
+            TakeCompatible(key, &taken);
+            cap();
+            PublishDepth();
+          }
+          TakeCompatible(key, &taken);
+          --batch_waiters_;
+        }
+      }
+      PublishDepth();
+      if (queue_.empty()) queue_empty_.SignalAll();
+    }
+    finished = static_cast<int>(taken.size());
+    RunTaken(*engine, taken);
   }
 }
 
@@ -155,6 +272,11 @@ void Scheduler::Shutdown(absl::Time deadline) {
   }
   leftover.clear();
   for (std::thread& thread : threads_) thread.join();
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* running) { return *running == 0; }, &inline_running_));
+  }
   joined_ = true;
 }
 

@@ -14,11 +14,25 @@
 // for many small ones; with more than one worker, OMP_WAIT_POLICY=passive stops
 // idle teams spinning. This is documented, not enforced: Create only rejects
 // negative values.
+//
+// Small tasks (Task::small) skip the hand-off when they can: with
+// run_small_inline, a small task submitted while nothing is queued and a
+// worker's slot is free runs at once on the submitting thread, in that slot
+// (so at most `workers` runs are ever in progress), with the first engine.
+//
+// Dynamic batching (batch_max_size > 1): a worker that takes a task with a
+// batch_key also takes, in queue order, the queued tasks with the same key, up
+// to batch_max_size in all; with batch_max_delay > 0 it then waits up to that
+// long after taking the first for more to arrive (0: only what is queued
+// already), but never into a member's last batch_max_delay before its
+// deadline. The tasks it takes pass over incompatible ones, which keep their
+// order. A batch of one runs as an ordinary task.
 
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -45,6 +59,30 @@ struct SchedulerOptions {
   // Everything else about the engines (ISA cap, tiles); num_threads is
   // overridden.
   EngineOptions engine;
+  // Small tasks run on the submitting thread when a worker's slot is free
+  // and nothing is queued (default true).
+  bool run_small_inline = true;
+  // Most tasks in one batch; 1 (default) = no batching.
+  int batch_max_size = 1;
+  // How long a worker holding an incomplete batch waits for more compatible
+  // tasks, from when it took the first (default 0: no wait).
+  absl::Duration batch_max_delay = absl::ZeroDuration();
+};
+
+struct Task;
+
+// What a task carries for its batch's runner (Task::batch_part); the service
+// that makes the task defines it.
+class BatchPart {
+ public:
+  virtual ~BatchPart() = default;
+};
+
+// One task of a batch as its runner sees it.
+struct BatchMember {
+  BatchPart* part = nullptr;
+  // Time the task spent queued.
+  absl::Duration queued;
 };
 
 struct Task {
@@ -57,15 +95,31 @@ struct Task {
   // queued.
   absl::AnyInvocable<void(AttentionEngine& engine, absl::Duration queued)> run;
   // Called instead of run (on a worker, or in Shutdown) with DEADLINE_EXCEEDED,
-  // CANCELLED or UNAVAILABLE. Exactly one of run and reject is called for every
-  // task that Submit accepted.
+  // CANCELLED or UNAVAILABLE. For every task that Submit accepted exactly one
+  // of run, reject or (as a batch member) a run_batch is called.
   absl::AnyInvocable<void(absl::Status status)> reject;
+  // May run inline on the submitting thread (SchedulerOptions::
+  // run_small_inline); meant for work of a few microseconds.
+  bool small = false;
+  // Dynamic batching: tasks with equal non-empty keys may be run together.
+  // Then, after each member's deadline and cancellation are checked (a member
+  // that fails them is rejected alone and left out), run_batch of the first
+  // member left is called once, on a worker, with every member's part and
+  // queue time in queue order (its own first), and must finish every member;
+  // the members' run and reject are dropped uncalled. Tasks of equal keys must
+  // have run_batch and batch_part that work together.
+  std::string batch_key;
+  std::unique_ptr<BatchPart> batch_part;
+  absl::AnyInvocable<void(AttentionEngine& engine,
+                          const std::vector<BatchMember>& members)>
+      run_batch;
 };
 
 class Scheduler {
  public:
-  // InvalidArgument for workers < 1, threads_per_worker < 0, max_queue < 0;
-  // errors of engine creation. `metrics` (may be null) gets queue depth and
+  // InvalidArgument for workers < 1, threads_per_worker < 0, max_queue < 0,
+  // batch_max_size < 1, a negative batch_max_delay; errors of engine
+  // creation. `metrics` (may be null) gets queue depth and
   // rejections.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       const SchedulerOptions& options, Metrics* metrics);
@@ -73,17 +127,19 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a task. ResourceExhausted "queue is full (max_queue = N)" when full;
-  // Unavailable once shutting down; InvalidArgument when run or reject is
-  // empty. On error the task is dropped without calling run or reject (the
-  // caller answers). Thread-safe. Full means workers + max_queue tasks admitted
-  // and not yet finished, so an idle worker takes a task even at max_queue = 0.
+  // Queues a task, or runs a small one inline before returning (see the top
+  // of this file). ResourceExhausted "queue is full (max_queue = N)" when
+  // full; Unavailable once shutting down; InvalidArgument when run or reject
+  // is empty, or batch_key is set without run_batch and batch_part. On error
+  // the task is dropped without calling run or reject (the caller answers).
+  // Thread-safe. Full means workers + max_queue tasks admitted and not yet
+  // finished, so an idle worker takes a task even at max_queue = 0.
   absl::Status Submit(Task task);
 
   // Stops accepting, lets running and queued tasks run until `deadline`,
-  // rejects what is still queued then with UNAVAILABLE, and joins the workers.
-  // Idempotent. Must not be called from a task's run or reject, which would
-  // wait for its own worker.
+  // rejects what is still queued then with UNAVAILABLE, joins the workers and
+  // waits for inline runs to end. Idempotent. Must not be called from a
+  // task's run or reject, which would wait for its own worker.
   void Shutdown(absl::Time deadline);
 
   int queue_depth() const;
@@ -99,12 +155,22 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, int threads_per_worker,
             Metrics* metrics);
   void WorkerLoop(AttentionEngine* engine);
+  // Moves the queued tasks with `key` into `batch`, in queue order, until it
+  // holds batch_max_size; they count as active from then on.
+  void TakeCompatible(const std::string& key, std::vector<Queued>* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks each task's deadline and cancellation (rejecting those that fail),
+  // then runs the rest: alone, or as a batch.
+  void RunTaken(AttentionEngine& engine, std::vector<Queued>& taken);
   // Reports the queue's size to the metrics; called after every change.
   void PublishDepth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int workers_;
   const int threads_per_worker_;
   const int max_queue_;
+  const bool run_small_inline_;
+  const int batch_max_size_;
+  const absl::Duration batch_max_delay_;
   Metrics* const metrics_;
   std::vector<std::unique_ptr<AttentionEngine>> engines_;
   std::vector<std::thread> threads_;
@@ -112,8 +178,15 @@ class Scheduler {
   mutable absl::Mutex mu_;
   absl::CondVar work_or_stop_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
-  // Tasks a worker has taken and not yet finished (run or reject).
+  // Tasks taken from the queue (or run inline) and not yet finished.
   int active_ ABSL_GUARDED_BY(mu_) = 0;
+  // Runs in progress (a batch is one), on workers or inline; at most
+  // workers_.
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  // Inline runs in progress (Shutdown waits for them).
+  int inline_running_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers waiting out batch_max_delay for more of their batch.
+  int batch_waiters_ ABSL_GUARDED_BY(mu_) = 0;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   // Set by Shutdown once queued tasks must no longer start; workers then exit.
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -200,6 +200,13 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   // The weights are packed; the f32 copies go.
   repository = model::RepositoryContents();
 
+  if (!(options.small_request_flops >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--small_request_flops: must be >= 0, got ",
+                     options.small_request_flops));
+  }
+  SchedulerOptions scheduler_options = options.scheduler;
+  scheduler_options.engine.serial_below_flops = options.small_request_flops;
   EngineOptions validator_options = options.scheduler.engine;
   validator_options.num_threads = 1;
   ASSIGN_OR_RETURN(impl->validator, AttentionEngine::Create(validator_options));
@@ -212,7 +219,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
                      impl->metrics->Expose(options.metrics_listen));
   }
   ASSIGN_OR_RETURN(impl->scheduler,
-                   Scheduler::Create(options.scheduler, impl->metrics.get()));
+                   Scheduler::Create(scheduler_options, impl->metrics.get()));
 
   absl::StatusOr<std::unique_ptr<kvcache::SessionStore>> sessions =
       kvcache::SessionStore::Create(options.sessions);
@@ -275,6 +282,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   if (options.shared_memory.enabled) {
     service_options.shared_memory = shared_memory;
   }
+  service_options.small_request_flops = options.small_request_flops;
+  service_options.batch_small_requests = options.scheduler.batch_max_size > 1;
+  service_options.observe_stages = options.observe_stages;
   const RequestLimits request_limits = service_options.limits;
   impl->admission = std::make_unique<Admission>(token);
   impl->service = std::make_unique<AttentionService>(
@@ -366,6 +376,10 @@ std::string AttnServer::ConfigSummary() const {
       " max_request_bytes=", o.max_request_bytes,
       " max_response_bytes=", o.max_response_bytes,
       " max_request_flops=", o.max_request_flops,
+      " small_request_flops=", o.small_request_flops,
+      " inline_small_requests=", o.scheduler.run_small_inline,
+      " batch_max_size=", o.scheduler.batch_max_size,
+      " batch_max_delay=", absl::FormatDuration(o.scheduler.batch_max_delay),
       " max_inflight_bytes=", impl_->budget->limit(),
       o.max_inflight_bytes > 0 ? "" : " (half the memory limit)",
       " max_streams_per_connection=", impl_->streams_per_connection,

@@ -6,12 +6,14 @@
 // TLS, limits), the scheduler, metrics over HTTP; shuts it down gracefully.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kvcache/session_store.h"
+#include "server/call_stages.h"
 #include "server/scheduler.h"
 #include "server/shm/shared_memory_registry.h"
 
@@ -28,6 +30,15 @@ struct ServerOptions {
   int64_t max_response_bytes = int64_t{256} << 20;
   // Largest attention FLOP count of one request.
   double max_request_flops = 1e12;
+  // Softmax Attend requests of fewer FLOPs are small
+  // (ServiceOptions::small_request_flops):
+  // the engine runs them on one thread (EngineOptions::serial_below_flops),
+  // the scheduler inline when it can (SchedulerOptions::run_small_inline),
+  // and they may be batched (SchedulerOptions::batch_max_size). Default 1e6
+  // (docs/operations.md); 0 = none is small.
+  double small_request_flops = 1e6;
+  // Benchmarks only (ServiceOptions::observe_stages); null = off.
+  std::function<void(const CallStages&)> observe_stages;
   // Bytes that calls in flight may hold at once (server/rpc/memory_budget.h);
   // 0 (default) = half of the memory the process may use (the cgroup limit,
   // else physical memory). The transport's own buffers (gRPC's resource

@@ -622,6 +622,66 @@ TEST(EngineTest, CreateRejectsBadOptions) {
   EXPECT_THAT(
       AttentionEngine::Create(options).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("q_block")));
+  options = EngineOptions();
+  options.serial_below_flops = -1;
+  EXPECT_THAT(AttentionEngine::Create(options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("serial_below_flops: must be >= 0, got -1")));
+}
+
+// Below serial_below_flops a call runs on the calling thread alone; its
+// results are the team's, bit for bit (every item is computed alone either
+// way), for each kernel.
+TEST(EngineTest, SerialSmallCallsMatchTheTeamBitForBit) {
+  EngineOptions team_options;
+  team_options.num_threads = 2;
+  EngineOptions serial_options = team_options;
+  serial_options.serial_below_flops = 1e12;
+  auto team = AttentionEngine::Create(team_options);
+  auto serial = AttentionEngine::Create(serial_options);
+  ASSERT_TRUE(team.ok() && serial.ok());
+  for (KernelPath path :
+       {KernelPath::kFlash, KernelPath::kMaterialized, KernelPath::kDecode}) {
+    SCOPED_TRACE(KernelPathName(path));
+    const int64_t lq = path == KernelPath::kDecode ? 2 : 40, lk = 70;
+    const TestTensor q = TestTensor::Random(DType::kFloat32, {2, 4, lq, 32}, 7);
+    const TestTensor k = TestTensor::Random(DType::kFloat32, {2, 2, lk, 32}, 8);
+    const TestTensor v = TestTensor::Random(DType::kFloat32, {2, 2, lk, 32}, 9);
+    AttentionInputs in;
+    in.query = q.view();
+    in.key = k.view();
+    in.value = v.view();
+    in.kernel = path;
+    in.mask.causal = true;
+    const bool weights = path == KernelPath::kMaterialized;
+    TestTensor out_team(DType::kFloat32, {2, 4, lq, 32});
+    TestTensor out_serial(DType::kFloat32, {2, 4, lq, 32});
+    TestTensor w_team(DType::kFloat32, {2, 4, lq, lk});
+    TestTensor w_serial(DType::kFloat32, {2, 4, lq, lk});
+    AttentionOutputs team_out{out_team.mutable_view(), std::nullopt};
+    AttentionOutputs serial_out{out_serial.mutable_view(), std::nullopt};
+    if (weights) {
+      team_out.weights = w_team.mutable_view();
+      serial_out.weights = w_serial.mutable_view();
+    }
+    ASSERT_TRUE((*team)->Run(in, team_out).ok());
+    ASSERT_TRUE((*serial)->Run(in, serial_out).ok());
+    const size_t bytes = static_cast<size_t>(out_team.size()) * sizeof(float);
+    if (path == KernelPath::kDecode) {
+      // The decode kernel splits keys by thread count: the same values
+      // within float rounding, not the same bits.
+      for (int64_t i = 0; i < out_team.size(); ++i) {
+        EXPECT_NEAR(out_team.at(i), out_serial.at(i), 1e-5f);
+      }
+    } else {
+      EXPECT_EQ(std::memcmp(out_team.data(), out_serial.data(), bytes), 0);
+    }
+    if (weights) {
+      EXPECT_EQ(std::memcmp(w_team.data(), w_serial.data(),
+                            static_cast<size_t>(w_team.size()) * sizeof(float)),
+                0);
+    }
+  }
 }
 
 TEST(EngineTest, ReportsItsConfiguration) {

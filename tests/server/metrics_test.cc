@@ -190,6 +190,8 @@ TEST_F(MetricsTest, ExposesEveryFamilyWithHelpAndType) {
       {"attnserve_requests_total", "counter"},
       {"attnserve_request_duration_seconds", "histogram"},
       {"attnserve_queue_duration_seconds", "histogram"},
+      {"attnserve_batch_size", "histogram"},
+      {"attnserve_batch_fallbacks_total", "counter"},
       {"attnserve_compute_duration_seconds", "histogram"},
       {"attnserve_inflight_requests", "gauge"},
       {"attnserve_queue_depth", "gauge"},
@@ -425,6 +427,27 @@ TEST_F(MetricsTest, RecordsQueueComputeAndFlops) {
               Optional(DoubleNear(0.07, 1e-9)));
   EXPECT_THAT(Delta(before, after, "attnserve_attention_flops_total"),
               Optional(DoubleEq(1e9 + 2.5e8 + 1e9 + 1e6)));
+}
+
+TEST_F(MetricsTest, RecordsBatchSizesInPowerOfTwoBuckets) {
+  const Scrape before = Get();
+  metrics_->RecordBatch(1);
+  metrics_->RecordBatch(3);
+  metrics_->RecordBatch(32);
+  const Scrape after = Get();
+  EXPECT_THAT(Delta(before, after, "attnserve_batch_size_count"),
+              Optional(3.0));
+  EXPECT_THAT(Delta(before, after, "attnserve_batch_size_sum"),
+              Optional(DoubleEq(36.0)));
+  auto bucket = [&](const char* le) {
+    return Delta(before, after, "attnserve_batch_size_bucket", {{"le", le}});
+  };
+  EXPECT_THAT(bucket("1"), Optional(1.0));
+  EXPECT_THAT(bucket("2"), Optional(1.0));
+  EXPECT_THAT(bucket("4"), Optional(2.0));
+  EXPECT_THAT(bucket("16"), Optional(2.0));
+  EXPECT_THAT(bucket("32"), Optional(3.0));
+  EXPECT_THAT(bucket("256"), Optional(3.0));
 }
 
 TEST_F(MetricsTest, SessionFiguresAreReadAtEachScrape) {

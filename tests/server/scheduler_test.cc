@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -598,6 +599,427 @@ TEST(SchedulerTest, ShutdownRejectionsAreCountedInMetrics) {
   EXPECT_THAT(Sample(metrics.registry(), "attnserve_rejected_total",
                      {{"reason", "shutdown"}}),
               Optional(1.0));
+}
+
+TEST(SchedulerTest, CreateRejectsBadBatchingOptions) {
+  SchedulerOptions options = Options(1, 4);
+  options.batch_max_size = 0;
+  EXPECT_THAT(Scheduler::Create(options, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch_max_size: must be >= 1 (1 = no "
+                                 "batching), got 0")));
+  options = Options(1, 4);
+  options.batch_max_delay = absl::Microseconds(-1);
+  EXPECT_THAT(Scheduler::Create(options, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch_max_delay: must be >= 0, got -1us")));
+}
+
+TEST(SchedulerTest, SubmitRejectsABatchKeyWithoutItsRunner) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  Task task = RecordingTask(std::make_shared<Outcome>());
+  task.batch_key = "k";
+  EXPECT_THAT(
+      scheduler->Submit(std::move(task)),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("a batch_key needs run_batch and batch_part")));
+}
+
+// Where a task ran.
+Task ThreadRecordingTask(std::shared_ptr<Outcome> outcome,
+                         std::shared_ptr<std::thread::id> ran_on) {
+  Task task = RecordingTask(outcome);
+  task.run = [outcome, ran_on](AttentionEngine&, absl::Duration) {
+    *ran_on = std::this_thread::get_id();
+    {
+      absl::MutexLock lock(&outcome->mu);
+      ++outcome->runs;
+    }
+    outcome->done.Notify();
+  };
+  return task;
+}
+
+TEST(SchedulerTest, SmallTaskRunsInlineWhenAWorkerIsFree) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  auto outcome = std::make_shared<Outcome>();
+  auto ran_on = std::make_shared<std::thread::id>();
+  Task task = ThreadRecordingTask(outcome, ran_on);
+  task.small = true;
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  // Inline: done before Submit returned, on this thread.
+  EXPECT_TRUE(outcome->done.HasBeenNotified());
+  EXPECT_EQ(*ran_on, std::this_thread::get_id());
+  EXPECT_EQ(outcome->Runs(), 1);
+}
+
+TEST(SchedulerTest, SmallTaskGoesToTheQueueWhenInlineIsOff) {
+  SchedulerOptions options = Options(1, 4);
+  options.run_small_inline = false;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  auto outcome = std::make_shared<Outcome>();
+  auto ran_on = std::make_shared<std::thread::id>();
+  Task task = ThreadRecordingTask(outcome, ran_on);
+  task.small = true;
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  outcome->done.WaitForNotification();
+  EXPECT_NE(*ran_on, std::this_thread::get_id());
+}
+
+TEST(SchedulerTest, SmallTaskQueuesBehindBusyWorkers) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  auto outcome = std::make_shared<Outcome>();
+  auto ran_on = std::make_shared<std::thread::id>();
+  Task task = ThreadRecordingTask(outcome, ran_on);
+  task.small = true;
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  EXPECT_EQ(scheduler->queue_depth(), 1);
+  EXPECT_FALSE(outcome->done.HasBeenNotified());
+  blocker.Release();
+  outcome->done.WaitForNotification();
+  EXPECT_NE(*ran_on, std::this_thread::get_id());
+}
+
+TEST(SchedulerTest, SmallTaskDoesNotJumpTheQueue) {
+  // A task is queued (the worker is busy): a small one submitted after it
+  // queues behind it rather than running first.
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  std::vector<int> order;
+  absl::Mutex order_mu;
+  auto make = [&](int id, bool small, absl::Notification* done) {
+    Task task;
+    task.small = small;
+    task.run = [&, id, done](AttentionEngine&, absl::Duration) {
+      {
+        absl::MutexLock lock(&order_mu);
+        order.push_back(id);
+      }
+      done->Notify();
+    };
+    task.reject = [done](absl::Status) { done->Notify(); };
+    return task;
+  };
+  absl::Notification first, second;
+  ASSERT_TRUE(scheduler->Submit(make(1, false, &first)).ok());
+  ASSERT_TRUE(scheduler->Submit(make(2, true, &second)).ok());
+  blocker.Release();
+  first.WaitForNotification();
+  second.WaitForNotification();
+  absl::MutexLock lock(&order_mu);
+  EXPECT_THAT(order, ElementsAre(1, 2));
+}
+
+TEST(SchedulerTest, InlineRunHoldsItsWorkersSlot) {
+  // One worker: while a small task runs inline, a queued task must wait, so
+  // that no more kernels run at once than there are workers.
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  Blocker inline_blocker;
+  Task blocking = inline_blocker.MakeTask();
+  blocking.small = true;
+  std::thread submitter(
+      [&] { ASSERT_TRUE(scheduler->Submit(std::move(blocking)).ok()); });
+  inline_blocker.WaitUntilRunning();
+  auto queued = std::make_shared<Outcome>();
+  ASSERT_TRUE(scheduler->Submit(RecordingTask(queued)).ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(queued->done.HasBeenNotified());
+  EXPECT_EQ(scheduler->queue_depth(), 1);
+  inline_blocker.Release();
+  submitter.join();
+  queued->done.WaitForNotification();
+  EXPECT_EQ(queued->Runs(), 1);
+}
+
+TEST(SchedulerTest, ShutdownWaitsForInlineRuns) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  Blocker inline_blocker;
+  Task blocking = inline_blocker.MakeTask();
+  blocking.small = true;
+  std::thread submitter(
+      [&] { ASSERT_TRUE(scheduler->Submit(std::move(blocking)).ok()); });
+  inline_blocker.WaitUntilRunning();
+  absl::Notification shut;
+  std::thread shutdown([&] {
+    scheduler->Shutdown(absl::InfiniteFuture());
+    shut.Notify();
+  });
+  EXPECT_FALSE(shut.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
+  inline_blocker.Release();
+  submitter.join();
+  shutdown.join();
+  EXPECT_TRUE(shut.HasBeenNotified());
+}
+
+// A batch part that names its task.
+struct NamedPart final : BatchPart {
+  explicit NamedPart(std::string n) : name(std::move(n)) {}
+  std::string name;
+};
+
+// Records every run: a batch as its members' names, a task alone as its own.
+class RunLog {
+ public:
+  Task Make(const std::string& name, const std::string& key) {
+    Task task;
+    task.batch_key = key;
+    task.batch_part = std::make_unique<NamedPart>(name);
+    task.run = [this, name](AttentionEngine&, absl::Duration) { Add({name}); };
+    task.run_batch = [this](AttentionEngine&,
+                            const std::vector<BatchMember>& members) {
+      std::vector<std::string> names;
+      for (const BatchMember& m : members) {
+        names.push_back(static_cast<NamedPart*>(m.part)->name);
+      }
+      Add(names);
+    };
+    task.reject = [this, name](absl::Status status) {
+      absl::MutexLock lock(&mu_);
+      rejected_.push_back(absl::StrCat(name, ": ", status.message()));
+      ++finished_;
+    };
+    return task;
+  }
+  void WaitFor(int tasks) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](std::pair<int*, int>* p) { return *p->first >= p->second; },
+        new_pair(tasks)));
+  }
+  std::vector<std::vector<std::string>> runs() {
+    absl::MutexLock lock(&mu_);
+    return runs_;
+  }
+  std::vector<std::string> rejected() {
+    absl::MutexLock lock(&mu_);
+    return rejected_;
+  }
+
+ private:
+  std::pair<int*, int>* new_pair(int tasks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    pair_ = {&finished_, tasks};
+    return &pair_;
+  }
+  void Add(std::vector<std::string> names) {
+    absl::MutexLock lock(&mu_);
+    finished_ += static_cast<int>(names.size());
+    runs_.push_back(std::move(names));
+  }
+  absl::Mutex mu_;
+  std::vector<std::vector<std::string>> runs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> rejected_ ABSL_GUARDED_BY(mu_);
+  int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  std::pair<int*, int> pair_;
+};
+
+using ::testing::IsEmpty;
+using Runs = std::vector<std::vector<std::string>>;
+
+TEST(SchedulerTest, BatchTakesQueuedCompatibleTasksInOrderUpToTheCap) {
+  SchedulerOptions options = Options(1, 16);
+  options.batch_max_size = 3;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  RunLog log;
+  for (const auto& [name, key] :
+       std::vector<std::pair<std::string, std::string>>{{"a1", "a"},
+                                                        {"b1", "b"},
+                                                        {"a2", "a"},
+                                                        {"n1", ""},
+                                                        {"a3", "a"},
+                                                        {"b2", "b"},
+                                                        {"a4", "a"},
+                                                        {"n2", ""},
+                                                        {"a5", "a"}}) {
+    ASSERT_TRUE(scheduler->Submit(log.Make(name, key)).ok());
+  }
+  blocker.Release();
+  log.WaitFor(9);
+  // a1 takes a2 and a3 (the cap); b1 takes b2 past n1; tasks without a key
+  // run alone; the rest of a follows in order.
+  EXPECT_EQ(
+      log.runs(),
+      (Runs{{"a1", "a2", "a3"}, {"b1", "b2"}, {"n1"}, {"a4", "a5"}, {"n2"}}));
+  EXPECT_THAT(log.rejected(), IsEmpty());
+}
+
+TEST(SchedulerTest, BatchSizeOneNeverBatches) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 16));
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  RunLog log;
+  for (const char* name : {"a1", "a2", "a3"}) {
+    ASSERT_TRUE(scheduler->Submit(log.Make(name, "a")).ok());
+  }
+  blocker.Release();
+  log.WaitFor(3);
+  EXPECT_EQ(log.runs(), (Runs{{"a1"}, {"a2"}, {"a3"}}));
+}
+
+TEST(SchedulerTest, BatchWithoutDelayTakesOnlyWhatIsQueued) {
+  SchedulerOptions options = Options(1, 16);
+  options.batch_max_size = 8;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  RunLog log;
+  ASSERT_TRUE(scheduler->Submit(log.Make("a1", "a")).ok());
+  log.WaitFor(1);
+  ASSERT_TRUE(scheduler->Submit(log.Make("a2", "a")).ok());
+  log.WaitFor(2);
+  EXPECT_EQ(log.runs(), (Runs{{"a1"}, {"a2"}}));
+}
+
+TEST(SchedulerTest, BatchDelayWaitsForCompatibleTasks) {
+  SchedulerOptions options = Options(1, 16);
+  options.batch_max_size = 3;
+  options.batch_max_delay = absl::Seconds(30);
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  RunLog log;
+  ASSERT_TRUE(scheduler->Submit(log.Make("a1", "a")).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(scheduler->Submit(log.Make("b1", "b")).ok());
+  ASSERT_TRUE(scheduler->Submit(log.Make("a2", "a")).ok());
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_THAT(log.runs(), IsEmpty());
+  // The third fills the batch, which runs at once rather than after 30 s.
+  ASSERT_TRUE(scheduler->Submit(log.Make("a3", "a")).ok());
+  log.WaitFor(3);
+  EXPECT_EQ(log.runs()[0], (std::vector<std::string>{"a1", "a2", "a3"}));
+  // b1 waits its own delay; shutdown ends it.
+  scheduler->Shutdown(absl::InfiniteFuture());
+  EXPECT_EQ(log.runs(), (Runs{{"a1", "a2", "a3"}, {"b1"}}));
+}
+
+TEST(SchedulerTest, BatchDelayEndsAfterTheDelay) {
+  SchedulerOptions options = Options(1, 16);
+  options.batch_max_size = 4;
+  options.batch_max_delay = absl::Milliseconds(30);
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  RunLog log;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(scheduler->Submit(log.Make("a1", "a")).ok());
+  ASSERT_TRUE(scheduler->Submit(log.Make("a2", "a")).ok());
+  log.WaitFor(2);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(30));
+  EXPECT_EQ(log.runs(), (Runs{{"a1", "a2"}}));
+}
+
+TEST(SchedulerTest, BatchDelayStopsShortOfAMembersDeadline) {
+  SchedulerOptions options = Options(1, 16);
+  options.batch_max_size = 4;
+  options.batch_max_delay = absl::Milliseconds(100);
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  RunLog log;
+  Task task = log.Make("a1", "a");
+  // Less than the delay away: waiting would expire it, so the worker does
+  // not wait, and it is computed.
+  task.deadline = absl::Now() + absl::Seconds(5) - absl::Milliseconds(4950);
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  log.WaitFor(1);
+  EXPECT_EQ(log.runs(), (Runs{{"a1"}}));
+  EXPECT_THAT(log.rejected(), IsEmpty());
+}
+
+TEST(SchedulerTest, ExpiredOrCancelledMembersAreRejectedAloneAndTheRestRun) {
+  SchedulerOptions options = Options(1, 16);
+  options.batch_max_size = 8;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  RunLog log;
+  Task expired = log.Make("a1", "a");
+  expired.deadline = absl::InfinitePast();
+  Task cancelled = log.Make("a3", "a");
+  cancelled.is_cancelled = [] { return true; };
+  ASSERT_TRUE(scheduler->Submit(std::move(expired)).ok());
+  ASSERT_TRUE(scheduler->Submit(log.Make("a2", "a")).ok());
+  ASSERT_TRUE(scheduler->Submit(std::move(cancelled)).ok());
+  ASSERT_TRUE(scheduler->Submit(log.Make("a4", "a")).ok());
+  blocker.Release();
+  log.WaitFor(4);
+  EXPECT_EQ(log.runs(), (Runs{{"a2", "a4"}}));
+  EXPECT_THAT(log.rejected(),
+              ElementsAre(HasSubstr("a1: deadline expired"),
+                          "a3: call cancelled while queued; not computed"));
+}
+
+TEST(SchedulerTest, BatchedTasksCountAgainstTheQueueUntilFinished) {
+  // max_queue 2 + 1 worker: three tasks admitted in all, batched or not.
+  SchedulerOptions options = Options(1, 2);
+  options.batch_max_size = 8;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  RunLog log;
+  ASSERT_TRUE(scheduler->Submit(log.Make("a1", "a")).ok());
+  ASSERT_TRUE(scheduler->Submit(log.Make("a2", "a")).ok());
+  EXPECT_THAT(scheduler->Submit(log.Make("a3", "a")),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("queue is full (max_queue = 2)")));
+  blocker.Release();
+  log.WaitFor(2);
+  EXPECT_EQ(log.runs(), (Runs{{"a1", "a2"}}));
+}
+
+TEST(SchedulerTest, TasksWaitingInABatchCountAgainstTheQueue) {
+  // max_queue 1 + 1 worker: two tasks admitted, even while the worker holds
+  // both in a batch that waits for more.
+  SchedulerOptions options = Options(1, 1);
+  options.batch_max_size = 8;
+  options.batch_max_delay = absl::Seconds(30);
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  RunLog log;
+  ASSERT_TRUE(scheduler->Submit(log.Make("a1", "a")).ok());
+  while (scheduler->queue_depth() != 0) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(scheduler->Submit(log.Make("a2", "a")).ok());
+  while (scheduler->queue_depth() != 0) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_THAT(scheduler->Submit(log.Make("a3", "a")),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("queue is full (max_queue = 1)")));
+  scheduler->Shutdown(absl::InfiniteFuture());
+  EXPECT_EQ(log.runs(), (Runs{{"a1", "a2"}}));
+}
+
+TEST(SchedulerTest, BatchSizesGoToTheHistogram) {
+  Metrics metrics(BuildInfo{"test", "0", "avx2"});
+  SchedulerOptions options = Options(1, 16);
+  options.batch_max_size = 4;
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options, &metrics);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  RunLog log;
+  for (const char* name : {"a1", "a2", "a3", "b1"}) {
+    ASSERT_TRUE(
+        scheduler->Submit(log.Make(name, name[0] == 'a' ? "a" : "b")).ok());
+  }
+  blocker.Release();
+  log.WaitFor(4);
+  scheduler->Shutdown(absl::InfiniteFuture());
+  // Three runs (the blocker, a1-a3, b1) of 1 + 3 + 1 tasks.
+  for (const prometheus::MetricFamily& family : metrics.registry().Collect()) {
+    if (family.name != "attnserve_batch_size") continue;
+    ASSERT_EQ(family.metric.size(), 1u);
+    const prometheus::ClientMetric::Histogram& h = family.metric[0].histogram;
+    EXPECT_EQ(h.sample_count, 3u);
+    EXPECT_DOUBLE_EQ(h.sample_sum, 5.0);
+    // Buckets le=1, le=2, le=4: cumulative 2, 2, 3.
+    ASSERT_GE(h.bucket.size(), 3u);
+    EXPECT_EQ(h.bucket[0].cumulative_count, 2u);
+    EXPECT_EQ(h.bucket[1].cumulative_count, 2u);
+    EXPECT_EQ(h.bucket[2].cumulative_count, 3u);
+    return;
+  }
+  ADD_FAILURE() << "no attnserve_batch_size";
 }
 
 }  // namespace
