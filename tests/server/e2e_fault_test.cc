@@ -50,6 +50,7 @@ namespace attnserve {
 namespace {
 
 using ::attnserve::testing::AwaitMetric;
+using ::attnserve::testing::AwaitMetricAtMost;
 using ::attnserve::testing::MetricSample;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::TestTensor;
@@ -338,7 +339,8 @@ TEST(E2eOverloadTest, LargeCallsPastTheBudgetHoldMemoryAndHealth) {
   const absl::Time recovered = absl::Now();
   rss.Stop();
   EXPECT_EQ(after, "");
-  EXPECT_EQ(MetricSample(**server, R"(attnserve_inflight_bytes{state="used"})"),
+  EXPECT_EQ(AwaitMetricAtMost(**server,
+                              R"(attnserve_inflight_bytes{state="used"})", 0),
             0);
 
   int64_t peak_sampled = 0;
@@ -456,11 +458,7 @@ TEST(E2eSlowClientTest, AStoppedClientIsCancelledAtTheSendTimeout) {
   EXPECT_GE(AwaitMetric(**server, "attnserve_send_timeouts_total", 1,
                         absl::Seconds(30)),
             1);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (MetricSample(**server, used) != 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  EXPECT_EQ(MetricSample(**server, used), 0);
+  EXPECT_EQ(AwaitMetricAtMost(**server, used, 0), 0);
   std::printf("slow client: %.0f MiB held, freed %.2f s after the answer\n",
               held / kMiB, absl::ToDoubleSeconds(absl::Now() - answered_at));
   kill(client, SIGKILL);
@@ -658,10 +656,16 @@ TEST(E2eSoakTest, SteadyLoadKeepsLatencyAndMemoryFlat) {
   }
   EXPECT_EQ(wrong, 0) << "answers that differ from the first of their shape";
   ASSERT_GE(p99s.size(), 2u);
-  // Below 5 ms a p99 is the operating system's scheduling, not the server's:
-  // the first window's counts as at least that.
-  const double first_p99 = std::max(p99s[0], 0.005);
-  for (size_t w = 1; w < p99s.size(); ++w) {
+  absl::Duration unused_remainder;
+  // Below 15 ms a p99 here is the scheduling of two shared cores (server,
+  // client and the machine's neighbours), not the server's: the first
+  // window's counts as at least that. The windows past `length` hold only
+  // the last calls.
+  const double first_p99 = std::max(p99s[0], 0.015);
+  const size_t whole_windows = static_cast<size_t>(
+      std::min<int64_t>(p99s.size(), absl::IDivDuration(length, kWindow,
+                                                        &unused_remainder)));
+  for (size_t w = 1; w < whole_windows; ++w) {
     EXPECT_LE(p99s[w], 2 * first_p99)
         << "window " << w << " p99 against the first window's";
   }

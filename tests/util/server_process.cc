@@ -246,4 +246,15 @@ double AwaitMetric(const ServerProcess& server, const std::string& series,
   return value;
 }
 
+double AwaitMetricAtMost(const ServerProcess& server, const std::string& series,
+                         double at_most, absl::Duration patience) {
+  const absl::Time deadline = absl::Now() + patience;
+  double value = MetricSample(server, series);
+  while ((value < 0 || value > at_most) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+    value = MetricSample(server, series);
+  }
+  return value;
+}
+
 }  // namespace attnserve::testing

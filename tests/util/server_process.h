@@ -84,6 +84,14 @@ double AwaitMetric(const ServerProcess& server, const std::string& series,
                    double at_least,
                    absl::Duration patience = absl::Seconds(10));
 
+// The same for a series that falls: scrapes until `series` is at most
+// `at_most` (e.g. attnserve_inflight_bytes{state="used"} back to 0: a call's
+// bytes are released once gRPC is done sending its answer, which may be just
+// after the client has it).
+double AwaitMetricAtMost(const ServerProcess& server, const std::string& series,
+                         double at_most,
+                         absl::Duration patience = absl::Seconds(10));
+
 // The value of the sample `series` (e.g.
 // `attnserve_requests_total{code="OK",method="Attend"}`, labels in the
 // exposition's order) in a Prometheus text exposition; NotFound if absent.
