@@ -263,4 +263,88 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
   in.sequences = call->sequences;
 }
 
+absl::Status ApplyCreateSession(const v1::CreateSessionRequest& request,
+                                kvcache::SessionStore& store,
+                                v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const kvcache::SessionShape shape,
+                   DecodeShape(request.shape()));
+  ASSIGN_OR_RETURN(const absl::Duration ttl, DecodeTtl(request.ttl_ms()));
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.CreateSession(request.session_id(), shape, ttl));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyAppendKv(const v1::AppendKvRequest& request,
+                           kvcache::SessionStore& store,
+                           v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const DecodedAppend decoded, DecodeAppend(request));
+  std::optional<int64_t> position;
+  if (request.has_position()) position = request.position();
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Append(request.session_id(), request.layer(), position,
+                                decoded.key, decoded.value));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyForkSession(const v1::ForkSessionRequest& request,
+                              kvcache::SessionStore& store,
+                              v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const absl::Duration ttl, DecodeTtl(request.ttl_ms()));
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Fork(request.session_id(), request.child_id(), ttl));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyTruncateSession(const v1::TruncateSessionRequest& request,
+                                  kvcache::SessionStore& store,
+                                  v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Truncate(request.session_id(), request.tokens()));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyCloseSession(const v1::CloseSessionRequest& request,
+                               kvcache::SessionStore& store,
+                               v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Close(request.session_id()));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyGetSession(const v1::GetSessionRequest& request,
+                             kvcache::SessionStore& store,
+                             v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Get(request.session_id()));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<SessionsCall>> PrepareAttendSessions(
+    const v1::AttendSessionsRequest& request, kvcache::SessionStore& store,
+    const RequestLimits& limits, v1::AttendSessionsResponse* response) {
+  auto decoded = std::make_shared<DecodedSessionsRequest>();
+  ASSIGN_OR_RETURN(*decoded, DecodeAttendSessions(request));
+  double flops = 0;
+  ASSIGN_OR_RETURN(
+      std::vector<kvcache::PinnedPart> pinned,
+      store.AppendAndPin(
+          decoded->layer, decoded->parts,
+          [&](absl::Span<const kvcache::PartPlan> plans) -> absl::Status {
+            ASSIGN_OR_RETURN(flops, AdmitSessions(*decoded, plans, limits));
+            return absl::OkStatus();
+          }));
+  auto call = std::make_shared<SessionsCall>();
+  PrepareSessionsCall(*decoded, std::move(pinned), store.options().block_tokens,
+                      response, call.get());
+  call->flops = flops;
+  call->decoded = std::move(decoded);
+  return call;
+}
+
 }  // namespace attnserve::server

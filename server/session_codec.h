@@ -87,6 +87,37 @@ void PrepareSessionsCall(const DecodedSessionsRequest& decoded,
                          int block_tokens, v1::AttendSessionsResponse* response,
                          SessionsCall* call);
 
+// SessionService's calls without gRPC, as the service runs them: decode the
+// request, apply it to `store`, encode the session into `response`. The
+// returned status is the call's (the store's and the codec's codes and
+// messages); `response` is filled only when it is OK.
+absl::Status ApplyCreateSession(const v1::CreateSessionRequest& request,
+                                kvcache::SessionStore& store,
+                                v1::SessionInfo* response);
+absl::Status ApplyAppendKv(const v1::AppendKvRequest& request,
+                           kvcache::SessionStore& store,
+                           v1::SessionInfo* response);
+absl::Status ApplyForkSession(const v1::ForkSessionRequest& request,
+                              kvcache::SessionStore& store,
+                              v1::SessionInfo* response);
+absl::Status ApplyTruncateSession(const v1::TruncateSessionRequest& request,
+                                  kvcache::SessionStore& store,
+                                  v1::SessionInfo* response);
+absl::Status ApplyCloseSession(const v1::CloseSessionRequest& request,
+                               kvcache::SessionStore& store,
+                               v1::SessionInfo* response);
+absl::Status ApplyGetSession(const v1::GetSessionRequest& request,
+                             kvcache::SessionStore& store,
+                             v1::SessionInfo* response);
+
+// AttendSessions up to the engine run, as the service runs it on receipt:
+// DecodeAttendSessions, then SessionStore::AppendAndPin with AdmitSessions
+// against `limits`, then PrepareSessionsCall into `response` (the call's
+// flops set). `request` and `response` must outlive the call.
+absl::StatusOr<std::shared_ptr<SessionsCall>> PrepareAttendSessions(
+    const v1::AttendSessionsRequest& request, kvcache::SessionStore& store,
+    const RequestLimits& limits, v1::AttendSessionsResponse* response);
+
 }  // namespace attnserve::server
 
 #endif  // ATTNSERVE_SERVER_SESSION_CODEC_H_

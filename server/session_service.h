@@ -68,8 +68,6 @@ class SessionService final : public v1::SessionService::CallbackService {
   grpc::ServerUnaryReactor* Inline(grpc::CallbackServerContext* context,
                                    Method method, const Request& request,
                                    v1::SessionInfo* response, Op op);
-  absl::Status Append(const v1::AppendKvRequest& request,
-                      v1::SessionInfo* response);
 
   const RequestLimits limits_;
   kvcache::SessionStore* const store_;
