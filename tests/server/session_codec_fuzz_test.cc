@@ -1,8 +1,9 @@
 // Session requests under random mutation, through the session codec and a real
-// store and engine: every AppendKvRequest and AttendSessionsRequest that
-// parses is either refused with a known code and a message, or applied and
-// computed with finite results, and the store stays within its budget and
-// accounts for every block. Seeded and bounded, so it runs in every build (the
+// store and engine (fuzz::CheckAttendSessions, as the libFuzzer target in
+// tests/fuzz/ runs them): every AttendSessionsRequest that parses is either
+// refused with a known code and a message, or applied and computed with
+// finite results, and the store stays within its budget and accounts for
+// every block. Seeded and bounded, so it runs in every build (the
 // ASan+UBSan tree included).
 
 #include <cmath>
@@ -19,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kvcache/session_store.h"
 #include "server/session_codec.h"
+#include "tests/fuzz/codec_checks.h"
 #include "tests/util/session_mirror.h"
 
 namespace attnserve::server {
@@ -117,13 +119,6 @@ void Mutate(Rng& rng, v1::AttendSessionsRequest* r) {
   }
 }
 
-bool KnownRefusal(absl::StatusCode code) {
-  return code == absl::StatusCode::kInvalidArgument ||
-         code == absl::StatusCode::kNotFound ||
-         code == absl::StatusCode::kResourceExhausted ||
-         code == absl::StatusCode::kOutOfRange;
-}
-
 TEST(SessionCodecFuzzTest, EveryRequestIsRefusedClearlyOrComputed) {
   kvcache::StoreOptions options;
   options.block_tokens = 4;
@@ -174,51 +169,27 @@ TEST(SessionCodecFuzzTest, EveryRequestIsRefusedClearlyOrComputed) {
     }
     SCOPED_TRACE(absl::StrCat("iteration ", iter, ": ",
                               r.ShortDebugString().substr(0, 300)));
-    absl::Status status;
-    absl::StatusOr<DecodedSessionsRequest> decoded = DecodeAttendSessions(r);
-    std::vector<kvcache::PinnedPart> pinned;
-    if (!decoded.ok()) {
-      status = decoded.status();
-    } else {
-      absl::StatusOr<std::vector<kvcache::PinnedPart>> parts =
-          store->AppendAndPin(
-              decoded->layer, decoded->parts,
-              [&](absl::Span<const kvcache::PartPlan> plans) {
-                return AdmitSessions(*decoded, plans, limits).status();
-              });
-      status = parts.status();
-      if (parts.ok()) pinned = *std::move(parts);
-    }
-    if (!status.ok()) {
-      ASSERT_TRUE(KnownRefusal(status.code())) << status;
-      ASSERT_FALSE(status.message().empty());
+    v1::AttendSessionsResponse response;
+    const absl::StatusOr<fuzz::Verdict> verdict =
+        fuzz::CheckAttendSessions(r, *store, *engine, limits, &response);
+    ASSERT_TRUE(verdict.ok()) << verdict.status();
+    if (verdict->outcome == fuzz::Outcome::kRefused) {
       ++refused;
     } else {
-      v1::AttendSessionsResponse response;
-      SessionsCall call;
-      PrepareSessionsCall(*decoded, std::move(pinned), options.block_tokens,
-                          &response, &call);
-      const absl::Status run = engine->RunPaged(call.inputs);
-      if (!run.ok()) {
-        // The engine checks the mask parts the codec passes on (ALiBi).
-        ASSERT_EQ(run.code(), absl::StatusCode::kInvalidArgument) << run;
-        ++refused;
-      } else {
-        for (const v1::SessionResult& result : response.results()) {
-          for (float x : ::attnserve::testing::WireFloats(result.output())) {
-            ASSERT_TRUE(std::isfinite(x));
-          }
+      // The values sent are in [-1, 1): the outputs must be finite.
+      for (const v1::SessionResult& result : response.results()) {
+        for (float x : ::attnserve::testing::WireFloats(result.output())) {
+          ASSERT_TRUE(std::isfinite(x));
         }
-        ++computed;
       }
+      ++computed;
     }
     const kvcache::StoreStats stats = store->Stats();
     ASSERT_LE(stats.used_bytes, stats.budget_bytes);
   }
   EXPECT_GT(computed, 1500);
   EXPECT_GT(refused, 3000);
-  store->CloseAll();
-  EXPECT_EQ(store->Stats().used_bytes, 0);
+  EXPECT_TRUE(fuzz::CheckStoreEmptiesOnClose(*store).ok());
 }
 
 }  // namespace
