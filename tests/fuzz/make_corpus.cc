@@ -125,6 +125,16 @@ void ModelSeeds(Rng& rng, CorpusWriter& out) {
     out.Add("model_general_f16", Family::kModel, r);
   }
   {
+    // Edge: no batch, with positions of that shape.
+    v1::ModelRequest r;
+    r.set_model("additive");
+    FillTensor(rng, v1::FLOAT32, {0, 3, 12}, r.mutable_hidden());
+    r.mutable_positions()->set_dtype(v1::INT32);
+    r.mutable_positions()->add_shape(0);
+    r.mutable_positions()->add_shape(3);
+    out.Add("model_edge_no_batch", Family::kModel, r);
+  }
+  {
     v1::ModelRequest r;
     r.set_model("no_such_model");
     FillTensor(rng, v1::FLOAT32, {1, 1, 16}, r.mutable_hidden());
@@ -223,6 +233,20 @@ void InferSeeds(Rng& rng, CorpusWriter& out) {
     out.Add("infer_hosted_raw", Family::kInfer, r);
   }
   {
+    // Typed contents of a shape with a negative dimension.
+    ModelInferRequest r;
+    r.set_model_name("attention");
+    for (const char* name : {"query", "key", "value"}) {
+      ModelInferRequest::InferInputTensor* input = r.add_inputs();
+      input->set_name(name);
+      input->set_datatype("FP32");
+      for (int64_t d : {1, -2, 1, -2}) input->add_shape(d);
+      for (int i = 0; i < 4; ++i)
+        input->mutable_contents()->add_fp32_contents(1);
+    }
+    out.Add("infer_refused_negative_dim", Family::kInfer, r);
+  }
+  {
     ModelInferRequest r;
     r.set_model_name("attention");
     r.set_model_version("2");
@@ -288,6 +312,15 @@ void SessionSeeds(Rng& rng, CorpusWriter& out) {
     *q->mutable_key() = Rows(rng, v1::FLOAT16, 2, kHeadsD, kHeadDimD);
     *q->mutable_value() = Rows(rng, v1::FLOAT16, 2, kHeadsD, kValueDimD);
     out.Add("sessions_first_tokens", Family::kAttendSessions, r);
+  }
+  {
+    // Refused: one session named twice.
+    v1::AttendSessionsRequest r;
+    v1::SessionQuery* q = r.add_sessions();
+    q->set_session_id("a");
+    *q->mutable_query() = Rows(rng, v1::FLOAT32, 1, 2, kDimAB);
+    *r.add_sessions() = *q;
+    out.Add("sessions_refused_twice", Family::kAttendSessions, r);
   }
   {
     v1::CreateSessionRequest r;
