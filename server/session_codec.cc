@@ -145,6 +145,15 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
     }
     d.window_left = request.window_left();
   }
+  // The engine's range of Hq, checked here because the engine would check it
+  // only after the appends (one Hq per call: AdmitSessions holds the other
+  // queries to this one).
+  const int64_t hq = d.queries[0].shape[1];
+  if (hq < 1 || hq > kMaxPagedQueryHeads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sessions[0].query.shape: Hq = ", hq, " is outside [1, ",
+        kMaxPagedQueryHeads, "] (got ", ShapeString(d.queries[0].dims()), ")"));
+  }
   d.alibi_slopes = absl::MakeConstSpan(request.alibi_slopes().data(),
                                        request.alibi_slopes().size());
   if (request.has_scale()) {

@@ -314,10 +314,15 @@ void SessionSeeds(Rng& rng, CorpusWriter& out) {
     out.Add("sessions_first_tokens", Family::kAttendSessions, r);
   }
   {
-    // Refused: one session named twice.
+    // Refused before the append they carry: no query heads; one session
+    // named twice.
     v1::AttendSessionsRequest r;
     v1::SessionQuery* q = r.add_sessions();
     q->set_session_id("a");
+    *q->mutable_query() = Rows(rng, v1::FLOAT32, 1, 0, kDimAB);
+    *q->mutable_key() = Rows(rng, v1::FLOAT32, 1, kHeadsAB, kDimAB);
+    *q->mutable_value() = Rows(rng, v1::FLOAT32, 1, kHeadsAB, kDimAB);
+    out.Add("sessions_refused_no_heads", Family::kAttendSessions, r);
     *q->mutable_query() = Rows(rng, v1::FLOAT32, 1, 2, kDimAB);
     *r.add_sessions() = *q;
     out.Add("sessions_refused_twice", Family::kAttendSessions, r);

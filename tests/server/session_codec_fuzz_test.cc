@@ -17,18 +17,22 @@
 #include "attnserve/v1/sessions.pb.h"
 #include "base/random.h"
 #include "core/attention.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvcache/session_store.h"
 #include "server/session_codec.h"
 #include "tests/fuzz/codec_checks.h"
 #include "tests/util/session_mirror.h"
+#include "tests/util/status_matchers.h"
 
 namespace attnserve::server {
 namespace {
 
 using Rng = ::attnserve::base::SplitMix64;
 using ::attnserve::testing::RandomValues;
+using ::attnserve::testing::StatusIs;
 using ::attnserve::testing::WireRows;
+using ::testing::HasSubstr;
 
 const char* const kIds[] = {"a", "b", "c", "", "missing", "a"};
 
@@ -190,6 +194,54 @@ TEST(SessionCodecFuzzTest, EveryRequestIsRefusedClearlyOrComputed) {
   EXPECT_GT(computed, 1500);
   EXPECT_GT(refused, 3000);
   EXPECT_TRUE(fuzz::CheckStoreEmptiesOnClose(*store).ok());
+}
+
+// A store holding "a" (one layer, 2 kv heads of 8, f32, empty) and a call
+// that appends one token to it with a query of `hq` heads.
+struct OneSessionCall {
+  std::unique_ptr<kvcache::SessionStore> store;
+  v1::AttendSessionsRequest request;
+
+  explicit OneSessionCall(int64_t hq) {
+    kvcache::StoreOptions options;
+    options.block_tokens = 4;
+    options.sweep_interval = absl::ZeroDuration();
+    store = *kvcache::SessionStore::Create(options);
+    kvcache::SessionShape shape;
+    shape.num_layers = 1;
+    shape.num_kv_heads = 2;
+    shape.head_dim = 8;
+    shape.value_dim = 8;
+    shape.max_tokens = 64;
+    EXPECT_TRUE(store->CreateSession("a", shape, {}).ok());
+    v1::SessionQuery* q = request.add_sessions();
+    q->set_session_id("a");
+    *q->mutable_query() =
+        WireRows(DType::kFloat32, 1, hq, 8, RandomValues(1, hq * 8));
+    *q->mutable_key() = WireRows(DType::kFloat32, 1, 2, 8, RandomValues(2, 16));
+    *q->mutable_value() =
+        WireRows(DType::kFloat32, 1, 2, 8, RandomValues(3, 16));
+  }
+
+  absl::Status Prepare() {
+    v1::AttendSessionsResponse response;
+    return PrepareAttendSessions(request, *store, RequestLimits(), &response)
+        .status();
+  }
+  int64_t Tokens() { return store->Get("a")->layer_tokens[0]; }
+};
+
+// Found by the libFuzzer target's check (an edge seed, kept in
+// tests/fuzz/regressions/): a query of no heads passed the codec and the
+// store, its keys and values were appended, and only the engine refused it,
+// naming its own "q_heads".
+TEST(SessionCodecTest, QueryWithoutHeadsIsRefusedBeforeAnyAppend) {
+  OneSessionCall call(0);
+  EXPECT_THAT(call.Prepare(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("sessions[0].query.shape: Hq = 0 is outside "
+                                 "[1, 65536]")));
+  EXPECT_EQ(call.Tokens(), 0);
 }
 
 }  // namespace
