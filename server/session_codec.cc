@@ -145,9 +145,9 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
     }
     d.window_left = request.window_left();
   }
-  // The engine's range of Hq, checked here because the engine would check it
-  // only after the appends (one Hq per call: AdmitSessions holds the other
-  // queries to this one).
+  // The engine's range of Hq and its ALiBi checks, made here because the
+  // engine would make them only after the appends (one Hq per call:
+  // AdmitSessions holds the other queries to this one).
   const int64_t hq = d.queries[0].shape[1];
   if (hq < 1 || hq > kMaxPagedQueryHeads) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -156,6 +156,18 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
   }
   d.alibi_slopes = absl::MakeConstSpan(request.alibi_slopes().data(),
                                        request.alibi_slopes().size());
+  if (!d.alibi_slopes.empty() &&
+      static_cast<int64_t>(d.alibi_slopes.size()) != hq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "alibi_slopes: expected Hq = ", hq,
+        " entries (one per query head) or none, got ", d.alibi_slopes.size()));
+  }
+  for (size_t h = 0; h < d.alibi_slopes.size(); ++h) {
+    if (!std::isfinite(d.alibi_slopes[h])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "alibi_slopes[", h, "]: must be finite, got ", d.alibi_slopes[h]));
+    }
+  }
   if (request.has_scale()) {
     if (!std::isfinite(request.scale())) {
       return absl::InvalidArgumentError(

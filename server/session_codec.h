@@ -42,7 +42,10 @@ struct DecodedAppend {
 };
 absl::StatusOr<DecodedAppend> DecodeAppend(const v1::AppendKvRequest& request);
 
-// An AttendSessionsRequest checked field by field; views borrow from it.
+// An AttendSessionsRequest checked field by field, with everything the engine
+// checks that needs no session (the first query's Hq in [1,
+// kMaxPagedQueryHeads], none or Hq finite ALiBi slopes), so that nothing is
+// refused after the appends; views borrow from it.
 struct DecodedSessionsRequest {
   int layer = 0;
   std::vector<kvcache::AttendPart> parts;

@@ -261,15 +261,10 @@ absl::StatusOr<Verdict> CheckAttendSessions(
         "PrepareAttendSessions answered ", response->results_size(),
         " results for ", request.sessions_size(), " sessions"));
   }
+  // Admitted means appended: a refusal now would come after the appends,
+  // which the API promises never happens.
   const absl::Status run = engine.RunPaged((*call)->inputs);
-  if (!run.ok()) {
-    // ALiBi slopes are the one mask part the codec passes on unchecked.
-    if (run.code() == absl::StatusCode::kInvalidArgument &&
-        !request.alibi_slopes().empty() && !run.message().empty()) {
-      return Verdict{Outcome::kRefused, 0, run};
-    }
-    return Broken("RunPaged failed on an admitted call", run);
-  }
+  if (!run.ok()) return Broken("RunPaged failed on an admitted call", run);
   return Verdict{Outcome::kComputed, (*call)->flops};
 }
 

@@ -78,9 +78,9 @@ absl::StatusOr<Verdict> CheckInferRequest(
 
 // AttendSessionsRequest: PrepareAttendSessions refuses with INVALID_ARGUMENT,
 // NOT_FOUND, OUT_OF_RANGE or RESOURCE_EXHAUSTED, or RunPaged computes the
-// call (or refuses ALiBi slopes with INVALID_ARGUMENT, the one mask check it
-// leaves to the engine) into `response`, one result per session; the store
-// stays within its budget either way.
+// call into `response`, one result per session (it may not refuse: the keys
+// and values are appended by then); the store stays within its budget either
+// way.
 absl::StatusOr<Verdict> CheckAttendSessions(
     const v1::AttendSessionsRequest& request, kvcache::SessionStore& store,
     AttentionEngine& engine, const server::RequestLimits& limits,

@@ -314,8 +314,8 @@ void SessionSeeds(Rng& rng, CorpusWriter& out) {
     out.Add("sessions_first_tokens", Family::kAttendSessions, r);
   }
   {
-    // Refused before the append they carry: no query heads; one session
-    // named twice.
+    // Refused before the append they carry: no query heads; ALiBi slopes of
+    // the wrong count; one session named twice.
     v1::AttendSessionsRequest r;
     v1::SessionQuery* q = r.add_sessions();
     q->set_session_id("a");
@@ -324,6 +324,9 @@ void SessionSeeds(Rng& rng, CorpusWriter& out) {
     *q->mutable_value() = Rows(rng, v1::FLOAT32, 1, kHeadsAB, kDimAB);
     out.Add("sessions_refused_no_heads", Family::kAttendSessions, r);
     *q->mutable_query() = Rows(rng, v1::FLOAT32, 1, 2, kDimAB);
+    r.add_alibi_slopes(0.5f);
+    out.Add("sessions_refused_alibi_count", Family::kAttendSessions, r);
+    r.clear_alibi_slopes();
     *r.add_sessions() = *q;
     out.Add("sessions_refused_twice", Family::kAttendSessions, r);
   }

@@ -244,5 +244,28 @@ TEST(SessionCodecTest, QueryWithoutHeadsIsRefusedBeforeAnyAppend) {
   EXPECT_EQ(call.Tokens(), 0);
 }
 
+// ALiBi slopes of the wrong count or not finite were refused by the engine
+// only after the append, which the API promises never happens; the seeded
+// fuzz test above had let it pass as the engine's check, the libFuzzer
+// target's check does not (tests/fuzz/regressions/).
+TEST(SessionCodecTest, AlibiSlopesAreCheckedBeforeAnyAppend) {
+  OneSessionCall call(4);
+  call.request.add_alibi_slopes(0.5f);
+  EXPECT_THAT(call.Prepare(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("alibi_slopes: expected Hq = 4 entries (one "
+                                 "per query head) or none, got 1")));
+  EXPECT_EQ(call.Tokens(), 0);
+  for (int h = 0; h < 3; ++h) call.request.add_alibi_slopes(0.5f);
+  call.request.set_alibi_slopes(2, NAN);
+  EXPECT_THAT(call.Prepare(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("alibi_slopes[2]: must be finite, got nan")));
+  EXPECT_EQ(call.Tokens(), 0);
+  call.request.set_alibi_slopes(2, 0.25f);
+  EXPECT_TRUE(call.Prepare().ok());
+  EXPECT_EQ(call.Tokens(), 1);
+}
+
 }  // namespace
 }  // namespace attnserve::server
