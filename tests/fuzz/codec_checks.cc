@@ -80,7 +80,7 @@ absl::StatusOr<Verdict> SessionInfoVerdict(absl::string_view call,
                                               info.shape().max_tokens(), ")"));
     }
   }
-  return Verdict{Outcome::kComputed, 0};
+  return Verdict{Outcome::kComputed, 0, absl::OkStatus()};
 }
 
 std::vector<float> Values(base::SplitMix64& rng, size_t n, float scale) {
@@ -158,7 +158,7 @@ absl::StatusOr<Verdict> CheckAttendRequest(const v1::AttendRequest& request,
         " bytes over the limit ", limits.max_response_bytes));
   }
   if (decoded->shape.flops > max_compute_flops) {
-    return Verdict{Outcome::kDecoded, decoded->shape.flops};
+    return Verdict{Outcome::kDecoded, decoded->shape.flops, absl::OkStatus()};
   }
   const AttentionOutputs outputs = server::PrepareResponse(*decoded, response);
   const int64_t prepared = static_cast<int64_t>(
@@ -170,7 +170,7 @@ absl::StatusOr<Verdict> CheckAttendRequest(const v1::AttendRequest& request,
   }
   const absl::Status run = engine.Run(decoded->inputs, outputs);
   if (!run.ok()) return Broken("Run failed on a decoded request", run);
-  return Verdict{Outcome::kComputed, decoded->shape.flops};
+  return Verdict{Outcome::kComputed, decoded->shape.flops, absl::OkStatus()};
 }
 
 absl::StatusOr<Verdict> CheckModelRequest(const v1::ModelRequest& request,
@@ -199,7 +199,7 @@ absl::StatusOr<Verdict> CheckModelRequest(const v1::ModelRequest& request,
   const absl::Status run =
       decoded->model->layer->Run(decoded->inputs, outputs, engine);
   if (!run.ok()) return Broken("the layer failed on a decoded request", run);
-  return Verdict{Outcome::kComputed, decoded->flops};
+  return Verdict{Outcome::kComputed, decoded->flops, absl::OkStatus()};
 }
 
 absl::StatusOr<Verdict> CheckInferRequest(
@@ -265,7 +265,7 @@ absl::StatusOr<Verdict> CheckAttendSessions(
   // which the API promises never happens.
   const absl::Status run = engine.RunPaged((*call)->inputs);
   if (!run.ok()) return Broken("RunPaged failed on an admitted call", run);
-  return Verdict{Outcome::kComputed, (*call)->flops};
+  return Verdict{Outcome::kComputed, (*call)->flops, absl::OkStatus()};
 }
 
 absl::StatusOr<Verdict> CheckCreateSession(

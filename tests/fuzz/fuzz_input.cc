@@ -101,7 +101,8 @@ template <typename Message, typename Check>
 absl::StatusOr<Verdict> OnSessions(const uint8_t* data, size_t size, bool evict,
                                    Check check) {
   Message message;
-  if (!Parse(data, size, &message)) return Verdict{Outcome::kUnparsed};
+  if (!Parse(data, size, &message))
+    return Verdict{Outcome::kUnparsed, 0, absl::OkStatus()};
   absl::StatusOr<std::unique_ptr<kvcache::SessionStore>> store =
       MakeSessionStore(evict);
   if (!store.ok()) {
@@ -150,7 +151,7 @@ absl::StatusOr<std::unique_ptr<kvcache::SessionStore>> MakeSessionStore(
 }
 
 absl::StatusOr<Verdict> RunInput(const uint8_t* data, size_t size) {
-  if (size == 0) return Verdict{Outcome::kUnparsed};
+  if (size == 0) return Verdict{Outcome::kUnparsed, 0, absl::OkStatus()};
   Fixture& f = TheFixture();
   const Family family = FamilyOf(data[0]);
   const bool evict = (data[0] & 0x80) != 0;
@@ -159,21 +160,24 @@ absl::StatusOr<Verdict> RunInput(const uint8_t* data, size_t size) {
   switch (family) {
     case Family::kAttend: {
       v1::AttendRequest request;
-      if (!Parse(data, size, &request)) return Verdict{Outcome::kUnparsed};
+      if (!Parse(data, size, &request))
+        return Verdict{Outcome::kUnparsed, 0, absl::OkStatus()};
       v1::AttendResponse response;
       return CheckAttendRequest(request, *f.engine, f.limits, kMaxFlops,
                                 &response);
     }
     case Family::kModel: {
       v1::ModelRequest request;
-      if (!Parse(data, size, &request)) return Verdict{Outcome::kUnparsed};
+      if (!Parse(data, size, &request))
+        return Verdict{Outcome::kUnparsed, 0, absl::OkStatus()};
       v1::AttendResponse response;
       return CheckModelRequest(request, *f.registry, *f.engine, f.limits,
                                &response);
     }
     case Family::kInfer: {
       inference::ModelInferRequest request;
-      if (!Parse(data, size, &request)) return Verdict{Outcome::kUnparsed};
+      if (!Parse(data, size, &request))
+        return Verdict{Outcome::kUnparsed, 0, absl::OkStatus()};
       return CheckInferRequest(request, f.interfaces, *f.registry, *f.engine,
                                f.limits, kMaxFlops);
     }
@@ -214,7 +218,7 @@ absl::StatusOr<Verdict> RunInput(const uint8_t* data, size_t size) {
             return CheckGetSession(m, s);
           });
   }
-  return Verdict{Outcome::kUnparsed};
+  return Verdict{Outcome::kUnparsed, 0, absl::OkStatus()};
 }
 
 }  // namespace attnserve::fuzz
