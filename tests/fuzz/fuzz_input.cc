@@ -49,7 +49,7 @@ absl::Status Prefill(kvcache::SessionStore& store, const std::string& id,
 }
 
 constexpr int64_t kMaxResponseBytes = int64_t{1} << 18;
-constexpr double kMaxFlops = 4e6;
+constexpr double kMaxFlops = 1e6;
 
 [[noreturn]] void Die(const char* what, const absl::Status& status) {
   std::fprintf(stderr, "fuzz fixture: %s: %s\n", what,

@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<kvcache::SessionStore>> MakeSessionStore(
 
 // Runs one input as the libFuzzer target does: parses the message of its
 // family (kUnparsed when it does not parse, or is empty) and holds it to
-// codec_checks.h's promise, with response bytes at most 256 KiB and 4e6 FLOPs
+// codec_checks.h's promise, with response bytes at most 256 KiB and 1e6 FLOPs
 // (every decoded request computes in well under a millisecond, even under
 // ASan). A session family's message runs against a fresh MakeSessionStore,
 // which must give back every block once its sessions close. Internal names a

@@ -71,6 +71,22 @@ void AttendSeeds(Rng& rng, CorpusWriter& out) {
     std::snprintf(name, sizeof(name), "attend_%02zu", i);
     out.Add(name, Family::kAttend, seeds[i]);
   }
+  // The limits (fuzz_input.h's), from inputs well under -max_len: weights of
+  // 300 x 300 (360 KB of response), and 1.02e6 FLOPs of 64 query heads over
+  // 500 keys.
+  {
+    v1::AttendRequest r;
+    FillTensor(rng, v1::FLOAT32, {1, 1, 300, 1}, r.mutable_query());
+    FillTensor(rng, v1::FLOAT32, {1, 1, 300, 1}, r.mutable_key());
+    FillTensor(rng, v1::FLOAT32, {1, 1, 300, 1}, r.mutable_value());
+    r.set_return_weights(true);
+    out.Add("attend_refused_response_bytes", Family::kAttend, r);
+    FillTensor(rng, v1::BFLOAT16, {1, 64, 8, 1}, r.mutable_query());
+    FillTensor(rng, v1::BFLOAT16, {1, 1, 500, 1}, r.mutable_key());
+    FillTensor(rng, v1::BFLOAT16, {1, 1, 500, 1}, r.mutable_value());
+    r.set_return_weights(false);
+    out.Add("attend_refused_flops", Family::kAttend, r);
+  }
   // Edges the decoder refuses: an unknown layout, LSH with a key.
   v1::AttendRequest r = seeds[0];
   r.set_layout(static_cast<v1::Layout>(7));
