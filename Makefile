@@ -8,7 +8,14 @@
 #              ASan+UBSan in their own build directory (the client's suite runs in the
 #              Release build only), then the KV-cache session store's tests under
 #              ThreadSanitizer (build-tsan/: the store alone, no gRPC or OpenMP,
-#              whose prebuilt Debian libraries TSan cannot see into)
+#              whose prebuilt Debian libraries TSan cannot see into), then the
+#              coverage-guided libFuzzer target over request decoding and validation
+#              (make test-fuzz)
+# make test-fuzz builds tests/fuzz/'s libFuzzer target with clang++ under
+# ASan+UBSan in build-fuzz/ (only the libraries it links) and runs it on the seed
+# corpus for FUZZ_SECONDS (default 60; e.g. `make test-fuzz FUZZ_SECONDS=600` to
+# search longer), new inputs in build-fuzz/fuzz-run/; it fails on any crash,
+# sanitizer report, timeout or OOM, and when clang++ or libFuzzer is missing;
 # make bench runs the full kernel and layer benchmarks (one JSON object per case) and
 # the session benchmark (a table);
 # make bench-quick runs its quick subset;
@@ -19,11 +26,13 @@
 BUILD_DIR      ?= build
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS   ?= 60
 CMAKE_FLAGS    ?=
 JOBS           ?= $(shell nproc)
 
 .PHONY: all deps configure build run bench bench-quick test test-release test-sanitize test-tsan \
-        test-image format format-check clean
+        test-fuzz test-image format format-check clean
 
 all: build
 
@@ -49,7 +58,7 @@ bench: build
 bench-quick: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --quick
 
-test: format-check test-release test-sanitize test-tsan
+test: format-check test-release test-sanitize test-tsan test-fuzz
 
 test-release: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
@@ -69,6 +78,17 @@ test-tsan: deps
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  $(TSAN_BUILD_DIR)/tests/kvcache/attnserve_kvcache_tests
 
+# -O1 with line tables: sanitizer reports name the line, and the build stays
+# about a minute and a half of CPU on two cores.
+test-fuzz: deps
+	@cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" \
+	  -DATTNSERVE_FUZZ=ON -DATTNSERVE_SANITIZE=address,undefined \
+	  -DATTNSERVE_BUILD_BENCHMARKS=OFF -DATTNSERVE_BUILD_CLIENT=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target attnserve_fuzz
+	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD_DIR)/tests/fuzz/attnserve_fuzz \
+	  $(FUZZ_BUILD_DIR)/fuzz-run $(FUZZ_SECONDS)
+
 # Separate from `make test`: it needs root (or sudo) and podman, which a developer's
 # machine or a container may not offer. Fails, never skips, where podman cannot run.
 test-image: build
@@ -84,4 +104,4 @@ format-check: deps
 	@echo "format-check: $$(git ls-files '*.cc' '*.h' | wc -l) files formatted"
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(FUZZ_BUILD_DIR)

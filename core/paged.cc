@@ -54,7 +54,7 @@ void GatherPagedKv(const PagedAttentionInputs& in, const PagedKv& kv,
 }
 
 absl::Status CheckPagedInputs(const PagedAttentionInputs& in) {
-  RETURN_IF_ERROR(CheckRange("q_heads", in.q_heads, 1, 1 << 16));
+  RETURN_IF_ERROR(CheckRange("q_heads", in.q_heads, 1, kMaxPagedQueryHeads));
   RETURN_IF_ERROR(CheckRange("kv_heads", in.kv_heads, 1, in.q_heads));
   if (in.q_heads % in.kv_heads != 0) {
     return absl::InvalidArgumentError(

@@ -38,6 +38,9 @@ struct PagedSequence {
   std::optional<MutableTensorView> weights;
 };
 
+// The query heads a paged call may have: [1, kMaxPagedQueryHeads].
+inline constexpr int64_t kMaxPagedQueryHeads = int64_t{1} << 16;
+
 // Exactly the stateless call, per sequence, with query [1, Lnew, Hq, D] and key
 // and value [1, tokens, Hkv, ·] (BLHD) and the mask parts below.
 struct PagedAttentionInputs {

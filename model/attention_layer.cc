@@ -29,9 +29,18 @@ const void* Operand(const float* values, int64_t count, bool bf16,
   return buffer->data();
 }
 
-// The element offset of `offset` elements into an operand of either type.
+// A per-head column `offset` into a buffer of rows. A buffer of no rows (no
+// batch, no queries or no keys) is an empty vector's null data, which stays
+// null: there is nothing to offset into (null + offset is undefined), and the
+// products read and write no row of it.
+template <typename T>
+T* Column(T* rows, int64_t offset) {
+  return rows == nullptr ? nullptr : rows + offset;
+}
+
+// Column for an operand of either type.
 const void* Advance(const void* operand, int64_t offset, bool bf16) {
-  return static_cast<const char*>(operand) + offset * (bf16 ? 2 : 4);
+  return Column(static_cast<const char*>(operand), offset * (bf16 ? 2 : 4));
 }
 
 // scores[b, h, i, j] += the explicit mask broadcast to [B, H, Lq, Lk]: a bool
@@ -527,7 +536,7 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
     for (int64_t h = 0; h < hq; ++h) {
       RETURN_IF_ERROR(m.general[static_cast<size_t>(h)]->Run(
           Advance(attention.query.data, h * hd, bf16), q_rows,
-          general_q.data() + h * hd));
+          Column(general_q.data(), h * hd)));
     }
     attention.query = MakeTensorView(
         Operand(general_q.data(), q_rows * m.q_width(), bf16, &q_bits),
@@ -541,10 +550,10 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
     for (int64_t h = 0; h < hq; ++h) {
       RETURN_IF_ERROR(m.additive_q[static_cast<size_t>(h)]->Run(
           Advance(attention.query.data, h * hd, bf16), q_rows,
-          qa.data() + h * ad));
+          Column(qa.data(), h * ad)));
       RETURN_IF_ERROR(m.additive_k[static_cast<size_t>(h)]->Run(
           Advance(attention.key.data, (h / group) * hd, bf16), k_rows,
-          ka.data() + h * ad));
+          Column(ka.data(), h * ad)));
     }
     scores.resize(static_cast<size_t>(b * hq * lq * lk));
     RETURN_IF_ERROR(AdditiveScores(qa.data(), ka.data(), m.additive_v.data(), b,

@@ -30,7 +30,10 @@ build_packages=(
   prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libpng-dev zlib1g-dev
 )
 test_packages=(
-  git openssl clang libclang-rt-14-dev clang-format
+  git openssl clang-format
+  # make test-fuzz: clang++ with libFuzzer (libclang-rt-14-dev ships
+  # libclang_rt.fuzzer) and clang's OpenMP runtime for the core it builds
+  clang libclang-rt-14-dev libomp-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # examples/make_model_repository and its test (standard library only)

@@ -145,8 +145,29 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
     }
     d.window_left = request.window_left();
   }
+  // The engine's range of Hq and its ALiBi checks, made here because the
+  // engine would make them only after the appends (one Hq per call:
+  // AdmitSessions holds the other queries to this one).
+  const int64_t hq = d.queries[0].shape[1];
+  if (hq < 1 || hq > kMaxPagedQueryHeads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sessions[0].query.shape: Hq = ", hq, " is outside [1, ",
+        kMaxPagedQueryHeads, "] (got ", ShapeString(d.queries[0].dims()), ")"));
+  }
   d.alibi_slopes = absl::MakeConstSpan(request.alibi_slopes().data(),
                                        request.alibi_slopes().size());
+  if (!d.alibi_slopes.empty() &&
+      static_cast<int64_t>(d.alibi_slopes.size()) != hq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "alibi_slopes: expected Hq = ", hq,
+        " entries (one per query head) or none, got ", d.alibi_slopes.size()));
+  }
+  for (size_t h = 0; h < d.alibi_slopes.size(); ++h) {
+    if (!std::isfinite(d.alibi_slopes[h])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "alibi_slopes[", h, "]: must be finite, got ", d.alibi_slopes[h]));
+    }
+  }
   if (request.has_scale()) {
     if (!std::isfinite(request.scale())) {
       return absl::InvalidArgumentError(
@@ -261,6 +282,94 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
   in.alibi_slopes = d.alibi_slopes;
   in.scale = d.scale;
   in.sequences = call->sequences;
+}
+
+absl::Status ApplyCreateSession(const v1::CreateSessionRequest& request,
+                                kvcache::SessionStore& store,
+                                v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const kvcache::SessionShape shape,
+                   DecodeShape(request.shape()));
+  ASSIGN_OR_RETURN(const absl::Duration ttl, DecodeTtl(request.ttl_ms()));
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.CreateSession(request.session_id(), shape, ttl));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyAppendKv(const v1::AppendKvRequest& request,
+                           kvcache::SessionStore& store,
+                           v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const DecodedAppend decoded, DecodeAppend(request));
+  std::optional<int64_t> position;
+  if (request.has_position()) position = request.position();
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Append(request.session_id(), request.layer(), position,
+                                decoded.key, decoded.value));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyForkSession(const v1::ForkSessionRequest& request,
+                              kvcache::SessionStore& store,
+                              v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const absl::Duration ttl, DecodeTtl(request.ttl_ms()));
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Fork(request.session_id(), request.child_id(), ttl));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyTruncateSession(const v1::TruncateSessionRequest& request,
+                                  kvcache::SessionStore& store,
+                                  v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Truncate(request.session_id(), request.tokens()));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyCloseSession(const v1::CloseSessionRequest& request,
+                               kvcache::SessionStore& store,
+                               v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Close(request.session_id()));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyGetSession(const v1::GetSessionRequest& request,
+                             kvcache::SessionStore& store,
+                             v1::SessionInfo* response) {
+  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
+                   store.Get(request.session_id()));
+  EncodeInfo(info, response);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<SessionsCall>> PrepareAttendSessions(
+    const v1::AttendSessionsRequest& request, kvcache::SessionStore& store,
+    const RequestLimits& limits, v1::AttendSessionsResponse* response,
+    const std::function<absl::Status(const SessionsAdmission&)>& admitted) {
+  auto decoded = std::make_shared<DecodedSessionsRequest>();
+  ASSIGN_OR_RETURN(*decoded, DecodeAttendSessions(request));
+  double flops = 0;
+  ASSIGN_OR_RETURN(
+      std::vector<kvcache::PinnedPart> pinned,
+      store.AppendAndPin(
+          decoded->layer, decoded->parts,
+          [&](absl::Span<const kvcache::PartPlan> plans) -> absl::Status {
+            ASSIGN_OR_RETURN(const SessionsAdmission admission,
+                             AdmitSessions(*decoded, plans, limits));
+            flops = admission.flops;
+            if (admitted) return admitted(admission);
+            return absl::OkStatus();
+          }));
+  auto call = std::make_shared<SessionsCall>();
+  PrepareSessionsCall(*decoded, std::move(pinned), store.options().block_tokens,
+                      response, call.get());
+  call->flops = flops;
+  call->decoded = std::move(decoded);
+  return call;
 }
 
 }  // namespace attnserve::server

@@ -6,6 +6,7 @@
 // queries are converted to the storage dtype when it differs).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,7 +43,10 @@ struct DecodedAppend {
 };
 absl::StatusOr<DecodedAppend> DecodeAppend(const v1::AppendKvRequest& request);
 
-// An AttendSessionsRequest checked field by field; views borrow from it.
+// An AttendSessionsRequest checked field by field, with everything the engine
+// checks that needs no session (the first query's Hq in [1,
+// kMaxPagedQueryHeads], none or Hq finite ALiBi slopes), so that nothing is
+// refused after the appends; views borrow from it.
 struct DecodedSessionsRequest {
   int layer = 0;
   std::vector<kvcache::AttendPart> parts;
@@ -90,6 +94,41 @@ void PrepareSessionsCall(const DecodedSessionsRequest& decoded,
                          std::vector<kvcache::PinnedPart> pinned,
                          int block_tokens, v1::AttendSessionsResponse* response,
                          SessionsCall* call);
+
+// SessionService's calls without gRPC, as the service runs them: decode the
+// request, apply it to `store`, encode the session into `response`. The
+// returned status is the call's (the store's and the codec's codes and
+// messages); `response` is filled only when it is OK.
+absl::Status ApplyCreateSession(const v1::CreateSessionRequest& request,
+                                kvcache::SessionStore& store,
+                                v1::SessionInfo* response);
+absl::Status ApplyAppendKv(const v1::AppendKvRequest& request,
+                           kvcache::SessionStore& store,
+                           v1::SessionInfo* response);
+absl::Status ApplyForkSession(const v1::ForkSessionRequest& request,
+                              kvcache::SessionStore& store,
+                              v1::SessionInfo* response);
+absl::Status ApplyTruncateSession(const v1::TruncateSessionRequest& request,
+                                  kvcache::SessionStore& store,
+                                  v1::SessionInfo* response);
+absl::Status ApplyCloseSession(const v1::CloseSessionRequest& request,
+                               kvcache::SessionStore& store,
+                               v1::SessionInfo* response);
+absl::Status ApplyGetSession(const v1::GetSessionRequest& request,
+                             kvcache::SessionStore& store,
+                             v1::SessionInfo* response);
+
+// AttendSessions up to the engine run, as the service runs it on receipt:
+// DecodeAttendSessions, then SessionStore::AppendAndPin with AdmitSessions
+// against `limits` and then `admitted` (may be empty: the service's memory
+// budget), both before anything is appended, then PrepareSessionsCall into
+// `response` (the call's flops set). `request` and `response` must outlive
+// the call.
+absl::StatusOr<std::shared_ptr<SessionsCall>> PrepareAttendSessions(
+    const v1::AttendSessionsRequest& request, kvcache::SessionStore& store,
+    const RequestLimits& limits, v1::AttendSessionsResponse* response,
+    const std::function<absl::Status(const SessionsAdmission&)>& admitted =
+        nullptr);
 
 }  // namespace attnserve::server
 

@@ -74,33 +74,15 @@ grpc::ServerUnaryReactor* SessionService::CreateSession(
     grpc::CallbackServerContext* context,
     const v1::CreateSessionRequest* request, v1::SessionInfo* response) {
   return Inline(context, Method::kCreateSession, *request, response, [&] {
-    ASSIGN_OR_RETURN(const kvcache::SessionShape shape,
-                     DecodeShape(request->shape()));
-    ASSIGN_OR_RETURN(const absl::Duration ttl, DecodeTtl(request->ttl_ms()));
-    ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
-                     store_->CreateSession(request->session_id(), shape, ttl));
-    EncodeInfo(info, response);
-    return absl::OkStatus();
+    return ApplyCreateSession(*request, *store_, response);
   });
-}
-
-absl::Status SessionService::Append(const v1::AppendKvRequest& request,
-                                    v1::SessionInfo* response) {
-  ASSIGN_OR_RETURN(const DecodedAppend decoded, DecodeAppend(request));
-  std::optional<int64_t> position;
-  if (request.has_position()) position = request.position();
-  ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
-                   store_->Append(request.session_id(), request.layer(),
-                                  position, decoded.key, decoded.value));
-  EncodeInfo(info, response);
-  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* SessionService::AppendKv(
     grpc::CallbackServerContext* context, const v1::AppendKvRequest* request,
     v1::SessionInfo* response) {
   return Inline(context, Method::kAppendKv, *request, response,
-                [&] { return Append(*request, response); });
+                [&] { return ApplyAppendKv(*request, *store_, response); });
 }
 
 // AppendKvStream: chunks applied one at a time, in order; the first error
@@ -136,7 +118,7 @@ class SessionService::AppendStream
                        "\" (one session per stream)"));
     } else {
       session_id_ = chunk_.session_id();
-      status = service_->Append(chunk_, response_);
+      status = ApplyAppendKv(chunk_, *service_->store_, response_);
     }
     if (!status.ok()) {
       End(absl::Status(status.code(), absl::StrCat("chunk ", chunks_, ": ",
@@ -205,29 +187,14 @@ grpc::ServerUnaryReactor* SessionService::AttendSessions(
   // Everything up to the pin happens here, in arrival order.
   auto prepare = [&]() -> absl::StatusOr<std::shared_ptr<SessionsCall>> {
     RETURN_IF_ERROR(admission_->Admit(*context));
-    auto decoded = std::make_shared<DecodedSessionsRequest>();
-    ASSIGN_OR_RETURN(*decoded, DecodeAttendSessions(*request));
-    double flops = 0;
-    ASSIGN_OR_RETURN(
-        std::vector<kvcache::PinnedPart> pinned,
-        store_->AppendAndPin(
-            decoded->layer, decoded->parts,
-            [&](absl::Span<const kvcache::PartPlan> plans) -> absl::Status {
-              ASSIGN_OR_RETURN(const SessionsAdmission admitted,
-                               AdmitSessions(*decoded, plans, limits_));
-              flops = admitted.flops;
-              // Before anything is appended, so a refusal leaves no trace.
-              ASSIGN_OR_RETURN(
-                  *reactor->held(),
-                  Reserve(request_bytes + admitted.response_bytes));
-              return absl::OkStatus();
-            }));
-    auto call = std::make_shared<SessionsCall>();
-    PrepareSessionsCall(*decoded, std::move(pinned),
-                        store_->options().block_tokens, response, call.get());
-    call->flops = flops;
-    call->decoded = std::move(decoded);
-    return call;
+    return PrepareAttendSessions(
+        *request, *store_, limits_, response,
+        [&](const SessionsAdmission& admitted) -> absl::Status {
+          // Before anything is appended, so a refusal leaves no trace.
+          ASSIGN_OR_RETURN(*reactor->held(),
+                           Reserve(request_bytes + admitted.response_bytes));
+          return absl::OkStatus();
+        });
   };
   absl::StatusOr<std::shared_ptr<SessionsCall>> call = prepare();
   if (!call.ok()) {
@@ -262,48 +229,30 @@ grpc::ServerUnaryReactor* SessionService::AttendSessions(
 grpc::ServerUnaryReactor* SessionService::ForkSession(
     grpc::CallbackServerContext* context, const v1::ForkSessionRequest* request,
     v1::SessionInfo* response) {
-  return Inline(context, Method::kForkSession, *request, response, [&] {
-    ASSIGN_OR_RETURN(const absl::Duration ttl, DecodeTtl(request->ttl_ms()));
-    ASSIGN_OR_RETURN(
-        const kvcache::SessionInfo info,
-        store_->Fork(request->session_id(), request->child_id(), ttl));
-    EncodeInfo(info, response);
-    return absl::OkStatus();
-  });
+  return Inline(context, Method::kForkSession, *request, response,
+                [&] { return ApplyForkSession(*request, *store_, response); });
 }
 
 grpc::ServerUnaryReactor* SessionService::TruncateSession(
     grpc::CallbackServerContext* context,
     const v1::TruncateSessionRequest* request, v1::SessionInfo* response) {
   return Inline(context, Method::kTruncateSession, *request, response, [&] {
-    ASSIGN_OR_RETURN(
-        const kvcache::SessionInfo info,
-        store_->Truncate(request->session_id(), request->tokens()));
-    EncodeInfo(info, response);
-    return absl::OkStatus();
+    return ApplyTruncateSession(*request, *store_, response);
   });
 }
 
 grpc::ServerUnaryReactor* SessionService::CloseSession(
     grpc::CallbackServerContext* context,
     const v1::CloseSessionRequest* request, v1::SessionInfo* response) {
-  return Inline(context, Method::kCloseSession, *request, response, [&] {
-    ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
-                     store_->Close(request->session_id()));
-    EncodeInfo(info, response);
-    return absl::OkStatus();
-  });
+  return Inline(context, Method::kCloseSession, *request, response,
+                [&] { return ApplyCloseSession(*request, *store_, response); });
 }
 
 grpc::ServerUnaryReactor* SessionService::GetSession(
     grpc::CallbackServerContext* context, const v1::GetSessionRequest* request,
     v1::SessionInfo* response) {
-  return Inline(context, Method::kGetSession, *request, response, [&] {
-    ASSIGN_OR_RETURN(const kvcache::SessionInfo info,
-                     store_->Get(request->session_id()));
-    EncodeInfo(info, response);
-    return absl::OkStatus();
-  });
+  return Inline(context, Method::kGetSession, *request, response,
+                [&] { return ApplyGetSession(*request, *store_, response); });
 }
 
 }  // namespace attnserve::server

@@ -74,8 +74,6 @@ class SessionService final : public v1::SessionService::CallbackService {
   grpc::ServerUnaryReactor* Inline(grpc::CallbackServerContext* context,
                                    Method method, const Request& request,
                                    v1::SessionInfo* response, Op op);
-  absl::Status Append(const v1::AppendKvRequest& request,
-                      v1::SessionInfo* response);
   // `bytes` of the budget (an empty reservation without one); a refusal is
   // counted.
   absl::StatusOr<MemoryBudget::Reservation> Reserve(int64_t bytes);

@@ -476,6 +476,27 @@ std::vector<ModelInterface> ModelInterfaces(const ModelRegistry* models) {
   return interfaces;
 }
 
+absl::StatusOr<int> FindModel(const std::vector<ModelInterface>& interfaces,
+                              absl::string_view name,
+                              absl::string_view version) {
+  for (size_t i = 0; i < interfaces.size(); ++i) {
+    if (interfaces[i].name != name) continue;
+    if (!version.empty() && version != kModelVersion) {
+      return absl::NotFoundError(
+          absl::StrCat("model \"", name, "\" has no version \"", version,
+                       "\" (versions: ", kModelVersion, ")"));
+    }
+    return static_cast<int>(i);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("model \"", name, "\" is not served here (models: ",
+                   absl::StrJoin(interfaces, ", ",
+                                 [](std::string* out, const ModelInterface& m) {
+                                   out->append(m.name);
+                                 }),
+                   ")"));
+}
+
 absl::Status ToNative(const ModelInterface& model, ModelInferRequest& request,
                       NativeCall* call) {
   call->model = &model;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
 #include "inference/grpc_predict_v2.pb.h"
@@ -52,6 +53,13 @@ struct ModelInterface {
 // A hosted model named `attention` is left out: the name is the native
 // Attend's (the server warns at start-up).
 std::vector<ModelInterface> ModelInterfaces(const ModelRegistry* models);
+
+// The index in `interfaces` of the v2 model `name`; NotFound listing the
+// models when none has that name, or naming the versions when `version` is
+// neither empty nor kModelVersion.
+absl::StatusOr<int> FindModel(const std::vector<ModelInterface>& interfaces,
+                              absl::string_view name,
+                              absl::string_view version);
 
 // A ModelInferRequest as the native request it maps to.
 struct NativeCall {

@@ -93,22 +93,7 @@ InferenceService::~InferenceService() = default;
 
 absl::StatusOr<int> InferenceService::FindModel(
     absl::string_view name, absl::string_view version) const {
-  for (size_t i = 0; i < interfaces_.size(); ++i) {
-    if (interfaces_[i].name != name) continue;
-    if (!version.empty() && version != kModelVersion) {
-      return absl::NotFoundError(
-          absl::StrCat("model \"", name, "\" has no version \"", version,
-                       "\" (versions: ", kModelVersion, ")"));
-    }
-    return static_cast<int>(i);
-  }
-  return absl::NotFoundError(
-      absl::StrCat("model \"", name, "\" is not served here (models: ",
-                   absl::StrJoin(interfaces_, ", ",
-                                 [](std::string* out, const ModelInterface& m) {
-                                   out->append(m.name);
-                                 }),
-                   ")"));
+  return kserve::FindModel(interfaces_, name, version);
 }
 
 absl::StatusOr<const ModelInterface*> InferenceService::AdmittedModel(

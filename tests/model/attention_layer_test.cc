@@ -408,6 +408,42 @@ TEST_F(LayerValidationTest, EmptyBatchGivesAnEmptyOutput) {
   EXPECT_TRUE(layer_->Run(in, outputs, *engine_).ok());
 }
 
+// Found by the libFuzzer target under UBSan (tests/fuzz/regressions/): with
+// general or additive scoring, an empty batch (or no keys) offset the null
+// data of an empty operand per head, which is undefined behaviour.
+TEST(LayerEmptyTest, GeneralAndAdditiveScoringOverNoRows) {
+  EngineOptions options;
+  options.num_threads = 1;
+  options.max_isa = CapIsa(Isa::kAuto);
+  const auto engine = AttentionEngine::Create(options).value();
+  for (const Scoring scoring : {Scoring::kGeneral, Scoring::kAdditive}) {
+    ModelConfig c = Config(12, 4, 2, 4);
+    c.scoring = scoring;
+    c.positional = Positional::kRope;
+    const auto layer = AttentionLayer::Create(c, MakeWeights(c, 5)).value();
+    SCOPED_TRACE(ScoringName(scoring));
+    const TestTensor no_batch(DType::kFloat32, {0, 3, 12});
+    LayerInputs in;
+    in.hidden = no_batch.view();
+    LayerOutputs outputs;
+    outputs.output =
+        MakeMutableTensorView(nullptr, DType::kFloat32, {0, 3, 12});
+    EXPECT_TRUE(layer->Run(in, outputs, *engine).ok());
+
+    const TestTensor hidden(DType::kFloat32, {1, 2, 12});
+    const TestTensor no_keys(DType::kFloat32, {1, 0, 12});
+    in.hidden = hidden.view();
+    in.memory = no_keys.view();
+    std::vector<float> out(2 * 12, 1.0f);
+    outputs.output =
+        MakeMutableTensorView(out.data(), DType::kFloat32, {1, 2, 12});
+    const absl::StatusOr<LayerShape> shape = layer->Validate(in, *engine);
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    EXPECT_EQ(shape->k_len, 0);
+    EXPECT_TRUE(layer->Run(in, outputs, *engine).ok());
+  }
+}
+
 // ---- The long-sequence kinds: Linformer, linear and LSH layers.
 
 class LayerVariantTest : public ::testing::Test {

@@ -1,13 +1,14 @@
 // Hosted-model requests under random mutation: every ModelRequest that parses
 // is either refused with INVALID_ARGUMENT, NOT_FOUND or RESOURCE_EXHAUSTED and
-// a message, or decodes into inputs the layer computes. Seeded and bounded, so
-// it runs in every build (the ASan+UBSan tree included).
+// a message, or decodes into inputs the layer computes
+// (fuzz::CheckModelRequest over fuzz::SmallModels, as the libFuzzer target in
+// tests/fuzz/ does). Seeded and bounded, so it runs in every build (the
+// ASan+UBSan tree included).
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,63 +20,13 @@
 #include "google/protobuf/stubs/logging.h"
 #include "gtest/gtest.h"
 #include "model/model_repository.h"
-#include "server/model_codec.h"
 #include "server/model_registry.h"
+#include "tests/fuzz/codec_checks.h"
 
 namespace attnserve::server {
 namespace {
 
 using Rng = ::attnserve::base::SplitMix64;
-
-std::vector<float> Values(Rng& rng, size_t n, float scale) {
-  std::vector<float> v(n);
-  for (float& x : v) x = scale * (2 * rng.UnitFloat() - 1);
-  return v;
-}
-
-model::LoadedModel MakeModel(Rng& rng, const std::string& name,
-                             model::ModelConfig c, int64_t a) {
-  const size_t d = c.d_model, q = c.num_heads * c.head_dim,
-               kv = c.num_kv_heads * c.head_dim, hd = c.head_dim,
-               h = c.num_heads;
-  model::LoadedModel m;
-  m.name = name;
-  m.config = c;
-  model::LayerWeights& w = m.weights;
-  w.q_proj_weight = Values(rng, q * d, 0.3f);
-  w.k_proj_weight = Values(rng, kv * d, 0.3f);
-  w.v_proj_weight = Values(rng, kv * d, 0.3f);
-  w.o_proj_weight = Values(rng, d * q, 0.3f);
-  if (c.bias) {
-    w.q_proj_bias = Values(rng, q, 0.1f);
-    w.k_proj_bias = Values(rng, kv, 0.1f);
-    w.v_proj_bias = Values(rng, kv, 0.1f);
-    w.o_proj_bias = Values(rng, d, 0.1f);
-  }
-  if (c.norm != model::NormPlacement::kNone) {
-    w.norm_weight.assign(d, 1.0f);
-    w.norm_bias.assign(d, 0.0f);
-  }
-  if (c.scoring == model::Scoring::kGeneral) {
-    w.general_weight = Values(rng, h * hd * hd, 0.3f);
-  }
-  if (c.scoring == model::Scoring::kAdditive) {
-    w.additive_w_query = Values(rng, h * a * hd, 0.3f);
-    w.additive_w_key = Values(rng, h * a * hd, 0.3f);
-    w.additive_v = Values(rng, h * a, 0.3f);
-    w.additive_dim = a;
-  }
-  return m;
-}
-
-model::ModelConfig Config(int64_t d, int64_t h, int64_t kv, int64_t hd) {
-  model::ModelConfig c;
-  c.d_model = d;
-  c.num_heads = h;
-  c.num_kv_heads = kv;
-  c.head_dim = hd;
-  return c;
-}
 
 int64_t InterestingDim(Rng& rng) {
   static constexpr int64_t kValues[] = {-1,
@@ -268,21 +219,7 @@ TEST(ModelCodecFuzzTest, EveryRequestIsRefusedClearlyOrComputed) {
   // Invalid UTF-8 in the model name is logged on every parse: noise here.
   google::protobuf::SetLogHandler(nullptr);
   Rng rng(20261201);
-  model::RepositoryContents contents;
-  model::ModelConfig c = Config(16, 2, 2, 8);
-  contents.models.push_back(MakeModel(rng, "dot", c, 0));
-  c = Config(12, 4, 2, 4);
-  c.scoring = model::Scoring::kAdditive;
-  c.positional = model::Positional::kRope;
-  c.norm = model::NormPlacement::kPre;
-  contents.models.push_back(MakeModel(rng, "additive", c, 5));
-  c = Config(8, 2, 1, 6);
-  c.scoring = model::Scoring::kGeneral;
-  c.positional = model::Positional::kSinusoidal;
-  c.norm = model::NormPlacement::kNone;
-  c.bias = false;
-  c.dtype = model::ModelDType::kBFloat16;
-  contents.models.push_back(MakeModel(rng, "general", c, 0));
+  const model::RepositoryContents contents = fuzz::SmallModels(20261201);
   auto registry = ModelRegistry::Create(contents);
   ASSERT_TRUE(registry.ok()) << registry.status();
   EngineOptions options;
@@ -309,25 +246,16 @@ TEST(ModelCodecFuzzTest, EveryRequestIsRefusedClearlyOrComputed) {
       if (!request.ParseFromString(bytes)) continue;
     }
     SCOPED_TRACE(absl::StrCat("iteration ", i));
-    absl::StatusOr<DecodedModelRequest> decoded =
-        DecodeModelRequest(request, **registry, **engine, limits);
-    if (!decoded.ok()) {
-      const absl::StatusCode code = decoded.status().code();
-      ASSERT_TRUE(code == absl::StatusCode::kInvalidArgument ||
-                  code == absl::StatusCode::kNotFound ||
-                  code == absl::StatusCode::kResourceExhausted)
-          << decoded.status();
-      ASSERT_FALSE(decoded.status().message().empty());
-      ++refused;
-      continue;
-    }
     v1::AttendResponse response;
-    const model::LayerOutputs outputs =
-        PrepareModelResponse(*decoded, &response);
-    const absl::Status run =
-        decoded->model->layer->Run(decoded->inputs, outputs, **engine);
-    ASSERT_TRUE(run.ok()) << run << "\n" << request.ShortDebugString();
-    ++computed;
+    const absl::StatusOr<fuzz::Verdict> verdict = fuzz::CheckModelRequest(
+        request, **registry, **engine, limits, &response);
+    ASSERT_TRUE(verdict.ok()) << verdict.status() << "\n"
+                              << request.ShortDebugString();
+    if (verdict->outcome == fuzz::Outcome::kRefused) {
+      ++refused;
+    } else {
+      ++computed;
+    }
   }
   // The mutations must leave both outcomes common, or the test tests little.
   EXPECT_GT(computed, 4000);

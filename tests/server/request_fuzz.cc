@@ -1,8 +1,8 @@
-// Fuzz target for request parsing, validation and compute: any bytes that parse
-// as an AttendRequest must either be rejected with INVALID_ARGUMENT or
-// RESOURCE_EXHAUSTED, or decode into views the engine accepts and computes.
-// Built with libFuzzer (clang -fsanitize=fuzzer) or with request_fuzz_main.cc's
-// seeded driver.
+// The seeded driver's target (request_fuzz_main.cc): any bytes that parse as
+// an AttendRequest must either be rejected with INVALID_ARGUMENT or
+// RESOURCE_EXHAUSTED, or decode into views the engine accepts and computes
+// (fuzz::CheckAttendRequest, which the libFuzzer target in tests/fuzz/ calls
+// too).
 
 #include "tests/server/request_fuzz.h"
 
@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -19,6 +18,7 @@
 #include "core/attention.h"
 #include "google/protobuf/stubs/logging.h"
 #include "server/request_codec.h"
+#include "tests/fuzz/codec_checks.h"
 
 namespace attnserve::server {
 namespace {
@@ -48,12 +48,6 @@ AttentionEngine& Engine() {
   return *engine;
 }
 
-[[noreturn]] void Fail(const char* what, const absl::Status& status) {
-  std::fprintf(stderr, "request_fuzz: %s: %s\n", what,
-               status.ToString().c_str());
-  std::abort();
-}
-
 void FuzzOneRequest(const uint8_t* data, size_t size) {
   AttentionEngine& engine = Engine();
   ++g_counts.inputs;
@@ -64,43 +58,26 @@ void FuzzOneRequest(const uint8_t* data, size_t size) {
 
   RequestLimits limits;
   limits.max_response_bytes = kMaxResponseBytes;
-  absl::StatusOr<DecodedRequest> decoded =
-      DecodeRequest(request, engine, limits);
-  if (!decoded.ok()) {
-    const absl::StatusCode code = decoded.status().code();
-    // No registry here: a shared-memory reference is refused as the server
-    // without --shared_memory refuses it.
-    const bool shared_memory_off =
-        code == absl::StatusCode::kFailedPrecondition &&
-        absl::StrContains(decoded.status().message(), "--shared_memory");
-    if (code != absl::StatusCode::kInvalidArgument &&
-        code != absl::StatusCode::kResourceExhausted && !shared_memory_off) {
-      Fail("DecodeRequest returned an unexpected code", decoded.status());
-    }
-    if (decoded.status().message().empty()) {
-      Fail("DecodeRequest returned an empty message", decoded.status());
-    }
-    ++g_counts.rejected;
-    return;
-  }
-  if (decoded->response_payload_bytes > kMaxResponseBytes) {
-    Fail("response_payload_bytes exceeds the limit", absl::OkStatus());
-  }
-  if (decoded->shape.flops > kMaxFlops) return;
-
   v1::AttendResponse response;
-  const AttentionOutputs outputs = PrepareResponse(*decoded, &response);
-  const int64_t prepared = static_cast<int64_t>(
-      response.output().data().size() + response.weights().data().size());
-  if (prepared != decoded->response_payload_bytes) {
-    Fail("PrepareResponse size differs from response_payload_bytes",
-         absl::OkStatus());
+  const absl::StatusOr<fuzz::Verdict> verdict =
+      fuzz::CheckAttendRequest(request, engine, limits, kMaxFlops, &response);
+  if (!verdict.ok()) {
+    std::fprintf(stderr, "request_fuzz: %s\n",
+                 verdict.status().ToString().c_str());
+    std::abort();
   }
-  // A request that decoded is one the engine must compute.
-  const absl::Status run = engine.Run(decoded->inputs, outputs);
-  if (!run.ok()) Fail("Run failed on a decoded request", run);
-  ++g_counts.computed;
-  if (decoded->shape.flops > 0) ++g_counts.computed_nonempty;
+  switch (verdict->outcome) {
+    case fuzz::Outcome::kRefused:
+      ++g_counts.rejected;
+      break;
+    case fuzz::Outcome::kUnparsed:
+    case fuzz::Outcome::kDecoded:
+      break;
+    case fuzz::Outcome::kComputed:
+      ++g_counts.computed;
+      if (verdict->flops > 0) ++g_counts.computed_nonempty;
+      break;
+  }
 }
 
 }  // namespace

@@ -7,14 +7,13 @@
 // driver, each mutator a few lines.
 //
 //   attnserve_request_fuzz [--seconds S] [--iterations N] [--seed K] [FILE...]
-//   attnserve_request_fuzz --write_seeds DIR
 //
 // Stops after S seconds (default 20) or N iterations, whichever comes first;
 // the sequence of inputs depends only on K. FILE arguments are replayed once
 // each instead. Should a run die, the input being tried is written to
-// request_fuzz_crash.bin in the working directory for replay.
-// --write_seeds saves the valid seed requests as a starting corpus for
-// libFuzzer.
+// request_fuzz_crash.bin in the working directory for replay. The valid
+// requests it starts from are tests/fuzz/seed_requests.h's, which the
+// libFuzzer target's corpus holds too (tests/fuzz/).
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -34,7 +33,7 @@
 
 #include "attnserve/v1/attention.pb.h"
 #include "base/random.h"
-#include "core/convert.h"
+#include "tests/fuzz/seed_requests.h"
 #include "tests/server/request_fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -73,161 +72,7 @@ void OnFatalSignal(int signal) {
 }
 
 using Rng = ::attnserve::base::SplitMix64;
-
-size_t ElementSize(v1::DataType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return 4;
-    case v1::BFLOAT16:
-    case v1::FLOAT16:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
-// A tensor of `shape` with values in [-1, 1) (BOOL: 0 or 1).
-void FillTensor(Rng& rng, v1::DataType dtype, const std::vector<int64_t>& shape,
-                v1::Tensor* tensor) {
-  tensor->set_dtype(dtype);
-  tensor->clear_shape();
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    tensor->add_shape(d);
-    n *= d;
-  }
-  std::string* data = tensor->mutable_data();
-  data->assign(static_cast<size_t>(n) * ElementSize(dtype), '\0');
-  for (int64_t i = 0; i < n; ++i) {
-    const float f = 2.0f * rng.UnitFloat() - 1.0f;
-    char* at = data->data() + i * ElementSize(dtype);
-    if (dtype == v1::FLOAT32) {
-      std::memcpy(at, &f, 4);
-    } else if (dtype == v1::BFLOAT16 || dtype == v1::FLOAT16) {
-      const uint16_t h =
-          dtype == v1::BFLOAT16 ? FloatToBFloat16(f) : FloatToFloat16(f);
-      std::memcpy(at, &h, 2);
-    } else {
-      *at = f > 0.0f ? 1 : 0;
-    }
-  }
-}
-
-struct SeedShape {
-  v1::Layout layout;
-  v1::DataType dtype;
-  int64_t b, hq, hkv, lq, lk, d, dv;
-};
-
-std::vector<int64_t> InLayout(v1::Layout layout, int64_t b, int64_t h,
-                              int64_t l, int64_t d) {
-  if (layout == v1::BLHD) return {b, l, h, d};
-  return {b, h, l, d};
-}
-
-v1::AttendRequest PlainRequest(Rng& rng, const SeedShape& s) {
-  v1::AttendRequest request;
-  request.set_request_id("seed");
-  request.set_layout(s.layout);
-  FillTensor(rng, s.dtype, InLayout(s.layout, s.b, s.hq, s.lq, s.d),
-             request.mutable_query());
-  FillTensor(rng, s.dtype, InLayout(s.layout, s.b, s.hkv, s.lk, s.d),
-             request.mutable_key());
-  FillTensor(rng, s.dtype, InLayout(s.layout, s.b, s.hkv, s.lk, s.dv),
-             request.mutable_value());
-  return request;
-}
-
-// Valid requests covering both layouts, the three dtypes, GQA, decode-like
-// shapes, every mask part, weights and the empty edges.
-std::vector<v1::AttendRequest> SeedRequests(Rng& rng) {
-  std::vector<v1::AttendRequest> seeds;
-  {
-    v1::AttendRequest r =
-        PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 2, 1, 3, 4, 2, 2});
-    v1::Mask* m = r.mutable_mask();
-    m->set_causal(true);
-    m->set_alignment(v1::BOTTOM_RIGHT);
-    m->set_window_left(2);
-    m->set_window_right(0);
-    m->add_key_lengths(3);
-    FillTensor(rng, v1::BOOL, {3, 4}, m->mutable_explicit_mask());
-    m->add_alibi_slopes(0.5f);
-    m->add_alibi_slopes(0.25f);
-    r.set_scale(0.7f);
-    r.set_return_weights(true);
-    seeds.push_back(r);
-  }
-  {
-    v1::AttendRequest r =
-        PlainRequest(rng, {v1::BLHD, v1::BFLOAT16, 2, 4, 2, 5, 7, 8, 6});
-    r.mutable_mask()->set_causal(true);
-    r.mutable_mask()->add_key_lengths(7);
-    r.mutable_mask()->add_key_lengths(2);
-    r.set_output_dtype(v1::FLOAT32);
-    seeds.push_back(r);
-  }
-  {
-    v1::AttendRequest r =
-        PlainRequest(rng, {v1::BLHD, v1::FLOAT16, 1, 2, 2, 3, 5, 4, 4});
-    FillTensor(rng, v1::FLOAT32, {2, 1, 5},
-               r.mutable_mask()->mutable_explicit_mask());
-    r.set_return_weights(true);
-    r.set_output_dtype(v1::BFLOAT16);
-    seeds.push_back(r);
-  }
-  {
-    // Decode-like: one query row against many keys.
-    v1::AttendRequest r =
-        PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 4, 1, 1, 48, 8, 8});
-    r.mutable_mask()->set_causal(true);
-    r.mutable_mask()->set_alignment(v1::BOTTOM_RIGHT);
-    r.mutable_mask()->set_window_left(16);
-    seeds.push_back(r);
-  }
-  {
-    // Block-sparse: every component, with causal and padding.
-    v1::AttendRequest r =
-        PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 2, 1, 9, 11, 4, 4});
-    v1::BlockSparse* b = r.mutable_mask()->mutable_block_sparse();
-    b->set_block_size(2);
-    b->set_local_left(1);
-    b->set_stride(2);
-    b->set_random_blocks(1);
-    b->set_seed(3);
-    b->add_global_tokens(0);
-    FillTensor(rng, v1::BOOL, {5, 6}, b->mutable_block_mask());
-    r.mutable_mask()->set_causal(true);
-    r.mutable_mask()->add_key_lengths(10);
-    seeds.push_back(r);
-  }
-  {
-    // Linear attention, FAVOR+, causal.
-    v1::AttendRequest r =
-        PlainRequest(rng, {v1::BLHD, v1::FLOAT32, 1, 2, 1, 5, 5, 4, 4});
-    r.mutable_linear()->set_feature_map(v1::FAVOR_PLUS);
-    r.mutable_linear()->set_num_features(8);
-    r.mutable_mask()->set_causal(true);
-    seeds.push_back(r);
-  }
-  {
-    // LSH attention: no key, value with the query's heads.
-    v1::AttendRequest r =
-        PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 2, 2, 7, 7, 4, 4});
-    r.clear_key();
-    v1::LshAttention* l = r.mutable_lsh();
-    l->set_num_hashes(2);
-    l->set_num_buckets(4);
-    l->set_chunk_size(3);
-    seeds.push_back(r);
-  }
-  // Empty edges: no keys, no batch.
-  seeds.push_back(
-      PlainRequest(rng, {v1::BHLD, v1::FLOAT32, 1, 2, 2, 3, 0, 4, 4}));
-  seeds.push_back(
-      PlainRequest(rng, {v1::BLHD, v1::BFLOAT16, 0, 2, 1, 3, 4, 4, 4}));
-  return seeds;
-}
+using ::attnserve::fuzz::FillTensor;
 
 int64_t InterestingDim(Rng& rng, int64_t current) {
   static constexpr int64_t kValues[] = {-1,
@@ -591,25 +436,8 @@ int Replay(const std::vector<std::string>& files) {
 int Usage() {
   std::fprintf(stderr,
                "usage: attnserve_request_fuzz [--seconds S] [--iterations N] "
-               "[--seed K] [FILE...]\n"
-               "       attnserve_request_fuzz --write_seeds DIR\n");
+               "[--seed K] [FILE...]\n");
   return 2;
-}
-
-int WriteSeeds(const std::string& dir, uint64_t seed) {
-  Rng rng(seed);
-  const std::vector<v1::AttendRequest> seeds = SeedRequests(rng);
-  for (size_t i = 0; i < seeds.size(); ++i) {
-    const std::string path = dir + "/seed_" + std::to_string(i) + ".bin";
-    std::ofstream out(path, std::ios::binary);
-    if (!out || !seeds[i].SerializeToOstream(&out)) {
-      std::fprintf(stderr, "request_fuzz: cannot write %s\n", path.c_str());
-      return 2;
-    }
-  }
-  std::printf("request_fuzz: wrote %zu seeds to %s\n", seeds.size(),
-              dir.c_str());
-  return 0;
 }
 
 int Main(int argc, char** argv) {
@@ -617,7 +445,6 @@ int Main(int argc, char** argv) {
   uint64_t iterations = std::numeric_limits<uint64_t>::max();
   uint64_t seed = 1;
   std::vector<std::string> files;
-  std::string seeds_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -627,16 +454,12 @@ int Main(int argc, char** argv) {
       iterations = std::strtoull(argv[++i], nullptr, 10);
     } else if (arg == "--seed" && has_value) {
       seed = std::strtoull(argv[++i], nullptr, 10);
-    } else if (arg == "--write_seeds" && has_value) {
-      seeds_dir = argv[++i];
     } else if (arg.rfind("--", 0) == 0) {
       return Usage();
     } else {
       files.push_back(arg);
     }
   }
-
-  if (!seeds_dir.empty()) return WriteSeeds(seeds_dir, seed);
 
   std::string current;
   g_current_input = &current;
@@ -647,7 +470,8 @@ int Main(int argc, char** argv) {
   if (!files.empty()) return Replay(files);
 
   Rng rng(seed);
-  const std::vector<v1::AttendRequest> seeds = SeedRequests(rng);
+  const std::vector<v1::AttendRequest> seeds =
+      ::attnserve::fuzz::SeedAttendRequests(rng);
   // Mutants that still parse join a small pool so mutations can stack.
   std::vector<std::string> pool;
   for (const v1::AttendRequest& r : seeds)
