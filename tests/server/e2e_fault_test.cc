@@ -662,9 +662,8 @@ TEST(E2eSoakTest, SteadyLoadKeepsLatencyAndMemoryFlat) {
   // window's counts as at least that. The windows past `length` hold only
   // the last calls.
   const double first_p99 = std::max(p99s[0], 0.015);
-  const size_t whole_windows = static_cast<size_t>(
-      std::min<int64_t>(p99s.size(), absl::IDivDuration(length, kWindow,
-                                                        &unused_remainder)));
+  const size_t whole_windows = static_cast<size_t>(std::min<int64_t>(
+      p99s.size(), absl::IDivDuration(length, kWindow, &unused_remainder)));
   for (size_t w = 1; w < whole_windows; ++w) {
     EXPECT_LE(p99s[w], 2 * first_p99)
         << "window " << w << " p99 against the first window's";
