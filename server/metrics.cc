@@ -207,17 +207,23 @@ void AddSample(prometheus::MetricFamily* f, double value,
   f->metric.push_back(std::move(m));
 }
 
-// The session figures, read from the store when Prometheus scrapes, so that
-// expiries and evictions show without a call to record them.
-class SessionCollectable : public prometheus::Collectable {
+// Figures read from their owner when Prometheus scrapes (the sessions, so that
+// expiries and evictions show without a call to record them; the memory
+// budget; the shared-memory regions): `Render` turns one reading into the
+// families. Without a source nothing is exported.
+template <typename Stats>
+class ScrapedCollectable : public prometheus::Collectable {
  public:
-  void SetSource(std::function<kvcache::StoreStats()> source) {
+  using Render = std::vector<prometheus::MetricFamily> (*)(const Stats&);
+  explicit ScrapedCollectable(Render render) : render_(render) {}
+
+  void SetSource(std::function<Stats()> source) {
     absl::MutexLock lock(&mu_);
     source_ = std::move(source);
   }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
-    kvcache::StoreStats s;
+    Stats s;
     {
       // Called under the lock, so that SetSource(nullptr) returns only once no
       // scrape is reading the old source.
@@ -225,113 +231,84 @@ class SessionCollectable : public prometheus::Collectable {
       if (!source_) return {};
       s = source_();
     }
-    using prometheus::MetricType;
-    std::vector<prometheus::MetricFamily> out;
-    out.push_back(Family("attnserve_kv_bytes",
-                         "KV-cache bytes of session blocks (used) and left "
-                         "in the --kv_cache_bytes budget (free), in bytes.",
-                         MetricType::Gauge));
-    AddSample(&out.back(), static_cast<double>(s.used_bytes),
-              {{"state", "used"}});
-    AddSample(&out.back(), static_cast<double>(s.budget_bytes - s.used_bytes),
-              {{"state", "free"}});
-    out.push_back(Family("attnserve_kv_sessions",
-                         "Live KV-cache sessions, in sessions.",
-                         MetricType::Gauge));
-    AddSample(&out.back(), static_cast<double>(s.sessions));
-    out.push_back(Family("attnserve_kv_tokens_appended_total",
-                         "Tokens appended to sessions (per layer), in tokens.",
-                         MetricType::Counter));
-    AddSample(&out.back(), static_cast<double>(s.tokens_appended));
-    out.push_back(Family("attnserve_kv_sessions_ended_total",
-                         "Sessions ended, by reason: closed by a client, "
-                         "expired past their idle TTL, evicted for memory.",
-                         MetricType::Counter));
-    AddSample(&out.back(), static_cast<double>(s.ended_closed),
-              {{"reason", "closed"}});
-    AddSample(&out.back(), static_cast<double>(s.ended_expired),
-              {{"reason", "expired"}});
-    AddSample(&out.back(), static_cast<double>(s.ended_evicted),
-              {{"reason", "evicted"}});
-    return out;
+    return render_(s);
   }
 
  private:
+  const Render render_;
   mutable absl::Mutex mu_;
-  std::function<kvcache::StoreStats()> source_ ABSL_GUARDED_BY(mu_);
+  std::function<Stats()> source_ ABSL_GUARDED_BY(mu_);
 };
 
-// The memory budget's figures, read when Prometheus scrapes.
-class BudgetCollectable : public prometheus::Collectable {
- public:
-  void SetSource(std::function<std::pair<int64_t, int64_t>()> source) {
-    absl::MutexLock lock(&mu_);
-    source_ = std::move(source);
-  }
+std::vector<prometheus::MetricFamily> RenderSessions(
+    const kvcache::StoreStats& s) {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily> out;
+  out.push_back(Family("attnserve_kv_bytes",
+                       "KV-cache bytes of session blocks (used) and left "
+                       "in the --kv_cache_bytes budget (free), in bytes.",
+                       MetricType::Gauge));
+  AddSample(&out.back(), static_cast<double>(s.used_bytes),
+            {{"state", "used"}});
+  AddSample(&out.back(), static_cast<double>(s.budget_bytes - s.used_bytes),
+            {{"state", "free"}});
+  out.push_back(Family("attnserve_kv_sessions",
+                       "Live KV-cache sessions, in sessions.",
+                       MetricType::Gauge));
+  AddSample(&out.back(), static_cast<double>(s.sessions));
+  out.push_back(Family("attnserve_kv_tokens_appended_total",
+                       "Tokens appended to sessions (per layer), in tokens.",
+                       MetricType::Counter));
+  AddSample(&out.back(), static_cast<double>(s.tokens_appended));
+  out.push_back(Family("attnserve_kv_sessions_ended_total",
+                       "Sessions ended, by reason: closed by a client, "
+                       "expired past their idle TTL, evicted for memory.",
+                       MetricType::Counter));
+  AddSample(&out.back(), static_cast<double>(s.ended_closed),
+            {{"reason", "closed"}});
+  AddSample(&out.back(), static_cast<double>(s.ended_expired),
+            {{"reason", "expired"}});
+  AddSample(&out.back(), static_cast<double>(s.ended_evicted),
+            {{"reason", "evicted"}});
+  return out;
+}
 
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    std::pair<int64_t, int64_t> used_limit;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!source_) return {};
-      used_limit = source_();
-    }
-    std::vector<prometheus::MetricFamily> out;
-    out.push_back(Family("attnserve_inflight_bytes",
-                         "Bytes held by calls in flight (used) and left in "
-                         "the --max_inflight_bytes budget (free), in bytes.",
-                         prometheus::MetricType::Gauge));
-    AddSample(&out.back(), static_cast<double>(used_limit.first),
-              {{"state", "used"}});
-    AddSample(&out.back(),
-              static_cast<double>(used_limit.second - used_limit.first),
-              {{"state", "free"}});
-    return out;
-  }
+// (used, limit) of the memory budget.
+std::vector<prometheus::MetricFamily> RenderBudget(
+    const std::pair<int64_t, int64_t>& used_limit) {
+  std::vector<prometheus::MetricFamily> out;
+  out.push_back(Family("attnserve_inflight_bytes",
+                       "Bytes held by calls in flight (used) and left in "
+                       "the --max_inflight_bytes budget (free), in bytes.",
+                       prometheus::MetricType::Gauge));
+  AddSample(&out.back(), static_cast<double>(used_limit.first),
+            {{"state", "used"}});
+  AddSample(&out.back(),
+            static_cast<double>(used_limit.second - used_limit.first),
+            {{"state", "free"}});
+  return out;
+}
 
- private:
-  mutable absl::Mutex mu_;
-  std::function<std::pair<int64_t, int64_t>()> source_ ABSL_GUARDED_BY(mu_);
-};
-
-// The registered shared-memory regions, read when Prometheus scrapes.
-class SharedMemoryCollectable : public prometheus::Collectable {
- public:
-  void SetSource(std::function<SharedMemoryStats()> source) {
-    absl::MutexLock lock(&mu_);
-    source_ = std::move(source);
-  }
-
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    SharedMemoryStats s;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!source_) return {};
-      s = source_();
-    }
-    using prometheus::MetricType;
-    std::vector<prometheus::MetricFamily> out;
-    out.push_back(Family("attnserve_shared_memory_regions",
-                         "Registered shared-memory regions, in regions.",
-                         MetricType::Gauge));
-    AddSample(&out.back(), static_cast<double>(s.regions));
-    out.push_back(Family("attnserve_shared_memory_bytes",
-                         "Bytes of the registered shared-memory regions "
-                         "(the clients' memory, mapped), in bytes.",
-                         MetricType::Gauge));
-    AddSample(&out.back(), static_cast<double>(s.bytes));
-    out.push_back(Family("attnserve_shared_memory_calls_total",
-                         "Attend calls (and stream messages) computed with "
-                         "tensors in shared memory, in calls.",
-                         MetricType::Counter));
-    AddSample(&out.back(), static_cast<double>(s.calls));
-    return out;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::function<SharedMemoryStats()> source_ ABSL_GUARDED_BY(mu_);
-};
+std::vector<prometheus::MetricFamily> RenderSharedMemory(
+    const SharedMemoryStats& s) {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily> out;
+  out.push_back(Family("attnserve_shared_memory_regions",
+                       "Registered shared-memory regions, in regions.",
+                       MetricType::Gauge));
+  AddSample(&out.back(), static_cast<double>(s.regions));
+  out.push_back(Family("attnserve_shared_memory_bytes",
+                       "Bytes of the registered shared-memory regions "
+                       "(the clients' memory, mapped), in bytes.",
+                       MetricType::Gauge));
+  AddSample(&out.back(), static_cast<double>(s.bytes));
+  out.push_back(Family("attnserve_shared_memory_calls_total",
+                       "Attend calls (and stream messages) computed with "
+                       "tensors in shared memory, in calls.",
+                       MetricType::Counter));
+  AddSample(&out.back(), static_cast<double>(s.calls));
+  return out;
+}
 
 }  // namespace
 
@@ -360,12 +337,15 @@ struct Metrics::Impl {
     prometheus::Histogram* compute_duration = nullptr;
   };
   std::vector<ModelSeries> models;
-  std::shared_ptr<SessionCollectable> sessions =
-      std::make_shared<SessionCollectable>();
-  std::shared_ptr<BudgetCollectable> budget =
-      std::make_shared<BudgetCollectable>();
-  std::shared_ptr<SharedMemoryCollectable> shared_memory =
-      std::make_shared<SharedMemoryCollectable>();
+  std::shared_ptr<ScrapedCollectable<kvcache::StoreStats>> sessions =
+      std::make_shared<ScrapedCollectable<kvcache::StoreStats>>(
+          &RenderSessions);
+  std::shared_ptr<ScrapedCollectable<std::pair<int64_t, int64_t>>> budget =
+      std::make_shared<ScrapedCollectable<std::pair<int64_t, int64_t>>>(
+          &RenderBudget);
+  std::shared_ptr<ScrapedCollectable<SharedMemoryStats>> shared_memory =
+      std::make_shared<ScrapedCollectable<SharedMemoryStats>>(
+          &RenderSharedMemory);
 
   absl::Mutex mu;
   // Declared after the registry so they stop serving before it is destroyed.

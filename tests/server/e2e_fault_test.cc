@@ -45,6 +45,7 @@
 #include "tests/util/server_process.h"
 #include "tests/util/test_util.h"
 #include "tests/util/wire_tensor.h"
+#include "wire/transport.h"
 
 namespace attnserve {
 namespace {
@@ -66,13 +67,14 @@ std::chrono::system_clock::time_point In(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
 }
 
-// A channel of its own connection: gRPC shares one connection between
-// channels of equal arguments unless told not to, and the health checks must
-// not queue behind the load's large messages on the same connection.
-std::shared_ptr<grpc::Channel> OwnChannel(const ServerProcess& server) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return server.Channel(grpc::InsecureChannelCredentials(), args);
+// A channel of its own connection (wire::ClientChannelArguments with its
+// own key): the health checks must not queue behind the load's large
+// messages on the same connection.
+std::shared_ptr<grpc::Channel> OwnChannel(const ServerProcess& server,
+                                          const std::string& key) {
+  return grpc::CreateCustomChannel(
+      server.target(), grpc::InsecureChannelCredentials(),
+      wire::ClientChannelArguments(int64_t{512} << 20, key));
 }
 
 // The serialized request, once: every call sends the same slices (a
@@ -263,9 +265,9 @@ TEST(E2eOverloadTest, LargeCallsPastTheBudgetHoldMemoryAndHealth) {
   constexpr int kConnections = 2;
   std::vector<std::shared_ptr<grpc::Channel>> load_channels;
   for (int c = 0; c < kConnections; ++c) {
-    load_channels.push_back(OwnChannel(**server));
+    load_channels.push_back(OwnChannel(**server, absl::StrCat("load-", c)));
   }
-  auto health_channel = OwnChannel(**server);
+  auto health_channel = OwnChannel(**server, "health");
   ASSERT_EQ(CheckedSmallCall(health_channel), "");
   const int64_t idle_rss = (*server)->ResidentBytes();
   ASSERT_GT(idle_rss, 0);
