@@ -46,12 +46,12 @@ grpc::ServerUnaryReactor* SessionService::Inline(
     v1::SessionInfo* response, Op op) {
   auto* reactor = new TrackedUnaryReactor(&work_, context, watchdog_);
   const absl::Time received = absl::Now();
+  const int64_t request_bytes = static_cast<int64_t>(request.ByteSizeLong());
   absl::Status status = admission_->Admit(*context);
   // The request (AppendKv's keys and values) is held until the answer is
   // sent.
   if (status.ok()) {
-    absl::StatusOr<MemoryBudget::Reservation> reserved =
-        Reserve(static_cast<int64_t>(request.ByteSizeLong()));
+    absl::StatusOr<MemoryBudget::Reservation> reserved = Reserve(request_bytes);
     if (reserved.ok()) {
       *reactor->held() = *std::move(reserved);
     } else {
@@ -63,7 +63,7 @@ grpc::ServerUnaryReactor* SessionService::Inline(
   const grpc::Status grpc_status = ToGrpcStatus(status);
   metrics_->RecordRequest(method, grpc_status.error_code(),
                           absl::ToDoubleSeconds(absl::Now() - received),
-                          static_cast<int64_t>(request.ByteSizeLong()),
+                          request_bytes,
                           static_cast<int64_t>(response->ByteSizeLong()));
   work_.Answered();
   reactor->FinishWatched(grpc_status);

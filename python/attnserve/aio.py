@@ -12,8 +12,8 @@ import grpc.aio
 from . import _codec as C
 from . import _health_pb2 as health_pb
 from . import _transport as X
-from .client import (_Base, _append_chunks, _find_model, _sessions_call, model_item,
-                     stream_item)
+from .client import (_Base, _SessionHandle, _append_chunks, _find_model, _sessions_call,
+                     model_item, stream_item)
 from .errors import Error, Internal, error_for_code, from_rpc_error
 from .types import ServerInfo
 from .v1 import attention_pb2 as pb
@@ -231,21 +231,8 @@ class AsyncClient(_Base):
         return C.session_info(info)
 
 
-class AsyncSession:
+class AsyncSession(_SessionHandle):
     """As attnserve.Session, with coroutines."""
-
-    def __init__(self, client, session_id, route_key, info):
-        self.client = client
-        self.session_id = session_id
-        self.route = route_key or session_id
-        self.created_info = info
-
-    def __repr__(self):
-        return f"AsyncSession({self.session_id!r})"
-
-    @property
-    def created(self):
-        return self.created_info.created if self.created_info else None
 
     async def __aenter__(self):
         return self

@@ -427,14 +427,9 @@ def _append_chunks(session_id, layer, key, value, position, chunk_tokens):
         yield C.append_request(session_id, layer, key[start:stop], value[start:stop], pos)
 
 
-class Session:
-    """A KV-cache session on the server (docs/sessions.md).
-
-    Every call carries the routing header attnserve-session (the session id, or
-    route_key) so that a load balancer keeps it on its replica. Closing is
-    explicit (close(), or leaving a `with` block); otherwise the session ends
-    after its TTL.
-    """
+class _SessionHandle:
+    """What Session and attnserve.aio.AsyncSession share: the id, the routing
+    key and what create_session answered."""
 
     def __init__(self, client, session_id, route_key, info):
         self.client = client
@@ -443,12 +438,22 @@ class Session:
         self.created_info = info
 
     def __repr__(self):
-        return f"Session({self.session_id!r})"
+        return f"{type(self).__name__}({self.session_id!r})"
 
     @property
     def created(self):
         """False when create_session found the session already there (a retry)."""
         return self.created_info.created if self.created_info else None
+
+
+class Session(_SessionHandle):
+    """A KV-cache session on the server (docs/sessions.md).
+
+    Every call carries the routing header attnserve-session (the session id, or
+    route_key) so that a load balancer keeps it on its replica. Closing is
+    explicit (close(), or leaving a `with` block); otherwise the session ends
+    after its TTL.
+    """
 
     def __enter__(self):
         return self
