@@ -58,10 +58,12 @@ void SendWatchdog::Arm(grpc::ServerContextBase* context, Guard* guard) {
   guard->entry_ = entry;
   const absl::Time deadline = absl::Now() + timeout_;
   absl::MutexLock lock(&mu_);
-  const bool earliest = armed_.empty() || deadline < armed_.begin()->first;
   entry->at = armed_.emplace(deadline, entry);
   entry->queued = true;
-  if (earliest) wake_.Signal();
+  // Every deadline is now + the one timeout, so it is later than the one the
+  // thread sleeps to (at most a timeout ahead): no wake-up (a syscall and a
+  // context switch on every call) unless the clock stepped back.
+  if (deadline < sleeping_until_) wake_.Signal();
 }
 
 int64_t SendWatchdog::cancelled() const {
@@ -71,13 +73,12 @@ int64_t SendWatchdog::cancelled() const {
 void SendWatchdog::Run() {
   absl::MutexLock lock(&mu_);
   while (!stop_) {
-    if (armed_.empty()) {
-      wake_.Wait(&mu_);
-      continue;
-    }
     const absl::Time now = absl::Now();
-    if (armed_.begin()->first > now) {
-      wake_.WaitWithDeadline(&mu_, armed_.begin()->first);
+    if (armed_.empty() || armed_.begin()->first > now) {
+      // Idle, it looks again after one timeout: what is armed meanwhile is
+      // due no earlier.
+      sleeping_until_ = armed_.empty() ? now + timeout_ : armed_.begin()->first;
+      wake_.WaitWithDeadline(&mu_, sleeping_until_);
       continue;
     }
     std::vector<std::shared_ptr<Guard::Entry>> due;

@@ -74,6 +74,8 @@ class SendWatchdog {
   // Armed calls by deadline; a guard's Disarm takes its entry out.
   Queue armed_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The deadline the thread waits to; Arm wakes it only for an earlier one.
+  absl::Time sleeping_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::atomic<int64_t> cancelled_{0};
   std::thread thread_;
 };
