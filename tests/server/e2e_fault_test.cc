@@ -235,15 +235,15 @@ class RssSampler {
   std::thread thread_;
 };
 
-// 64 callers send 97 MiB calls in a closed loop for 20 s to a server whose
-// budget (1 GiB) holds ten of them: far past 2x what it can admit. The server
+// 64 callers send 100 MiB calls in a closed loop for 20 s to a server whose
+// budget (1 GiB) holds nine of them: far past 2x what it can admit. The server
 // stays within the budget plus a stated fixed overhead, answers every call OK
 // or RESOURCE_EXHAUSTED, answers health throughout, holds nothing once the
 // load stops and serves correctly right after.
 //
 // The stated overhead: gRPC receives a unary request whole before the
 // server sees it, so what is still being received is bounded per connection
-// (--max_streams_per_connection x the request, 8 x 97 MiB here) and not by
+// (--max_streams_per_connection x the request, 8 x 100 MiB here) and not by
 // the budget; a received read buffer may be shared by frames of several
 // streams and lives as long as the last of them, which can double it. So:
 // the idle RSS + the budget + 2 x connections x streams x request bytes.
@@ -261,7 +261,7 @@ TEST(E2eOverloadTest, LargeCallsPastTheBudgetHoldMemoryAndHealth) {
        absl::StrCat("--max_streams_per_connection=", kStreams)});
   ASSERT_TRUE(server.ok()) << server.status();
   // Two connections: one connection can have at most 8 calls open, fewer
-  // than the budget's ten, so one alone would never reach the budget.
+  // than the budget's nine, so one alone would never reach the budget.
   constexpr int kConnections = 2;
   std::vector<std::shared_ptr<grpc::Channel>> load_channels;
   for (int c = 0; c < kConnections; ++c) {
@@ -272,10 +272,14 @@ TEST(E2eOverloadTest, LargeCallsPastTheBudgetHoldMemoryAndHealth) {
   const int64_t idle_rss = (*server)->ResidentBytes();
   ASSERT_GT(idle_rss, 0);
 
-  // q 1 MiB, k and v 48 MiB each, 1 MiB out: 97 MiB of request. About 13
-  // GFLOP each, so the worker computes fewer per second than the transport
-  // delivers: calls queue until the budget refuses them.
-  const Shape big{16, 256, 12288, 64};
+  // q 4 MiB, k and v 48 MiB each, 4 MiB out: 100 MiB of request. About 52
+  // GFLOP each, so a worker needs several times as long to compute a call
+  // as the transport needs to deliver one (0.3-0.4 s against 60 ms here):
+  // the 16 open streams fill the queue past the budget on any CPU whose
+  // f32 GEMM is within a few times this one's. (A quarter of the work made
+  // compute and delivery take about as long, and on a faster CPU the budget
+  // then never filled.)
+  const Shape big{16, 1024, 12288, 64};
   const grpc::ByteBuffer request = Serialized(MakeRequest(big, 3));
   const int64_t request_bytes = static_cast<int64_t>(request.Length());
   ASSERT_GE(request_bytes, 96 * kMiB);
