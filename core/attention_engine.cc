@@ -155,7 +155,8 @@ class Engine final : public AttentionEngine {
     // full query blocks and row groups read the queries in place, padded row
     // groups and the decode kernel's gathered rows a dense copy (ld = D); key
     // spans of whole granules read K and V in place, a padded tail a dense
-    // copy of kKeyGranule rows.
+    // copy of kKeyGranule rows, a small span copied whole a dense copy of
+    // PaddedKeys rows.
     const DType gemm = GemmDType(p);
     const int64_t d = p.shape.head_dim, dv = p.shape.value_dim;
     const int64_t kb = options_.k_block;
@@ -183,9 +184,13 @@ class Engine final : public AttentionEngine {
     for (int64_t n = kKeyGranule; n < kb; n += kKeyGranule) {
       keys.push_back({n, ldk, ldv});
     }
-    // Padded keys: a tail of one granule, or a small span copied whole.
+    // Padded keys: a tail of one granule, or a small span copied whole
+    // (PaddedKeys: under one granule, multiples of kKeyPad).
     for (int64_t n = kKeyGranule; n <= kb; n += kKeyGranule) {
       if (ldk != d || ldv != dv) keys.push_back({n, d, dv});
+    }
+    for (int64_t n = kKeyPad; n < kKeyGranule && n < kb; n += kKeyPad) {
+      keys.push_back({n, d, dv});
     }
     for (const Rows& r : rows) {
       for (const Keys& k : keys) {

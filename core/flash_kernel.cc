@@ -87,8 +87,8 @@ struct SpanOperands {
   int64_t n_full = 0;
   const void* k_tail = nullptr;  // ld = D, or null when nothing is padded
   const void* v_tail = nullptr;  // ld = Dv
-  // kp and vp are zero-padded copies of the whole span (ld = D, Dv), to a
-  // multiple of kKeyGranule rows.
+  // kp and vp are zero-padded copies of the whole span (ld = D, Dv), to
+  // PaddedKeys(n) rows.
   bool whole_copy = false;
 };
 
@@ -124,10 +124,7 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
   const int64_t ldq = padded_rows ? dim : c.rows.ldq;
   // Keys in place, then the padded tail when this block reaches it.
   const bool tail = op.k_tail != nullptr && n > op.n_full;
-  const int64_t full =
-      tail ? op.n_full
-           : (op.whole_copy ? (n + kKeyGranule - 1) / kKeyGranule * kKeyGranule
-                            : n);
+  const int64_t full = tail ? op.n_full : (op.whole_copy ? PaddedKeys(n) : n);
   const int64_t cols = tail ? full + kKeyGranule : full;
   float* scores = c.scores + r0 * kb;
   if (full > 0) {
@@ -283,7 +280,7 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
       n - rest + kKeyGranule <= args.k_block) {
     const size_t es = DTypeSize(args.gemm_dtype);
     if (static_cast<size_t>(n * (dim + dv)) * es <= kWholeSpanCopyBytes) {
-      const int64_t padded = n - rest + kKeyGranule;
+      const int64_t padded = PaddedKeys(n);
       op.kp = PaddedCopy(op.kp, op.ldk, n, padded, dim, es, &ws->k_tail);
       op.ldk = dim;
       op.vp = PaddedCopy(op.vp, op.ldv, n, padded, dv, es, &ws->v_tail);

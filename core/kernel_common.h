@@ -127,13 +127,23 @@ inline constexpr int64_t kRowGranule = 64;
 //    its query rows zero-padded to a multiple of kRowPad rows;
 //  - keys past the last multiple of kKeyGranule (at Lk, or the end of a key
 //    split) are multiplied from a copy of those rows zero-padded to
-//    kKeyGranule rows, their scores masked to -inf.
+//    kKeyGranule rows, their scores masked to -inf; a small span (a few KiB
+//    of K and V) from a zero-padded copy of the whole span (PaddedKeys).
 // AttentionEngine::Prepare creates the whole set.
 inline constexpr int64_t kRowPad = 16;
 
 // The rows a padded row group of `rows` rows is multiplied as.
 inline int64_t PaddedRows(int64_t rows) {
   return (rows + kRowPad - 1) / kRowPad * kRowPad;
+}
+
+// Keys a whole-copied span of n keys is multiplied as: fewer than one
+// granule to a multiple of kKeyPad (a 16-key call does not pay for 64), more
+// to a multiple of kKeyGranule.
+inline constexpr int64_t kKeyPad = 16;
+inline int64_t PaddedKeys(int64_t n) {
+  const int64_t pad = n < kKeyGranule ? kKeyPad : kKeyGranule;
+  return (n + pad - 1) / pad * pad;
 }
 
 // The end of a key block starting at k0: k0 + k_block, but not past k_end, and
