@@ -167,11 +167,25 @@ void AttentionService::Process(const typename Kind::Request& request,
       };
     }
   }
-  task.run = [this, d = *std::move(decoded), response, received, submitted_at,
-              finish](AttentionEngine& engine, absl::Duration queued) {
+  // Computed in the task's slot, answered once the slot is free again
+  // (Task::after_slot): sending needs no engine, and the slot can take the
+  // next task meanwhile.
+  struct Computed {
+    absl::Status status;
+    CallStages stages;
+  };
+  auto computed = std::make_shared<Computed>();
+  computed->stages.received = received;
+  computed->stages.submitted = submitted_at;
+  task.run = [this, d = *std::move(decoded), response, computed](
+                 AttentionEngine& engine, absl::Duration queued) {
+    computed->status =
+        ComputeAlone<Kind>(d, engine, response, &computed->stages);
+  };
+  task.after_slot = [this, computed, finish] {
     absl::AnyInvocable<void(absl::Status)> answer =
         [&finish](absl::Status status) { (*finish)(std::move(status)); };
-    RunAlone<Kind>(d, engine, response, received, submitted_at, 1, answer);
+    AnswerAlone(std::move(computed->status), computed->stages, answer);
   };
   task.reject = [finish](absl::Status status) { (*finish)(std::move(status)); };
   const absl::Status submitted = scheduler_->Submit(std::move(task));
@@ -179,21 +193,29 @@ void AttentionService::Process(const typename Kind::Request& request,
 }
 
 template <typename Kind>
-void AttentionService::RunAlone(
+absl::Status AttentionService::ComputeAlone(
     const typename Kind::Decoded& decoded, AttentionEngine& engine,
-    v1::AttendResponse* response, absl::Time received, absl::Time submitted,
-    int batch_size, absl::AnyInvocable<void(absl::Status)>& answer) {
-  const absl::Time start = absl::Now();
+    v1::AttendResponse* response, CallStages* stages) {
+  stages->started = absl::Now();
   const absl::Status status = Kind::Compute(decoded, engine, response);
-  const absl::Time end = absl::Now();
+  stages->computed = absl::Now();
   if (status.ok()) {
-    Kind::RecordCompute(decoded, absl::ToDoubleSeconds(end - start), *metrics_);
-    SetTiming(received, start, end, response);
+    Kind::RecordCompute(
+        decoded, absl::ToDoubleSeconds(stages->computed - stages->started),
+        *metrics_);
+    SetTiming(stages->received, stages->started, stages->computed, response);
   }
-  answer(status);
-  if (status.ok() && options_.observe_stages) {
-    options_.observe_stages(
-        CallStages{received, submitted, start, end, absl::Now(), batch_size});
+  return status;
+}
+
+void AttentionService::AnswerAlone(
+    absl::Status status, CallStages stages,
+    absl::AnyInvocable<void(absl::Status)>& answer) {
+  const bool ok = status.ok();
+  answer(std::move(status));
+  if (ok && options_.observe_stages) {
+    stages.answered = absl::Now();
+    options_.observe_stages(stages);
   }
 }
 
@@ -211,8 +233,12 @@ void AttentionService::RunAttendBatch(AttentionEngine& engine,
   const int size = static_cast<int>(parts.size());
   auto run_each_alone = [&] {
     for (AttendBatchPart* p : parts) {
-      RunAlone<AttendKind>(p->decoded, engine, p->response, p->received,
-                           p->submitted, 1, p->answer);
+      CallStages stages;
+      stages.received = p->received;
+      stages.submitted = p->submitted;
+      absl::Status status =
+          ComputeAlone<AttendKind>(p->decoded, engine, p->response, &stages);
+      AnswerAlone(std::move(status), stages, p->answer);
     }
   };
   // The gathered inputs and the batch's output are memory the members'

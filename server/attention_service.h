@@ -143,13 +143,18 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                MemoryBudget::Reservation* held,
                absl::AnyInvocable<void(absl::Status)> done);
 
-  // Computes one decoded request alone into `response` and answers it
-  // (timing and compute metrics when OK).
+  // Computes one decoded request alone into `response` (timing and compute
+  // metrics when OK) and returns its status; `stages` (received and
+  // submitted set by the caller) gets when compute started and ended.
   template <typename Kind>
-  void RunAlone(const typename Kind::Decoded& decoded, AttentionEngine& engine,
-                v1::AttendResponse* response, absl::Time received,
-                absl::Time submitted, int batch_size,
-                absl::AnyInvocable<void(absl::Status)>& answer);
+  absl::Status ComputeAlone(const typename Kind::Decoded& decoded,
+                            AttentionEngine& engine,
+                            v1::AttendResponse* response, CallStages* stages);
+
+  // Answers a call computed alone with its status, then reports its stages
+  // (observe_stages) when it is OK.
+  void AnswerAlone(absl::Status status, CallStages stages,
+                   absl::AnyInvocable<void(absl::Status)>& answer);
 
   // The scheduler's run_batch of small Attend requests: one engine run for
   // all (server/batching.h), each member answered with its own slice, timing

@@ -67,6 +67,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, int threads_per_worker,
                      Metrics* metrics)
     : workers_(options.workers),
       threads_per_worker_(threads_per_worker),
+      inline_slots_(options.workers * threads_per_worker),
       max_queue_(options.max_queue),
       run_small_inline_(options.run_small_inline),
       batch_max_size_(options.batch_max_size),
@@ -91,12 +92,11 @@ absl::Status Scheduler::Submit(Task task) {
     // take in, even when max_queue is 0.
     if (static_cast<int64_t>(queue_.size()) + active_ <
         int64_t{max_queue_} + workers_) {
-      // A free slot and nothing ahead (nor a batch waiting for company):
-      // waking a worker would only add a thread hand-off each way.
+      // A free inline slot and nothing ahead (nor a batch waiting for
+      // company): waking a worker would only add a thread hand-off each way.
       if (task.small && run_small_inline_ && queue_.empty() &&
-          running_ < workers_ && batch_waiters_ == 0) {
+          inline_running_ < inline_slots_ && batch_waiters_ == 0) {
         ++active_;
-        ++running_;
         ++inline_running_;
         run_inline = true;
       } else {
@@ -117,17 +117,18 @@ absl::Status Scheduler::Submit(Task task) {
         absl::StrCat("queue is full (max_queue = ", max_queue_,
                      "); retry later or raise --max_queue"));
   }
+  absl::AnyInvocable<void()> after_slot;
   {
     std::vector<Queued> taken;
     taken.push_back(Queued{std::move(task), absl::Now()});
-    RunTaken(*engines_.front(), taken);
+    after_slot = RunTaken(*engines_.front(), taken);
   }
-  absl::MutexLock lock(&mu_);
-  --active_;
-  --running_;
-  --inline_running_;
-  // The slot is free again: a worker may have been held back by it.
-  if (!queue_.empty()) work_or_stop_.Signal();
+  {
+    absl::MutexLock lock(&mu_);
+    --active_;
+    --inline_running_;
+  }
+  if (after_slot) after_slot();
   return absl::OkStatus();
 }
 
@@ -147,7 +148,8 @@ void Scheduler::TakeCompatible(const std::string& key,
   }
 }
 
-void Scheduler::RunTaken(AttentionEngine& engine, std::vector<Queued>& taken) {
+absl::AnyInvocable<void()> Scheduler::RunTaken(AttentionEngine& engine,
+                                               std::vector<Queued>& taken) {
   const absl::Time now = absl::Now();
   std::vector<Queued*> live;
   std::vector<BatchMember> members;
@@ -171,22 +173,24 @@ void Scheduler::RunTaken(AttentionEngine& engine, std::vector<Queued>& taken) {
       members.push_back(BatchMember{task.batch_part.get(), waited});
     }
   }
-  if (live.empty()) return;
+  if (live.empty()) return nullptr;
   if (metrics_ != nullptr) {
     metrics_->RecordBatch(static_cast<int>(live.size()));
   }
   if (live.size() == 1) {
-    live.front()->task.run(engine, members.front().queued);
-  } else {
-    live.front()->task.run_batch(engine, members);
+    Task& task = live.front()->task;
+    task.run(engine, members.front().queued);
+    return std::move(task.after_slot);
   }
+  live.front()->task.run_batch(engine, members);
+  return nullptr;
 }
 
 void Scheduler::WorkerLoop(AttentionEngine* engine) {
   int finished = 0;
   while (true) {
     // Declared per iteration so the tasks' captures (request, responder) are
-    // released before the worker counts as free again.
+    // released before the worker takes its next task.
     std::vector<Queued> taken;
     {
       absl::MutexLock lock(&mu_);
@@ -243,7 +247,8 @@ void Scheduler::WorkerLoop(AttentionEngine* engine) {
       if (queue_.empty()) queue_empty_.SignalAll();
     }
     finished = static_cast<int>(taken.size());
-    RunTaken(*engine, taken);
+    absl::AnyInvocable<void()> after_slot = RunTaken(*engine, taken);
+    if (after_slot) after_slot();
   }
 }
 

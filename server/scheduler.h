@@ -16,9 +16,15 @@
 // negative values.
 //
 // Small tasks (Task::small) skip the hand-off when they can: with
-// run_small_inline, a small task submitted while nothing is queued and a
-// worker's slot is free runs at once on the submitting thread, in that slot
-// (so at most `workers` runs are ever in progress), with the first engine.
+// run_small_inline, a small task submitted while nothing is queued runs at
+// once on the submitting thread, with the first engine, when one of the
+// inline slots is free. There are workers × threads_per_worker of them,
+// beside the workers' own: a small task (a few microseconds, one thread)
+// neither waits for a worker that is busy nor holds a worker's place, so the
+// cores may briefly run that many small runs besides the workers' kernels.
+// Holding a worker's slot instead sent half the calls of a busy one-worker
+// server through the queue (a wake-up and a thread hop each way):
+// docs/benchmarks.md, "Small requests and batching".
 //
 // Dynamic batching (batch_max_size > 1): a worker that takes a task with a
 // batch_key also takes, in queue order, the queued tasks with the same key, up
@@ -94,6 +100,10 @@ struct Task {
   // Runs on a worker with that worker's engine; `queued` is the time spent
   // queued.
   absl::AnyInvocable<void(AttentionEngine& engine, absl::Duration queued)> run;
+  // Optional: called right after run, on the same thread; inline, once the
+  // run's slot is free again (another small task may be computing in it
+  // already). For the part of the work that needs no engine: the answer.
+  absl::AnyInvocable<void()> after_slot;
   // Called instead of run (on a worker, or in Shutdown) with DEADLINE_EXCEEDED,
   // CANCELLED or UNAVAILABLE. For every task that Submit accepted exactly one
   // of run, reject or (as a batch member) a run_batch is called.
@@ -160,13 +170,18 @@ class Scheduler {
   void TakeCompatible(const std::string& key, std::vector<Queued>* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks each task's deadline and cancellation (rejecting those that fail),
-  // then runs the rest: alone, or as a batch.
-  void RunTaken(AttentionEngine& engine, std::vector<Queued>& taken);
+  // then runs the rest: alone, or as a batch. Returns the after_slot of a
+  // task run alone (empty otherwise), for the caller to call next.
+  absl::AnyInvocable<void()> RunTaken(AttentionEngine& engine,
+                                      std::vector<Queued>& taken);
   // Reports the queue's size to the metrics; called after every change.
   void PublishDepth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int workers_;
   const int threads_per_worker_;
+  // Inline runs at once: workers × threads_per_worker, the CPUs the workers
+  // are sized for.
+  const int inline_slots_;
   const int max_queue_;
   const bool run_small_inline_;
   const int batch_max_size_;
@@ -180,10 +195,10 @@ class Scheduler {
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   // Tasks taken from the queue (or run inline) and not yet finished.
   int active_ ABSL_GUARDED_BY(mu_) = 0;
-  // Runs in progress (a batch is one), on workers or inline; at most
-  // workers_.
+  // Runs in progress on workers (a batch is one); at most workers_.
   int running_ ABSL_GUARDED_BY(mu_) = 0;
-  // Inline runs in progress (Shutdown waits for them).
+  // Inline runs in progress, at most inline_slots_ (Shutdown waits for
+  // them).
   int inline_running_ ABSL_GUARDED_BY(mu_) = 0;
   // Workers waiting out batch_max_delay for more of their batch.
   int batch_waiters_ ABSL_GUARDED_BY(mu_) = 0;

@@ -666,7 +666,10 @@ TEST(E2eCancellationStormTest, RandomCancelsLeaveNothingBehind) {
 }
 
 TEST(E2eDeadlineTest, CallExpiringInTheQueueIsNeverComputed) {
-  auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  // The hurried call is small: without --inline_small_requests=false it
+  // would run inline beside the busy worker instead of queueing.
+  auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=1",
+                                      "--inline_small_requests=false"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = (*server)->Channel();
   auto stub = v1::AttentionService::NewStub(channel);

@@ -666,7 +666,9 @@ TEST(SchedulerTest, SmallTaskGoesToTheQueueWhenInlineIsOff) {
   EXPECT_NE(*ran_on, std::this_thread::get_id());
 }
 
-TEST(SchedulerTest, SmallTaskQueuesBehindBusyWorkers) {
+TEST(SchedulerTest, SmallTaskRunsInlineBesideABusyWorker) {
+  // The worker computes; nothing is queued: a small task runs inline at
+  // once, in an inline slot, rather than waiting for the worker.
   std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
   Blocker blocker;
   ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
@@ -676,11 +678,9 @@ TEST(SchedulerTest, SmallTaskQueuesBehindBusyWorkers) {
   Task task = ThreadRecordingTask(outcome, ran_on);
   task.small = true;
   ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
-  EXPECT_EQ(scheduler->queue_depth(), 1);
-  EXPECT_FALSE(outcome->done.HasBeenNotified());
-  blocker.Release();
-  outcome->done.WaitForNotification();
-  EXPECT_NE(*ran_on, std::this_thread::get_id());
+  EXPECT_TRUE(outcome->done.HasBeenNotified());
+  EXPECT_EQ(*ran_on, std::this_thread::get_id());
+  EXPECT_EQ(scheduler->queue_depth(), 0);
 }
 
 TEST(SchedulerTest, SmallTaskDoesNotJumpTheQueue) {
@@ -715,9 +715,9 @@ TEST(SchedulerTest, SmallTaskDoesNotJumpTheQueue) {
   EXPECT_THAT(order, ElementsAre(1, 2));
 }
 
-TEST(SchedulerTest, InlineRunHoldsItsWorkersSlot) {
-  // One worker: while a small task runs inline, a queued task must wait, so
-  // that no more kernels run at once than there are workers.
+TEST(SchedulerTest, InlineRunLeavesTheWorkerFree) {
+  // One worker: a small task running inline does not hold the worker's
+  // place, so a queued task runs on the worker meanwhile.
   std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
   Blocker inline_blocker;
   Task blocking = inline_blocker.MakeTask();
@@ -727,13 +727,65 @@ TEST(SchedulerTest, InlineRunHoldsItsWorkersSlot) {
   inline_blocker.WaitUntilRunning();
   auto queued = std::make_shared<Outcome>();
   ASSERT_TRUE(scheduler->Submit(RecordingTask(queued)).ok());
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_FALSE(queued->done.HasBeenNotified());
-  EXPECT_EQ(scheduler->queue_depth(), 1);
+  EXPECT_TRUE(queued->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(queued->Runs(), 1);
   inline_blocker.Release();
   submitter.join();
-  queued->done.WaitForNotification();
-  EXPECT_EQ(queued->Runs(), 1);
+}
+
+TEST(SchedulerTest, InlineRunsAreBoundedByTheWorkersThreads) {
+  // One worker of one thread: one inline slot. While it is taken, a second
+  // small task is queued and runs on the worker, not on its submitter.
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  Blocker inline_blocker;
+  Task blocking = inline_blocker.MakeTask();
+  blocking.small = true;
+  std::thread submitter(
+      [&] { ASSERT_TRUE(scheduler->Submit(std::move(blocking)).ok()); });
+  inline_blocker.WaitUntilRunning();
+  auto outcome = std::make_shared<Outcome>();
+  auto ran_on = std::make_shared<std::thread::id>();
+  Task second = ThreadRecordingTask(outcome, ran_on);
+  second.small = true;
+  ASSERT_TRUE(scheduler->Submit(std::move(second)).ok());
+  EXPECT_TRUE(outcome->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_NE(*ran_on, std::this_thread::get_id());
+  inline_blocker.Release();
+  submitter.join();
+}
+
+TEST(SchedulerTest, AfterSlotRunsOnceTheInlineSlotIsFree) {
+  // One inline slot. The first task's after_slot, on its submitter's thread,
+  // lets a second small task be submitted and waits for it: the second runs
+  // inline on its own submitter only if the first's slot is free by then.
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  absl::Notification in_after_slot, second_done;
+  std::thread::id first_submitter_id, first_after_on;
+  Task first;
+  first.small = true;
+  first.run = [](AttentionEngine&, absl::Duration) {};
+  first.after_slot = [&] {
+    first_after_on = std::this_thread::get_id();
+    in_after_slot.Notify();
+    EXPECT_TRUE(second_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  };
+  first.reject = [](absl::Status) {};
+  std::thread first_submitter([&] {
+    first_submitter_id = std::this_thread::get_id();
+    ASSERT_TRUE(scheduler->Submit(std::move(first)).ok());
+  });
+  in_after_slot.WaitForNotification();
+  auto outcome = std::make_shared<Outcome>();
+  auto ran_on = std::make_shared<std::thread::id>();
+  Task second = ThreadRecordingTask(outcome, ran_on);
+  second.small = true;
+  ASSERT_TRUE(scheduler->Submit(std::move(second)).ok());
+  // Inline: done before Submit returned, on this thread.
+  EXPECT_TRUE(outcome->done.HasBeenNotified());
+  EXPECT_EQ(*ran_on, std::this_thread::get_id());
+  second_done.Notify();
+  first_submitter.join();
+  EXPECT_EQ(first_after_on, first_submitter_id);
 }
 
 TEST(SchedulerTest, ShutdownWaitsForInlineRuns) {
