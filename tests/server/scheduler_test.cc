@@ -715,34 +715,47 @@ TEST(SchedulerTest, SmallTaskDoesNotJumpTheQueue) {
   EXPECT_THAT(order, ElementsAre(1, 2));
 }
 
+// A small task running inline on a thread of its own (its submitter),
+// blocked until Finish.
+class InlineRun {
+ public:
+  explicit InlineRun(Scheduler* scheduler) {
+    Task task = blocker_.MakeTask();
+    task.small = true;
+    submitter_ = std::thread([scheduler, task = std::move(task)]() mutable {
+      ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+    });
+    blocker_.WaitUntilRunning();
+  }
+  ~InlineRun() { Finish(); }
+  // Lets the task end and waits for its submitter.
+  void Finish() {
+    blocker_.Release();
+    if (submitter_.joinable()) submitter_.join();
+  }
+
+ private:
+  Blocker blocker_;
+  std::thread submitter_;
+};
+
 TEST(SchedulerTest, InlineRunLeavesTheWorkerFree) {
   // One worker: a small task running inline does not hold the worker's
   // place, so a queued task runs on the worker meanwhile.
   std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
-  Blocker inline_blocker;
-  Task blocking = inline_blocker.MakeTask();
-  blocking.small = true;
-  std::thread submitter(
-      [&] { ASSERT_TRUE(scheduler->Submit(std::move(blocking)).ok()); });
-  inline_blocker.WaitUntilRunning();
+  InlineRun inline_run(scheduler.get());
   auto queued = std::make_shared<Outcome>();
   ASSERT_TRUE(scheduler->Submit(RecordingTask(queued)).ok());
   EXPECT_TRUE(queued->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(queued->Runs(), 1);
-  inline_blocker.Release();
-  submitter.join();
+  inline_run.Finish();
 }
 
 TEST(SchedulerTest, InlineRunsAreBoundedByTheWorkersThreads) {
   // One worker of one thread: one inline slot. While it is taken, a second
   // small task is queued and runs on the worker, not on its submitter.
   std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
-  Blocker inline_blocker;
-  Task blocking = inline_blocker.MakeTask();
-  blocking.small = true;
-  std::thread submitter(
-      [&] { ASSERT_TRUE(scheduler->Submit(std::move(blocking)).ok()); });
-  inline_blocker.WaitUntilRunning();
+  InlineRun inline_run(scheduler.get());
   auto outcome = std::make_shared<Outcome>();
   auto ran_on = std::make_shared<std::thread::id>();
   Task second = ThreadRecordingTask(outcome, ran_on);
@@ -750,8 +763,7 @@ TEST(SchedulerTest, InlineRunsAreBoundedByTheWorkersThreads) {
   ASSERT_TRUE(scheduler->Submit(std::move(second)).ok());
   EXPECT_TRUE(outcome->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_NE(*ran_on, std::this_thread::get_id());
-  inline_blocker.Release();
-  submitter.join();
+  inline_run.Finish();
 }
 
 TEST(SchedulerTest, AfterSlotRunsOnceTheInlineSlotIsFree) {
@@ -790,20 +802,14 @@ TEST(SchedulerTest, AfterSlotRunsOnceTheInlineSlotIsFree) {
 
 TEST(SchedulerTest, ShutdownWaitsForInlineRuns) {
   std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
-  Blocker inline_blocker;
-  Task blocking = inline_blocker.MakeTask();
-  blocking.small = true;
-  std::thread submitter(
-      [&] { ASSERT_TRUE(scheduler->Submit(std::move(blocking)).ok()); });
-  inline_blocker.WaitUntilRunning();
+  InlineRun inline_run(scheduler.get());
   absl::Notification shut;
   std::thread shutdown([&] {
     scheduler->Shutdown(absl::InfiniteFuture());
     shut.Notify();
   });
   EXPECT_FALSE(shut.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
-  inline_blocker.Release();
-  submitter.join();
+  inline_run.Finish();
   shutdown.join();
   EXPECT_TRUE(shut.HasBeenNotified());
 }
