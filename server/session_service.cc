@@ -86,7 +86,8 @@ grpc::ServerUnaryReactor* SessionService::AppendKv(
 }
 
 // AppendKvStream: chunks applied one at a time, in order; the first error
-// ends the call.
+// ends the call. Each chunk counts against the memory budget while it is
+// applied (its bytes are held until the next read reuses the message).
 class SessionService::AppendStream
     : public grpc::ServerReadReactor<v1::AppendKvRequest> {
  public:
@@ -109,17 +110,21 @@ class SessionService::AppendStream
                        : absl::OkStatus());
       return;
     }
-    bytes_ += static_cast<int64_t>(chunk_.ByteSizeLong());
-    absl::Status status;
-    if (chunks_ > 0 && chunk_.session_id() != session_id_) {
+    const int64_t chunk_bytes = static_cast<int64_t>(chunk_.ByteSizeLong());
+    bytes_ += chunk_bytes;
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        service_->Reserve(chunk_bytes);
+    absl::Status status = reserved.status();
+    if (status.ok() && chunks_ > 0 && chunk_.session_id() != session_id_) {
       status = absl::InvalidArgumentError(
           absl::StrCat("session_id: \"", chunk_.session_id(),
                        "\" differs from the stream's \"", session_id_,
                        "\" (one session per stream)"));
-    } else {
+    } else if (status.ok()) {
       session_id_ = chunk_.session_id();
       status = ApplyAppendKv(chunk_, *service_->store_, response_);
     }
+    if (reserved.ok()) reserved->Release();
     if (!status.ok()) {
       End(absl::Status(status.code(), absl::StrCat("chunk ", chunks_, ": ",
                                                    status.message())));

@@ -696,23 +696,33 @@ TEST(E2eSessionLimitsTest, CallsPastTheMemoryBudgetAreRefusedAndLeaveNoTrace) {
   ASSERT_TRUE(c.Create("a", shape).ok());
   ASSERT_TRUE(c.Append("a", 0, 256, 1).ok());  // 64 KiB
   const auto budget_message = HasSubstr("--max_inflight_bytes = 200000");
+  v1::SessionInfo info0;
   // 1024 tokens (256 KiB) in one AppendKv.
   grpc::Status st = c.Append("a", 0, 1024, 2);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(st.error_message(), budget_message);
+  // The same in one chunk of an AppendKvStream: refused as its chunk 0.
+  st = c.Append("a", 0, 1024, 2, /*stream=*/true);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(st.error_message(), budget_message);
+  EXPECT_THAT(st.error_message(), HasSubstr("chunk 0: "));
+  // In four chunks of 64 KiB each fits: one chunk is held at a time.
+  ASSERT_TRUE(c.Append("a", 0, 1024, 5, /*stream=*/true, /*chunks=*/4).ok());
+  ASSERT_TRUE(Get(c, "a", &info0).ok());
+  EXPECT_EQ(info0.layer_tokens(0), 256 + 1024);
   // A step of 512 queries (128 KiB) appending 512 tokens (128 KiB).
   st = c.AttendAndCheck({{"a", 512, 512}}, {}, 3);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(st.error_message(), budget_message);
   v1::SessionInfo info;
   ASSERT_TRUE(Get(c, "a", &info).ok());
-  EXPECT_EQ(info.layer_tokens(0), 256);
-  // What fits is served, against the mirror of the 256 tokens.
+  EXPECT_EQ(info.layer_tokens(0), 256 + 1024);
+  // What fits is served, against the mirror of the 1280 tokens.
   EXPECT_TRUE(c.AttendAndCheck({{"a", 4, 4}}, {}, 4).ok());
   EXPECT_EQ(
       testing::AwaitMetric(
-          *server, R"(attnserve_rejected_total{reason="memory_budget"})", 2),
-      2);
+          *server, R"(attnserve_rejected_total{reason="memory_budget"})", 3),
+      3);
 }
 
 TEST(E2eSessionLimitsTest, LruEvictsIdleSessionsAndSaysSo) {
