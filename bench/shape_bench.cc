@@ -45,6 +45,9 @@ ABSL_FLAG(std::vector<std::string>, threads,
           "OpenMP thread counts of the engine part.");
 ABSL_FLAG(bool, layers, true, "Run the hosted-layer part.");
 ABSL_FLAG(bool, engine, true, "Run the engine part.");
+ABSL_FLAG(bool, worker_warm_up, true,
+          "Warm each fresh worker thread up before its first layer call, as "
+          "a server's workers do (false: the first call pays the set-up).");
 ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
 
 namespace attnserve::bench {
@@ -263,8 +266,9 @@ model::LayerWeights LayerWeightsFor(const model::ModelConfig& c) {
 }
 
 // One hosted layer: load, then on a fresh thread (a server's worker) with its
-// own engine the first call at L = 128 (attnctl infer's default), its repeats,
-// one new length (200) and a sweep of new lengths.
+// own engine, after the worker's warm-up (--worker_warm_up), the first call at
+// L = 128 (attnctl infer's default), its repeats, one new length (200) and a
+// sweep of new lengths.
 absl::Status LayerCase(const std::string& name, int64_t d_model,
                        int64_t heads) {
   if (!absl::StrContains(name, absl::GetFlag(FLAGS_filter))) {
@@ -289,6 +293,16 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
     return layer->Run(in, o, engine);
   };
 
+  // What each of a server's workers does on its own thread before it takes
+  // tasks (Scheduler, SchedulerOptions::worker_warm_up in server.cc).
+  auto warm_up = [&](AttentionEngine& engine) -> absl::StatusOr<double> {
+    if (!absl::GetFlag(FLAGS_worker_warm_up)) return 0.0;
+    const Clock::time_point w0 = Clock::now();
+    RETURN_IF_ERROR(engine.WarmUpThread());
+    RETURN_IF_ERROR(layer->WarmUp(engine));
+    return std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
+  };
+
   absl::Status status;
   Json r;
   std::thread worker([&] {
@@ -297,6 +311,7 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
       options.num_threads = 1;
       ASSIGN_OR_RETURN(std::unique_ptr<AttentionEngine> engine,
                        AttentionEngine::Create(options));
+      ASSIGN_OR_RETURN(const double warm_up_ms, warm_up(*engine));
       // The first call at 128 and at 200 (a new length) against the median
       // of 20 repeats of each.
       Sample first[2];
@@ -325,6 +340,8 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
       r["heads"] = heads;
       r["threads"] = 1;
       r["load_ms"] = Round(load_ms, 2);
+      r["worker_warm_up"] = absl::GetFlag(FLAGS_worker_warm_up);
+      r["worker_warm_up_ms"] = Round(warm_up_ms, 2);
       r["thread_cpu_first_call_us"] = Round(first[0].thread_cpu_us, 1);
       r["thread_cpu_l200_first_us"] = Round(first[1].thread_cpu_us, 1);
       r["first_call_minor_faults"] = first[0].minor_faults;
@@ -355,6 +372,7 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
       options.num_threads = 1;
       ASSIGN_OR_RETURN(std::unique_ptr<AttentionEngine> engine,
                        AttentionEngine::Create(options));
+      RETURN_IF_ERROR(warm_up(*engine).status());
       ASSIGN_OR_RETURN(const Sample t,
                        TimeUs([&] { return call(*engine, 128); }));
       r["second_worker_first_call_minor_faults"] = t.minor_faults;

@@ -229,6 +229,13 @@ class AttentionEngine {
   // as Validate; Internal if oneDNN fails.
   virtual absl::Status Prepare(const AttentionInputs& like) = 0;
 
+  // Sets up what the calling thread's first call would otherwise pay for:
+  // its OpenMP team of num_threads() threads (libgomp creates a master
+  // thread's team in its first parallel region) and its oneDNN stream. A
+  // server's worker calls it once on its own thread before it takes tasks.
+  // Internal if oneDNN fails.
+  virtual absl::Status WarmUpThread() = 0;
+
   // Attention over paged KV caches (core/paged.h): every sequence exactly as
   // the stateless Run of PagedAsStateless would compute it, all sequences
   // without weights in one run of the decode kernel reading the blocks in

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/attention.h"
+#include "core/dnnl_context.h"
 #include "core/kernel_common.h"
 #include "core/matmul.h"
 #include "core/problem.h"
@@ -91,6 +92,14 @@ class Engine final : public AttentionEngine {
           return RunFlash(args, ws);
       }
     });
+  }
+
+  absl::Status WarmUpThread() override {
+    // An empty region of the engine's width: the team's threads are created
+    // now and stay with this thread (libgomp keeps one pool per master).
+#pragma omp parallel num_threads(threads_)
+    {}
+    return ThreadDnnlStream().status();
   }
 
   absl::Status RunPaged(const PagedAttentionInputs& inputs) override {

@@ -245,11 +245,11 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
     }
   }
   std::unique_ptr<AttentionLayer> layer(new AttentionLayer(std::move(impl)));
-  RETURN_IF_ERROR(layer->WarmUp());
+  RETURN_IF_ERROR(layer->WarmUpAtLoad());
   return layer;
 }
 
-absl::Status AttentionLayer::WarmUp() const {
+absl::Status AttentionLayer::WarmUpAtLoad() const {
   const ModelConfig& c = impl_->config;
   EngineOptions options;
   options.num_threads = 1;
@@ -267,8 +267,13 @@ absl::Status AttentionLayer::WarmUp() const {
   like.value = like.key;
   ApplyMethod(c, &like);
   RETURN_IF_ERROR(engine->Prepare(like));
+  return WarmUp(*engine);
+}
+
+absl::Status AttentionLayer::WarmUp(AttentionEngine& engine) const {
+  const ModelConfig& c = impl_->config;
   // One call through every step (the projections' first execution, the
-  // score functions, the process's first parallel region), on zeros.
+  // score functions, the thread's first parallel region), on zeros.
   const int64_t len =
       std::min<int64_t>(kWarmUpLength, c.attention == AttentionKind::kLinformer
                                            ? c.linformer_max_len
@@ -281,7 +286,7 @@ absl::Status AttentionLayer::WarmUp() const {
   LayerOutputs o;
   o.output =
       MakeMutableTensorView(out.data(), DType::kFloat32, {1, len, c.d_model});
-  return Run(in, o, *engine);
+  return Run(in, o, engine);
 }
 
 absl::StatusOr<LayerShape> AttentionLayer::Validate(

@@ -77,6 +77,14 @@ class AttentionLayer {
   absl::Status Run(const LayerInputs& inputs, const LayerOutputs& outputs,
                    AttentionEngine& engine) const;
 
+  // One call of 100 rows on zeros with `engine` on the calling thread, so
+  // that the thread's and the engine's first-use set-up (the OpenMP team of
+  // the engine's threads, the thread's oneDNN stream and scratch, the
+  // engine's workspaces, the first touch of the thread's malloc arena) is
+  // paid here and not by a request: a server's worker runs it for every
+  // hosted layer before it takes tasks. Same errors as Run.
+  absl::Status WarmUp(AttentionEngine& engine) const;
+
   // FLOPs of a call of `shape` (as Validate returns it): projections,
   // Linformer's projections along the sequence, the attention and the score
   // functions.
@@ -94,7 +102,8 @@ class AttentionLayer {
  private:
   struct Impl;
   explicit AttentionLayer(std::unique_ptr<Impl> impl);
-  absl::Status WarmUp() const;
+  // Prepare's primitives and WarmUp on a one-thread engine of its own.
+  absl::Status WarmUpAtLoad() const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -52,6 +52,17 @@ std::string ModelRegistry::NameList() const {
   return models_.empty() ? std::string("none") : absl::StrJoin(names(), ", ");
 }
 
+absl::Status ModelRegistry::WarmUp(AttentionEngine& engine) const {
+  for (const HostedModel& m : models_) {
+    const absl::Status status = m.layer->WarmUp(engine);
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("model ", m.name, ": ",
+                                                      status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void ModelRegistry::Describe(v1::ServerInfo* info) const {
   for (const HostedModel& m : models_) {
     const model::ModelConfig& c = m.layer->config();

@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
+#include "core/attention.h"
 #include "model/attention_layer.h"
 #include "model/model_repository.h"
 
@@ -37,6 +39,10 @@ class ModelRegistry {
   std::vector<std::string> names() const;
   // "a, b, c", or "none" — for messages.
   std::string NameList() const;
+  // Each layer's WarmUp with `engine` on the calling thread: a scheduler
+  // worker's warm-up (SchedulerOptions::worker_warm_up), so that its first
+  // call of a model costs what its repeats do. Errors name the model.
+  absl::Status WarmUp(AttentionEngine& engine) const;
   // Adds one ModelInfo per model to `info`.
   void Describe(v1::ServerInfo* info) const;
 

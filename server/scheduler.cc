@@ -60,6 +60,19 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     scheduler->threads_.emplace_back(&Scheduler::WorkerLoop, scheduler.get(),
                                      engine.get());
   }
+  // Every worker is warm before the server can answer (it reports SERVING
+  // after Create): the warm-ups run in parallel, one per worker thread.
+  absl::Status warm_up;
+  {
+    absl::MutexLock lock(&scheduler->mu_);
+    scheduler->mu_.Await(
+        absl::Condition(scheduler.get(), &Scheduler::AllWarmedUp));
+    warm_up = scheduler->warm_up_status_;
+  }
+  if (!warm_up.ok()) {
+    scheduler->Shutdown(absl::Now());
+    return warm_up;
+  }
   return scheduler;
 }
 
@@ -72,7 +85,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, int threads_per_worker,
       run_small_inline_(options.run_small_inline),
       batch_max_size_(options.batch_max_size),
       batch_max_delay_(options.batch_max_delay),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      worker_warm_up_(options.worker_warm_up) {}
 
 Scheduler::~Scheduler() { Shutdown(absl::Now()); }
 
@@ -186,7 +200,25 @@ absl::AnyInvocable<void()> Scheduler::RunTaken(AttentionEngine& engine,
   return nullptr;
 }
 
+absl::Status Scheduler::WarmUpWorker(AttentionEngine& engine) {
+  absl::Status status = engine.WarmUpThread();
+  if (status.ok() && worker_warm_up_) status = worker_warm_up_(engine);
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("worker warm-up: ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+bool Scheduler::AllWarmedUp() const { return warmed_up_ == workers_; }
+
 void Scheduler::WorkerLoop(AttentionEngine* engine) {
+  {
+    const absl::Status warm_up = WarmUpWorker(*engine);
+    absl::MutexLock lock(&mu_);
+    if (!warm_up.ok() && warm_up_status_.ok()) warm_up_status_ = warm_up;
+    ++warmed_up_;
+  }
   int finished = 0;
   while (true) {
     // Declared per iteration so the tasks' captures (request, responder) are

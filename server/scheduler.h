@@ -73,6 +73,12 @@ struct SchedulerOptions {
   // How long a worker holding an incomplete batch waits for more compatible
   // tasks, from when it took the first (default 0: no wait).
   absl::Duration batch_max_delay = absl::ZeroDuration();
+  // Optional: run once on each worker's thread with its engine, after the
+  // engine's WarmUpThread and before the worker takes a task, so that what a
+  // first call would set up (the hosted layers' buffers, products and
+  // scratch on that thread and engine) is set up before any request. Create
+  // waits for every worker's and fails with the first error.
+  std::function<absl::Status(AttentionEngine& engine)> worker_warm_up;
 };
 
 struct Task;
@@ -129,8 +135,9 @@ class Scheduler {
  public:
   // InvalidArgument for workers < 1, threads_per_worker < 0, max_queue < 0,
   // batch_max_size < 1, a negative batch_max_delay; errors of engine
-  // creation. `metrics` (may be null) gets queue depth and
-  // rejections.
+  // creation and of the workers' warm-up (WarmUpThread, worker_warm_up),
+  // which has run on every worker when Create returns. `metrics` (may be
+  // null) gets queue depth and rejections.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       const SchedulerOptions& options, Metrics* metrics);
   ~Scheduler();  // Shutdown(now) if not yet shut down.
@@ -165,6 +172,9 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, int threads_per_worker,
             Metrics* metrics);
   void WorkerLoop(AttentionEngine* engine);
+  // On the worker's thread: the engine's WarmUpThread, then worker_warm_up.
+  absl::Status WarmUpWorker(AttentionEngine& engine);
+  bool AllWarmedUp() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the queued tasks with `key` into `batch`, in queue order, until it
   // holds batch_max_size; they count as active from then on.
   void TakeCompatible(const std::string& key, std::vector<Queued>* batch)
@@ -187,6 +197,7 @@ class Scheduler {
   const int batch_max_size_;
   const absl::Duration batch_max_delay_;
   Metrics* const metrics_;
+  const std::function<absl::Status(AttentionEngine&)> worker_warm_up_;
   std::vector<std::unique_ptr<AttentionEngine>> engines_;
   std::vector<std::thread> threads_;
 
@@ -202,6 +213,9 @@ class Scheduler {
   int inline_running_ ABSL_GUARDED_BY(mu_) = 0;
   // Workers waiting out batch_max_delay for more of their batch.
   int batch_waiters_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers whose warm-up has ended, and the first error among them.
+  int warmed_up_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status warm_up_status_ ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   // Set by Shutdown once queued tasks must no longer start; workers then exit.
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

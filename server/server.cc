@@ -218,8 +218,20 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     ASSIGN_OR_RETURN(impl->metrics_port,
                      impl->metrics->Expose(options.metrics_listen));
   }
+  // Each worker, on its own thread, opens its OpenMP team and runs every
+  // hosted layer once before it takes a task (and before health says
+  // SERVING): a worker's first call otherwise paid 3-4x its repeat in
+  // set-up (docs/benchmarks.md, "New shapes").
+  ModelRegistry* models = impl->models.get();
+  scheduler_options.worker_warm_up = [models](AttentionEngine& engine) {
+    return models->WarmUp(engine);
+  };
+  const absl::Time warm_up_start = absl::Now();
   ASSIGN_OR_RETURN(impl->scheduler,
                    Scheduler::Create(scheduler_options, impl->metrics.get()));
+  ATTNSERVE_LOG(LogLevel::kDebug, "workers started and warmed up (",
+                impl->models->models().size(), " models) in ",
+                absl::FormatDuration(absl::Now() - warm_up_start));
 
   absl::StatusOr<std::unique_ptr<kvcache::SessionStore>> sessions =
       kvcache::SessionStore::Create(options.sessions);

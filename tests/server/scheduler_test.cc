@@ -4,6 +4,7 @@
 
 #include "server/scheduler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -195,6 +196,80 @@ TEST(SchedulerTest, EngineHasThreadsPerWorkerThreads) {
   ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
   ran.WaitForNotification();
   EXPECT_EQ(engine_threads.load(), 3);
+}
+
+// The workers' threads and engines as the warm-up saw them.
+struct WarmUps {
+  absl::Mutex mu;
+  std::vector<std::pair<std::thread::id, AttentionEngine*>> seen
+      ABSL_GUARDED_BY(mu);
+};
+
+TEST(SchedulerTest, WarmUpRanOnEveryWorkerThreadBeforeItsFirstTask) {
+  constexpr int kWorkers = 3;
+  auto warm_ups = std::make_shared<WarmUps>();
+  SchedulerOptions options = Options(kWorkers, 4);
+  options.worker_warm_up = [warm_ups](AttentionEngine& engine) {
+    absl::MutexLock lock(&warm_ups->mu);
+    warm_ups->seen.emplace_back(std::this_thread::get_id(), &engine);
+    return absl::OkStatus();
+  };
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(options);
+  ASSERT_NE(scheduler, nullptr);
+  std::vector<std::pair<std::thread::id, AttentionEngine*>> warmed;
+  {
+    // Create returns only once every worker is warm.
+    absl::MutexLock lock(&warm_ups->mu);
+    warmed = warm_ups->seen;
+  }
+  ASSERT_EQ(warmed.size(), size_t{kWorkers});
+  for (size_t i = 0; i < warmed.size(); ++i) {
+    EXPECT_NE(warmed[i].first, std::this_thread::get_id());
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_NE(warmed[i].first, warmed[j].first);
+      EXPECT_NE(warmed[i].second, warmed[j].second);
+    }
+  }
+  // One task held on each worker: every worker's first task runs on a
+  // thread that was warmed up, with the engine it was warmed up with.
+  absl::Mutex mu;
+  std::vector<std::pair<std::thread::id, AttentionEngine*>> ran;
+  std::vector<std::unique_ptr<Blocker>> blockers;
+  for (int w = 0; w < kWorkers; ++w) {
+    blockers.push_back(std::make_unique<Blocker>());
+    Task task = blockers.back()->MakeTask();
+    absl::AnyInvocable<void(AttentionEngine&, absl::Duration)> block =
+        std::move(task.run);
+    task.run = [&mu, &ran, block = std::move(block)](
+                   AttentionEngine& engine, absl::Duration queued) mutable {
+      {
+        absl::MutexLock lock(&mu);
+        ran.emplace_back(std::this_thread::get_id(), &engine);
+      }
+      block(engine, queued);
+    };
+    ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  }
+  for (auto& blocker : blockers) blocker->WaitUntilRunning();
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(ran.size(), size_t{kWorkers});
+    for (const auto& run : ran) {
+      EXPECT_NE(std::find(warmed.begin(), warmed.end(), run), warmed.end());
+    }
+  }
+  for (auto& blocker : blockers) blocker->Release();
+  scheduler->Shutdown(absl::InfiniteFuture());
+}
+
+TEST(SchedulerTest, WarmUpErrorFailsCreate) {
+  SchedulerOptions options = Options(2, 4);
+  options.worker_warm_up = [](AttentionEngine&) {
+    return absl::InternalError("no model today");
+  };
+  EXPECT_THAT(Scheduler::Create(options, nullptr).status(),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("worker warm-up: no model today")));
 }
 
 TEST(SchedulerTest, RunsOnAWorkerThreadNotTheSubmitter) {
