@@ -63,7 +63,8 @@ class AttentionService::Streams final
     }
     service_->Process<Kind>(request, message.request_bytes, response,
                             message.received, message.is_cancelled,
-                            message.deadline, message.held, std::move(done));
+                            message.deadline, message.held,
+                            /*ticket=*/nullptr, std::move(done));
   }
 
   void Answered(const Request& request, const v1::AttendResponse& response,
@@ -97,14 +98,12 @@ AttentionService::AttentionService(ServiceOptions options,
 AttentionService::~AttentionService() = default;
 
 template <typename Kind>
-void AttentionService::Process(const typename Kind::Request& request,
-                               int64_t request_bytes,
-                               v1::AttendResponse* response,
-                               absl::Time received,
-                               std::function<bool()> is_cancelled,
-                               absl::Time deadline,
-                               MemoryBudget::Reservation* held,
-                               absl::AnyInvocable<void(absl::Status)> done) {
+void AttentionService::Process(
+    const typename Kind::Request& request, int64_t request_bytes,
+    v1::AttendResponse* response, absl::Time received,
+    std::function<bool()> is_cancelled, absl::Time deadline,
+    MemoryBudget::Reservation* held, std::shared_ptr<QueueTicket> ticket,
+    absl::AnyInvocable<void(absl::Status)> done) {
   const DecodeContext decode_context{validator_, &options_.limits,
                                      options_.models, options_.shared_memory};
   absl::StatusOr<typename Kind::Decoded> decoded =
@@ -147,6 +146,7 @@ void AttentionService::Process(const typename Kind::Request& request,
   task.deadline = deadline;
   task.is_cancelled = std::move(is_cancelled);
   task.small = Kind::IsSmall(*decoded, options_.small_request_flops);
+  task.ticket = std::move(ticket);
   if constexpr (std::is_same_v<Kind, AttendKind>) {
     if (task.small && options_.batch_small_requests) {
       task.batch_key = AttendBatchKey(*decoded);
@@ -319,10 +319,15 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
     finish(admitted);
     return reactor;
   }
+  // A call cancelled while its task waits in the queue is answered and
+  // gives back its request and budget bytes at once, not when a worker
+  // reaches it.
+  auto ticket = std::make_shared<QueueTicket>();
+  reactor->OnCancelled([this, ticket] { scheduler_->Withdraw(*ticket); });
   Process<Kind>(
       *request, request_bytes, response, received,
       [context] { return context->IsCancelled(); }, CallDeadline(*context),
-      reactor->held(), std::move(finish));
+      reactor->held(), ticket, std::move(finish));
   return reactor;
 }
 
@@ -332,7 +337,7 @@ void AttentionService::SubmitAttend(
     absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
   Process<AttendKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
                       response, received, std::move(is_cancelled), deadline,
-                      /*held=*/nullptr, std::move(done));
+                      /*held=*/nullptr, /*ticket=*/nullptr, std::move(done));
 }
 
 void AttentionService::SubmitModel(
@@ -341,7 +346,7 @@ void AttentionService::SubmitModel(
     absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
   Process<ModelKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
                      response, received, std::move(is_cancelled), deadline,
-                     /*held=*/nullptr, std::move(done));
+                     /*held=*/nullptr, /*ticket=*/nullptr, std::move(done));
 }
 
 grpc::ServerUnaryReactor* AttentionService::Attend(

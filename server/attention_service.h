@@ -141,6 +141,7 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                v1::AttendResponse* response, absl::Time received,
                std::function<bool()> is_cancelled, absl::Time deadline,
                MemoryBudget::Reservation* held,
+               std::shared_ptr<QueueTicket> ticket,
                absl::AnyInvocable<void(absl::Status)> done);
 
   // Computes one decoded request alone into `response` (timing and compute

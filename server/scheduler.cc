@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -114,7 +115,9 @@ absl::Status Scheduler::Submit(Task task) {
         ++inline_running_;
         run_inline = true;
       } else {
-        queue_.push_back(Queued{std::move(task), absl::Now()});
+        const uint64_t id = ++last_queued_id_;
+        if (task.ticket != nullptr) task.ticket->id = id;
+        queue_.push_back(Queued{std::move(task), absl::Now(), id});
         PublishDepth();
         if (batch_waiters_ > 0) {
           work_or_stop_.SignalAll();
@@ -282,6 +285,39 @@ void Scheduler::WorkerLoop(AttentionEngine* engine) {
     absl::AnyInvocable<void()> after_slot = RunTaken(*engine, taken);
     if (after_slot) after_slot();
   }
+}
+
+bool Scheduler::Withdraw(const QueueTicket& ticket) {
+  std::optional<Queued> withdrawn;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ticket.id == 0) return false;
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (it->id == ticket.id) {
+        withdrawn = std::move(*it);
+        queue_.erase(it);
+        PublishDepth();
+        if (queue_.empty()) queue_empty_.SignalAll();
+        break;
+      }
+    }
+  }
+  if (!withdrawn.has_value()) return false;
+  // gRPC cancels a call whose deadline passes, on its own timer: a cancel
+  // this close to the task's deadline is taken for the deadline's.
+  constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(10);
+  const absl::Time now = absl::Now();
+  if (now + kDeadlineSlack >= withdrawn->task.deadline) {
+    if (metrics_ != nullptr) metrics_->RecordRejection(Rejection::kDeadline);
+    withdrawn->task.reject(absl::DeadlineExceededError(absl::StrFormat(
+        "deadline expired after %.3f ms in queue; not computed",
+        absl::ToDoubleMilliseconds(now - withdrawn->enqueued))));
+  } else {
+    if (metrics_ != nullptr) metrics_->RecordRejection(Rejection::kCancelled);
+    withdrawn->task.reject(
+        absl::CancelledError("call cancelled while queued; not computed"));
+  }
+  return true;
 }
 
 void Scheduler::Shutdown(absl::Time deadline) {

@@ -97,6 +97,16 @@ struct BatchMember {
   absl::Duration queued;
 };
 
+// Names a task while it waits in the queue, for Scheduler::Withdraw (a call
+// cancelled meanwhile). Filled in by Submit when it queues the task; owned by
+// the caller, who may withdraw through it at any time (no-op unless the task
+// is still queued).
+class QueueTicket {
+ private:
+  friend class Scheduler;
+  uint64_t id = 0;  // guarded by the scheduler's mutex; 0 = never queued
+};
+
 struct Task {
   // Past this time the task is rejected DEADLINE_EXCEEDED when dequeued, never
   // run.
@@ -106,6 +116,8 @@ struct Task {
   // Runs on a worker with that worker's engine; `queued` is the time spent
   // queued.
   absl::AnyInvocable<void(AttentionEngine& engine, absl::Duration queued)> run;
+  // Optional: lets the caller withdraw the task while it is queued.
+  std::shared_ptr<QueueTicket> ticket;
   // Optional: called right after run, on the same thread; inline, once the
   // run's slot is free again (another small task may be computing in it
   // already). For the part of the work that needs no engine: the answer.
@@ -153,6 +165,15 @@ class Scheduler {
   // finished, so an idle worker takes a task even at max_queue = 0.
   absl::Status Submit(Task task);
 
+  // Takes the ticket's task out of the queue if it is still there and rejects
+  // it at once with CANCELLED (DEADLINE_EXCEEDED when its deadline has come,
+  // within 10 ms), counted as at dequeue, so that what it holds (its request,
+  // its memory-budget bytes) goes now rather than when a worker reaches it.
+  // True when it did; false when the task was never queued, or has been taken
+  // or rejected already. Thread-safe; not from inside the task's own run or
+  // reject.
+  bool Withdraw(const QueueTicket& ticket);
+
   // Stops accepting, lets running and queued tasks run until `deadline`,
   // rejects what is still queued then with UNAVAILABLE, joins the workers and
   // waits for inline runs to end. Idempotent. Must not be called from a
@@ -167,6 +188,7 @@ class Scheduler {
   struct Queued {
     Task task;
     absl::Time enqueued;
+    uint64_t id = 0;  // QueueTicket::id
   };
 
   Scheduler(const SchedulerOptions& options, int threads_per_worker,
@@ -204,6 +226,7 @@ class Scheduler {
   mutable absl::Mutex mu_;
   absl::CondVar work_or_stop_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_queued_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Tasks taken from the queue (or run inline) and not yet finished.
   int active_ ABSL_GUARDED_BY(mu_) = 0;
   // Runs in progress on workers (a batch is one); at most workers_.

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/support/server_callback.h"
@@ -71,6 +72,15 @@ class TrackedUnaryReactor : public grpc::ServerUnaryReactor {
     Finish(status);
   }
 
+  // Called from OnCancel, which gRPC calls (if the call is cancelled) only
+  // after the handler has returned: set it in the handler.
+  void OnCancelled(absl::AnyInvocable<void()> fn) {
+    on_cancel_ = std::move(fn);
+  }
+  void OnCancel() override {
+    if (on_cancel_) on_cancel_();
+  }
+
   void OnDone() override {
     guard_.Disarm();
     held_.Release();
@@ -83,7 +93,8 @@ class TrackedUnaryReactor : public grpc::ServerUnaryReactor {
   // hands each OnDone to its executor thread: a futex wake and a thread hop
   // per call, and the request and response freed on another thread than the
   // one that allocated them. Ours are short and never block (a disarm, a
-  // release and a count, each under a brief lock; OnCancel is empty), and a
+  // release and a count, each under a brief lock; OnCancel at most takes a
+  // queued task out of the scheduler's queue and answers it), and a
   // Disarm re-entered from the watchdog's own TryCancel is allowed for
   // (send_watchdog.h). gRPC marks this hook internal; gRPC 1.51 is pinned
   // (Debian 12), and docs/benchmarks.md ("Small requests") has what it saves.
@@ -95,6 +106,7 @@ class TrackedUnaryReactor : public grpc::ServerUnaryReactor {
   SendWatchdog* const watchdog_;
   MemoryBudget::Reservation held_;
   SendWatchdog::Guard guard_;
+  absl::AnyInvocable<void()> on_cancel_;
 };
 
 }  // namespace attnserve::server

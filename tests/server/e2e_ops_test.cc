@@ -393,6 +393,15 @@ class ConcurrentCalls {
     absl::MutexLock lock(&mu_);
     return done_;
   }
+  // Cancels a started call (its status arrives as for any other).
+  void Cancel(int i) {
+    Call* call;
+    {
+      absl::MutexLock lock(&mu_);
+      call = calls_[i].get();
+    }
+    call->context.TryCancel();
+  }
   // Of a finished call.
   grpc::Status status(int i) const {
     absl::MutexLock lock(&mu_);
@@ -690,7 +699,8 @@ TEST(E2eDeadlineTest, CallExpiringInTheQueueIsNeverComputed) {
   ASSERT_TRUE(calls.AwaitAll());
   EXPECT_THAT(calls.status(0), GrpcOk());
 
-  // The worker then dequeues the expired call and drops it.
+  // The expired call is dropped from the queue (gRPC cancels it at its
+  // deadline), never computed.
   ASSERT_TRUE(AwaitSample(**server,
                           R"(attnserve_rejected_total{reason="deadline"})", 1));
   const std::string metrics = Scrape(**server);
@@ -710,6 +720,43 @@ TEST(E2eDeadlineTest, CallExpiringInTheQueueIsNeverComputed) {
       Sample(metrics, R"(attnserve_requests_total{code="OK",method="Attend"})"),
       1);
   EXPECT_EQ(Sample(metrics, "attnserve_attention_flops_total"), slow.Flops());
+}
+
+// A call cancelled while queued is answered and gives back its budget bytes
+// at once, not when the worker reaches it: the worker is still computing the
+// call ahead of it, and the cancelled one is never computed.
+TEST(E2eDeadlineTest, CallCancelledInTheQueueFreesItsBytesAtOnce) {
+  auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::AttentionService::NewStub((*server)->Channel());
+  const Problem slow = SlowProblem("slow");
+  const Problem queued = SlowProblem("queued");
+  const std::string used = R"(attnserve_inflight_bytes{state="used"})";
+
+  ConcurrentCalls calls(stub.get());
+  calls.Start(slow.request);
+  ASSERT_TRUE(
+      AwaitSample(**server, "attnserve_queue_duration_seconds_count", 1));
+  const double slow_bytes = testing::MetricSample(**server, used);
+  ASSERT_GT(slow_bytes, 0);
+  calls.Start(queued.request);
+  ASSERT_TRUE(AwaitSample(**server, "attnserve_queue_depth", 1));
+  ASSERT_GE(testing::MetricSample(**server, used), 2 * slow_bytes - 1);
+
+  calls.Cancel(1);
+  EXPECT_LE(testing::AwaitMetricAtMost(**server, used, slow_bytes), slow_bytes);
+  EXPECT_EQ(testing::MetricSample(**server, "attnserve_queue_depth"), 0);
+  EXPECT_EQ(calls.done(), 1) << "the slow call ended before the cancel";
+  EXPECT_EQ(testing::MetricSample(
+                **server, R"(attnserve_rejected_total{reason="cancelled"})"),
+            1);
+  ASSERT_TRUE(calls.AwaitAll());
+  EXPECT_THAT(calls.status(0), GrpcOk());
+  EXPECT_EQ(calls.status(1).error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(testing::MetricSample(
+                **server,
+                R"(attnserve_compute_duration_seconds_count{kernel="flash"})"),
+            1);
 }
 
 TEST(E2eShutdownTest, SigtermFinishesInFlightCallsAndRefusesNewOnes) {

@@ -875,6 +875,68 @@ TEST(SchedulerTest, AfterSlotRunsOnceTheInlineSlotIsFree) {
   EXPECT_EQ(first_after_on, first_submitter_id);
 }
 
+TEST(SchedulerTest, WithdrawRejectsAQueuedTaskAtOnce) {
+  Metrics metrics(BuildInfo{"test", "0", "avx2"});
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4), &metrics);
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  auto outcome = std::make_shared<Outcome>();
+  Task task = RecordingTask(outcome);
+  auto ticket = std::make_shared<QueueTicket>();
+  task.ticket = ticket;
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  EXPECT_EQ(scheduler->queue_depth(), 1);
+  // Rejected on this thread, while the worker is still busy.
+  EXPECT_TRUE(scheduler->Withdraw(*ticket));
+  EXPECT_TRUE(outcome->done.HasBeenNotified());
+  EXPECT_THAT(outcome->Status(),
+              StatusIs(absl::StatusCode::kCancelled,
+                       HasSubstr("cancelled while queued; not computed")));
+  EXPECT_EQ(scheduler->queue_depth(), 0);
+  EXPECT_FALSE(scheduler->Withdraw(*ticket));  // once only
+  blocker.Release();
+  scheduler->Shutdown(absl::InfiniteFuture());
+  EXPECT_EQ(outcome->Runs(), 0);
+  EXPECT_THAT(Sample(metrics.registry(), "attnserve_rejected_total",
+                     {{"reason", "cancelled"}}),
+              Optional(1.0));
+}
+
+TEST(SchedulerTest, WithdrawAtTheDeadlineIsTheDeadlines) {
+  // gRPC cancels a call at its deadline: a withdrawal then says so.
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  Blocker blocker;
+  ASSERT_TRUE(scheduler->Submit(blocker.MakeTask()).ok());
+  blocker.WaitUntilRunning();
+  auto outcome = std::make_shared<Outcome>();
+  Task task = RecordingTask(outcome);
+  task.deadline = absl::Now();
+  auto ticket = std::make_shared<QueueTicket>();
+  task.ticket = ticket;
+  ASSERT_TRUE(scheduler->Submit(std::move(task)).ok());
+  EXPECT_TRUE(scheduler->Withdraw(*ticket));
+  EXPECT_THAT(outcome->Status(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                          HasSubstr("in queue; not computed")));
+  blocker.Release();
+}
+
+TEST(SchedulerTest, WithdrawLeavesRunningAndUnqueuedTasksAlone) {
+  std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
+  // Never submitted.
+  EXPECT_FALSE(scheduler->Withdraw(QueueTicket()));
+  // Taken by the worker: it runs to its end.
+  Blocker blocker;
+  Task running = blocker.MakeTask();
+  auto ticket = std::make_shared<QueueTicket>();
+  running.ticket = ticket;
+  ASSERT_TRUE(scheduler->Submit(std::move(running)).ok());
+  blocker.WaitUntilRunning();
+  EXPECT_FALSE(scheduler->Withdraw(*ticket));
+  blocker.Release();
+  scheduler->Shutdown(absl::InfiniteFuture());
+}
+
 TEST(SchedulerTest, ShutdownWaitsForInlineRuns) {
   std::unique_ptr<Scheduler> scheduler = MakeScheduler(Options(1, 4));
   InlineRun inline_run(scheduler.get());
