@@ -306,6 +306,7 @@ def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=
     q, qd = float_operand("query", query, _axes("query", req.layout), check=check)
     shared = ("query", qd, "query, key and value must share one dtype")
     to_check = [("query", q)]
+    kd = None
     if lsh is not None:
         if key is not None and check:
             raise InvalidArgument("key: LSH attention shares queries and keys (Reformer's "
@@ -323,6 +324,8 @@ def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=
                     f"{len(x.shape)} (shape {shape_text(x.shape)})")
     _operand_to_wire(q, qd, req.query, "query")
     if key is not None:
+        if kd is None:  # an unchecked LSH request that sends a key anyway
+            kd = key.dtype if isinstance(key, S.SharedTensor) else T.dtype_of(key)
         _operand_to_wire(key, kd, req.key, "key")
     _operand_to_wire(value, vd, req.value, "value")
     fill_mask(req.mask, attn_mask=attn_mask, is_causal=is_causal, alignment=alignment,

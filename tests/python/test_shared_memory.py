@@ -114,6 +114,9 @@ def test_put_and_out_write_into_the_region(client):
         ref2 = client.attend(q2, k, v, is_causal=True)
         assert np.array_equal(res2, ref2) and np.shares_memory(res2, res)
         assert region.put(q).offset > out.offset  # out's span is still taken
+        # Mixed: the query in the region, key and value as bytes; the output copied.
+        mixed = client.attend(qt, k, v, is_causal=True)
+        assert np.array_equal(mixed, ref) and not np.shares_memory(mixed, res)
         out_torch = region.empty(ref.shape)
         assert out_torch.torch().data_ptr() == out_torch.numpy().ctypes.data
         kept = out.numpy()
