@@ -158,6 +158,17 @@ def test_concurrent_calls_share_a_region(client):
     assert all(np.array_equal(r, ref) for r, ref in zip(results, refs))
 
 
+def test_attend_many_takes_shared_tensors(client):
+    qs = [tensors((1, 2, 16, 32), (1, 2, 16, 32), seed=s)[0] for s in range(3)]
+    _, k, v = tensors((1, 2, 16, 32), (1, 2, 40, 32))
+    refs = [client.attend(q, k, v) for q in qs]
+    with client.shared_memory("t_many", 1 << 20) as region:
+        kt, vt = region.put(k), region.put(v)  # sent as references; outputs as bytes
+        outs = list(client.attend_many([(q, kt, vt) for q in qs]))
+        assert client.shared_memory_status("t_many").regions[0].calls == 3
+    assert all(np.array_equal(o, r) for o, r in zip(outs, refs))
+
+
 # -- the lease ------------------------------------------------------------------------
 
 def test_lease_ends_with_the_block_and_nothing_is_left(client, shm_server):
