@@ -7,24 +7,27 @@
 docs/python.md has the whole API with a worked example.
 """
 
-from .aio import AsyncClient, AsyncModel, AsyncSession
-from .client import Client, Model, Session
+from .aio import AsyncClient, AsyncModel, AsyncSession, AsyncSharedMemoryRegion
+from ._shared_memory import SharedTensor
+from .client import Client, Model, Session, SharedMemoryRegion
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
                      FailedPrecondition, Internal, InvalidArgument, NotFound, OutOfRange,
                      PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable,
                      Unimplemented, Unknown)
 from .plot import plot_weights
 from .types import (BlockSparse, LinearAttention, LshAttention, ModelInfo, ServerInfo,
-                    SessionInfo, SessionLimits, SessionShape)
+                    SessionInfo, SessionLimits, SessionShape, SharedMemoryRegionInfo,
+                    SharedMemoryStatus)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "AsyncModel", "AsyncSession", "Client", "Model", "Session",
+    "SharedMemoryRegion", "AsyncSharedMemoryRegion", "SharedTensor",
     "Error", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
     "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",
     "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable",
     "Unimplemented", "Unknown", "plot_weights", "BlockSparse", "LinearAttention",
     "LshAttention", "ModelInfo", "ServerInfo", "SessionInfo", "SessionLimits",
-    "SessionShape",
+    "SessionShape", "SharedMemoryRegionInfo", "SharedMemoryStatus",
 ]

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from . import _shared_memory as S
 from . import _tensors as T
 from .errors import InvalidArgument
 from .types import BlockSparse, LinearAttention, LshAttention, SessionInfo, SessionShape
@@ -54,8 +55,12 @@ def float_operand(name, x, axes, same_as=None, check=True):
     if x is None:
         raise InvalidArgument(f"{name}: missing (expected a FLOAT32, BFLOAT16 or "
                               f"FLOAT16 tensor {axes})")
-    x = T.as_array(x)
-    dtype = T.dtype_of(x)
+    if isinstance(x, S.SharedTensor):  # in shared memory: its dtype and shape
+        x._check(name)
+        dtype = x.dtype
+    else:
+        x = T.as_array(x)
+        dtype = T.dtype_of(x)
     if dtype is None:
         raise InvalidArgument(f"{name}.dtype: {T.source_dtype_name(x)} is not supported "
                               "(expected FLOAT32, BFLOAT16 or FLOAT16)")
@@ -301,12 +306,13 @@ def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=
     q, qd = float_operand("query", query, _axes("query", req.layout), check=check)
     shared = ("query", qd, "query, key and value must share one dtype")
     to_check = [("query", q)]
+    kd = None
     if lsh is not None:
         if key is not None and check:
             raise InvalidArgument("key: LSH attention shares queries and keys (Reformer's "
                                   "shared-QK); send no key")
     else:
-        key, _ = float_operand("key", key, _axes("key", req.layout), shared, check)
+        key, kd = float_operand("key", key, _axes("key", req.layout), shared, check)
         to_check.append(("key", key))
     value, vd = float_operand("value", value, _axes("value", req.layout), shared, check)
     to_check.append(("value", value))
@@ -316,10 +322,12 @@ def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=
                 raise InvalidArgument(
                     f"{name}.shape: expected rank 4 {_axes(name, req.layout)}, got rank "
                     f"{len(x.shape)} (shape {shape_text(x.shape)})")
-    T.to_wire(q, qd, req.query)
+    _operand_to_wire(q, qd, req.query, "query")
     if key is not None:
-        T.to_wire(key, T.dtype_of(key), req.key)
-    T.to_wire(value, vd, req.value)
+        if kd is None:  # an unchecked LSH request that sends a key anyway
+            kd = key.dtype if isinstance(key, S.SharedTensor) else T.dtype_of(key)
+        _operand_to_wire(key, kd, req.key, "key")
+    _operand_to_wire(value, vd, req.value, "value")
     fill_mask(req.mask, attn_mask=attn_mask, is_causal=is_causal, alignment=alignment,
               key_lengths=key_lengths, window=window, alibi_slopes=alibi_slopes,
               check=check)
@@ -338,10 +346,85 @@ def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=
         k_shape = q_shape if lsh is not None else T.shape_of(key)
         _check_attend_shapes(req, q_shape, k_shape, T.shape_of(value), req.layout,
                              lsh is not None)
-    return req, T.kind_of(q)
+    return req, (q.kind if isinstance(q, S.SharedTensor) else T.kind_of(q))
 
 
-def decode_attend(response, kind, return_weights):
+def _operand_to_wire(x, dtype, out, field):
+    if isinstance(x, S.SharedTensor):  # a reference instead of the bytes
+        out.dtype = dtype.wire
+        out.shape[:] = x.shape
+        out.shared_memory.CopyFrom(x.ref(f"{field}.shared_memory"))
+    else:
+        T.to_wire(x, dtype, out)
+
+
+def shared_attend_request(query, key, value, *, shared_memory=None, out=None, **kw):
+    """(AttendRequest, kind, Placement or None): attend_request with tensors in
+    shared memory. With a region in `shared_memory`, array operands are copied
+    into it for this call; SharedTensor operands (region.put) travel as
+    references in any case. The output (and weights) are written into `out` or
+    into spans of the region (shared_memory's, else the first SharedTensor's)
+    that decode_attend copies out; without either, this is attend_request."""
+    region = shared_memory
+    if region is None:
+        region = next((x.region for x in (query, key, value, out)
+                       if isinstance(x, S.SharedTensor)), None)
+    if region is None:
+        req, kind = attend_request(query, key, value, **kw)
+        return req, kind, None
+    placed = S.Placement(region)
+    try:
+        operands = [query, key, value]
+        if shared_memory is not None:
+            region._check_open("shared_memory")
+            layout = _choice(_LAYOUTS, kw.get("layout", "BHLD"), "layout", "'BHLD' or 'BLHD'")
+            for i, name in enumerate(("query", "key", "value")):
+                x = operands[i]
+                if x is not None and not isinstance(x, S.SharedTensor):
+                    x, _ = float_operand(name, x, _axes(name, layout), check=False)
+                    operands[i] = placed.put(x, name)
+        req, kind = attend_request(*operands, **kw)
+        place_attend_outputs(req, placed, out)
+        return req, kind, placed
+    except BaseException:
+        placed.release()
+        raise
+
+
+def attend_output_shapes(req):
+    """(output shape, output DType, weights shape or None) of a checked
+    AttendRequest: [B, Hq, Lq, Dv] in its layout and [B, Hq, Lq, Lk] float32."""
+    q, v = list(req.query.shape), list(req.value.shape)
+    bhld = req.layout == pb.BHLD
+    h_axis, l_axis = (1, 2) if bhld else (2, 1)
+    out_dtype = T.dtype_of_wire(req.output_dtype or req.query.dtype, "output_dtype")
+    weights = ([q[0], q[h_axis], q[l_axis], v[l_axis]] if req.return_weights else None)
+    return q[:3] + [v[3]], out_dtype, weights
+
+
+def place_attend_outputs(req, placed, out):
+    shape, dtype, weights = attend_output_shapes(req)
+    if out is not None:
+        if not isinstance(out, S.SharedTensor):
+            raise TypeError("out: expected a SharedTensor (region.empty(shape, dtype)), got "
+                            f"{type(out).__name__}")
+        if out.dtype is not dtype or list(out.shape) != shape:
+            raise InvalidArgument(
+                f"out: shape {shape_text(out.shape)} of {out.dtype.short} does not match "
+                f"the output's {shape_text(shape)} of {dtype.short}")
+    req.output_shared_memory.CopyFrom(placed.output("output", shape, dtype, out))
+    if weights is not None:
+        req.weights_shared_memory.CopyFrom(placed.output("weights", weights, T.FLOAT32))
+
+
+def decode_attend(response, kind, return_weights, placed=None):
+    """The result of an AttendResponse; `placed` reads what the server wrote in
+    shared memory (shared_attend_request's Placement)."""
+    if placed is not None:
+        out = placed.collect(response.output, "output", kind)
+        if not return_weights:
+            return out
+        return out, placed.collect(response.weights, "weights", kind)
     out = T.from_wire(response.output, kind)
     if not return_weights:
         return out

@@ -126,21 +126,46 @@ def to_wire(x, dtype, out):
     return out
 
 
+def dtype_of_wire(wire, field="output"):
+    dtype = _BY_WIRE.get(wire)
+    if dtype is None:
+        raise InvalidArgument(f"{field}.dtype: unknown value {wire}")
+    return dtype
+
+
+def write_raw(x, dtype, destination):
+    """Copies x (already of `dtype`) into the NumPy array `destination` of
+    dtype.numpy and x's shape (a span of a shared-memory region)."""
+    src = _raw_numpy(x, dtype)
+    if src.dtype != dtype.numpy:  # torch's bfloat16 bits come as int16
+        src = src.view(dtype.numpy)
+    np.copyto(destination, src.reshape(destination.shape), casting="no")
+
+
 def from_wire(tensor, kind, field="output"):
     """An array (kind "numpy") or tensor ("torch") holding a copy of `tensor`."""
-    dtype = _BY_WIRE.get(tensor.dtype)
-    if dtype is None:
-        raise InvalidArgument(f"{field}.dtype: unknown value {tensor.dtype}")
-    shape = tuple(tensor.shape)
+    dtype = dtype_of_wire(tensor.dtype, field)
     # A copy: the response's bytes are immutable, and callers expect to write
     # into what they get back.
-    raw = np.frombuffer(tensor.data, dtype.numpy).reshape(shape).copy()
+    return from_buffer(tensor.data, dtype, tuple(tensor.shape), kind)
+
+
+def from_buffer(buffer, dtype, shape, kind, *, offset=0, copy=True):
+    """The elements of `dtype` and `shape` at byte `offset` of `buffer` as an
+    array (kind "numpy") or tensor ("torch"): a copy, or with copy=False a view
+    sharing the buffer's memory (NumPy bfloat16 is then its raw uint16 bits)."""
+    count = 1
+    for d in shape:
+        count *= int(d)
+    raw = np.frombuffer(buffer, dtype.numpy, count, offset).reshape(shape)
+    if copy:
+        raw = raw.copy()
     if kind == TORCH:
         if torch is None:
             raise RuntimeError("torch is not importable")
         if dtype is BFLOAT16:  # torch has no uint16: reinterpret as int16, then bf16
             return torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(raw)
-    if dtype is BFLOAT16:
+    if dtype is BFLOAT16 and copy:
         return (raw.astype("<u4") << 16).view("<f4")
     return raw

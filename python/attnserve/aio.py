@@ -11,13 +11,15 @@ import grpc.aio
 
 from . import _codec as C
 from . import _health_pb2 as health_pb
+from . import _shared_memory as S
 from . import _transport as X
 from .client import (_Base, _SessionHandle, _append_chunks, _find_model, _sessions_call,
                      model_item, stream_item)
 from .errors import Error, Internal, error_for_code, from_rpc_error
-from .types import ServerInfo
+from .types import ServerInfo, SharedMemoryStatus
 from .v1 import attention_pb2 as pb
 from .v1 import sessions_pb2 as spb
+from .v1 import shared_memory_pb2 as smpb
 
 
 async def _aiter(items):
@@ -29,8 +31,57 @@ async def _aiter(items):
             yield item
 
 
+class AsyncSharedMemoryRegion(S.SharedMemoryRegion):
+    """As attnserve.SharedMemoryRegion; close() is a coroutine and the region
+    an async context manager (put, empty and free are the same)."""
+
+    def __init__(self, name, key, size):
+        super().__init__(name, key, size)
+        self._client = None
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def close(self, *, timeout=None):
+        if self._begin_close():
+            client, call = self._client, self._call
+            try:
+                await client._call(client._shm_stub.Unregister,
+                                   smpb.UnregisterSharedMemoryRequest(name=self.name),
+                                   timeout=timeout, idempotent=False)
+            except Error:
+                pass
+            finally:
+                call.cancel()
+        self._discard()
+
+
+class _OpeningRegion:
+    """AsyncClient.shared_memory's result: await it for the region, or use it
+    as `async with` (the region closes at the block's end)."""
+
+    def __init__(self, opening):
+        self._opening = opening
+        self._region = None
+
+    def __await__(self):
+        return self._opening.__await__()
+
+    async def __aenter__(self):
+        self._region = await self._opening
+        return self._region
+
+    async def __aexit__(self, *exc):
+        await self._region.close()
+
+
 class AsyncClient(_Base):
     """As attnserve.Client (same arguments and methods), with coroutines."""
+
+    _region_class = AsyncSharedMemoryRegion
 
     def __init__(self, target, *, tls=None, token=None, timeout=None, connections="auto",
                  retries=4, retain_heap=True):
@@ -85,11 +136,56 @@ class AsyncClient(_Base):
         await self.close()
 
     async def attend(self, query, key, value, *, return_weights=False, timeout=None, **kw):
-        """As Client.attend."""
-        req, kind = C.attend_request(query, key, value, return_weights=return_weights, **kw)
-        with await self._data() as (stub, _):
-            resp = await self._call(stub.Attend, req, timeout=timeout, idempotent=True)
-        return C.decode_attend(resp, kind, return_weights)
+        """As Client.attend (shared_memory= and out= included)."""
+        req, kind, placed = C.shared_attend_request(query, key, value,
+                                                    return_weights=return_weights, **kw)
+        error = None
+        try:
+            with await self._data() as (stub, _):
+                resp = await self._call(stub.Attend, req, timeout=timeout, idempotent=True)
+            return C.decode_attend(resp, kind, return_weights, placed)
+        except Error as e:
+            error = e
+            raise
+        finally:
+            if placed is not None:
+                placed.release(error)
+
+    async def shared_memory_status(self, name="", *, timeout=None):
+        """As Client.shared_memory_status."""
+        await self._ready()
+        return SharedMemoryStatus.from_proto(await self._call(
+            self._shm_stub.Status, smpb.SharedMemoryStatusRequest(name=name or ""),
+            timeout=timeout, idempotent=True))
+
+    def shared_memory(self, name=None, size=None, *, key=None, timeout=None):
+        """As Client.shared_memory: `async with client.shared_memory(...) as region:`
+        or `region = await client.shared_memory(...)` (then `await region.close()`)."""
+        return _OpeningRegion(self._open_region(name, size, key, timeout))
+
+    async def _open_region(self, name, size, key, timeout):
+        status = await self.shared_memory_status(timeout=timeout)
+        region = self._new_region(status, name, size, key)
+        call = None
+        try:
+            call = self._shm_stub.Register(
+                smpb.RegisterSharedMemoryRequest(name=region.name, key=region.key,
+                                                 byte_size=region.size),
+                metadata=self._metadata)
+            try:
+                lease = await call.read()
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+            if lease is grpc.aio.EOF:
+                raise Internal("shared memory: Register ended without its lease")
+        except BaseException:
+            if call is not None:
+                call.cancel()
+            region._discard()
+            raise
+        region._client = self
+        region._leased(call)
+        return region
 
     async def attend_many(self, items, *, return_exceptions=False, timeout=None, **common):
         """As Client.attend_many; items may be an iterable or an async iterable."""

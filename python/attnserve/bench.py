@@ -86,9 +86,9 @@ def _cpu():
         return {"Model name": platform.processor()}
 
 
-def _start_server(binary):
+def _start_server(binary, *flags):
     proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", "--metrics_listen=",
-                             "--workers=1"], stderr=subprocess.PIPE, text=True)
+                             "--workers=1", *flags], stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         if " port=" in line:
             return proc, f"127.0.0.1:{int(line.split(' port=')[1].split()[0])}"

@@ -10,12 +10,15 @@ import grpc
 
 from . import _codec as C
 from . import _memory
+from . import _shared_memory as S
 from . import _health_pb2 as health_pb
 from . import _transport as X
 from .errors import Error, Internal, NotFound, error_for_code, from_rpc_error
-from .types import ServerInfo
+from .types import ServerInfo, SharedMemoryStatus
 from .v1 import attention_pb2 as pb
 from .v1 import attention_pb2_grpc as pb_grpc
+from .v1 import shared_memory_pb2 as smpb
+from .v1 import shared_memory_pb2_grpc as smpb_grpc
 from .v1 import sessions_pb2 as spb
 from .v1 import sessions_pb2_grpc as spb_grpc
 
@@ -80,6 +83,9 @@ class _Base:
         # GetServerInfo and health checks, before the limits are known.
         self._bootstrap = self._channel(X.bootstrap_channel_options())
         self._boot_stub = pb_grpc.AttentionServiceStub(self._bootstrap)
+        # Shared-memory registrations, Status and Unregister: small messages, and
+        # a lease held open on a data channel would count as a call in flight.
+        self._shm_stub = smpb_grpc.SharedMemoryServiceStub(self._bootstrap)
         self._health = self._bootstrap.unary_unary(
             HEALTH_CHECK, request_serializer=health_pb.HealthCheckRequest.SerializeToString,
             response_deserializer=health_pb.HealthCheckResponse.FromString)
@@ -146,10 +152,52 @@ class _Base:
     def _timeout(self, timeout):
         return self.timeout if timeout is None else timeout
 
+    def _new_region(self, status, name, size, key):
+        """A SharedMemoryRegion with its object created and mapped (not yet
+        registered), named after the server's prefix."""
+        name = S.default_name() if name is None else name
+        S.check_name(name)
+        S.check_size(size)
+        key = status.prefix + name if key is None else key
+        S.check_key(key)
+        region = self._region_class(name, key, size)
+        region._create()
+        return region
+
     @property
     def limits(self):
         """The ServerInfo the data channels were sized from (None before the first call)."""
         return self._limits
+
+
+class SharedMemoryRegion(S.SharedMemoryRegion):
+    """A registered region of Client.shared_memory; a context manager whose end
+    unregisters it (ending the lease) and unmaps it."""
+
+    def __init__(self, name, key, size):
+        super().__init__(name, key, size)
+        self._client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self, *, timeout=None):
+        """Unregisters the region (the server's calls using it finish first) and
+        unmaps it; idempotent."""
+        if self._begin_close():
+            client, call = self._client, self._call
+            try:
+                client._call(client._shm_stub.Unregister,
+                             smpb.UnregisterSharedMemoryRequest(name=self.name),
+                             timeout=timeout, idempotent=False)
+            except Error:
+                pass  # already gone (the lease ended): cancelling is all that is left
+            finally:
+                call.cancel()
+        self._discard()
 
 
 class Client(_Base):
@@ -171,6 +219,8 @@ class Client(_Base):
     Thread-safe. The first data call reads the server's limits (GetServerInfo)
     and opens the data channels with matching message limits.
     """
+
+    _region_class = SharedMemoryRegion
 
     def __init__(self, target, *, tls=None, token=None, timeout=None, connections="auto",
                  retries=4, retain_heap=True):
@@ -223,16 +273,74 @@ class Client(_Base):
     def attend(self, query, key, value, *, attn_mask=None, is_causal=False, scale=None,
                key_lengths=None, window=None, alibi_slopes=None, alignment="top_left",
                layout="BHLD", return_weights=False, output_dtype=None,
-               block_sparse=None, linear=None, lsh=None, timeout=None):
-        """Scaled dot-product attention on the server; docs/python.md has every argument."""
-        req, kind = C.attend_request(
+               block_sparse=None, linear=None, lsh=None, shared_memory=None, out=None,
+               timeout=None):
+        """Scaled dot-product attention on the server; docs/python.md has every argument.
+
+        shared_memory: a region of shared_memory(): the tensors go through it
+        (arrays are copied in for the call; SharedTensors of region.put are
+        used in place) and the server writes the results there. out: a
+        SharedTensor (region.empty) the output is written to; the call then
+        returns a view of it instead of a copy."""
+        req, kind, placed = C.shared_attend_request(
             query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
             key_lengths=key_lengths, window=window, alibi_slopes=alibi_slopes,
             alignment=alignment, layout=layout, return_weights=return_weights,
-            output_dtype=output_dtype, block_sparse=block_sparse, linear=linear, lsh=lsh)
-        with self._data() as (stub, _):
-            resp = self._call(stub.Attend, req, timeout=timeout, idempotent=True)
-        return C.decode_attend(resp, kind, return_weights)
+            output_dtype=output_dtype, block_sparse=block_sparse, linear=linear, lsh=lsh,
+            shared_memory=shared_memory, out=out)
+        error = None
+        try:
+            with self._data() as (stub, _):
+                resp = self._call(stub.Attend, req, timeout=timeout, idempotent=True)
+            return C.decode_attend(resp, kind, return_weights, placed)
+        except Error as e:
+            error = e
+            raise
+        finally:
+            if placed is not None:
+                placed.release(error)
+
+    # -- SharedMemoryService --------------------------------------------------------
+    def shared_memory_status(self, name="", *, timeout=None):
+        """The server's registered regions (all, or `name`'s), prefix and limits."""
+        return SharedMemoryStatus.from_proto(self._call(
+            self._shm_stub.Status, smpb.SharedMemoryStatusRequest(name=name or ""),
+            timeout=timeout, idempotent=True))
+
+    def shared_memory(self, name=None, size=None, *, key=None, timeout=None):
+        """Creates a POSIX shared-memory region of `size` bytes and registers it
+        with the server (docs/python.md "Shared memory"); use it as a context
+        manager: `with client.shared_memory("me", 64 << 20) as region:`.
+
+        name: the region's name on the server (1-64 of [A-Za-z0-9_.-]; default
+        py_<pid>_<n>); the object is "/" + key, key defaulting to the server's
+        --shared_memory_prefix + name. The object is created 0600 and unlinked
+        once the server has mapped it; the registration lasts until close()
+        (or the with-block's end, also on an exception), or until this
+        client's bootstrap connection drops.
+        """
+        status = self.shared_memory_status(timeout=timeout)
+        region = self._new_region(status, name, size, key)
+        call = None
+        try:
+            call = self._shm_stub.Register(
+                smpb.RegisterSharedMemoryRequest(name=region.name, key=region.key,
+                                                 byte_size=region.size),
+                metadata=self._metadata)  # no deadline: the lease lasts as long as the region
+            try:
+                next(call)
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+            except StopIteration:
+                raise Internal("shared memory: Register ended without its lease") from None
+        except BaseException:
+            if call is not None:
+                call.cancel()
+            region._discard()
+            raise
+        region._client = self
+        region._leased(call)
+        return region
 
     def attend_many(self, items, *, return_exceptions=False, timeout=None, **common):
         """Yields attend's result for each item, in order, over one AttendStream.

@@ -133,3 +133,32 @@ class SessionInfo:
     idle_ms: int
     created: bool
     parent_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedMemoryRegionInfo:
+    """A region the server has registered (SharedMemoryService.Status)."""
+
+    name: str
+    key: str
+    byte_size: int
+    calls: int  # Attend calls that referred to it
+
+    @classmethod
+    def from_proto(cls, r):
+        return cls(r.name, r.key, r.byte_size, r.calls)
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedMemoryStatus:
+    """The server's registered regions, its --shared_memory_prefix and limits."""
+
+    regions: Tuple[SharedMemoryRegionInfo, ...]
+    prefix: str
+    max_regions: int
+    max_bytes: int
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(tuple(SharedMemoryRegionInfo.from_proto(r) for r in m.regions),
+                   m.prefix, m.max_regions, m.max_bytes)
