@@ -15,6 +15,7 @@ void Describe(const SharedRegion& region, v1::SharedMemoryRegion* out) {
   out->set_key(region.key());
   out->set_byte_size(region.size());
   out->set_calls(region.calls());
+  out->set_offset(region.offset());
 }
 
 }  // namespace
