@@ -20,7 +20,7 @@
 namespace attnserve::server {
 namespace {
 
-constexpr int kNumMethods = 25;
+constexpr int kNumMethods = 28;
 constexpr int kNumCodes =
     17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
 constexpr int kNumKernels = 3;
@@ -29,31 +29,35 @@ constexpr int kNumRejections = 5;
 // The names of the Open Inference Protocol's methods (from index 13) differ
 // from every native one, so the method label tells the protocols apart
 // without a label that would change the native series.
-constexpr const char* kMethodNames[kNumMethods] = {"Attend",
-                                                   "AttendStream",
-                                                   "GetServerInfo",
-                                                   "AttendModel",
-                                                   "AttendModelStream",
-                                                   "CreateSession",
-                                                   "AppendKv",
-                                                   "AppendKvStream",
-                                                   "AttendSessions",
-                                                   "ForkSession",
-                                                   "TruncateSession",
-                                                   "CloseSession",
-                                                   "GetSession",
-                                                   "ServerLive",
-                                                   "ServerReady",
-                                                   "ModelReady",
-                                                   "ServerMetadata",
-                                                   "ModelMetadata",
-                                                   "ModelConfig",
-                                                   "ModelStatistics",
-                                                   "ModelInfer",
-                                                   "ModelStreamInfer",
-                                                   "RegisterSharedMemory",
-                                                   "UnregisterSharedMemory",
-                                                   "SharedMemoryStatus"};
+constexpr const char* kMethodNames[kNumMethods] = {
+    "Attend",
+    "AttendStream",
+    "GetServerInfo",
+    "AttendModel",
+    "AttendModelStream",
+    "CreateSession",
+    "AppendKv",
+    "AppendKvStream",
+    "AttendSessions",
+    "ForkSession",
+    "TruncateSession",
+    "CloseSession",
+    "GetSession",
+    "ServerLive",
+    "ServerReady",
+    "ModelReady",
+    "ServerMetadata",
+    "ModelMetadata",
+    "ModelConfig",
+    "ModelStatistics",
+    "ModelInfer",
+    "ModelStreamInfer",
+    "RegisterSharedMemory",
+    "UnregisterSharedMemory",
+    "SharedMemoryStatus",
+    "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister",
+    "SystemSharedMemoryUnregister"};
 // The names gRPC itself prints for each code, so dashboards match grpc_*
 // metrics.
 constexpr const char* kCodeNames[kNumCodes] = {
@@ -144,6 +148,12 @@ int MethodIndex(Method method) {
       return 23;
     case Method::kSharedMemoryStatus:
       return 24;
+    case Method::kSystemSharedMemoryStatus:
+      return 25;
+    case Method::kSystemSharedMemoryRegister:
+      return 26;
+    case Method::kSystemSharedMemoryUnregister:
+      return 27;
   }
   return 0;
 }

@@ -57,6 +57,10 @@ enum class Method {
   kRegisterSharedMemory,
   kUnregisterSharedMemory,
   kSharedMemoryStatus,
+  // inference.GRPCInferenceService's system shared memory (Triton).
+  kSystemSharedMemoryStatus,
+  kSystemSharedMemoryRegister,
+  kSystemSharedMemoryUnregister,
 };
 
 // Why a task never reached a kernel.

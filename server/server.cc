@@ -311,6 +311,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   inference_options.watchdog = impl->watchdog.get();
   impl->shared_memory_service = std::make_unique<SharedMemoryService>(
       impl->admission.get(), shared_memory, impl->metrics.get());
+  // The same registry for both protocols: one set of names and limits.
+  inference_options.shared_memory = impl->shared_memory_service.get();
   impl->inference_service = std::make_unique<kserve::InferenceService>(
       std::move(inference_options), impl->admission.get(), impl->service.get(),
       impl->metrics.get());

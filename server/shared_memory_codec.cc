@@ -50,9 +50,17 @@ absl::StatusOr<SharedMemoryUse::Span> SharedMemoryUse::Resolve(
         absl::StrCat(ref_field, ": offset ", offset, " and byte_size ", size,
                      " must not be negative"));
   }
-  if (offset % static_cast<int64_t>(element_size) != 0) {
+  // The element's place in the object, not only in the region: a region
+  // registered at an odd offset of its object (the Open Inference Protocol
+  // allows any) moves every element with it.
+  if ((region->offset() + offset) % static_cast<int64_t>(element_size) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(ref_field, ".offset: ", offset,
+                     region->offset() == 0
+                         ? ""
+                         : absl::StrCat(" (byte ", region->offset() + offset,
+                                        " of the object: the region starts at ",
+                                        region->offset(), ")"),
                      " is not a multiple of the element size ", element_size,
                      " (misaligned)"));
   }

@@ -15,6 +15,7 @@ void Describe(const SharedRegion& region, v1::SharedMemoryRegion* out) {
   out->set_key(region.key());
   out->set_byte_size(region.size());
   out->set_calls(region.calls());
+  out->set_offset(region.offset());
 }
 
 }  // namespace
@@ -133,27 +134,27 @@ grpc::ServerWriteReactor<v1::SharedMemoryLease>* SharedMemoryService::Register(
   return new Lease(this, context, *request);
 }
 
+absl::Status SharedMemoryService::UnregisterRegion(absl::string_view name) {
+  std::shared_ptr<LeaseEnd> end;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::shared_ptr<SharedRegion>> region =
+        registry_->Unregister(name);
+    if (!region.ok()) return region.status();
+    auto it = leases_.find(region->get());
+    if (it != leases_.end()) end = it->second;
+  }
+  if (end != nullptr) end->Finish(absl::OkStatus());
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* SharedMemoryService::Unregister(
     grpc::CallbackServerContext* context,
     const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse* response) {
   const absl::Time received = absl::Now();
   absl::Status status = admission_->Admit(*context);
-  if (status.ok()) {
-    std::shared_ptr<LeaseEnd> end;
-    {
-      absl::MutexLock lock(&mu_);
-      absl::StatusOr<std::shared_ptr<SharedRegion>> region =
-          registry_->Unregister(request->name());
-      if (region.ok()) {
-        auto it = leases_.find(region->get());
-        if (it != leases_.end()) end = it->second;
-      } else {
-        status = region.status();
-      }
-    }
-    if (end != nullptr) end->Finish(absl::OkStatus());
-  }
+  if (status.ok()) status = UnregisterRegion(request->name());
   const grpc::Status grpc_status = ToGrpcStatus(status);
   metrics_->RecordRequest(Method::kUnregisterSharedMemory,
                           grpc_status.error_code(),

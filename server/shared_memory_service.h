@@ -12,6 +12,8 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "attnserve/v1/shared_memory.grpc.pb.h"
 #include "server/metrics.h"
@@ -40,6 +42,16 @@ class SharedMemoryService final
       grpc::CallbackServerContext* context,
       const v1::SharedMemoryStatusRequest* request,
       v1::SharedMemoryStatusResponse* response) override;
+
+  // Unregisters `name`, whichever protocol registered it (names are global
+  // to the server): the region leaves the registry and, when an
+  // attnserve.v1 Register call leases it, that call ends OK. The registry's
+  // errors otherwise (NotFound, FailedPrecondition when off). The one way
+  // out of the registry but a lease's own end, so that no lease outlives
+  // its region.
+  absl::Status UnregisterRegion(absl::string_view name);
+
+  SharedMemoryRegistry* registry() const { return registry_; }
 
  private:
   class Lease;

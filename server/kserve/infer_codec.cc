@@ -330,6 +330,100 @@ absl::StatusOr<std::string> TypedBytes(
   return bytes;
 }
 
+// Triton's shared-memory parameters of an input or a requested output.
+constexpr char kRegionParameter[] = "shared_memory_region";
+constexpr char kOffsetParameter[] = "shared_memory_offset";
+constexpr char kByteSizeParameter[] = "shared_memory_byte_size";
+
+bool NamesRegion(
+    const google::protobuf::Map<std::string, InferParameter>& parameters) {
+  return parameters.count(kRegionParameter) > 0;
+}
+
+absl::StatusOr<int64_t> SizeParameter(absl::string_view field,
+                                      const InferParameter& value) {
+  if (value.parameter_choice_case() != InferParameter::kInt64Param) {
+    return WrongKind(field, "an int64_param", value);
+  }
+  if (value.int64_param() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", value.int64_param(), " must not be negative"));
+  }
+  return value.int64_param();
+}
+
+// The native reference that a tensor's parameters (`field` =
+// "inputs[0] (query)") describe: shared_memory_region (string, required),
+// shared_memory_byte_size (int64, required, as Triton's clients always send
+// it) and shared_memory_offset (int64, 0 when absent, as they send it only
+// when not 0); any other parameter is refused. Region, bounds, alignment and
+// the size against the tensor's are the native checks' (SharedMemoryUse),
+// once the request is decoded.
+absl::StatusOr<v1::SharedMemoryRef> SharedMemoryParameters(
+    absl::string_view field,
+    const google::protobuf::Map<std::string, InferParameter>& parameters) {
+  // In name order, so that the first error is the same from call to call.
+  std::vector<const std::string*> keys;
+  for (const auto& entry : parameters) keys.push_back(&entry.first);
+  std::sort(keys.begin(), keys.end(),
+            [](const std::string* a, const std::string* b) { return *a < *b; });
+  v1::SharedMemoryRef ref;
+  bool has_size = false;
+  for (const std::string* key : keys) {
+    const InferParameter& value = parameters.at(*key);
+    const std::string name = absl::StrCat(field, ".parameters[\"", *key, "\"]");
+    if (*key == kRegionParameter) {
+      if (value.parameter_choice_case() != InferParameter::kStringParam) {
+        return WrongKind(name, "a string_param", value);
+      }
+      if (value.string_param().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": empty (name a registered region)"));
+      }
+      ref.set_region(value.string_param());
+    } else if (*key == kOffsetParameter) {
+      ASSIGN_OR_RETURN(const int64_t offset, SizeParameter(name, value));
+      ref.set_offset(offset);
+    } else if (*key == kByteSizeParameter) {
+      ASSIGN_OR_RETURN(const int64_t size, SizeParameter(name, value));
+      ref.set_byte_size(size);
+      has_size = true;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".parameters: unknown parameter \"", *key,
+                       "\" (expected ", kRegionParameter, ", ",
+                       kOffsetParameter, ", ", kByteSizeParameter, ")"));
+    }
+  }
+  if (ref.region().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".parameters: ", *keys.front(), " is set without ",
+        kRegionParameter, " (name the registered region the bytes are in)"));
+  }
+  if (!has_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".parameters: ", kRegionParameter, " is set without ",
+        kByteSizeParameter, " (the tensor's size in bytes)"));
+  }
+  return ref;
+}
+
+// The tensors the native Attend takes in shared memory: query, key, value,
+// output and weights of model `attention` (SharedMemoryUse's rule).
+absl::Status CheckSharedMemoryAllowed(absl::string_view field,
+                                      const ModelInterface& model,
+                                      absl::string_view name) {
+  const bool allowed = model.hosted == nullptr &&
+                       (name == "query" || name == "key" || name == "value" ||
+                        name == "output" || name == "weights");
+  if (allowed) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ".parameters: ", kRegionParameter,
+      " is set, but only the inputs query, key and value and the outputs "
+      "output and weights of model ",
+      kAttentionModel, " may be in shared memory; send ", name, "'s data"));
+}
+
 // A rank-1 input that the native request holds as a repeated field.
 template <typename T>
 absl::Status ToRepeated(absl::string_view field, absl::string_view axes,
@@ -394,10 +488,20 @@ absl::Status DecodeInput(int index, const TensorSpec& spec,
         spec.name, " (expected ", DataTypeList(spec.datatypes), ")"));
   }
   if (!input.parameters().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field(), ".parameters: unknown parameter \"",
-        input.parameters().begin()->first,
-        "\" (inputs take no parameters; shared memory is not supported)"));
+    // Only Triton's shared-memory parameters: the bytes are in a region.
+    ASSIGN_OR_RETURN(v1::SharedMemoryRef ref,
+                     SharedMemoryParameters(field(), input.parameters()));
+    RETURN_IF_ERROR(CheckSharedMemoryAllowed(field(), *call->model, spec.name));
+    if (input.has_contents()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field(), ".contents: set together with parameters[\"",
+          kRegionParameter, "\"] (send the input's data one way)"));
+    }
+    v1::Tensor* tensor = TensorOf(spec.name, call);
+    tensor->set_dtype(dtype);
+    tensor->mutable_shape()->CopyFrom(input.shape());
+    *tensor->mutable_shared_memory() = std::move(ref);
+    return absl::OkStatus();
   }
   std::string bytes;
   if (raw != nullptr) {
@@ -449,10 +553,13 @@ absl::Status DecodeOutputs(const ModelInterface& model,
           absl::StrCat(field, ": requested twice"));
     }
     if (!wanted.parameters().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".parameters: unknown parameter \"",
-                       wanted.parameters().begin()->first,
-                       "\" (requested outputs take no parameters)"));
+      // Only Triton's shared-memory parameters: written into a region.
+      ASSIGN_OR_RETURN(v1::SharedMemoryRef ref,
+                       SharedMemoryParameters(field, wanted.parameters()));
+      RETURN_IF_ERROR(CheckSharedMemoryAllowed(field, model, wanted.name()));
+      *(index == kWeightsIndex ? call->attend.mutable_weights_shared_memory()
+                               : call->attend.mutable_output_shared_memory()) =
+          std::move(ref);
     }
     call->outputs.push_back(index);
   }
@@ -510,13 +617,23 @@ absl::Status ToNative(const ModelInterface& model, ModelInferRequest& request,
   bool return_weights = false;
   RETURN_IF_ERROR(ApplyParameters(model, request, call, &return_weights));
 
+  // Inputs in shared memory have no raw_input_contents entry (Triton's
+  // clients send none for them): the entries are the other inputs', in order.
+  int in_memory = 0;
+  for (const auto& input : request.inputs()) {
+    in_memory += NamesRegion(input.parameters()) ? 1 : 0;
+  }
+  const int raw_inputs = request.inputs_size() - in_memory;
   const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
+  if (raw && request.raw_input_contents_size() != raw_inputs) {
     return absl::InvalidArgumentError(absl::StrCat(
         "raw_input_contents: ", request.raw_input_contents_size(),
-        " entries for ", request.inputs_size(),
-        " inputs (one per input, in the order of inputs, or none)"));
+        " entries for ", raw_inputs, " inputs",
+        in_memory > 0 ? " not in shared memory" : "",
+        " (one per input, in the order of inputs, or none",
+        in_memory > 0 ? "; none for an input in shared memory" : "", ")"));
   }
+  int raw_index = 0;
   std::vector<bool> seen(model.inputs.size(), false);
   for (int i = 0; i < request.inputs_size(); ++i) {
     const auto& input = request.inputs(i);
@@ -531,9 +648,11 @@ absl::Status ToNative(const ModelInterface& model, ModelInferRequest& request,
           absl::StrCat("inputs[", i, "] (", input.name(), "): given twice"));
     }
     seen[index] = true;
-    RETURN_IF_ERROR(DecodeInput(
-        i, model.inputs[index], input,
-        raw ? request.mutable_raw_input_contents(i) : nullptr, call));
+    std::string* bytes = nullptr;
+    if (raw && !NamesRegion(input.parameters())) {
+      bytes = request.mutable_raw_input_contents(raw_index++);
+    }
+    RETURN_IF_ERROR(DecodeInput(i, model.inputs[index], input, bytes, call));
   }
   for (size_t i = 0; i < model.inputs.size(); ++i) {
     if (!seen[i] && !model.inputs[i].optional) {
@@ -570,7 +689,19 @@ void ToInferResponse(const NativeCall& call, const ModelInferRequest& request,
     out->set_name(call.model->outputs[index].name);
     out->set_datatype(wire::V2DataTypeName(tensor->dtype()));
     out->mutable_shape()->CopyFrom(tensor->shape());
-    response->add_raw_output_contents()->swap(*tensor->mutable_data());
+    // An output written into a region: Triton's parameters back on it, and
+    // an empty entry, so that raw_output_contents stay one per output in
+    // the order of outputs, as Triton answers.
+    std::string* raw = response->add_raw_output_contents();
+    if (tensor->has_shared_memory()) {
+      const v1::SharedMemoryRef& ref = tensor->shared_memory();
+      auto& parameters = *out->mutable_parameters();
+      parameters[kRegionParameter].set_string_param(ref.region());
+      parameters[kOffsetParameter].set_int64_param(ref.offset());
+      parameters[kByteSizeParameter].set_int64_param(ref.byte_size());
+      continue;
+    }
+    raw->swap(*tensor->mutable_data());
   }
   auto& parameters = *response->mutable_parameters();
   const v1::Timing& timing = native.timing();

@@ -76,17 +76,30 @@ struct NativeCall {
 // native tensors (so `request` loses them). InvalidArgument naming the input
 // or parameter ("inputs[1] (key).datatype: ...", "parameters[\"causal\"]:
 // ...") for an unknown, duplicate or missing input or output, a datatype
-// string that is unknown or not one the input takes, input or output
-// parameters, raw and typed contents together, a raw_input_contents count
-// other than the inputs', typed contents of the wrong kind or count, FP16/BF16
-// typed contents, an unknown parameter or one of the wrong kind or range.
+// string that is unknown or not one the input takes, raw and typed contents
+// together, a raw_input_contents count other than that of the inputs not in
+// shared memory, typed contents of the wrong kind or count, FP16/BF16 typed
+// contents, an unknown parameter or one of the wrong kind or range.
+//
+// Inputs and requested outputs take Triton's shared-memory parameters
+// (shared_memory_region, shared_memory_offset, shared_memory_byte_size;
+// docs/api.md): they become the native SharedMemoryRefs (Tensor.shared_memory,
+// output_shared_memory, weights_shared_memory), which the native decoder
+// resolves and checks (region, bounds, alignment, sizes, overlaps) as for
+// attnserve.v1. InvalidArgument here for any other input or output
+// parameter, a parameter of the wrong kind, a negative offset or byte_size,
+// an offset or byte_size without a region, a region without a byte_size,
+// contents together with a region, and shared memory on a tensor other than
+// query, key, value, output and weights of model `attention`.
 absl::Status ToNative(const ModelInterface& model,
                       inference::ModelInferRequest& request, NativeCall* call);
 
 // Fills `response` from the native answer to `call`, moving the output (and
-// weights) bytes of `native` into raw_output_contents. The response carries
-// the native timing as the parameters "timing.queue_us", "timing.compute_us",
-// "timing.total_us" and "timing.flops" (int64).
+// weights) bytes of `native` into raw_output_contents. An output written into
+// shared memory has its three shared-memory parameters in the response and
+// an empty raw_output_contents entry (entries stay one per output). The
+// response carries the native timing as the parameters "timing.queue_us",
+// "timing.compute_us", "timing.total_us" and "timing.flops" (int64).
 void ToInferResponse(const NativeCall& call,
                      const inference::ModelInferRequest& request,
                      v1::AttendResponse& native,

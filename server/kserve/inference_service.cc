@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
 #include "inference/model_config.pb.h"
+#include "server/kserve/system_shared_memory.h"
 #include "server/log.h"
 #include "server/rpc/status_util.h"
 #include "wire/dtype.h"
@@ -163,6 +164,9 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     response->set_version(options_.version);
     response->add_extensions("model_configuration");
     response->add_extensions("statistics");
+    if (SharedMemoryOn().ok()) {
+      response->add_extensions("system_shared_memory");
+    }
   }
   return Answer(context, Method::kServerMetadata, received, *request, *response,
                 status);
@@ -256,6 +260,71 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
   }
   return Answer(context, Method::kModelStatistics, received, *request,
                 *response, status);
+}
+
+absl::Status InferenceService::SharedMemoryOn() const {
+  if (options_.shared_memory == nullptr) {
+    return absl::FailedPreconditionError(
+        "shared memory is off on this server (start it with --shared_memory)");
+  }
+  return options_.shared_memory->registry()->CheckEnabled();
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  const absl::Time received = absl::Now();
+  absl::Status status = admission_->Admit(*context);
+  if (status.ok()) status = SharedMemoryOn();
+  if (status.ok()) {
+    status = DescribeSystemRegions(
+        *request, *options_.shared_memory->registry(), response);
+  }
+  if (!status.ok()) response->Clear();
+  return Answer(context, Method::kSystemSharedMemoryStatus, received, *request,
+                *response, status);
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse* response) {
+  const absl::Time received = absl::Now();
+  absl::Status status = admission_->Admit(*context);
+  if (status.ok()) status = SharedMemoryOn();
+  if (status.ok()) {
+    status = RegisterSystemRegion(*request, options_.shared_memory);
+  }
+  if (status.ok()) {
+    ATTNSERVE_LOG(LogLevel::kInfo, "shared memory region \"", request->name(),
+                  "\" registered over the Open Inference Protocol: \"",
+                  request->key(), "\" from byte ", request->offset(), ", ",
+                  request->byte_size(), " bytes");
+  }
+  return Answer(context, Method::kSystemSharedMemoryRegister, received,
+                *request, *response, status);
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse* response) {
+  const absl::Time received = absl::Now();
+  absl::Status status = admission_->Admit(*context);
+  if (status.ok()) status = SharedMemoryOn();
+  if (status.ok()) {
+    status = UnregisterSystemRegions(*request, options_.shared_memory);
+  }
+  if (status.ok()) {
+    ATTNSERVE_LOG(LogLevel::kInfo, "shared memory ",
+                  request->name().empty()
+                      ? std::string("regions")
+                      : absl::StrCat("region \"", request->name(), "\""),
+                  " unregistered over the Open Inference Protocol");
+  }
+  return Answer(context, Method::kSystemSharedMemoryUnregister, received,
+                *request, *response, status);
 }
 
 void InferenceService::SubmitInfer(

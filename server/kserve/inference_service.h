@@ -20,6 +20,7 @@
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/rpc/admission.h"
+#include "server/shared_memory_service.h"
 #include "server/work_tracker.h"
 
 namespace attnserve::server::kserve {
@@ -32,6 +33,10 @@ struct InferenceServiceOptions {
   // Cancels ModelInfer calls whose client does not take the answer
   // (--send_timeout); null = none. Must outlive the service.
   SendWatchdog* watchdog = nullptr;
+  // The system shared-memory RPCs' registrations (the server's one registry,
+  // behind attnserve.v1's SharedMemoryService); null = those RPCs answer
+  // FAILED_PRECONDITION naming --shared_memory. Must outlive the service.
+  SharedMemoryService* shared_memory = nullptr;
 };
 
 class InferenceService final
@@ -84,6 +89,21 @@ class InferenceService final
       grpc::CallbackServerContext* context,
       const inference::ModelStatisticsRequest* request,
       inference::ModelStatisticsResponse* response) override;
+  // Triton's system shared memory (system_shared_memory.h): regions that
+  // ModelInfer inputs and outputs name in their "shared_memory_region"
+  // parameters. Registrations last until Unregister: no lease.
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
   // The native Attend (model "attention") or AttendModel (a hosted model).
   grpc::ServerUnaryReactor* ModelInfer(
       grpc::CallbackServerContext* context,
@@ -130,6 +150,10 @@ class InferenceService final
   absl::StatusOr<const ModelInterface*> AdmittedModel(
       const grpc::CallbackServerContext& context, absl::string_view name,
       absl::string_view version) const;
+
+  // FAILED_PRECONDITION naming --shared_memory when there is no registry or
+  // it is off, else OK.
+  absl::Status SharedMemoryOn() const;
 
   // Answers a small call at once and counts it.
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <utility>
 
@@ -165,18 +166,22 @@ absl::Status OpenError(absl::string_view key, int error) {
 }  // namespace
 
 SharedRegion::SharedRegion(std::string name, std::string key, int fd,
-                           char* data, int64_t size, int guard_slot)
+                           char* mapping, int64_t mapping_size, int64_t offset,
+                           int64_t size, int guard_slot)
     : name_(std::move(name)),
       key_(std::move(key)),
       fd_(fd),
-      data_(data),
+      mapping_(mapping),
+      mapping_size_(mapping_size),
+      offset_(offset),
+      data_(mapping + (mapping_size - size)),
       size_(size),
       guard_slot_(guard_slot) {}
 
 SharedRegion::~SharedRegion() {
   // Out of the handler's table before the addresses can be reused.
   GiveBackSlot(guard_slot_);
-  munmap(data_, static_cast<size_t>(size_));
+  munmap(mapping_, static_cast<size_t>(mapping_size_));
   close(fd_);
 }
 
@@ -193,10 +198,10 @@ absl::Status SharedRegion::Check() const {
         absl::StrCat("shared memory region ", Quoted(name_),
                      ": fstat failed: ", std::strerror(errno)));
   }
-  if (st.st_size < size_) {
+  if (st.st_size - offset_ < size_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shared memory region ", Quoted(name_), " (\"/", key_, "\") holds ",
-        st.st_size, " bytes, less than its registered ", size_,
+        st.st_size, " bytes, less than its registered ", offset_ + size_,
         " (the object was truncated); unregister it"));
   }
   return absl::OkStatus();
@@ -232,13 +237,19 @@ absl::Status SharedMemoryRegistry::CheckEnabled() const {
 }
 
 absl::StatusOr<std::shared_ptr<SharedRegion>> SharedMemoryRegistry::Register(
-    absl::string_view name, absl::string_view key, int64_t byte_size) {
+    absl::string_view name, absl::string_view key, int64_t byte_size,
+    int64_t offset) {
   if (absl::Status enabled = CheckEnabled(); !enabled.ok()) return enabled;
   if (absl::Status s = CheckName(name); !s.ok()) return s;
   if (absl::Status s = CheckKey(key, options_.prefix); !s.ok()) return s;
   if (byte_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("byte_size: must be >= 1, got ", byte_size));
+  }
+  if (offset < 0 || offset > std::numeric_limits<int64_t>::max() - byte_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "offset: ", offset, " is negative or puts the region's end",
+        " past 2^63 - 1 bytes"));
   }
   {
     // Cheap refusals before any system call.
@@ -269,14 +280,20 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedMemoryRegistry::Register(
     return absl::InvalidArgumentError(
         absl::StrCat("key: \"", path, "\" is not a shared-memory object"));
   }
-  if (st.st_size < byte_size) {
+  if (st.st_size - offset < byte_size) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "byte_size: ", byte_size, " exceeds the ", st.st_size, " bytes of \"",
-        path, "\" (ftruncate it to the size first)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte_size: ",
+                     offset == 0 ? "" : absl::StrCat("offset ", offset, " + "),
+                     byte_size, " exceeds the ", st.st_size, " bytes of \"",
+                     path, "\" (ftruncate it to the size first)"));
   }
-  void* data = mmap(nullptr, static_cast<size_t>(byte_size),
-                    PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // From the page holding `offset`: mmap takes page-aligned offsets only.
+  static const int64_t page = sysconf(_SC_PAGESIZE);
+  const int64_t map_offset = offset - offset % page;
+  const int64_t map_size = byte_size + (offset - map_offset);
+  void* data = mmap(nullptr, static_cast<size_t>(map_size),
+                    PROT_READ | PROT_WRITE, MAP_SHARED, fd, map_offset);
   if (data == MAP_FAILED) {
     const int error = errno;
     close(fd);
@@ -284,16 +301,16 @@ absl::StatusOr<std::shared_ptr<SharedRegion>> SharedMemoryRegistry::Register(
         absl::StrCat("byte_size: cannot map ", byte_size, " bytes of \"", path,
                      "\": ", std::strerror(error)));
   }
-  const int slot = TakeSlot(static_cast<char*>(data), byte_size);
+  const int slot = TakeSlot(static_cast<char*>(data), map_size);
   if (slot < 0) {
-    munmap(data, static_cast<size_t>(byte_size));
+    munmap(data, static_cast<size_t>(map_size));
     close(fd);
     return absl::ResourceExhaustedError(absl::StrCat(
         "name: the process maps ", kMaxRegions, " regions already"));
   }
-  std::shared_ptr<SharedRegion> region(
-      new SharedRegion(std::string(name), std::string(key), fd,
-                       static_cast<char*>(data), byte_size, slot));
+  std::shared_ptr<SharedRegion> region(new SharedRegion(
+      std::string(name), std::string(key), fd, static_cast<char*>(data),
+      map_size, offset, byte_size, slot));
   absl::MutexLock lock(&mu_);
   // Checked again: another registration may have come in meanwhile (the
   // region just made is then unmapped as it goes).

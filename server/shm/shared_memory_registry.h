@@ -60,11 +60,16 @@ class SharedRegion {
 
   const std::string& name() const { return name_; }
   const std::string& key() const { return key_; }
+  // Where the region starts in the object (0 for attnserve.v1's; the Open
+  // Inference Protocol's registrations may start anywhere).
+  int64_t offset() const { return offset_; }
   int64_t size() const { return size_; }
-  // The mapping's first byte (page-aligned), read-write.
+  // The region's first byte (byte offset() of the object), read-write.
+  // Page-aligned when offset() is a multiple of the page size.
   char* data() const { return data_; }
 
-  // OK while the object still holds size() bytes and no SIGBUS hit the
+  // OK while the object still holds offset() + size() bytes and no SIGBUS
+  // hit the
   // region; FailedPrecondition naming the region and its sizes otherwise (it
   // is unusable from then on: unregister it).
   absl::Status Check() const;
@@ -74,12 +79,18 @@ class SharedRegion {
 
  private:
   friend class SharedMemoryRegistry;
-  SharedRegion(std::string name, std::string key, int fd, char* data,
-               int64_t size, int guard_slot);
+  SharedRegion(std::string name, std::string key, int fd, char* mapping,
+               int64_t mapping_size, int64_t offset, int64_t size,
+               int guard_slot);
 
   const std::string name_;
   const std::string key_;
   const int fd_;
+  // mmap's offset must be page-aligned: the mapping starts at the page that
+  // holds byte offset_ and data_ points into it.
+  char* const mapping_;
+  const int64_t mapping_size_;
+  const int64_t offset_;
   char* const data_;
   const int64_t size_;
   // Its entry in the SIGBUS handler's table.
@@ -107,15 +118,19 @@ class SharedMemoryRegistry {
   const SharedMemoryOptions& options() const { return options_; }
 
   // Opens the object "/<key>" (never creating it), checks it holds at least
-  // `byte_size` bytes and maps them. Errors: FailedPrecondition naming
+  // `offset` + `byte_size` bytes and maps the `byte_size` from `offset`.
+  // The limits count byte_size. Errors: FailedPrecondition naming
   // --shared_memory when off; InvalidArgument for a bad name, a key outside
-  // the prefix or with other characters, byte_size < 1, or an object
-  // smaller than byte_size; NotFound when no such object exists;
-  // PermissionDenied when the server may not open it; AlreadyExists when
-  // `name` is registered; ResourceExhausted past max_regions or max_bytes.
+  // the prefix or with other characters, byte_size < 1, a negative offset,
+  // or an object smaller than offset + byte_size; NotFound when no such
+  // object exists; PermissionDenied when the server may not open it;
+  // AlreadyExists when `name` is registered; ResourceExhausted past
+  // max_regions or max_bytes. Both protocols' registrations go through here,
+  // so the limits bound them together.
   absl::StatusOr<std::shared_ptr<SharedRegion>> Register(absl::string_view name,
                                                          absl::string_view key,
-                                                         int64_t byte_size);
+                                                         int64_t byte_size,
+                                                         int64_t offset = 0);
 
   // Removes `name`; calls holding the region keep it until they finish.
   // NotFound when not registered; FailedPrecondition when off.

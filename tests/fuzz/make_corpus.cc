@@ -268,6 +268,52 @@ void InferSeeds(Rng& rng, CorpusWriter& out) {
     r.set_model_version("2");
     out.Add("infer_refused_version", Family::kInfer, r);
   }
+  {
+    // Triton's shared-memory parameters: query and key and the output in a
+    // region (the value raw, the only raw entry). The fuzz target has no
+    // registry, so the native decoder refuses it naming --shared_memory;
+    // mutations reach the parameters' checks in ToNative.
+    ModelInferRequest r;
+    r.set_model_name("attention");
+    const int64_t bytes = 1 * 2 * 3 * 4 * 4;
+    for (const char* name : {"query", "key"}) {
+      ModelInferRequest::InferInputTensor* input = r.add_inputs();
+      input->set_name(name);
+      input->set_datatype("FP32");
+      for (int64_t d : {1, 2, 3, 4}) input->add_shape(d);
+      auto& p = *input->mutable_parameters();
+      p["shared_memory_region"].set_string_param("r");
+      p["shared_memory_offset"].set_int64_param(name[0] == 'q' ? 0 : bytes);
+      p["shared_memory_byte_size"].set_int64_param(bytes);
+    }
+    // Fixed bytes, not the generator's: the seeds after these stay as they
+    // were.
+    ModelInferRequest::InferInputTensor* value = r.add_inputs();
+    value->set_name("value");
+    value->set_datatype("FP32");
+    for (int64_t d : {1, 2, 3, 4}) value->add_shape(d);
+    r.add_raw_input_contents()->assign(bytes, '\x3c');
+    auto* output = r.add_outputs();
+    output->set_name("output");
+    auto& p = *output->mutable_parameters();
+    p["shared_memory_region"].set_string_param("r");
+    p["shared_memory_offset"].set_int64_param(2 * bytes);
+    p["shared_memory_byte_size"].set_int64_param(bytes);
+    out.Add("infer_refused_shared_memory_off", Family::kInfer, r);
+  }
+  {
+    // A region without its byte size, and a raw entry for it.
+    ModelInferRequest r;
+    r.set_model_name("attention");
+    ModelInferRequest::InferInputTensor* query = r.add_inputs();
+    query->set_name("query");
+    query->set_datatype("FP32");
+    for (int64_t d : {1, 2, 3, 4}) query->add_shape(d);
+    r.add_raw_input_contents()->assign(96, '\x3c');
+    (*query->mutable_parameters())["shared_memory_region"].set_string_param(
+        "r");
+    out.Add("infer_refused_shared_memory_size", Family::kInfer, r);
+  }
 }
 
 v1::Tensor Rows(Rng& rng, v1::DataType dtype, int64_t rows, int64_t heads,

@@ -711,11 +711,10 @@ TEST_F(KserveE2eTest, MalformedInputsNameTheInput) {
        "query"},
       {"input parameters",
        [](ModelInferRequest* r) {
-         (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_region"]
-             .set_string_param("region");
+         (*r->mutable_inputs(0)->mutable_parameters())["priority"]
+             .set_int64_param(1);
        },
-       "inputs[0] (query).parameters: unknown parameter "
-       "\"shared_memory_region\""},
+       "inputs[0] (query).parameters: unknown parameter \"priority\""},
       {"unknown parameter",
        [](ModelInferRequest* r) {
          (*r->mutable_parameters())["sequence_id"].set_int64_param(4);

@@ -233,7 +233,10 @@ TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
                              "ModelInfer",
                              "RegisterSharedMemory",
                              "UnregisterSharedMemory",
-                             "SharedMemoryStatus"}) {
+                             "SharedMemoryStatus",
+                             "SystemSharedMemoryStatus",
+                             "SystemSharedMemoryRegister",
+                             "SystemSharedMemoryUnregister"}) {
     for (const char* code :
          {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
           "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
@@ -263,7 +266,7 @@ TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
   for (const Line& line : scrape) {
     requests_series += line.name == "attnserve_requests_total";
   }
-  EXPECT_EQ(requests_series, 25 * 17);
+  EXPECT_EQ(requests_series, 28 * 17);
   int model_series = 0;
   for (const Line& line : scrape) {
     model_series += line.name == "attnserve_model_requests_total";

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -147,6 +148,70 @@ TEST(SharedMemoryRegistryTest, RefusesMissingSmallAndBadSizes) {
                          HasSubstr("byte_size: must be >= 1")));
   }
   EXPECT_EQ(registry->Stats().regions, 0);
+}
+
+// The Open Inference Protocol's registrations start anywhere in the object:
+// the region's bytes are the object's from the offset, the limits count the
+// region's size only, and a shrink below offset + size is caught.
+TEST(SharedMemoryRegistryTest, RegistersFromAnOffsetOfTheObject) {
+  ShmObject object(3 * 4096);
+  for (int i = 0; i < 3 * 4096; ++i) object.data()[i] = static_cast<char>(i);
+  auto registry = MakeRegistry();
+  constexpr int64_t kOffset = 4096 + 100;
+  auto region = registry->Register("r", object.key(), 4096, kOffset);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ((*region)->offset(), kOffset);
+  EXPECT_EQ((*region)->size(), 4096);
+  EXPECT_EQ(std::memcmp((*region)->data(), object.data() + kOffset, 4096), 0);
+  EXPECT_EQ(registry->Stats().bytes, 4096);
+  // Writes reach the object (the mapping is shared).
+  (*region)->data()[4095] = 42;
+  EXPECT_EQ(object.data()[kOffset + 4095], 42);
+  EXPECT_TRUE((*region)->Check().ok());
+  object.Truncate(kOffset + 4000);
+  EXPECT_THAT((*region)->Check(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("holds 8196 bytes, less than its registered "
+                                 "8292")));
+}
+
+TEST(SharedMemoryRegistryTest, RefusesOffsetsPastTheObjectOrNegative) {
+  ShmObject object(8192);
+  auto registry = MakeRegistry();
+  EXPECT_THAT(registry->Register("r", object.key(), 4096, 4097).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("byte_size: offset 4097 + 4096 exceeds the "
+                                 "8192 bytes")));
+  EXPECT_THAT(registry->Register("r", object.key(), 16, -1).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("offset: -1 is negative")));
+  EXPECT_THAT(
+      registry
+          ->Register("r", object.key(), 16,
+                     std::numeric_limits<int64_t>::max() - 8)
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("offset: ")));
+  EXPECT_EQ(registry->Stats().regions, 0);
+}
+
+// Alignment is the element's place in the object: a region starting at an
+// odd byte of its object makes offset 0 misaligned for f32.
+TEST(SharedMemoryRegistryTest, AlignmentCountsTheRegionsOffset) {
+  ShmObject object(8192);
+  auto registry = MakeRegistry();
+  ASSERT_TRUE(registry->Register("odd", object.key(), 4096, 2).ok());
+  v1::Tensor tensor;
+  tensor.mutable_shared_memory()->set_region("odd");
+  tensor.mutable_shared_memory()->set_byte_size(16);
+  SharedMemoryUse use;
+  EXPECT_THAT(
+      use.Input("query", tensor, 4, registry.get()).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("query.shared_memory.offset: 0 (byte 2 of the "
+                         "object: the region starts at 2) is not a multiple "
+                         "of the element size 4 (misaligned)")));
+  tensor.mutable_shared_memory()->set_offset(2);
+  EXPECT_TRUE(use.Input("query", tensor, 4, registry.get()).ok());
 }
 
 TEST(SharedMemoryRegistryTest, RefusesDuplicatesAndLimits) {
