@@ -446,6 +446,14 @@ void AttnServer::Shutdown() {
     ATTNSERVE_LOG(LogLevel::kWarning,
                   "shutdown grace ended with calls in flight; cancelling them");
   }
+  // A call counts as done at its OnDone, which gRPC may run (inline, since
+  // TrackedUnaryReactor's reactions are) before the call's last frames have
+  // reached the socket: closing the transports at once then dropped them
+  // (once in CI, a client's connection was reset before it read the answer
+  // of a call that had ended OK). The writes follow at once; a moment lets
+  // them out.
+  constexpr absl::Duration kLastWrites = absl::Milliseconds(100);
+  absl::SleepFor(kLastWrites);
   impl_->server->Shutdown(absl::ToChronoTime(absl::Now()));
   impl_->scheduler->Shutdown(absl::Now());
 }
