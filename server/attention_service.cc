@@ -334,19 +334,21 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
 void AttentionService::SubmitAttend(
     const v1::AttendRequest& request, v1::AttendResponse* response,
     absl::Time received, std::function<bool()> is_cancelled,
-    absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
+    absl::Time deadline, std::shared_ptr<QueueTicket> ticket,
+    absl::AnyInvocable<void(absl::Status)> done) {
   Process<AttendKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
                       response, received, std::move(is_cancelled), deadline,
-                      /*held=*/nullptr, /*ticket=*/nullptr, std::move(done));
+                      /*held=*/nullptr, std::move(ticket), std::move(done));
 }
 
 void AttentionService::SubmitModel(
     const v1::ModelRequest& request, v1::AttendResponse* response,
     absl::Time received, std::function<bool()> is_cancelled,
-    absl::Time deadline, absl::AnyInvocable<void(absl::Status)> done) {
+    absl::Time deadline, std::shared_ptr<QueueTicket> ticket,
+    absl::AnyInvocable<void(absl::Status)> done) {
   Process<ModelKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
                      response, received, std::move(is_cancelled), deadline,
-                     /*held=*/nullptr, /*ticket=*/nullptr, std::move(done));
+                     /*held=*/nullptr, std::move(ticket), std::move(done));
 }
 
 grpc::ServerUnaryReactor* AttentionService::Attend(

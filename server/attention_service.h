@@ -94,15 +94,22 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // compute metrics as the native calls. The caller has admitted the call and
   // records its answer. `request` and `response` must stay valid until
   // `done`, which is called exactly once, on a worker or inline, with the
-  // final status (`response` filled and timed when OK).
+  // final status (`response` filled and timed when OK). With a `ticket`
+  // (may be null) the caller can Withdraw the call while it is queued.
   void SubmitAttend(const v1::AttendRequest& request,
                     v1::AttendResponse* response, absl::Time received,
                     std::function<bool()> is_cancelled, absl::Time deadline,
+                    std::shared_ptr<QueueTicket> ticket,
                     absl::AnyInvocable<void(absl::Status)> done);
   void SubmitModel(const v1::ModelRequest& request,
                    v1::AttendResponse* response, absl::Time received,
                    std::function<bool()> is_cancelled, absl::Time deadline,
+                   std::shared_ptr<QueueTicket> ticket,
                    absl::AnyInvocable<void(absl::Status)> done);
+  // Takes a submitted call that is still queued out of the queue and answers
+  // it CANCELLED (Scheduler::Withdraw): for a front end whose call was
+  // cancelled.
+  void Withdraw(const QueueTicket& ticket) { scheduler_->Withdraw(ticket); }
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
                                    const v1::AttendRequest* request,

@@ -329,7 +329,7 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
 
 void InferenceService::SubmitInfer(
     grpc::CallbackServerContext* context, ModelInferRequest& request,
-    InferState* state, absl::Time received,
+    InferState* state, absl::Time received, std::shared_ptr<QueueTicket> ticket,
     absl::AnyInvocable<void(absl::Status)> done) {
   const absl::StatusOr<int> index =
       FindModel(request.model_name(), request.model_version());
@@ -348,11 +348,11 @@ void InferenceService::SubmitInfer(
   if (call.model->hosted == nullptr) {
     native_->SubmitAttend(call.attend, &state->native_response, received,
                           std::move(is_cancelled), CallDeadline(*context),
-                          std::move(done));
+                          std::move(ticket), std::move(done));
   } else {
     native_->SubmitModel(call.hosted, &state->native_response, received,
                          std::move(is_cancelled), CallDeadline(*context),
-                         std::move(done));
+                         std::move(ticket), std::move(done));
   }
 }
 
@@ -414,8 +414,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
     finish(admitted);
     return reactor;
   }
+  // As a native unary call: withdrawn from the queue when cancelled there.
+  auto ticket = std::make_shared<QueueTicket>();
+  reactor->OnCancelled([this, ticket] { native_->Withdraw(*ticket); });
   SubmitInfer(context, messages->mutable_request(), &messages->state, received,
-              std::move(finish));
+              ticket, std::move(finish));
   return reactor;
 }
 
@@ -454,6 +457,7 @@ class InferenceService::StreamReactor
       return;
     }
     service_->SubmitInfer(context_, request_, &state_, received_,
+                          /*ticket=*/nullptr,
                           [this](absl::Status status) { Answer(status); });
   }
 

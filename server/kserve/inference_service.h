@@ -134,7 +134,7 @@ class InferenceService final
   // `state` must stay valid until then.
   void SubmitInfer(grpc::CallbackServerContext* context,
                    inference::ModelInferRequest& request, InferState* state,
-                   absl::Time received,
+                   absl::Time received, std::shared_ptr<QueueTicket> ticket,
                    absl::AnyInvocable<void(absl::Status)> done);
   // The metrics and statistics of one answered inference.
   void RecordInfer(Method method, const inference::ModelInferRequest& request,

@@ -963,6 +963,63 @@ TEST(KserveAuthE2eTest, TokenGuardsEverythingButLivenessAndReadiness) {
 // A large ModelInfer keeps the server in its grace period after SIGTERM:
 // meanwhile ServerReady and ModelReady say not ready, new inferences are
 // UNAVAILABLE, and the call in flight still completes.
+// As a native call: a ModelInfer cancelled while queued is taken out of the
+// queue at once (its bytes go then), answered and never computed.
+TEST(KserveCancelE2eTest, InferCancelledInTheQueueFreesItsBytesAtOnce) {
+  auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = GRPCInferenceService::NewStub((*server)->Channel());
+  // About 140 GFLOP: a second or so on one thread, long enough to act while
+  // it computes.
+  Case slow;
+  slow.hq = 16, slow.hkv = 16, slow.lq = 8192, slow.lk = 4096, slow.d = 64,
+  slow.dv = 64;
+  const ModelInferRequest request = ToV2(slow.Build(21), false);
+  const std::string used = R"(attnserve_inflight_bytes{state="used"})";
+  struct Call {
+    grpc::ClientContext context;
+    ModelInferResponse response;
+    grpc::Status status;
+    absl::Notification done;
+  };
+  Call first, second;
+  auto start = [&](Call* call) {
+    Prepare(&call->context);
+    stub->async()->ModelInfer(&call->context, &request, &call->response,
+                              [call](grpc::Status s) {
+                                call->status = std::move(s);
+                                call->done.Notify();
+                              });
+  };
+  start(&first);
+  ASSERT_GE(::attnserve::testing::AwaitMetric(
+                **server, "attnserve_queue_duration_seconds_count", 1),
+            1);
+  const double first_bytes = ::attnserve::testing::MetricSample(**server, used);
+  ASSERT_GT(first_bytes, 0);
+  start(&second);
+  ASSERT_GE(
+      ::attnserve::testing::AwaitMetric(**server, "attnserve_queue_depth", 1),
+      1);
+  second.context.TryCancel();
+  EXPECT_LE(
+      ::attnserve::testing::AwaitMetricAtMost(**server, used, first_bytes),
+      first_bytes);
+  EXPECT_TRUE(second.done.WaitForNotificationWithTimeout(kPatience));
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_FALSE(first.done.HasBeenNotified())
+      << "the first call ended before the cancel";
+  EXPECT_EQ(::attnserve::testing::MetricSample(
+                **server, R"(attnserve_rejected_total{reason="cancelled"})"),
+            1);
+  ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(kPatience));
+  EXPECT_TRUE(first.status.ok()) << first.status.error_message();
+  EXPECT_EQ(::attnserve::testing::MetricSample(
+                **server,
+                R"(attnserve_compute_duration_seconds_count{kernel="flash"})"),
+            1);
+}
+
 TEST(KserveDrainE2eTest, DrainingIsNotReadyAndFinishesInFlightInference) {
   auto server = ServerProcess::Start(
       {"--workers=1", "--threads_per_worker=1", "--shutdown_grace=30s"});
