@@ -11,6 +11,7 @@
 #include "server/request_kind.h"
 #include "server/rpc/status_util.h"
 #include "server/rpc/stream_reactor.h"
+#include "server/tracked_unary_reactor.h"
 
 namespace attnserve::server {
 namespace {

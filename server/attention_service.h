@@ -3,9 +3,10 @@
 
 // The AttentionService on gRPC's callback API. Handlers only validate and
 // queue: kernels run on the scheduler's workers, which finish the calls.
-// Authentication is in auth.h, idle accounting in work_tracker.h, the stream
-// protocol in stream_reactor.h and what differs between Attend and
-// AttendModel in request_kind.h.
+// Authentication is in auth.h, idle accounting in work_tracker.h, the unary
+// calls' reactor in tracked_unary_reactor.h, the stream protocol in
+// stream_reactor.h and what differs between Attend and AttendModel in
+// request_kind.h.
 
 #include <atomic>
 #include <functional>

@@ -10,6 +10,7 @@
 #include "server/log.h"
 #include "server/rpc/status_util.h"
 #include "server/session_codec.h"
+#include "server/tracked_unary_reactor.h"
 
 namespace attnserve::server {
 namespace {

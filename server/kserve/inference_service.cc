@@ -10,6 +10,7 @@
 #include "server/kserve/system_shared_memory.h"
 #include "server/log.h"
 #include "server/rpc/status_util.h"
+#include "server/tracked_unary_reactor.h"
 #include "wire/dtype.h"
 
 namespace attnserve::server::kserve {
