@@ -130,6 +130,11 @@ void AttentionService::Process(
     absl::AnyInvocable<void(absl::Status)> done;
     MemoryBudget::Reservation reservation;
     MemoryBudget::Reservation* held;
+    // A task run alone: computed in its slot (run), answered once the slot
+    // is free again (Task::after_slot): sending needs no engine, and the
+    // slot can take the next task meanwhile.
+    absl::Status computed;
+    CallStages stages;
     // The bytes stay reserved while the answer is being sent, in `held`.
     void operator()(absl::Status status) {
       if (held != nullptr) {
@@ -143,6 +148,8 @@ void AttentionService::Process(
   auto finish = std::make_shared<Finish>(
       Finish{std::move(done), std::move(reservation), held});
   const absl::Time submitted_at = absl::Now();
+  finish->stages.received = received;
+  finish->stages.submitted = submitted_at;
   Task task;
   task.deadline = deadline;
   task.is_cancelled = std::move(is_cancelled);
@@ -168,25 +175,14 @@ void AttentionService::Process(
       };
     }
   }
-  // Computed in the task's slot, answered once the slot is free again
-  // (Task::after_slot): sending needs no engine, and the slot can take the
-  // next task meanwhile.
-  struct Computed {
-    absl::Status status;
-    CallStages stages;
-  };
-  auto computed = std::make_shared<Computed>();
-  computed->stages.received = received;
-  computed->stages.submitted = submitted_at;
-  task.run = [this, d = *std::move(decoded), response, computed](
+  task.run = [this, d = *std::move(decoded), response, finish](
                  AttentionEngine& engine, absl::Duration queued) {
-    computed->status =
-        ComputeAlone<Kind>(d, engine, response, &computed->stages);
+    finish->computed = ComputeAlone<Kind>(d, engine, response, &finish->stages);
   };
-  task.after_slot = [this, computed, finish] {
+  task.after_slot = [this, finish] {
     absl::AnyInvocable<void(absl::Status)> answer =
         [&finish](absl::Status status) { (*finish)(std::move(status)); };
-    AnswerAlone(std::move(computed->status), computed->stages, answer);
+    AnswerAlone(std::move(finish->computed), finish->stages, answer);
   };
   task.reject = [finish](absl::Status status) { (*finish)(std::move(status)); };
   const absl::Status submitted = scheduler_->Submit(std::move(task));

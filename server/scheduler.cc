@@ -174,14 +174,9 @@ absl::AnyInvocable<void()> Scheduler::RunTaken(AttentionEngine& engine,
     const absl::Duration waited = now - queued.enqueued;
     Task& task = queued.task;
     if (now >= task.deadline) {
-      if (metrics_ != nullptr) metrics_->RecordRejection(Rejection::kDeadline);
-      task.reject(absl::DeadlineExceededError(absl::StrFormat(
-          "deadline expired after %.3f ms in queue; not computed",
-          absl::ToDoubleMilliseconds(waited))));
+      RejectUnrun(task, /*deadline=*/true, waited);
     } else if (task.is_cancelled && task.is_cancelled()) {
-      if (metrics_ != nullptr) metrics_->RecordRejection(Rejection::kCancelled);
-      task.reject(
-          absl::CancelledError("call cancelled while queued; not computed"));
+      RejectUnrun(task, /*deadline=*/false, waited);
     } else {
       if (metrics_ != nullptr) {
         metrics_->RecordQueue(absl::ToDoubleSeconds(waited));
@@ -307,17 +302,22 @@ bool Scheduler::Withdraw(const QueueTicket& ticket) {
   // this close to the task's deadline is taken for the deadline's.
   constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(10);
   const absl::Time now = absl::Now();
-  if (now + kDeadlineSlack >= withdrawn->task.deadline) {
+  RejectUnrun(withdrawn->task, now + kDeadlineSlack >= withdrawn->task.deadline,
+              now - withdrawn->enqueued);
+  return true;
+}
+
+void Scheduler::RejectUnrun(Task& task, bool deadline, absl::Duration waited) {
+  if (deadline) {
     if (metrics_ != nullptr) metrics_->RecordRejection(Rejection::kDeadline);
-    withdrawn->task.reject(absl::DeadlineExceededError(absl::StrFormat(
-        "deadline expired after %.3f ms in queue; not computed",
-        absl::ToDoubleMilliseconds(now - withdrawn->enqueued))));
+    task.reject(absl::DeadlineExceededError(
+        absl::StrFormat("deadline expired after %.3f ms in queue; not computed",
+                        absl::ToDoubleMilliseconds(waited))));
   } else {
     if (metrics_ != nullptr) metrics_->RecordRejection(Rejection::kCancelled);
-    withdrawn->task.reject(
+    task.reject(
         absl::CancelledError("call cancelled while queued; not computed"));
   }
-  return true;
 }
 
 void Scheduler::Shutdown(absl::Time deadline) {

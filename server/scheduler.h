@@ -206,6 +206,9 @@ class Scheduler {
   // task run alone (empty otherwise), for the caller to call next.
   absl::AnyInvocable<void()> RunTaken(AttentionEngine& engine,
                                       std::vector<Queued>& taken);
+  // Rejects a task taken from the queue unrun: DEADLINE_EXCEEDED (after
+  // `waited` in the queue) or CANCELLED, counted.
+  void RejectUnrun(Task& task, bool deadline, absl::Duration waited);
   // Reports the queue's size to the metrics; called after every change.
   void PublishDepth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

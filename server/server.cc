@@ -354,16 +354,13 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   // request above the budget, 64 callers of 100 MiB over two connections
   // made gRPC close the health checker's idle connection in 1 of 4 runs;
   // with one connection's streams, in 1 of 9.)
+  // Streams and request bytes are each at most INT_MAX: the product fits.
   const int64_t connection_streams =
-      std::min<int64_t>(impl->streams_per_connection,
-                        std::numeric_limits<int64_t>::max() / 8 /
-                            std::max<int64_t>(1, options.max_request_bytes)) *
-      options.max_request_bytes;
+      int64_t{impl->streams_per_connection} * options.max_request_bytes;
+  constexpr int64_t kQuarter = std::numeric_limits<int64_t>::max() / 4;
   grpc::ResourceQuota quota("attnserve");
-  quota.Resize(static_cast<size_t>(
-      std::min<int64_t>(budget->limit(),
-                        std::numeric_limits<int64_t>::max() / 4) +
-      2 * connection_streams));
+  quota.Resize(static_cast<size_t>(std::min(budget->limit(), kQuarter) +
+                                   2 * std::min(connection_streams, kQuarter)));
   builder.SetResourceQuota(quota);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {

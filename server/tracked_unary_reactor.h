@@ -18,10 +18,9 @@
 
 namespace attnserve::server {
 
-// A unary call's reactor that counts as `work` until gRPC is done with the
-// call, keeps the call's memory-budget bytes until then (its answer is
-// sent, or the call ended), and, given a watchdog, cancels the call when the
-// client has not taken the answer within the watchdog's timeout.
+// Counts as `work` and keeps the call's memory-budget bytes until gRPC is
+// done with the call; given a watchdog, cancels the call when the client has
+// not taken the answer within the watchdog's timeout.
 class TrackedUnaryReactor : public grpc::ServerUnaryReactor {
  public:
   // `context` and `watchdog` may be null (no watch); all must outlive the
