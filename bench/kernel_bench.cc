@@ -53,6 +53,9 @@ ABSL_FLAG(std::vector<std::string>, threads,
 ABSL_FLAG(bool, cpu_time, false,
           "Time reps by the process's CPU time, not wall time (one-thread "
           "runs on a shared machine; see docs/benchmarks.md).");
+ABSL_FLAG(std::string, max_isa, "auto",
+          "Cap the engine's ISA (auto, amx, avx512, avx2): amx against avx512 "
+          "compares our AMX tile products with oneDNN's on an AMX CPU.");
 ABSL_FLAG(std::string, rss_child, "",
           "Internal: measure the named peak_rss case in this process.");
 
@@ -86,6 +89,7 @@ struct Options {
   bool quick = false;
   std::string filter;
   std::vector<int> threads;
+  Isa max_isa = Isa::kAuto;
   RepPolicy policy;
 };
 
@@ -122,6 +126,7 @@ class Benchmark {
     for (int threads : options_.threads) {
       EngineOptions engine_options;
       engine_options.num_threads = threads;
+      engine_options.max_isa = options_.max_isa;
       absl::StatusOr<std::unique_ptr<AttentionEngine>> engine =
           AttentionEngine::Create(engine_options);
       if (!engine.ok()) {
@@ -426,6 +431,10 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.filter = absl::GetFlag(FLAGS_filter);
   o.policy.fixed_reps = absl::GetFlag(FLAGS_reps);
   o.policy.cpu_time = absl::GetFlag(FLAGS_cpu_time);
+  if (!ParseIsa(absl::GetFlag(FLAGS_max_isa), &o.max_isa)) {
+    return absl::InvalidArgumentError(
+        "--max_isa must be auto, amx, avx512 or avx2");
+  }
   if (o.policy.fixed_reps < 0) {
     return absl::InvalidArgumentError("--reps must be >= 0");
   }
@@ -466,7 +475,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Times the attention engine against oneDNN baselines measured in the "
       "same run.\nUsage: attnserve_kernel_bench [--json] [--quick] "
-      "[--filter SUBSTR] [--reps N] [--threads 1,2]");
+      "[--filter SUBSTR] [--reps N] [--threads 1,2] [--max_isa ISA]");
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
     return absl::EndsWith(file, "bench/kernel_bench.cc");

@@ -34,8 +34,12 @@ enum class CausalAlignment { kTopLeft, kBottomRight };
 enum class KernelPath { kAuto, kFlash, kMaterialized, kDecode };
 
 // Instruction sets of our own vectorized code (softmax, exp, conversions).
-enum class Isa { kAuto, kAvx2, kAvx512 };
-absl::string_view IsaName(Isa isa);  // "auto", "avx2", "avx512"
+// kAmx is AVX-512 plus our own AMX tile products for the bf16 flash kernel
+// (Intel AMX-BF16; elsewhere oneDNN's primitives compute the products).
+enum class Isa { kAuto, kAvx2, kAvx512, kAmx };
+absl::string_view IsaName(Isa isa);  // "auto", "avx2", "avx512", "amx"
+// The Isa IsaName names; false for any other name.
+bool ParseIsa(absl::string_view name, Isa* isa);
 
 // How a block-sparse layout picks key blocks by stride (BlockSparseSpec):
 // kStrided (Sparse Transformer "strided"): key block kb for query block qb when
@@ -177,7 +181,8 @@ struct EngineOptions {
   // OpenMP threads per Run call. 0 (default) = omp_get_max_threads().
   int num_threads = 0;
   // Caps the ISA of our vectorized code; kAuto (default) uses the best the CPU
-  // has. kAvx2 forces the AVX2 path (tests run every path the machine has).
+  // has. kAvx2 forces the AVX2 path, kAvx512 leaves the bf16 products to
+  // oneDNN on an AMX CPU (tests run every path the machine has).
   Isa max_isa = Isa::kAuto;
   // Query rows per tile; 0 (default) picks 32/64/256 from Lq.
   int q_block = 0;

@@ -42,9 +42,13 @@ int64_t MaterializedQueryBlock(int64_t q_len, int64_t k_len) {
 
 class Engine final : public AttentionEngine {
  public:
-  Engine(const EngineOptions& options, int threads, const VecOps* ops,
+  Engine(const EngineOptions& options, Isa isa, int threads, const VecOps* ops,
          MatmulCache* matmuls)
-      : options_(options), threads_(threads), ops_(ops), matmuls_(matmuls) {}
+      : options_(options),
+        isa_(isa),
+        threads_(threads),
+        ops_(ops),
+        matmuls_(matmuls) {}
 
   absl::StatusOr<AttentionShape> Validate(
       const AttentionInputs& inputs) const override {
@@ -212,7 +216,7 @@ class Engine final : public AttentionEngine {
     return absl::OkStatus();
   }
 
-  Isa isa() const override { return ops_->isa; }
+  Isa isa() const override { return isa_; }
   int num_threads() const override { return threads_; }
   bool bf16_gemm() const override { return matmuls_->bf16_supported(); }
 
@@ -270,6 +274,7 @@ class Engine final : public AttentionEngine {
       args.k_block = bs * std::max<int64_t>(1, options_.k_block / bs);
     }
     args.num_threads = threads_;
+    args.amx = isa_ == Isa::kAmx && args.gemm_dtype == DType::kBFloat16;
     return args;
   }
 
@@ -309,6 +314,7 @@ class Engine final : public AttentionEngine {
   }
 
   const EngineOptions options_;
+  const Isa isa_;
   const int threads_;
   const VecOps* const ops_;
   MatmulCache* const matmuls_;  // MatmulCache::Shared()
@@ -350,8 +356,21 @@ absl::string_view IsaName(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAmx:
+      return "amx";
   }
   return "?";
+}
+
+bool ParseIsa(absl::string_view name, Isa* isa) {
+  for (const Isa candidate :
+       {Isa::kAuto, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    if (name == IsaName(candidate)) {
+      *isa = candidate;
+      return true;
+    }
+  }
+  return false;
 }
 
 absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
@@ -378,16 +397,21 @@ absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
     return absl::FailedPreconditionError(
         "this CPU has neither AVX-512F nor AVX2+FMA+F16C");
   }
-  Isa isa = options.max_isa == Isa::kAuto ? detected : options.max_isa;
-  if (isa == Isa::kAvx512 && detected != Isa::kAvx512) {
+  const Isa isa = options.max_isa == Isa::kAuto ? detected : options.max_isa;
+  if (isa == Isa::kAvx512 && detected == Isa::kAvx2) {
     return absl::InvalidArgumentError("max_isa: this CPU has no AVX-512F");
   }
-  const VecOps* ops = isa == Isa::kAvx512 ? &Avx512VecOps() : &Avx2VecOps();
+  if (isa == Isa::kAmx && detected != Isa::kAmx) {
+    return absl::InvalidArgumentError(
+        "max_isa: AMX-BF16 is not usable here (the CPU lacks it, or the OS "
+        "does not grant its tile state)");
+  }
+  const VecOps* ops = isa == Isa::kAvx2 ? &Avx2VecOps() : &Avx512VecOps();
   const int threads =
       options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
   ASSIGN_OR_RETURN(MatmulCache * matmuls, MatmulCache::Shared());
   return std::unique_ptr<AttentionEngine>(
-      new Engine(options, threads, ops, matmuls));
+      new Engine(options, isa, threads, ops, matmuls));
 }
 
 std::string OneDnnVersion() {

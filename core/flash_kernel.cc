@@ -13,6 +13,8 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
+#include "core/amx_products.h"
 #include "core/kernel_common.h"
 #include "core/status_macros.h"
 
@@ -71,6 +73,9 @@ struct BlockContext {
   // in q_tail from row q_tail_row on. Block-sparse tiles are the layout's.
   bool pad_rows = false;
   bool pad_keys = false;
+  // The products on AMX tiles (KernelArgs::amx, where this row set's tiles
+  // allow it): every block's rows a multiple of 16.
+  bool amx = false;
   const void* q_tail = nullptr;
   int64_t q_tail_row = 0;
 };
@@ -90,6 +95,10 @@ struct SpanOperands {
   // kp and vp are zero-padded copies of the whole span (ld = D, Dv), to
   // PaddedKeys(n) rows.
   bool whole_copy = false;
+  // The AMX path: the span's K and V packed for the tiles (amx_products.h),
+  // read instead of all of the above.
+  const uint16_t* packed_k = nullptr;
+  const uint16_t* packed_v = nullptr;
 };
 
 // A span this small (K and V bytes) is copied whole when it needs padding:
@@ -122,12 +131,22 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
       padded_rows ? static_cast<const char*>(c.q_tail)
                   : static_cast<const char*>(c.rows.q) + r0 * c.rows.ldq * es;
   const int64_t ldq = padded_rows ? dim : c.rows.ldq;
-  // Keys in place, then the padded tail when this block reaches it.
-  const bool tail = op.k_tail != nullptr && n > op.n_full;
+  // Keys in place, then the padded tail when this block reaches it; on AMX,
+  // the packed span, whose keys past n are zeros.
+  const bool amx = op.packed_k != nullptr;
+  const bool tail = !amx && op.k_tail != nullptr && n > op.n_full;
   const int64_t full = tail ? op.n_full : (op.whole_copy ? PaddedKeys(n) : n);
-  const int64_t cols = tail ? full + kKeyGranule : full;
+  const int64_t cols = amx ? RoundUp(n, 32) : tail ? full + kKeyGranule : full;
   float* scores = c.scores + r0 * kb;
-  if (full > 0) {
+  if (amx) {
+    if (rows % 16 != 0 || cols > kb) {
+      return absl::InternalError(absl::StrCat("AMX tile of ", rows,
+                                              " rows and ", cols,
+                                              " keys in a key block of ", kb));
+    }
+    AmxScores(reinterpret_cast<const uint16_t*>(q), ldq, rows, op.packed_k, n,
+              dim, scores, kb);
+  } else if (full > 0) {
     const MatmulShape qk{
         rows, full, dim, ldq, op.ldk, kb, true, args.gemm_dtype, false};
     RETURN_IF_ERROR(ws->matmul->Run(qk, q, op.kp, scores));
@@ -140,32 +159,36 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
 
   for (int64_t r = r0; r < r1; ++r) {
     float* s = c.scores + r * kb;
+    uint16_t* probs16 = bf16 ? c.probs16 + r * kb : nullptr;
     float* bias = use_bias ? c.bias : nullptr;
     if (bias != nullptr) {
       FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
     }
-    // The softmax runs over the n real keys; the padding keys' probabilities
-    // are zeros.
-    if (bf16) {
-      std::memset(c.probs16 + r * kb + n, 0, (cols - n) * sizeof(uint16_t));
-    } else {
-      std::memset(s + n, 0, (cols - n) * sizeof(float));
-    }
     const int64_t lo = all_allowed ? 0 : ws->row_lo[r] - k0;
     const int64_t hi = all_allowed ? n : ws->row_hi[r] - k0;
-    const float tile_max = ops.scale_mask_max(s, n, p.scale, lo, hi, bias);
-    const float new_max = std::max(c.row_max[r], tile_max);
-    if (new_max == kNegInf) {
-      // Nothing allowed so far: this row contributes zeros to acc.
+    // Two passes over the raw scores: the row's maximum, then the
+    // probabilities (written once, over the n real keys; the padding keys'
+    // are zeros).
+    const float tile_max = ops.scaled_max(s, n, p.scale, lo, hi, bias);
+    if (tile_max == kNegInf) {
+      // Nothing allowed in this block: it adds nothing to the row.
       if (bf16) {
-        std::memset(c.probs16 + r * kb, 0, n * sizeof(uint16_t));
+        std::memset(probs16, 0, cols * sizeof(uint16_t));
       } else {
-        std::memset(s, 0, n * sizeof(float));
+        std::memset(s, 0, cols * sizeof(float));
       }
       continue;
     }
-    const float sum = bf16 ? ops.exp_sum_bf16(s, n, new_max, c.probs16 + r * kb)
-                           : ops.exp_sum_f32(s, n, new_max, s);
+    const float new_max = std::max(c.row_max[r], tile_max);
+    float sum;
+    if (bf16) {
+      sum = ops.scaled_exp_sum_bf16(s, n, p.scale, lo, hi, bias, new_max,
+                                    probs16);
+      std::memset(probs16 + n, 0, (cols - n) * sizeof(uint16_t));
+    } else {
+      sum = ops.scaled_exp_sum_f32(s, n, p.scale, lo, hi, bias, new_max, s);
+      std::memset(s + n, 0, (cols - n) * sizeof(float));
+    }
     if (new_max != c.row_max[r]) {
       if (c.row_max[r] != kNegInf) {
         const float alpha = std::exp(c.row_max[r] - new_max);
@@ -187,6 +210,10 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
   const char* probs = bf16 ? reinterpret_cast<const char*>(c.probs16 + r0 * kb)
                            : reinterpret_cast<const char*>(scores);
   float* acc = c.acc + r0 * dv;
+  if (amx) {
+    AmxAccumulate(c.probs16 + r0 * kb, kb, rows, op.packed_v, n, dv, acc, dv);
+    return absl::OkStatus();
+  }
   if (full > 0) {
     const MatmulShape pv{rows, dv, full, kb, op.ldv, dv, false, args.gemm_dtype,
                          true};
@@ -261,6 +288,16 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
             : ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
       paged ? dv : vs.row, n, dv, &ws->v, &op.ldv);
   op.n_full = n;
+  if (c.amx) {
+    // The span packed once for all of its row groups; padding keys are
+    // zeros there, so no padded copies.
+    uint16_t* pk = ws->packed_k.Get<uint16_t>(AmxPackedKeysSize(n, dim));
+    AmxPackKeys(static_cast<const uint16_t*>(op.kp), op.ldk, n, dim, pk);
+    uint16_t* pv = ws->packed_v.Get<uint16_t>(AmxPackedValuesSize(n, dv));
+    AmxPackValues(static_cast<const uint16_t*>(op.vp), op.ldv, n, dv, pv);
+    op.packed_k = pk;
+    op.packed_v = pv;
+  }
   const auto Multiply = [&]() -> absl::Status {
     if (!ragged) return ProcessBlock(c, 0, m, k0, n, op, use_bias);
     for (int64_t g = 0; g < groups; ++g) {
@@ -276,7 +313,7 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
   // when the padded span would overrun the key tile (k_block itself off the
   // granule, e.g. paged blocks of 16 tokens), where the exact length stays.
   const int64_t rest = n % kKeyGranule;
-  if (c.pad_keys && n != args.k_block && rest != 0 &&
+  if (!c.amx && c.pad_keys && n != args.k_block && rest != 0 &&
       n - rest + kKeyGranule <= args.k_block) {
     const size_t es = DTypeSize(args.gemm_dtype);
     if (static_cast<size_t>(n * (dim + dv)) * es <= kWholeSpanCopyBytes) {
@@ -419,6 +456,9 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
                  p.has_elementwise_mask() ? ws->bias.Get<float>(kb) : nullptr};
   c.pad_rows = pad_rows;
   c.pad_keys = pad;
+  // Row groups are q_block, kRowGranule (64) or padded to 16 rows.
+  c.amx = args.amx && pad_rows && args.q_block % 16 == 0 && dim % 32 == 0 &&
+          dv % 16 == 0 && kb % 32 == 0;
   if (pad_rows && m != args.q_block) {
     // The last row group, when it is not a full one: its rows zero-padded.
     const int64_t first = (m - 1) / kRowGranule * kRowGranule;

@@ -49,6 +49,8 @@ struct Workspace {
   std::vector<int64_t> block_starts;  // block-sparse: the blocks of a product
   // Zero-padded copies of a ragged edge's query rows, keys and values.
   ScratchBuffer q_tail, k_tail, v_tail;
+  // A key span's K and V packed for AMX tiles (amx_products.h).
+  ScratchBuffer packed_k, packed_v;
   // The variants' (core/variants/): one converted row; LSH's sort offsets and
   // per-row key limits.
   ScratchBuffer row;
@@ -67,6 +69,10 @@ struct KernelArgs {
   int64_t q_block = 64;
   int64_t k_block = 512;
   int num_threads = 1;
+  // bf16 products on our own AMX tiles (amx_products.h) where the flash
+  // kernel's tiles allow it (dense layout, q_block a multiple of 16, head
+  // dims multiples of 32 and 16, k_block of 32); else oneDNN's.
+  bool amx = false;
 };
 
 // What a variant kernel (core/variants/) gets from the engine: its vectorized

@@ -21,12 +21,15 @@ absl::Status AdditiveScores(const float* qa, const float* ka, const float* v,
         "AdditiveScores: num_threads must be >= 1, got ", num_threads));
   }
   const Isa detected = DetectIsa();
-  if ((isa != Isa::kAvx2 && isa != Isa::kAvx512) || detected == Isa::kAuto ||
-      (isa == Isa::kAvx512 && detected != Isa::kAvx512)) {
+  // Additive scores have no products: kAmx runs the AVX-512 code.
+  const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAmx;
+  if ((isa != Isa::kAvx2 && !avx512) || detected == Isa::kAuto ||
+      (avx512 && detected == Isa::kAvx2) ||
+      (isa == Isa::kAmx && detected != Isa::kAmx)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "AdditiveScores: ISA ", IsaName(isa), " is not available on this CPU"));
   }
-  const VecOps& ops = isa == Isa::kAvx512 ? Avx512VecOps() : Avx2VecOps();
+  const VecOps& ops = avx512 ? Avx512VecOps() : Avx2VecOps();
   const int64_t rows = batch * heads * q_len;
   const int threads = static_cast<int>(
       rows < num_threads ? (rows > 0 ? rows : 1) : num_threads);

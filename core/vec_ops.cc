@@ -2,6 +2,8 @@
 
 #include <cpuid.h>
 
+#include "core/amx_products.h"
+
 namespace attnserve {
 namespace {
 
@@ -13,9 +15,18 @@ bool HasF16c() {
 
 }  // namespace
 
+bool HasAvx512Bf16() {
+  unsigned eax, ebx, ecx, edx;
+  // CPUID leaf 7 subleaf 1, EAX bit 5: AVX512_BF16.
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+         (eax & (1u << 5)) != 0 && __builtin_cpu_supports("avx512f");
+}
+
 Isa DetectIsa() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
+  if (__builtin_cpu_supports("avx512f")) {
+    return AmxUsable() ? Isa::kAmx : Isa::kAvx512;
+  }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       HasF16c()) {
     return Isa::kAvx2;

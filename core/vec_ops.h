@@ -26,6 +26,25 @@ struct VecOps {
   // As exp_sum_f32, p rounded to bf16 (nearest even) into dst; the sum is of
   // the unrounded p.
   float (*exp_sum_bf16)(const float* s, int64_t n, float m, uint16_t* dst);
+  // The two passes of the flash kernels' online softmax over a row of raw
+  // scores s (not written): t[c] = s[c] * scale (+ bias[c] with a bias), for
+  // c in [lo, hi) (clipped to [0, n)); elsewhere t[c] = -inf.
+  // scaled_max: the maximum of the t (-inf when none is larger).
+  float (*scaled_max)(const float* s, int64_t n, float scale, int64_t lo,
+                      int64_t hi, const float* bias);
+  // p[c] = exp(t[c] - row_max) for c in [0, n), written as f32 (dst may alias
+  // s); returns the sum of the p. Outside [lo, hi) p is exactly 0; the
+  // maximum gives 1 within 1e-6 (t - row_max may be formed in one fused
+  // rounding). row_max must be finite.
+  float (*scaled_exp_sum_f32)(const float* s, int64_t n, float scale,
+                              int64_t lo, int64_t hi, const float* bias,
+                              float row_max, float* dst);
+  // As scaled_exp_sum_f32, p rounded to bf16 (nearest even) into dst; the sum
+  // is of the unrounded p, whose exp may be a cheaper one (relative error
+  // below 1e-6, where bf16 keeps 2^-9).
+  float (*scaled_exp_sum_bf16)(const float* s, int64_t n, float scale,
+                               int64_t lo, int64_t hi, const float* bias,
+                               float row_max, uint16_t* dst);
   // x[c] *= a.
   void (*scale)(float* x, int64_t n, float a);
   // dst[c] = src[c] * a, rounded to dtype (a float dtype); dst may be
@@ -42,11 +61,24 @@ struct VecOps {
 };
 
 // The tables; the AVX-512 one needs AVX512F, the AVX2 one AVX2, FMA and F16C.
+// Avx512VecOps() is the best of AVX-512 for this CPU: it rounds bf16 with
+// AVX512-BF16's instruction where the CPU has it; Avx512FVecOps() never does
+// (what CPUs without it run; tests check both).
 const VecOps& Avx512VecOps();
+const VecOps& Avx512FVecOps();
 const VecOps& Avx2VecOps();
 
-// The best ISA this CPU supports (kAvx512, kAvx2), or kAuto when it has
-// neither.
+// True when the CPU has AVX512-BF16 (vcvtneps2bf16).
+bool HasAvx512Bf16();
+
+// scaled_exp_sum_bf16 with AVX512-BF16's rounding (vec_ops_avx512_bf16.cc);
+// needs HasAvx512Bf16().
+float ScaledExpSumBf16Avx512Bf16(const float* s, int64_t n, float scale,
+                                 int64_t lo, int64_t hi, const float* bias,
+                                 float row_max, uint16_t* dst);
+
+// The best ISA this CPU supports (kAmx, kAvx512, kAvx2), or kAuto when it has
+// none of them.
 Isa DetectIsa();
 
 }  // namespace attnserve

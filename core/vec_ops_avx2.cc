@@ -156,6 +156,93 @@ float ExpSumBFloat16(const float* s, int64_t n, float m, uint16_t* dst) {
   return ReduceAdd(vsum);
 }
 
+// s[c..c+8) * scale (+ bias) for the first `count` lanes, -inf for the rest.
+inline __m256 ScaledScores(const float* s, const float* bias, int64_t c,
+                           int64_t count, __m256 scale) {
+  const __m256 raw = LoadPartial(s + c, count, 0.0f);
+  __m256 v =
+      bias == nullptr
+          ? _mm256_mul_ps(raw, scale)
+          : _mm256_fmadd_ps(raw, scale, LoadPartial(bias + c, count, 0.0f));
+  if (count < kLanes) {
+    const __m256 lanes = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 valid = _mm256_cmp_ps(
+        lanes, _mm256_set1_ps(static_cast<float>(count)), _CMP_LT_OQ);
+    v = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), v, valid);
+  }
+  return v;
+}
+
+float ScaledMax(const float* s, int64_t n, float scale, int64_t lo, int64_t hi,
+                const float* bias) {
+  if (lo < 0) lo = 0;
+  if (hi > n) hi = n;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  __m256 vmax = _mm256_set1_ps(kNegInf);
+  for (int64_t c = lo; c < hi; c += kLanes) {
+    const int64_t count = hi - c < kLanes ? hi - c : kLanes;
+    vmax = _mm256_max_ps(vmax, ScaledScores(s, bias, c, count, vscale));
+  }
+  return ReduceMax(vmax);
+}
+
+// The exp pass (VecOps::scaled_exp_sum_*): [0, lo) and [hi, n) are zeros;
+// [lo, hi) in vectors of 8 from lo. Store(p, dst, c, count) writes.
+template <typename Dst, void (*Store)(__m256, Dst*, int64_t, int64_t)>
+float ScaledExpSum(const float* s, int64_t n, float scale, int64_t lo,
+                   int64_t hi, const float* bias, float row_max, Dst* dst) {
+  if (lo < 0) lo = 0;
+  if (hi > n) hi = n;
+  if (hi < lo) hi = lo;
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t c = 0; c < lo; c += kLanes) {
+    Store(zero, dst, c, lo - c < kLanes ? lo - c : kLanes);
+  }
+  for (int64_t c = hi; c < n; c += kLanes) {
+    Store(zero, dst, c, n - c < kLanes ? n - c : kLanes);
+  }
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256 vmax = _mm256_set1_ps(row_max);
+  __m256 vsum = zero;
+  for (int64_t c = lo; c < hi; c += kLanes) {
+    const int64_t count = hi - c < kLanes ? hi - c : kLanes;
+    // Lanes past count are -inf, whose exp is exactly 0.
+    const __m256 p =
+        Exp(_mm256_sub_ps(ScaledScores(s, bias, c, count, vscale), vmax));
+    Store(p, dst, c, count);
+    vsum = _mm256_add_ps(vsum, p);
+  }
+  return ReduceAdd(vsum);
+}
+
+inline void StoreF32(__m256 p, float* dst, int64_t c, int64_t count) {
+  StorePartial(dst + c, p, count);
+}
+
+inline void StoreBf16(__m256 p, uint16_t* dst, int64_t c, int64_t count) {
+  const __m128i h = ToBFloat16(p);
+  if (count == kLanes) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c), h);
+  } else {
+    alignas(16) uint16_t tmp[kLanes];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), h);
+    std::memcpy(dst + c, tmp, count * sizeof(uint16_t));
+  }
+}
+
+float ScaledExpSumF32(const float* s, int64_t n, float scale, int64_t lo,
+                      int64_t hi, const float* bias, float row_max,
+                      float* dst) {
+  return ScaledExpSum<float, StoreF32>(s, n, scale, lo, hi, bias, row_max, dst);
+}
+
+float ScaledExpSumBf16(const float* s, int64_t n, float scale, int64_t lo,
+                       int64_t hi, const float* bias, float row_max,
+                       uint16_t* dst) {
+  return ScaledExpSum<uint16_t, StoreBf16>(s, n, scale, lo, hi, bias, row_max,
+                                           dst);
+}
+
 void Scale(float* x, int64_t n, float a) {
   const __m256 va = _mm256_set1_ps(a);
   for (int64_t c = 0; c < n; c += kLanes) {
@@ -266,9 +353,10 @@ float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx2VecOps() {
-  static const VecOps ops = {Isa::kAvx2,     ScaleMaskMax,  ExpSumF32,
-                             ExpSumBFloat16, Scale,         StoreScaled,
-                             LoadRow,        ToBFloat16Row, TanhDot};
+  static const VecOps ops = {Isa::kAvx2,       ScaleMaskMax,  ExpSumF32,
+                             ExpSumBFloat16,   ScaledMax,     ScaledExpSumF32,
+                             ScaledExpSumBf16, Scale,         StoreScaled,
+                             LoadRow,          ToBFloat16Row, TanhDot};
   return ops;
 }
 

@@ -15,51 +15,10 @@
 #pragma GCC target("avx512f,fma")
 #endif
 
+#include "core/vec_ops_avx512_inl.h"
+
 namespace attnserve {
 namespace {
-
-constexpr int kLanes = 16;
-constexpr float kNegInf = -__builtin_inff();
-
-// exp(x) with ~1 ulp error (Cody-Waite reduction, Cephes polynomial). Inputs
-// below ln(FLT_MIN), -inf included, give exactly 0; NaN propagates.
-inline __m512 Exp(__m512 x) {
-  const __m512 min_x = _mm512_set1_ps(-87.33654f);
-  const __mmask16 underflow = _mm512_cmp_ps_mask(x, min_x, _CMP_LT_OQ);
-  x = _mm512_max_ps(min_x, x);
-  const __m512 n = _mm512_roundscale_ps(
-      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-  p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow),
-                             _mm512_scalef_ps(p, n));
-}
-
-inline __mmask16 TailMask(int64_t n) {
-  return static_cast<__mmask16>((1u << n) - 1u);
-}
-
-// f32 -> bf16 bits (round to nearest even, NaN kept quiet) in the low halves.
-inline __m256i ToBFloat16(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb =
-      _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i rounded =
-      _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  rounded = _mm512_srli_epi32(rounded, 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7fc0));
-  return _mm512_cvtepi32_epi16(rounded);
-}
 
 float ScaleMaskMax(float* s, int64_t n, float scale, int64_t lo, int64_t hi,
                    const float* bias) {
@@ -231,6 +190,29 @@ float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
   return _mm512_reduce_add_ps(acc);
 }
 
+float ScaledMax(const float* s, int64_t n, float scale, int64_t lo, int64_t hi,
+                const float* bias) {
+  return ScaledMaxImpl(s, n, scale, lo, hi, bias);
+}
+
+float ScaledExpSumF32(const float* s, int64_t n, float scale, int64_t lo,
+                      int64_t hi, const float* bias, float row_max,
+                      float* dst) {
+  return ScaledExpSumImpl<false, float, StoreF32>(s, n, scale, lo, hi, bias,
+                                                  row_max, dst);
+}
+
+inline void StoreBf16Rounded(__m512 p, uint16_t* dst, int64_t count) {
+  StoreHalves(ToBFloat16(p), dst, count);
+}
+
+float ScaledExpSumBf16(const float* s, int64_t n, float scale, int64_t lo,
+                       int64_t hi, const float* bias, float row_max,
+                       uint16_t* dst) {
+  return ScaledExpSumImpl<true, uint16_t, StoreBf16Rounded>(s, n, scale, lo, hi,
+                                                            bias, row_max, dst);
+}
+
 }  // namespace
 
 #if defined(__clang__)
@@ -241,10 +223,20 @@ float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
 
 // The table is built outside the target region: taking it must not need the
 // ISA.
+const VecOps& Avx512FVecOps() {
+  static const VecOps ops = {Isa::kAvx512,     ScaleMaskMax,  ExpSumF32,
+                             ExpSumBFloat16,   ScaledMax,     ScaledExpSumF32,
+                             ScaledExpSumBf16, Scale,         StoreScaled,
+                             LoadRow,          ToBFloat16Row, TanhDot};
+  return ops;
+}
+
 const VecOps& Avx512VecOps() {
-  static const VecOps ops = {Isa::kAvx512,   ScaleMaskMax,  ExpSumF32,
-                             ExpSumBFloat16, Scale,         StoreScaled,
-                             LoadRow,        ToBFloat16Row, TanhDot};
+  static const VecOps ops = [] {
+    VecOps best = Avx512FVecOps();
+    if (HasAvx512Bf16()) best.scaled_exp_sum_bf16 = ScaledExpSumBf16Avx512Bf16;
+    return best;
+  }();
   return ops;
 }
 

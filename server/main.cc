@@ -79,7 +79,8 @@ ABSL_FLAG(
     std::string, auth_token_file, "",
     "file holding a bearer token every call must send (health stays open)");
 ABSL_FLAG(std::string, max_isa, "auto",
-          "cap the kernels' own ISA: auto, avx512 or avx2");
+          "cap the kernels' own ISA: auto, amx (AMX tile products for bf16), "
+          "avx512 or avx2");
 ABSL_FLAG(std::string, model_repository, "",
           "directory of hosted attention layers (DIR/<name>/config.json and "
           "model.safetensors, docs/models.md); empty = none");
@@ -211,12 +212,9 @@ int main(int argc, char** argv) {
     return Fail("--kv_eviction must be none or lru, got \"" + eviction + "\"");
   }
   const std::string isa = absl::GetFlag(FLAGS_max_isa);
-  if (isa == "avx2") {
-    options.scheduler.engine.max_isa = attnserve::Isa::kAvx2;
-  } else if (isa == "avx512") {
-    options.scheduler.engine.max_isa = attnserve::Isa::kAvx512;
-  } else if (isa != "auto") {
-    return Fail("--max_isa must be auto, avx512 or avx2, got \"" + isa + "\"");
+  if (!attnserve::ParseIsa(isa, &options.scheduler.engine.max_isa)) {
+    return Fail("--max_isa must be auto, amx, avx512 or avx2, got \"" + isa +
+                "\"");
   }
 
   // Block the shutdown signals in every thread (the ones started below inherit

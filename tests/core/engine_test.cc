@@ -3,6 +3,7 @@
 // Long because it is the sweep: the cases are generated from small tables,
 // each table next to the test that runs it.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -311,7 +312,7 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(DTypeLabel(std::get<0>(p)),
                           std::get<1>(p) == Layout::kBHLD ? "BHLD" : "BLHD",
                           MaskName(std::get<2>(p)), PathName(std::get<3>(p)),
-                          std::get<4>(p) == Isa::kAvx512 ? "Avx512" : "Avx2",
+                          ::attnserve::testing::IsaLabel(std::get<4>(p)),
                           std::get<5>(p) ? "SmallTiles" : "");
     });
 
@@ -434,6 +435,80 @@ TEST(EngineTest, NewLengthsCreateNoPrimitiveAfterPrepare) {
       }
     }
   }
+}
+
+// The AMX tile products (Isa::kAmx, bf16 flash with head dims multiples of
+// 32 and 16): lengths 1..300 against the reference, self and cross,
+// causal both ways, padded keys, both layouts, GQA, head dims 32 to 128, the
+// default tiles and q_block 48 / k_block 96 (AMX-sized) and k_block 80 (not:
+// oneDNN's products). Then that the tiles really run: a call of a shape no
+// product primitive exists for creates none on kAmx, while kAvx512 (oneDNN's
+// products) creates some for the same call. On a CPU without AMX the engine
+// must refuse kAmx; a run capped at AVX2 has no AMX path to test.
+TEST(EngineAmxTest, LengthsTo300MatchReferenceOnTiles) {
+  if (CapIsa(Isa::kAmx) != Isa::kAmx) {
+    EXPECT_EQ(MakeEngine(Isa::kAmx)->isa(), Isa::kAvx2);
+    return;
+  }
+  const std::vector<Isa> isas = ::attnserve::testing::MachineIsas();
+  if (std::find(isas.begin(), isas.end(), Isa::kAmx) == isas.end()) {
+    EngineOptions options;
+    options.max_isa = Isa::kAmx;
+    EXPECT_EQ(AttentionEngine::Create(options).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  const struct {
+    int q_block, k_block;
+  } tiles[] = {{0, 512}, {48, 96}, {0, 80}};
+  const int64_t dims[][2] = {{64, 64}, {32, 16}, {128, 48}, {96, 64}};
+  for (const auto& t : tiles) {
+    auto engine = MakeEngine(Isa::kAmx, t.q_block, t.k_block);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_EQ(engine->isa(), Isa::kAmx);
+    // Every length through the first row groups and key granules, then
+    // every 5th (every 7th with the small tiles).
+    for (int64_t l = 1; l <= 300;
+         l += t.q_block == 0 && t.k_block == 512 && l < 70 ? 1
+              : t.q_block == 0 && t.k_block == 512         ? 5
+                                                           : 7) {
+      Case c;
+      const int64_t* d = dims[l % 4];
+      c.shape = Shape{
+          1, l % 3 == 0 ? 4 : 2, 2, l, l % 2 == 1 ? l : 301 - l, d[0], d[1]};
+      c.dtype = DType::kBFloat16;
+      c.out_dtype = l % 5 == 0 ? DType::kFloat32 : DType::kBFloat16;
+      c.layout = l % 4 < 2 ? Layout::kBHLD : Layout::kBLHD;
+      const MaskKind masks[] = {MaskKind::kCausalTopLeft, MaskKind::kNone,
+                                MaskKind::kCausalBottomRight,
+                                MaskKind::kKeyLengths, MaskKind::kAll};
+      c.mask = masks[l % 5];
+      c.Build(static_cast<uint64_t>(l + 1000));
+      SCOPED_TRACE(absl::StrCat("q_block=", t.q_block, " k_block=", t.k_block,
+                                " Lq=", c.shape.lq, " Lk=", c.shape.lk,
+                                " D=", d[0], " Dv=", d[1],
+                                " mask=", MaskName(c.mask)));
+      ExpectMatchesReference(*engine, c, KernelPath::kFlash);
+    }
+  }
+
+  absl::StatusOr<MatmulCache*> cache = MatmulCache::Shared();
+  ASSERT_TRUE(cache.ok());
+  Case c;
+  c.shape = Shape{1, 2, 1, 333, 555, 160, 208};  // dims used nowhere else
+  c.dtype = DType::kBFloat16;
+  c.out_dtype = DType::kBFloat16;
+  c.mask = MaskKind::kCausalBottomRight;
+  c.Build(5);
+  const int64_t created = (*cache)->created();
+  auto amx = MakeEngine(Isa::kAmx);
+  ASSERT_NE(amx, nullptr);
+  ExpectMatchesReference(*amx, c, KernelPath::kFlash);
+  EXPECT_EQ((*cache)->created(), created);
+  auto avx512 = MakeEngine(Isa::kAvx512);
+  ASSERT_NE(avx512, nullptr);
+  ExpectMatchesReference(*avx512, c, KernelPath::kFlash);
+  EXPECT_GT((*cache)->created(), created);
 }
 
 TEST(EngineTest, DegenerateShapes) {

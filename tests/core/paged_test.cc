@@ -254,8 +254,7 @@ TEST_P(PagedTest, ABatchOfManySequencesInOneCall) {
 INSTANTIATE_TEST_SUITE_P(
     Isas, PagedTest, ::testing::ValuesIn(::attnserve::testing::MachineIsas()),
     [](const ::testing::TestParamInfo<Isa>& p) {
-      return p.param == Isa::kAvx512 ? std::string("Avx512")
-                                     : std::string("Avx2");
+      return ::attnserve::testing::IsaLabel(p.param);
     });
 
 TEST(PagedValidationTest, NamesTheSequenceAndTheField) {

@@ -1,6 +1,7 @@
 #ifndef ATTNSERVE_TESTS_UTIL_TEST_ENV_H_
 #define ATTNSERVE_TESTS_UTIL_TEST_ENV_H_
 
+#include <string>
 #include <vector>
 
 #include "core/attention.h"
@@ -15,11 +16,15 @@ Isa MaxTestIsa();
 // `isa` limited by MaxTestIsa().
 Isa CapIsa(Isa isa);
 
-// The ISA paths this CPU has, best first: {kAvx512, kAvx2} or {kAvx2}. Cheap
-// (cpuid only), so parameterized suites can list their ISAs with it at
-// registration: a machine without AVX-512 has no AVX-512 cases rather than
-// failing cases.
+// The ISA paths this CPU has, best first: {kAmx, kAvx512, kAvx2},
+// {kAvx512, kAvx2} or {kAvx2}. Cheap (cpuid, and once the AMX permission
+// request), so parameterized suites can list their ISAs with it at
+// registration: a machine without AVX-512 (AMX) has no AVX-512 (AMX) cases
+// rather than failing cases.
 std::vector<Isa> MachineIsas();
+
+// "Amx", "Avx512", "Avx2": an ISA in a test name.
+std::string IsaLabel(Isa isa);
 
 }  // namespace attnserve::testing
 

@@ -1,6 +1,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/amx_products.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_env.h"
 
@@ -15,8 +16,25 @@ Isa CapIsa(Isa isa) { return g_max_isa == Isa::kAvx2 ? Isa::kAvx2 : isa; }
 
 std::vector<Isa> MachineIsas() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return {Isa::kAvx512, Isa::kAvx2};
+  if (__builtin_cpu_supports("avx512f")) {
+    if (AmxUsable()) return {Isa::kAmx, Isa::kAvx512, Isa::kAvx2};
+    return {Isa::kAvx512, Isa::kAvx2};
+  }
   return {Isa::kAvx2};
+}
+
+std::string IsaLabel(Isa isa) {
+  switch (isa) {
+    case Isa::kAmx:
+      return "Amx";
+    case Isa::kAvx512:
+      return "Avx512";
+    case Isa::kAvx2:
+      return "Avx2";
+    case Isa::kAuto:
+      break;
+  }
+  return "Auto";
 }
 
 }  // namespace attnserve::testing

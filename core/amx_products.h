@@ -1,0 +1,60 @@
+#ifndef ATTNSERVE_CORE_AMX_PRODUCTS_H_
+#define ATTNSERVE_CORE_AMX_PRODUCTS_H_
+
+// Internal: the flash kernel's two bf16 products on AMX tiles (Intel's
+// Advanced Matrix Extensions), with the B operands packed by the kernel once
+// per key span instead of by oneDNN inside every product:
+//   S[m × n]   = Q[m × d] · Kᵀ   (AmxScores; K packed by AmxPackKeys)
+//   acc[m × dv] += P[m × n] · V  (AmxAccumulate; V packed by AmxPackValues)
+// Operands are bf16 (uint16_t bits), results f32, row-major with leading
+// dimensions in elements. Shapes: m a multiple of 16, d of 32, dv of 16; any
+// n (keys are padded with zeros: to 16 for K, to 32 for V).
+//
+// Everything here runs only where AmxUsable(); the code is compiled for AMX
+// alone (a target attribute, no global -march).
+
+#include <cstdint>
+
+namespace attnserve {
+
+// True when the CPU has AMX-TILE and AMX-BF16, the OS enabled their register
+// state, and the kernel granted this process the tile data (requested on the
+// first call, as oneDNN does). Thread-safe.
+bool AmxUsable();
+
+inline int64_t RoundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Elements AmxPackKeys writes for n keys of d: RoundUp(n, 16) · d.
+inline int64_t AmxPackedKeysSize(int64_t n, int64_t d) {
+  return RoundUp(n, 16) * d;
+}
+// Elements AmxPackValues writes for n keys of dv: RoundUp(n, 32) · dv.
+inline int64_t AmxPackedValuesSize(int64_t n, int64_t dv) {
+  return RoundUp(n, 32) * dv;
+}
+
+// n key rows of d (row stride ldk) as Kᵀ in tile layout: per 16 keys, per
+// pair of dimensions, the 16 keys' pairs side by side. Rows past n are zeros.
+void AmxPackKeys(const uint16_t* k, int64_t ldk, int64_t n, int64_t d,
+                 uint16_t* out);
+
+// n value rows of dv (row stride ldv) in tile layout: per 16 columns, per
+// pair of keys, the 16 columns' pairs side by side. Rows past n are zeros.
+void AmxPackValues(const uint16_t* v, int64_t ldv, int64_t n, int64_t dv,
+                   uint16_t* out);
+
+// s[m × RoundUp(n, 16)] (row stride lds) = q[m × d] · Kᵀ; the columns past n
+// are the zero keys' scores, 0.
+void AmxScores(const uint16_t* q, int64_t ldq, int64_t m,
+               const uint16_t* packed_k, int64_t n, int64_t d, float* s,
+               int64_t lds);
+
+// acc[m × dv] (row stride ldacc) += p[m × RoundUp(n, 32)] · V; the caller
+// zeroes p's columns past n.
+void AmxAccumulate(const uint16_t* p, int64_t ldp, int64_t m,
+                   const uint16_t* packed_v, int64_t n, int64_t dv, float* acc,
+                   int64_t ldacc);
+
+}  // namespace attnserve
+
+#endif  // ATTNSERVE_CORE_AMX_PRODUCTS_H_

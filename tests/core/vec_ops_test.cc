@@ -1,0 +1,219 @@
+// The flash kernels' softmax passes (VecOps::scaled_max, scaled_exp_sum_f32,
+// scaled_exp_sum_bf16) of every table this CPU can run, against double
+// arithmetic: row lengths around the vector widths, intervals empty, clipped
+// and partial, with and without a bias (holding -inf), positive, negative and
+// zero scales.
+
+#include "core/vec_ops.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/convert.h"
+#include "gtest/gtest.h"
+
+namespace attnserve {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Table {
+  std::string name;
+  const VecOps* ops;
+};
+
+std::vector<Table> MachineTables() {
+  __builtin_cpu_init();
+  std::vector<Table> tables;
+  if (__builtin_cpu_supports("avx512f")) {
+    tables.push_back({"avx512", &Avx512VecOps()});
+    tables.push_back({"avx512f", &Avx512FVecOps()});
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    tables.push_back({"avx2", &Avx2VecOps()});
+  }
+  return tables;
+}
+
+// One row: raw scores, an optional bias and the interval.
+struct Row {
+  std::vector<float> s, bias;
+  float scale = 0.125f;
+  int64_t lo = 0, hi = 0;
+  bool use_bias = false;
+
+  int64_t n() const { return static_cast<int64_t>(s.size()); }
+  const float* bias_ptr() const { return use_bias ? bias.data() : nullptr; }
+  // t[c] as the kernels compute it, in f32 (s · scale rounded once, with the
+  // bias added in the same rounding), -inf outside the clipped interval.
+  double T(int64_t c) const {
+    if (c < std::max<int64_t>(lo, 0) || c >= std::min(hi, n())) {
+      return -std::numeric_limits<double>::infinity();
+    }
+    const double t = static_cast<double>(s[c]) * scale;
+    return static_cast<float>(use_bias ? t + bias[c] : t);
+  }
+  double Max() const {
+    double m = -std::numeric_limits<double>::infinity();
+    for (int64_t c = 0; c < n(); ++c) m = std::max(m, T(c));
+    return m;
+  }
+};
+
+std::vector<Row> Rows() {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-12.0f, 12.0f);
+  std::vector<Row> rows;
+  for (const int64_t n : {1, 7, 8, 15, 16, 17, 33, 64, 100, 512}) {
+    for (const float scale : {0.125f, -0.3f, 0.0f, 1.7f}) {
+      for (const bool use_bias : {false, true}) {
+        // Whole, empty, clipped on both sides, inside, one element.
+        const std::vector<std::pair<int64_t, int64_t>> intervals = {
+            {0, n}, {3, 3}, {-5, n + 9}, {n / 3, n - n / 4}, {n - 1, n}};
+        for (const auto& [lo, hi] : intervals) {
+          Row r;
+          r.s.resize(n);
+          r.bias.resize(n);
+          for (auto& x : r.s) x = u(rng);
+          for (int64_t c = 0; c < n; ++c) {
+            r.bias[c] = c % 5 == 2 ? kNegInf : u(rng) * 0.5f;
+          }
+          r.scale = scale;
+          r.lo = lo;
+          r.hi = hi;
+          r.use_bias = use_bias;
+          rows.push_back(std::move(r));
+        }
+      }
+    }
+  }
+  return rows;
+}
+
+TEST(VecOpsTest, ScaledMaxIsTheIntervalsMaximumAndReadsOnly) {
+  for (const Table& t : MachineTables()) {
+    for (const Row& r : Rows()) {
+      const std::vector<float> before = r.s;
+      const float got = t.ops->scaled_max(r.s.data(), r.n(), r.scale, r.lo,
+                                          r.hi, r.bias_ptr());
+      const double want = r.Max();
+      if (std::isinf(want)) {
+        EXPECT_EQ(got, kNegInf) << t.name << " n=" << r.n();
+      } else {
+        EXPECT_NEAR(got, want, 1e-6 * std::max(1.0, std::fabs(want)))
+            << t.name << " n=" << r.n() << " lo=" << r.lo << " hi=" << r.hi;
+      }
+      EXPECT_EQ(r.s, before) << t.name;
+    }
+  }
+}
+
+// Checks the p and the sum of one exp pass against exp(t - max) in double;
+// `rel` bounds each p's relative error, plus the rounding of t - max to f32
+// (2^-24 of |t - max| in the exponent).
+template <typename P, typename Value>
+void CheckExpPass(const std::string& name, const Row& r, float row_max,
+                  const std::vector<P>& p, float sum, Value value, double rel) {
+  double want_sum = 0.0;
+  for (int64_t c = 0; c < r.n(); ++c) {
+    const double t = r.T(c);
+    const double want = std::isinf(t) ? 0.0 : std::exp(t - row_max);
+    want_sum += want;
+    const double got = value(p[c]);
+    if (want == 0.0) {
+      EXPECT_EQ(got, 0.0) << name << " c=" << c;
+      continue;
+    }
+    const double bound = (rel + std::fabs(t - row_max) * 0x1p-24) * want;
+    EXPECT_NEAR(got, want, bound + 1e-30) << name << " c=" << c;
+  }
+  EXPECT_NEAR(sum, want_sum, 5e-6 * want_sum + 1e-30) << name;
+}
+
+TEST(VecOpsTest, ScaledExpSumMatchesExpOfTheScaledScores) {
+  for (const Table& t : MachineTables()) {
+    for (const Row& r : Rows()) {
+      const float row_max = t.ops->scaled_max(r.s.data(), r.n(), r.scale, r.lo,
+                                              r.hi, r.bias_ptr());
+      if (row_max == kNegInf) continue;  // the kernels skip such rows
+      const std::string name =
+          t.name + " n=" + std::to_string(r.n()) +
+          " lo=" + std::to_string(r.lo) + " hi=" + std::to_string(r.hi) +
+          " scale=" + std::to_string(r.scale) + (r.use_bias ? " bias" : "");
+      // f32 in place, as the f32 kernels call it.
+      std::vector<float> p32 = r.s;
+      const float sum32 =
+          t.ops->scaled_exp_sum_f32(p32.data(), r.n(), r.scale, r.lo, r.hi,
+                                    r.bias_ptr(), row_max, p32.data());
+      CheckExpPass(
+          name + " f32", r, row_max, p32, sum32,
+          [](float x) { return static_cast<double>(x); }, 1e-6);
+      // bf16: within one rounding of bf16 (2^-8 relative), sum unrounded.
+      std::vector<uint16_t> p16(r.n() + 3, 0xBEEF);
+      const float sum16 =
+          t.ops->scaled_exp_sum_bf16(r.s.data(), r.n(), r.scale, r.lo, r.hi,
+                                     r.bias_ptr(), row_max, p16.data());
+      CheckExpPass(
+          name + " bf16", r, row_max, p16, sum16,
+          [](uint16_t h) { return static_cast<double>(BFloat16ToFloat(h)); },
+          1.0 / 256);
+      // Nothing past n is written.
+      for (int64_t c = r.n(); c < r.n() + 3; ++c) EXPECT_EQ(p16[c], 0xBEEF);
+    }
+  }
+}
+
+// Every bf16 p is the nearest bf16 of exp(t - max) up to the cheaper exp's
+// error: rounding the double exp gives the same pattern or a neighbour only
+// where the exact value lies within 1e-6 of a rounding boundary.
+TEST(VecOpsTest, Bf16ProbabilitiesAreRoundedToNearest) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-30.0f, 0.0f);
+  std::vector<float> s(4096);
+  for (auto& x : s) x = u(rng);
+  s[100] = 0.0f;  // the maximum
+  for (const Table& t : MachineTables()) {
+    std::vector<uint16_t> p(s.size());
+    t.ops->scaled_exp_sum_bf16(s.data(), static_cast<int64_t>(s.size()), 1.0f,
+                               0, static_cast<int64_t>(s.size()), nullptr, 0.0f,
+                               p.data());
+    int off_by_one = 0;
+    for (size_t c = 0; c < s.size(); ++c) {
+      const double want = std::exp(static_cast<double>(s[c]));
+      const uint16_t nearest = FloatToBFloat16(static_cast<float>(want));
+      if (p[c] == nearest) continue;
+      ASSERT_EQ(std::abs(int{p[c]} - int{nearest}), 1) << t.name << " " << c;
+      // The exact value is then within 1e-6 (relative) of the midpoint.
+      const double mid =
+          0.5 * (BFloat16ToFloat(p[c]) + BFloat16ToFloat(nearest));
+      EXPECT_NEAR(want, mid, 1e-6 * want) << t.name << " " << c;
+      ++off_by_one;
+    }
+    EXPECT_LE(off_by_one, 8) << t.name;
+  }
+}
+
+TEST(VecOpsTest, NaNScoresGiveNaNProbabilities) {
+  for (const Table& t : MachineTables()) {
+    std::vector<float> s(20, 1.0f);
+    s[17] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<uint16_t> p16(s.size());
+    const float sum = t.ops->scaled_exp_sum_bf16(s.data(), 20, 1.0f, 0, 20,
+                                                 nullptr, 1.0f, p16.data());
+    EXPECT_TRUE(std::isnan(sum)) << t.name;
+    EXPECT_TRUE(std::isnan(BFloat16ToFloat(p16[17]))) << t.name;
+    EXPECT_EQ(BFloat16ToFloat(p16[3]), 1.0f) << t.name;
+    std::vector<float> p32(s.size());
+    EXPECT_TRUE(std::isnan(t.ops->scaled_exp_sum_f32(
+        s.data(), 20, 1.0f, 0, 20, nullptr, 1.0f, p32.data())))
+        << t.name;
+    EXPECT_TRUE(std::isnan(p32[17])) << t.name;
+  }
+}
+
+}  // namespace
+}  // namespace attnserve
