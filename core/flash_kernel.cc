@@ -68,6 +68,8 @@ struct BlockContext {
   float* scores;
   uint16_t* probs16;  // bf16 products only
   float* bias;        // elementwise masks only
+  int64_t lds = 0;    // row strides of scores and probs16
+  int64_t ldp = 0;
   // Ragged edges padded (kernel_common.h, "Tile shapes"): flash and decode
   // pad keys; flash pads its last row group, whose rows (padded, ld = D) are
   // in q_tail from row q_tail_row on. Block-sparse tiles are the layout's.
@@ -137,7 +139,7 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
   const bool tail = !amx && op.k_tail != nullptr && n > op.n_full;
   const int64_t full = tail ? op.n_full : (op.whole_copy ? PaddedKeys(n) : n);
   const int64_t cols = amx ? RoundUp(n, 32) : tail ? full + kKeyGranule : full;
-  float* scores = c.scores + r0 * kb;
+  float* scores = c.scores + r0 * c.lds;
   if (amx) {
     if (rows % 16 != 0 || cols > kb) {
       return absl::InternalError(absl::StrCat("AMX tile of ", rows,
@@ -145,7 +147,7 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
                                               " keys in a key block of ", kb));
     }
     AmxScores(reinterpret_cast<const uint16_t*>(q), ldq, rows, op.packed_k, n,
-              dim, scores, kb);
+              dim, scores, c.lds);
   } else if (full > 0) {
     const MatmulShape qk{
         rows, full, dim, ldq, op.ldk, kb, true, args.gemm_dtype, false};
@@ -158,8 +160,8 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
   }
 
   for (int64_t r = r0; r < r1; ++r) {
-    float* s = c.scores + r * kb;
-    uint16_t* probs16 = bf16 ? c.probs16 + r * kb : nullptr;
+    float* s = c.scores + r * c.lds;
+    uint16_t* probs16 = bf16 ? c.probs16 + r * c.ldp : nullptr;
     float* bias = use_bias ? c.bias : nullptr;
     if (bias != nullptr) {
       FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
@@ -203,15 +205,17 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
   // zeros already).
   if (bf16) {
     for (int64_t r = r1; r < r0 + rows; ++r) {
-      std::memset(c.probs16 + r * kb, 0, cols * sizeof(uint16_t));
+      std::memset(c.probs16 + r * c.ldp, 0, cols * sizeof(uint16_t));
     }
   }
 
-  const char* probs = bf16 ? reinterpret_cast<const char*>(c.probs16 + r0 * kb)
-                           : reinterpret_cast<const char*>(scores);
+  const char* probs =
+      bf16 ? reinterpret_cast<const char*>(c.probs16 + r0 * c.ldp)
+           : reinterpret_cast<const char*>(scores);
   float* acc = c.acc + r0 * dv;
   if (amx) {
-    AmxAccumulate(c.probs16 + r0 * kb, kb, rows, op.packed_v, n, dv, acc, dv);
+    AmxAccumulate(c.probs16 + r0 * c.ldp, c.ldp, rows, op.packed_v, n, dv, acc,
+                  dv);
     return absl::OkStatus();
   }
   if (full > 0) {
@@ -239,6 +243,51 @@ const void* PaddedCopy(const void* src, int64_t ld, int64_t rows,
   }
   std::memset(dst + rows * cols * es, 0, (padded - rows) * cols * es);
   return dst;
+}
+
+// AMX: keys [k0, k0 + n) of the set's kv head (rows at kp, vp) packed for the
+// tiles. A whole key block (k0 on a block, n = all its keys) is packed into
+// the thread's copy of the head (Workspace::packed_k) once per Run, when the
+// head fits kMaxPackedHeadBytes; anything else into span_k / span_v.
+void PackSpan(const KernelArgs& args, const RowSet& rows, int64_t k0, int64_t n,
+              int64_t k_end, const void* kp, int64_t ldk, const void* vp,
+              int64_t ldv, Workspace* ws, const uint16_t** packed_k,
+              const uint16_t** packed_v) {
+  const Problem& p = *args.p;
+  const int64_t dim = p.shape.head_dim;
+  const int64_t dv = p.shape.value_dim;
+  const int64_t kb = args.k_block;
+  const int64_t blocks = (p.shape.k_len + kb - 1) / kb;
+  const bool whole = k0 % kb == 0 && n == std::min(kb, k_end - k0);
+  const bool fits = blocks * kb * (dim + dv) * 2 <= kMaxPackedHeadBytes;
+  const auto pack = [&](uint16_t* pk, uint16_t* pv) {
+    AmxPackKeys(static_cast<const uint16_t*>(kp), ldk, n, dim, pk);
+    AmxPackValues(static_cast<const uint16_t*>(vp), ldv, n, dv, pv);
+    *packed_k = pk;
+    *packed_v = pv;
+  };
+  if (!whole || !fits) {
+    pack(ws->span_k.Get<uint16_t>(AmxPackedKeysSize(n, dim)),
+         ws->span_v.Get<uint16_t>(AmxPackedValuesSize(n, dv)));
+    return;
+  }
+  if (ws->packed_batch != rows.batch || ws->packed_kv_head != rows.kv_head) {
+    ws->packed_batch = rows.batch;
+    ws->packed_kv_head = rows.kv_head;
+    ws->packed_blocks.assign(blocks, false);
+    ws->packed_k.Get<uint16_t>(blocks * kb * dim);
+    ws->packed_v.Get<uint16_t>(blocks * kb * dv);
+  }
+  const int64_t block = k0 / kb;
+  uint16_t* pk = ws->packed_k.Get<uint16_t>(0) + block * kb * dim;
+  uint16_t* pv = ws->packed_v.Get<uint16_t>(0) + block * kb * dv;
+  if (ws->packed_blocks[block]) {
+    *packed_k = pk;
+    *packed_v = pv;
+    return;
+  }
+  pack(pk, pv);
+  ws->packed_blocks[block] = true;
 }
 
 // Keys [k0, k0 + span) of the set's key range (cut short after hi_all and at
@@ -289,14 +338,11 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
       paged ? dv : vs.row, n, dv, &ws->v, &op.ldv);
   op.n_full = n;
   if (c.amx) {
-    // The span packed once for all of its row groups; padding keys are
+    // The span packed once for all of its row groups (and, when it is a
+    // whole key block, for the head's other query blocks); padding keys are
     // zeros there, so no padded copies.
-    uint16_t* pk = ws->packed_k.Get<uint16_t>(AmxPackedKeysSize(n, dim));
-    AmxPackKeys(static_cast<const uint16_t*>(op.kp), op.ldk, n, dim, pk);
-    uint16_t* pv = ws->packed_v.Get<uint16_t>(AmxPackedValuesSize(n, dv));
-    AmxPackValues(static_cast<const uint16_t*>(op.vp), op.ldv, n, dv, pv);
-    op.packed_k = pk;
-    op.packed_v = pv;
+    PackSpan(args, rows, k0, n, k_end, op.kp, op.ldk, op.vp, op.ldv, ws,
+             &op.packed_k, &op.packed_v);
   }
   const auto Multiply = [&]() -> absl::Status {
     if (!ragged) return ProcessBlock(c, 0, m, k0, n, op, use_bias);
@@ -445,20 +491,28 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
   // Rows the buffers hold: a padded last group runs up to PaddedRows(m).
   const int64_t held = pad_rows ? PaddedRows(m) : m;
 
+  // Row groups are q_block, kRowGranule (64) or padded to 16 rows.
+  const bool amx = args.amx && pad_rows && args.q_block % 16 == 0 &&
+                   dim % 32 == 0 && dv % 16 == 0 && kb % 32 == 0;
+  // On AMX the rows of scores and P are a cache line longer than a key
+  // block: tiles store and load 16 rows at once, and at a power-of-two
+  // stride those rows share a few L1 sets (1.3x slower products, measured).
+  const int64_t lds = amx ? kb + 16 : kb;
+  const int64_t ldp = amx ? kb + 32 : kb;
   BlockContext c{args,
                  rows,
                  ws,
                  ws->row_max.Get<float>(m),
                  ws->row_sum.Get<float>(m),
                  ws->acc.Get<float>(held * dv),
-                 ws->scores.Get<float>(held * kb),
-                 bf16 ? ws->probs.Get<uint16_t>(held * kb) : nullptr,
+                 ws->scores.Get<float>(held * lds),
+                 bf16 ? ws->probs.Get<uint16_t>(held * ldp) : nullptr,
                  p.has_elementwise_mask() ? ws->bias.Get<float>(kb) : nullptr};
+  c.lds = lds;
+  c.ldp = ldp;
   c.pad_rows = pad_rows;
   c.pad_keys = pad;
-  // Row groups are q_block, kRowGranule (64) or padded to 16 rows.
-  c.amx = args.amx && pad_rows && args.q_block % 16 == 0 && dim % 32 == 0 &&
-          dv % 16 == 0 && kb % 32 == 0;
+  c.amx = amx;
   if (pad_rows && m != args.q_block) {
     // The last row group, when it is not a full one: its rows zero-padded.
     const int64_t first = (m - 1) / kRowGranule * kRowGranule;
@@ -513,6 +567,8 @@ absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws) {
   const int64_t qb = args.q_block;
   const int64_t q_blocks = (s.q_len + qb - 1) / qb;
   const int64_t items = s.batch * s.q_heads * q_blocks;
+  // Packed K and V are this Run's (the inputs of the next may differ).
+  for (Workspace* w : ws) w->packed_batch = -1;
   return ParallelFor(
       args.num_threads, ws, items, [&](Workspace* w, int64_t item) {
         const int64_t block = item % q_blocks;

@@ -49,8 +49,16 @@ struct Workspace {
   std::vector<int64_t> block_starts;  // block-sparse: the blocks of a product
   // Zero-padded copies of a ragged edge's query rows, keys and values.
   ScratchBuffer q_tail, k_tail, v_tail;
-  // A key span's K and V packed for AMX tiles (amx_products.h).
-  ScratchBuffer packed_k, packed_v;
+  // AMX (amx_products.h): K and V of the key-value head this thread works on
+  // packed for the tiles, whole key block by block, reused by the head's
+  // query blocks within one Run (RunFlash resets them): block i's at
+  // packed_k + i·k_block·D and packed_v + i·k_block·Dv once
+  // packed_blocks[i]. Spans that are not whole blocks (the causal diagonal),
+  // or heads past kMaxPackedHeadBytes, are packed into span_k / span_v per
+  // use.
+  int64_t packed_batch = -1, packed_kv_head = -1;
+  std::vector<bool> packed_blocks;
+  ScratchBuffer packed_k, packed_v, span_k, span_v;
   // The variants' (core/variants/): one converted row; LSH's sort offsets and
   // per-row key limits.
   ScratchBuffer row;
@@ -110,6 +118,10 @@ inline const char* ElementPtr(const void* base, int64_t offset, DType dtype) {
 const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
                         int64_t rows, int64_t cols, ScratchBuffer* buffer,
                         int64_t* ld_out);
+
+// A thread keeps its head's packed K and V (Workspace::packed_k) up to this
+// many bytes: 8192 keys of D = Dv = 64, a quarter of a 2 MiB L2 per 2048.
+inline constexpr int64_t kMaxPackedHeadBytes = 2 << 20;
 
 // The largest EngineOptions::q_block (rows of one tile).
 inline constexpr int64_t kMaxQueryBlock = 4096;

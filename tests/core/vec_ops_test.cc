@@ -117,7 +117,8 @@ TEST(VecOpsTest, ScaledMaxIsTheIntervalsMaximumAndReadsOnly) {
 // (2^-24 of |t - max| in the exponent).
 template <typename P, typename Value>
 void CheckExpPass(const std::string& name, const Row& r, float row_max,
-                  const std::vector<P>& p, float sum, Value value, double rel) {
+                  const std::vector<P>& p, float sum, Value value, double rel,
+                  double sum_rel) {
   double want_sum = 0.0;
   for (int64_t c = 0; c < r.n(); ++c) {
     const double t = r.T(c);
@@ -131,7 +132,7 @@ void CheckExpPass(const std::string& name, const Row& r, float row_max,
     const double bound = (rel + std::fabs(t - row_max) * 0x1p-24) * want;
     EXPECT_NEAR(got, want, bound + 1e-30) << name << " c=" << c;
   }
-  EXPECT_NEAR(sum, want_sum, 5e-6 * want_sum + 1e-30) << name;
+  EXPECT_NEAR(sum, want_sum, sum_rel * want_sum + 1e-30) << name;
 }
 
 TEST(VecOpsTest, ScaledExpSumMatchesExpOfTheScaledScores) {
@@ -151,8 +152,9 @@ TEST(VecOpsTest, ScaledExpSumMatchesExpOfTheScaledScores) {
                                     r.bias_ptr(), row_max, p32.data());
       CheckExpPass(
           name + " f32", r, row_max, p32, sum32,
-          [](float x) { return static_cast<double>(x); }, 1e-6);
-      // bf16: within one rounding of bf16 (2^-8 relative), sum unrounded.
+          [](float x) { return static_cast<double>(x); }, 1e-6, 5e-6);
+      // bf16: within one rounding of bf16 (2^-8 relative); the sum is of the
+      // unrounded p, whose exp may be the cheaper one (4e-6).
       std::vector<uint16_t> p16(r.n() + 3, 0xBEEF);
       const float sum16 =
           t.ops->scaled_exp_sum_bf16(r.s.data(), r.n(), r.scale, r.lo, r.hi,
@@ -160,7 +162,7 @@ TEST(VecOpsTest, ScaledExpSumMatchesExpOfTheScaledScores) {
       CheckExpPass(
           name + " bf16", r, row_max, p16, sum16,
           [](uint16_t h) { return static_cast<double>(BFloat16ToFloat(h)); },
-          1.0 / 256);
+          1.0 / 256, 1e-5);
       // Nothing past n is written.
       for (int64_t c = r.n(); c < r.n() + 3; ++c) EXPECT_EQ(p16[c], 0xBEEF);
     }
@@ -169,7 +171,7 @@ TEST(VecOpsTest, ScaledExpSumMatchesExpOfTheScaledScores) {
 
 // Every bf16 p is the nearest bf16 of exp(t - max) up to the cheaper exp's
 // error: rounding the double exp gives the same pattern or a neighbour only
-// where the exact value lies within 1e-6 of a rounding boundary.
+// where the exact value lies within 4e-6 of a rounding boundary.
 TEST(VecOpsTest, Bf16ProbabilitiesAreRoundedToNearest) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-30.0f, 0.0f);
@@ -187,13 +189,14 @@ TEST(VecOpsTest, Bf16ProbabilitiesAreRoundedToNearest) {
       const uint16_t nearest = FloatToBFloat16(static_cast<float>(want));
       if (p[c] == nearest) continue;
       ASSERT_EQ(std::abs(int{p[c]} - int{nearest}), 1) << t.name << " " << c;
-      // The exact value is then within 1e-6 (relative) of the midpoint.
+      // The exact value is then within 4e-6 (relative) of the midpoint.
       const double mid =
           0.5 * (BFloat16ToFloat(p[c]) + BFloat16ToFloat(nearest));
-      EXPECT_NEAR(want, mid, 1e-6 * want) << t.name << " " << c;
+      EXPECT_NEAR(want, mid, 4e-6 * want) << t.name << " " << c;
       ++off_by_one;
     }
-    EXPECT_LE(off_by_one, 8) << t.name;
+    // About 2 · 4e-6 / 2^-8 = 0.2 % of the values can be that close.
+    EXPECT_LE(off_by_one, 24) << t.name;
   }
 }
 
