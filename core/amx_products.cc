@@ -63,6 +63,16 @@ bool AmxUsable() {
   return usable;
 }
 
+// Blocks (2 × 2 tiles, 1-wide at odd edges) times the 32-wide slices of the
+// reduced dimension.
+int64_t AmxScoresSteps(int64_t m, int64_t n, int64_t d) {
+  return (RoundUp(m, 32) / 32) * ((RoundUp(n, 16) + 16) / 32) * (d / 32);
+}
+
+int64_t AmxAccumulateSteps(int64_t m, int64_t n, int64_t dv) {
+  return RoundUp(m, 32) / 32 * ((dv + 31) / 32) * (RoundUp(n, 32) / 32);
+}
+
 #if defined(__clang__)
 #pragma clang attribute push(                                          \
     __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,fma"))), \
@@ -78,7 +88,8 @@ namespace {
 // the block's first row, kp at its first 16-key group.
 template <int MR, int NR>
 inline void ScoresBlock(const uint16_t* q, int64_t ldq, const uint16_t* kp,
-                        int64_t d, float* s, int64_t lds) {
+                        int64_t d, float* s, int64_t lds,
+                        AmxInterleave* between) {
   _tile_zero(0);
   if constexpr (NR > 1) _tile_zero(1);
   if constexpr (MR > 1) _tile_zero(2);
@@ -95,6 +106,7 @@ inline void ScoresBlock(const uint16_t* q, int64_t ldq, const uint16_t* kp,
     if constexpr (NR > 1) _tile_dpbf16ps(1, 4, 7);
     if constexpr (MR > 1) _tile_dpbf16ps(2, 5, 6);
     if constexpr (MR > 1 && NR > 1) _tile_dpbf16ps(3, 5, 7);
+    between->Step();
   }
   const int64_t c_stride = lds * 4;
   _tile_stored(0, s, c_stride);
@@ -108,7 +120,8 @@ inline void ScoresBlock(const uint16_t* q, int64_t ldq, const uint16_t* kp,
 // group of packed V.
 template <int MR, int NR>
 inline void AccumulateBlock(const uint16_t* p, int64_t ldp, const uint16_t* vp,
-                            int64_t n32, float* acc, int64_t ldacc) {
+                            int64_t n32, float* acc, int64_t ldacc,
+                            AmxInterleave* between) {
   const int64_t c_stride = ldacc * 4;
   _tile_loadd(0, acc, c_stride);
   if constexpr (NR > 1) _tile_loadd(1, acc + 16, c_stride);
@@ -127,6 +140,7 @@ inline void AccumulateBlock(const uint16_t* p, int64_t ldp, const uint16_t* vp,
     if constexpr (NR > 1) _tile_dpbf16ps(1, 4, 7);
     if constexpr (MR > 1) _tile_dpbf16ps(2, 5, 6);
     if constexpr (MR > 1 && NR > 1) _tile_dpbf16ps(3, 5, 7);
+    between->Step();
   }
   _tile_stored(0, acc, c_stride);
   if constexpr (NR > 1) _tile_stored(1, acc + 16, c_stride);
@@ -164,10 +178,11 @@ struct ScoresBlocks {
   int64_t d;
   float* s;
   int64_t lds;
+  AmxInterleave* between;
   template <int MR, int NR>
   void operator()(int64_t i, int64_t j) const {
     ScoresBlock<MR, NR>(q + i * ldq, ldq, kp + (j / 16) * 16 * d, d,
-                        s + i * lds + j, lds);
+                        s + i * lds + j, lds, between);
   }
 };
 
@@ -178,10 +193,11 @@ struct AccumulateBlocks {
   int64_t n32;
   float* acc;
   int64_t ldacc;
+  AmxInterleave* between;
   template <int MR, int NR>
   void operator()(int64_t i, int64_t j) const {
     AccumulateBlock<MR, NR>(p + i * ldp, ldp, vp + (j / 16) * 16 * n32, n32,
-                            acc + i * ldacc + j, ldacc);
+                            acc + i * ldacc + j, ldacc, between);
   }
 };
 
@@ -237,18 +253,20 @@ void AmxPackValues(const uint16_t* v, int64_t ldv, int64_t n, int64_t dv,
 
 void AmxScores(const uint16_t* q, int64_t ldq, int64_t m,
                const uint16_t* packed_k, int64_t n, int64_t d, float* s,
-               int64_t lds) {
+               int64_t lds, AmxInterleave* between) {
   _tile_loadconfig(&kConfig);
-  ForEachBlock(m, RoundUp(n, 16), ScoresBlocks{q, ldq, packed_k, d, s, lds});
+  ForEachBlock(m, RoundUp(n, 16),
+               ScoresBlocks{q, ldq, packed_k, d, s, lds, between});
   _tile_release();
 }
 
 void AmxAccumulate(const uint16_t* p, int64_t ldp, int64_t m,
                    const uint16_t* packed_v, int64_t n, int64_t dv, float* acc,
-                   int64_t ldacc) {
+                   int64_t ldacc, AmxInterleave* between) {
   _tile_loadconfig(&kConfig);
-  ForEachBlock(m, dv,
-               AccumulateBlocks{p, ldp, packed_v, RoundUp(n, 32), acc, ldacc});
+  ForEachBlock(
+      m, dv,
+      AccumulateBlocks{p, ldp, packed_v, RoundUp(n, 32), acc, ldacc, between});
   _tile_release();
 }
 

@@ -43,17 +43,34 @@ void AmxPackKeys(const uint16_t* k, int64_t ldk, int64_t n, int64_t d,
 void AmxPackValues(const uint16_t* v, int64_t ldv, int64_t n, int64_t dv,
                    uint16_t* out);
 
+// Work the products run between their tile steps (a step: up to four tile
+// products of one 32-wide slice of a 2 × 2 block of output tiles). The tiles
+// compute asynchronously from the core's vector units, so vector work placed
+// between the steps (the flash kernel's softmax of other rows) runs while
+// they compute. Step must not touch the product's operands or results.
+class AmxInterleave {
+ public:
+  virtual void Step() = 0;
+
+ protected:
+  ~AmxInterleave() = default;
+};
+
+// The steps AmxScores / AmxAccumulate take for these sizes.
+int64_t AmxScoresSteps(int64_t m, int64_t n, int64_t d);
+int64_t AmxAccumulateSteps(int64_t m, int64_t n, int64_t dv);
+
 // s[m × RoundUp(n, 16)] (row stride lds) = q[m × d] · Kᵀ; the columns past n
-// are the zero keys' scores, 0.
+// are the zero keys' scores, 0. between->Step() after each step.
 void AmxScores(const uint16_t* q, int64_t ldq, int64_t m,
                const uint16_t* packed_k, int64_t n, int64_t d, float* s,
-               int64_t lds);
+               int64_t lds, AmxInterleave* between);
 
 // acc[m × dv] (row stride ldacc) += p[m × RoundUp(n, 32)] · V; the caller
-// zeroes p's columns past n.
+// zeroes p's columns past n. between->Step() after each step.
 void AmxAccumulate(const uint16_t* p, int64_t ldp, int64_t m,
                    const uint16_t* packed_v, int64_t n, int64_t dv, float* acc,
-                   int64_t ldacc);
+                   int64_t ldacc, AmxInterleave* between);
 
 }  // namespace attnserve
 

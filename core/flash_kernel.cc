@@ -107,6 +107,211 @@ struct SpanOperands {
 // one product instead of a full part and a tail costs less than the copy.
 constexpr size_t kWholeSpanCopyBytes = 32 << 10;
 
+// Row r's running max becomes new_max (its acc and sum rescaled when it
+// grew), and `sum` (of probabilities relative to new_max) is added.
+void AddToRow(const BlockContext& c, int64_t r, float new_max, float sum) {
+  if (new_max != c.row_max[r]) {
+    if (c.row_max[r] != kNegInf) {
+      const int64_t dv = c.args.p->shape.value_dim;
+      const float alpha = std::exp(c.row_max[r] - new_max);
+      c.args.ops->scale(c.acc + r * dv, dv, alpha);
+      c.row_sum[r] *= alpha;
+    }
+    c.row_max[r] = new_max;
+  }
+  c.row_sum[r] += sum;
+}
+
+// The online-softmax update of row r of the set by its scores against keys
+// [k0, k0 + n) (in c.scores): p into the row's probabilities (c.probs16 for
+// bf16 products, else the scores in place), zeros from n to cols; the row's
+// max and sum updated and its acc rescaled when the max grew. With
+// `use_bias`, the elementwise mask parts (FillBias) apply; with
+// `all_allowed` the row's interval is not consulted.
+void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
+                int64_t cols, bool use_bias, bool all_allowed) {
+  const KernelArgs& args = c.args;
+  const Problem& p = *args.p;
+  const VecOps& ops = *args.ops;
+  Workspace* ws = c.ws;
+  const bool bf16 = args.gemm_dtype == DType::kBFloat16;
+  float* s = c.scores + r * c.lds;
+  uint16_t* probs16 = bf16 ? c.probs16 + r * c.ldp : nullptr;
+  float* bias = use_bias ? c.bias : nullptr;
+  if (bias != nullptr) {
+    FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
+  }
+  const int64_t lo = all_allowed ? 0 : ws->row_lo[r] - k0;
+  const int64_t hi = all_allowed ? n : ws->row_hi[r] - k0;
+  // Two passes over the raw scores: the row's maximum, then the
+  // probabilities (written once, over the n real keys; the padding keys'
+  // are zeros).
+  const float tile_max = ops.scaled_max(s, n, p.scale, lo, hi, bias);
+  if (tile_max == kNegInf) {
+    // Nothing allowed in this block: it adds nothing to the row.
+    if (bf16) {
+      std::memset(probs16, 0, cols * sizeof(uint16_t));
+    } else {
+      std::memset(s, 0, cols * sizeof(float));
+    }
+    return;
+  }
+  const float new_max = std::max(c.row_max[r], tile_max);
+  float sum;
+  if (bf16) {
+    sum =
+        ops.scaled_exp_sum_bf16(s, n, p.scale, lo, hi, bias, new_max, probs16);
+    std::memset(probs16 + n, 0, (cols - n) * sizeof(uint16_t));
+  } else {
+    sum = ops.scaled_exp_sum_f32(s, n, p.scale, lo, hi, bias, new_max, s);
+    std::memset(s + n, 0, (cols - n) * sizeof(float));
+  }
+  AddToRow(c, r, new_max, sum);
+}
+
+// The softmax of queued rows (bf16 products), run in small units between
+// the tile steps of the AMX products of other rows (amx_products.h,
+// AmxInterleave), so that the core's vector units work while the tiles
+// compute. A row is one unit for its maximum, then one per kExpChunk keys of
+// its exp pass: small units, because the core looks only a few hundred
+// instructions ahead, so the tiles idle behind a long stretch of vector work
+// (B1 H16 L2048 D64, one thread: 256 keys a unit beat 128 by 3 %, and whole
+// rows a unit, 32-row groups otherwise the same, were 17 % slower). Rows from
+// r1 on are padding rows: their probabilities are zeroed.
+class InterleavedRows final : public AmxInterleave {
+ public:
+  InterleavedRows(const BlockContext& c, int64_t r1, int64_t k0, int64_t n,
+                  int64_t cols, bool use_bias, bool all_allowed)
+      : c_(c),
+        r1_(r1),
+        k0_(k0),
+        n_(n),
+        cols_(cols),
+        use_bias_(use_bias),
+        all_allowed_(all_allowed) {}
+
+  // Rows [begin, end), spread evenly over about `steps` tile steps.
+  void Queue(int64_t begin, int64_t end, int64_t steps) {
+    next_ = begin;
+    end_ = end;
+    const int64_t units =
+        (end - begin) * (1 + (n_ + kExpChunk - 1) / kExpChunk);
+    per_step_ =
+        std::max<int64_t>(1, (units + steps - 1) / std::max<int64_t>(steps, 1));
+  }
+  void Step() override {
+    for (int64_t u = 0; u < per_step_ && Unit(); ++u) {
+    }
+  }
+  // The queued rows not yet done.
+  void Drain() {
+    while (Unit()) {
+    }
+  }
+
+ private:
+  static constexpr int64_t kExpChunk = 256;
+
+  // One unit of work; false when none is left.
+  bool Unit() {
+    if (next_ >= end_) return false;
+    const int64_t r = next_;
+    uint16_t* probs = c_.probs16 + r * c_.ldp;
+    if (r >= r1_) {
+      std::memset(probs, 0, cols_ * sizeof(uint16_t));
+      ++next_;
+      return true;
+    }
+    const Problem& p = *c_.args.p;
+    const VecOps& ops = *c_.args.ops;
+    const float* s = c_.scores + r * c_.lds;
+    if (pos_ < 0) {
+      // The row's maximum.
+      Workspace* ws = c_.ws;
+      bias_ = use_bias_ ? c_.bias : nullptr;
+      if (bias_ != nullptr) {
+        FillBias(p, c_.rows.batch, ws->row_head[r], ws->row_index[r], k0_, n_,
+                 bias_);
+      }
+      lo_ = all_allowed_ ? 0 : ws->row_lo[r] - k0_;
+      hi_ = all_allowed_ ? n_ : ws->row_hi[r] - k0_;
+      const float tile_max = ops.scaled_max(s, n_, p.scale, lo_, hi_, bias_);
+      if (tile_max == kNegInf) {
+        std::memset(probs, 0, cols_ * sizeof(uint16_t));
+        ++next_;
+        return true;
+      }
+      new_max_ = std::max(c_.row_max[r], tile_max);
+      sum_ = 0.0f;
+      pos_ = 0;
+      return true;
+    }
+    // A chunk of the exp pass.
+    const int64_t count = std::min(kExpChunk, n_ - pos_);
+    sum_ += ops.scaled_exp_sum_bf16(
+        s + pos_, count, p.scale, lo_ - pos_, hi_ - pos_,
+        bias_ != nullptr ? bias_ + pos_ : nullptr, new_max_, probs + pos_);
+    pos_ += count;
+    if (pos_ == n_) {
+      std::memset(probs + n_, 0, (cols_ - n_) * sizeof(uint16_t));
+      AddToRow(c_, r, new_max_, sum_);
+      pos_ = -1;
+      ++next_;
+    }
+    return true;
+  }
+
+  const BlockContext& c_;
+  const int64_t r1_, k0_, n_, cols_;
+  const bool use_bias_, all_allowed_;
+  int64_t next_ = 0, end_ = 0, per_step_ = 1;
+  // The row in progress: pos_ = -1 before its maximum, else the next key of
+  // its exp pass.
+  int64_t pos_ = -1, lo_ = 0, hi_ = 0;
+  float* bias_ = nullptr;
+  float new_max_ = 0.0f, sum_ = 0.0f;
+};
+
+// ProcessBlock on AMX tiles, as a pipeline over groups of 32 rows: while the
+// tiles compute the scores of group g and accumulate P·V of group g - 2, the
+// vector units run the softmax of group g - 1 (InterleavedRows). `rows` (a
+// multiple of 16) from r0, q (ld ldq) at row r0; cols = RoundUp(n, 32).
+void ProcessBlockAmx(const BlockContext& c, int64_t r0, int64_t r1,
+                     int64_t rows, int64_t k0, int64_t n, int64_t cols,
+                     const uint16_t* q, int64_t ldq, const SpanOperands& op,
+                     bool use_bias, bool all_allowed) {
+  const Problem& p = *c.args.p;
+  const int64_t dim = p.shape.head_dim;
+  const int64_t dv = p.shape.value_dim;
+  constexpr int64_t kGroup = 32;
+  const int64_t groups = (rows + kGroup - 1) / kGroup;
+  const auto group_rows = [&](int64_t g) {
+    return std::min(kGroup, rows - g * kGroup);
+  };
+  InterleavedRows softmax(c, r1, k0, n, cols, use_bias, all_allowed);
+  for (int64_t g = 0; g < groups + 2; ++g) {
+    const bool scores = g < groups;
+    const bool accumulate = g >= 2;
+    const int64_t steps =
+        (scores ? AmxScoresSteps(group_rows(g), n, dim) : 0) +
+        (accumulate ? AmxAccumulateSteps(group_rows(g - 2), n, dv) : 0);
+    if (g >= 1 && g - 1 < groups) {
+      const int64_t first = r0 + (g - 1) * kGroup;
+      softmax.Queue(first, first + group_rows(g - 1), steps);
+    }
+    if (scores) {
+      AmxScores(q + g * kGroup * ldq, ldq, group_rows(g), op.packed_k, n, dim,
+                c.scores + (r0 + g * kGroup) * c.lds, c.lds, &softmax);
+    }
+    if (accumulate) {
+      const int64_t first = r0 + (g - 2) * kGroup;
+      AmxAccumulate(c.probs16 + first * c.ldp, c.ldp, group_rows(g - 2),
+                    op.packed_v, n, dv, c.acc + first * dv, dv, &softmax);
+    }
+    softmax.Drain();
+  }
+}
+
 // Rows [r0, r1) of the set against keys [k0, k0 + n) of `op`; with
 // `use_bias`, the elementwise mask parts (FillBias) apply. With `all_allowed`
 // (gathered blocks, which every row allows whole) the rows' intervals are not
@@ -116,7 +321,6 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
                           bool use_bias, bool all_allowed = false) {
   const KernelArgs& args = c.args;
   const Problem& p = *args.p;
-  const VecOps& ops = *args.ops;
   Workspace* ws = c.ws;
   const int64_t kb = args.k_block;
   const int64_t dim = p.shape.head_dim;
@@ -133,22 +337,25 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
       padded_rows ? static_cast<const char*>(c.q_tail)
                   : static_cast<const char*>(c.rows.q) + r0 * c.rows.ldq * es;
   const int64_t ldq = padded_rows ? dim : c.rows.ldq;
-  // Keys in place, then the padded tail when this block reaches it; on AMX,
-  // the packed span, whose keys past n are zeros.
-  const bool amx = op.packed_k != nullptr;
-  const bool tail = !amx && op.k_tail != nullptr && n > op.n_full;
-  const int64_t full = tail ? op.n_full : (op.whole_copy ? PaddedKeys(n) : n);
-  const int64_t cols = amx ? RoundUp(n, 32) : tail ? full + kKeyGranule : full;
-  float* scores = c.scores + r0 * c.lds;
-  if (amx) {
+  if (op.packed_k != nullptr) {
+    // AMX: the packed span, whose keys past n are zeros.
+    const int64_t cols = RoundUp(n, 32);
     if (rows % 16 != 0 || cols > kb) {
       return absl::InternalError(absl::StrCat("AMX tile of ", rows,
                                               " rows and ", cols,
                                               " keys in a key block of ", kb));
     }
-    AmxScores(reinterpret_cast<const uint16_t*>(q), ldq, rows, op.packed_k, n,
-              dim, scores, c.lds);
-  } else if (full > 0) {
+    ProcessBlockAmx(c, r0, r1, rows, k0, n, cols,
+                    reinterpret_cast<const uint16_t*>(q), ldq, op, use_bias,
+                    all_allowed);
+    return absl::OkStatus();
+  }
+  // Keys in place, then the padded tail when this block reaches it.
+  const bool tail = op.k_tail != nullptr && n > op.n_full;
+  const int64_t full = tail ? op.n_full : (op.whole_copy ? PaddedKeys(n) : n);
+  const int64_t cols = tail ? full + kKeyGranule : full;
+  float* scores = c.scores + r0 * c.lds;
+  if (full > 0) {
     const MatmulShape qk{
         rows, full, dim, ldq, op.ldk, kb, true, args.gemm_dtype, false};
     RETURN_IF_ERROR(ws->matmul->Run(qk, q, op.kp, scores));
@@ -158,48 +365,8 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
                          true, args.gemm_dtype, false};
     RETURN_IF_ERROR(ws->matmul->Run(qk, q, op.k_tail, scores + full));
   }
-
   for (int64_t r = r0; r < r1; ++r) {
-    float* s = c.scores + r * c.lds;
-    uint16_t* probs16 = bf16 ? c.probs16 + r * c.ldp : nullptr;
-    float* bias = use_bias ? c.bias : nullptr;
-    if (bias != nullptr) {
-      FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
-    }
-    const int64_t lo = all_allowed ? 0 : ws->row_lo[r] - k0;
-    const int64_t hi = all_allowed ? n : ws->row_hi[r] - k0;
-    // Two passes over the raw scores: the row's maximum, then the
-    // probabilities (written once, over the n real keys; the padding keys'
-    // are zeros).
-    const float tile_max = ops.scaled_max(s, n, p.scale, lo, hi, bias);
-    if (tile_max == kNegInf) {
-      // Nothing allowed in this block: it adds nothing to the row.
-      if (bf16) {
-        std::memset(probs16, 0, cols * sizeof(uint16_t));
-      } else {
-        std::memset(s, 0, cols * sizeof(float));
-      }
-      continue;
-    }
-    const float new_max = std::max(c.row_max[r], tile_max);
-    float sum;
-    if (bf16) {
-      sum = ops.scaled_exp_sum_bf16(s, n, p.scale, lo, hi, bias, new_max,
-                                    probs16);
-      std::memset(probs16 + n, 0, (cols - n) * sizeof(uint16_t));
-    } else {
-      sum = ops.scaled_exp_sum_f32(s, n, p.scale, lo, hi, bias, new_max, s);
-      std::memset(s + n, 0, (cols - n) * sizeof(float));
-    }
-    if (new_max != c.row_max[r]) {
-      if (c.row_max[r] != kNegInf) {
-        const float alpha = std::exp(c.row_max[r] - new_max);
-        ops.scale(c.acc + r * dv, dv, alpha);
-        c.row_sum[r] *= alpha;
-      }
-      c.row_max[r] = new_max;
-    }
-    c.row_sum[r] += sum;
+    SoftmaxRow(c, r, k0, n, cols, use_bias, all_allowed);
   }
   // The padding rows' probabilities: zeros (f32 scores of zero query rows are
   // zeros already).
@@ -213,11 +380,6 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
       bf16 ? reinterpret_cast<const char*>(c.probs16 + r0 * c.ldp)
            : reinterpret_cast<const char*>(scores);
   float* acc = c.acc + r0 * dv;
-  if (amx) {
-    AmxAccumulate(c.probs16 + r0 * c.ldp, c.ldp, rows, op.packed_v, n, dv, acc,
-                  dv);
-    return absl::OkStatus();
-  }
   if (full > 0) {
     const MatmulShape pv{rows, dv, full, kb, op.ldv, dv, false, args.gemm_dtype,
                          true};

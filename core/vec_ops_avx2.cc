@@ -1,5 +1,6 @@
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -191,9 +192,8 @@ float ScaledMax(const float* s, int64_t n, float scale, int64_t lo, int64_t hi,
 template <typename Dst, void (*Store)(__m256, Dst*, int64_t, int64_t)>
 float ScaledExpSum(const float* s, int64_t n, float scale, int64_t lo,
                    int64_t hi, const float* bias, float row_max, Dst* dst) {
-  if (lo < 0) lo = 0;
-  if (hi > n) hi = n;
-  if (hi < lo) hi = lo;
+  lo = std::clamp<int64_t>(lo, 0, n);
+  hi = std::clamp<int64_t>(hi, lo, n);
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t c = 0; c < lo; c += kLanes) {
     Store(zero, dst, c, lo - c < kLanes ? lo - c : kLanes);

@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -140,9 +141,8 @@ template <bool kForBf16, typename Dst, void (*Store)(__m512, Dst*, int64_t)>
 inline float ScaledExpSumImpl(const float* s, int64_t n, float scale,
                               int64_t lo, int64_t hi, const float* bias,
                               float row_max, Dst* dst) {
-  if (lo < 0) lo = 0;
-  if (hi > n) hi = n;
-  if (hi < lo) hi = lo;
+  lo = std::clamp<int64_t>(lo, 0, n);
+  hi = std::clamp<int64_t>(hi, lo, n);
   std::memset(dst, 0, lo * sizeof(Dst));
   std::memset(dst + hi, 0, (n - hi) * sizeof(Dst));
   constexpr float kLog2e = 1.44269504088896341f;

@@ -71,9 +71,11 @@ std::vector<Row> Rows() {
   for (const int64_t n : {1, 7, 8, 15, 16, 17, 33, 64, 100, 512}) {
     for (const float scale : {0.125f, -0.3f, 0.0f, 1.7f}) {
       for (const bool use_bias : {false, true}) {
-        // Whole, empty, clipped on both sides, inside, one element.
+        // Whole, empty, clipped on both sides, inside, one element, past
+        // either end (a chunk of a row outside the row's interval).
         const std::vector<std::pair<int64_t, int64_t>> intervals = {
-            {0, n}, {3, 3}, {-5, n + 9}, {n / 3, n - n / 4}, {n - 1, n}};
+            {0, n},     {3, 3},         {-5, n + 9}, {n / 3, n - n / 4},
+            {n - 1, n}, {n + 3, n + 9}, {-9, -2}};
         for (const auto& [lo, hi] : intervals) {
           Row r;
           r.s.resize(n);
