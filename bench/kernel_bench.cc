@@ -25,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -53,6 +54,12 @@ ABSL_FLAG(std::vector<std::string>, threads,
 ABSL_FLAG(bool, cpu_time, false,
           "Time reps by the process's CPU time, not wall time (one-thread "
           "runs on a shared machine; see docs/benchmarks.md).");
+ABSL_FLAG(int, paired, 0,
+          "Also time flash cases in this many rounds of one GEMM rep then one "
+          "flash rep, and report the median of the rounds' ratios "
+          "(paired_ratio_to_gemm; the summaries use it): on a machine whose "
+          "neighbours come and go, both sides of a ratio then see the same "
+          "moment.");
 ABSL_FLAG(std::string, max_isa, "auto",
           "Cap the engine's ISA (auto, amx, avx512, avx2): amx against avx512 "
           "compares our AMX tile products with oneDNN's on an AMX CPU.");
@@ -90,6 +97,7 @@ struct Options {
   std::string filter;
   std::vector<int> threads;
   Isa max_isa = Isa::kAuto;
+  int paired = 0;
   RepPolicy policy;
 };
 
@@ -298,6 +306,16 @@ class Benchmark {
       r["ratio_to_copy"] = Round(kv / copy, 4);
     }
 
+    if (options_.paired > 0 && spec.path == KernelPath::kFlash) {
+      ASSIGN_OR_RETURN(const PairedRatio paired, TimePaired(spec, threads, [&] {
+                         return engine.Run(inputs, outputs);
+                       }));
+      r["paired_rounds"] = options_.paired;
+      r["paired_ratio_to_gemm"] = Round(paired.median, 4);
+      r["paired_ratio_min"] = Round(paired.min, 4);
+      r["paired_ratio_max"] = Round(paired.max, 4);
+    }
+
     if (std::optional<std::string> skip = UnfusedSkipReason(spec)) {
       r["unfused_note"] = absl::StrCat("skipped: ", *skip);
     } else {
@@ -311,6 +329,34 @@ class Benchmark {
     }
     Record(std::move(r));
     return absl::OkStatus();
+  }
+
+  struct PairedRatio {
+    double median = 0, min = 0, max = 0;
+  };
+
+  // options_.paired rounds of one plain-B GEMM rep, then one rep of `run`
+  // (each after its own untimed warm-up call): the ratio of their rates per
+  // round.
+  absl::StatusOr<PairedRatio> TimePaired(
+      const CaseSpec& spec, int threads,
+      absl::FunctionRef<absl::Status()> run) {
+    RepPolicy one = options_.policy;
+    one.fixed_reps = 1;
+    std::vector<double> ratios;
+    for (int round = 0; round < options_.paired; ++round) {
+      ASSIGN_OR_RETURN(const double gemm, GemmGflops(spec.dtype, threads, one));
+      const absl::StatusOr<Timing> t = TimeMedian(one, run);
+      if (!t.ok()) return WithContext("engine Run failed: ", t.status());
+      ratios.push_back(ShapeOf(spec).dense_flops() / (t->median_us * 1e3) /
+                       gemm);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    PairedRatio p;
+    p.median = ratios[ratios.size() / 2];
+    p.min = ratios.front();
+    p.max = ratios.back();
+    return p;
   }
 
   absl::Status RunPeakRssCase(const CaseSpec& spec) {
@@ -380,7 +426,10 @@ class Benchmark {
       const Json* r = Find(name, 1);
       if (r == nullptr) continue;
       Summary(absl::StrCat("summary_ratio_to_gemm_", name, "_t1"),
-              r->at("ratio_to_gemm"), target, {name});
+              r->contains("paired_ratio_to_gemm")
+                  ? r->at("paired_ratio_to_gemm")
+                  : r->at("ratio_to_gemm"),
+              target, {name});
     }
     const Json* one = Find(kFlash2048, 1);
     const Json* two = Find(kFlash2048, 2);
@@ -431,6 +480,8 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.filter = absl::GetFlag(FLAGS_filter);
   o.policy.fixed_reps = absl::GetFlag(FLAGS_reps);
   o.policy.cpu_time = absl::GetFlag(FLAGS_cpu_time);
+  o.paired = absl::GetFlag(FLAGS_paired);
+  if (o.paired < 0) return absl::InvalidArgumentError("--paired must be >= 0");
   if (!ParseIsa(absl::GetFlag(FLAGS_max_isa), &o.max_isa)) {
     return absl::InvalidArgumentError(
         "--max_isa must be auto, amx, avx512 or avx2");
@@ -475,7 +526,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Times the attention engine against oneDNN baselines measured in the "
       "same run.\nUsage: attnserve_kernel_bench [--json] [--quick] "
-      "[--filter SUBSTR] [--reps N] [--threads 1,2] [--max_isa ISA]");
+      "[--filter SUBSTR] [--reps N] [--threads 1,2] [--max_isa ISA] "
+      "[--paired N]");
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
     return absl::EndsWith(file, "bench/kernel_bench.cc");

@@ -363,7 +363,7 @@ TEST_F(E2eAttendTest, GetServerInfoDescribesTheServer) {
       stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
   EXPECT_FALSE(info.version().empty());
   EXPECT_EQ(info.onednn_version(), OneDnnVersion());
-  EXPECT_THAT(info.isa(), ::testing::AnyOf("avx512", "avx2"));
+  EXPECT_THAT(info.isa(), ::testing::AnyOf("amx", "avx512", "avx2"));
   EXPECT_EQ(info.workers(), 1);
   EXPECT_EQ(info.threads_per_worker(), 2);
   EXPECT_EQ(info.max_queue(), 256);
