@@ -117,11 +117,11 @@ inline void ScoresBlock(const uint16_t* q, int64_t ldq, const uint16_t* kp,
 
 // One block of the accumulator: MR × NR tiles, loaded, accumulated over n32
 // keys (a multiple of 32) and stored back. vp at the block's first 16-column
-// group of packed V.
+// group of packed V, whose groups are `group` elements apart.
 template <int MR, int NR>
 inline void AccumulateBlock(const uint16_t* p, int64_t ldp, const uint16_t* vp,
-                            int64_t n32, float* acc, int64_t ldacc,
-                            AmxInterleave* between) {
+                            int64_t group, int64_t n32, float* acc,
+                            int64_t ldacc, AmxInterleave* between) {
   const int64_t c_stride = ldacc * 4;
   _tile_loadd(0, acc, c_stride);
   if constexpr (NR > 1) _tile_loadd(1, acc + 16, c_stride);
@@ -129,8 +129,6 @@ inline void AccumulateBlock(const uint16_t* p, int64_t ldp, const uint16_t* vp,
   if constexpr (MR > 1 && NR > 1)
     _tile_loadd(3, acc + 16 * ldacc + 16, c_stride);
   const int64_t a_stride = ldp * 2;
-  // A 16-column group of packed V: n32/2 rows of 16 pairs, 16·n32 elements.
-  const int64_t group = 16 * n32;
   for (int64_t t = 0; t < n32; t += 32) {
     _tile_loadd(4, p + t, a_stride);
     if constexpr (MR > 1) _tile_loadd(5, p + 16 * ldp + t, a_stride);
@@ -190,13 +188,14 @@ struct AccumulateBlocks {
   const uint16_t* p;
   int64_t ldp;
   const uint16_t* vp;
-  int64_t n32;
+  int64_t group;  // elements per 16-column group of packed V
+  int64_t n32;    // keys used, a multiple of 32
   float* acc;
   int64_t ldacc;
   AmxInterleave* between;
   template <int MR, int NR>
   void operator()(int64_t i, int64_t j) const {
-    AccumulateBlock<MR, NR>(p + i * ldp, ldp, vp + (j / 16) * 16 * n32, n32,
+    AccumulateBlock<MR, NR>(p + i * ldp, ldp, vp + (j / 16) * group, group, n32,
                             acc + i * ldacc + j, ldacc, between);
   }
 };
@@ -261,12 +260,14 @@ void AmxScores(const uint16_t* q, int64_t ldq, int64_t m,
 }
 
 void AmxAccumulate(const uint16_t* p, int64_t ldp, int64_t m,
-                   const uint16_t* packed_v, int64_t n, int64_t dv, float* acc,
-                   int64_t ldacc, AmxInterleave* between) {
+                   const uint16_t* packed_v, int64_t packed_n, int64_t n,
+                   int64_t dv, float* acc, int64_t ldacc,
+                   AmxInterleave* between) {
   _tile_loadconfig(&kConfig);
-  ForEachBlock(
-      m, dv,
-      AccumulateBlocks{p, ldp, packed_v, RoundUp(n, 32), acc, ldacc, between});
+  // A 16-column group of packed V: RoundUp(packed_n, 32)/2 rows of 16 pairs.
+  ForEachBlock(m, dv,
+               AccumulateBlocks{p, ldp, packed_v, 16 * RoundUp(packed_n, 32),
+                                RoundUp(n, 32), acc, ldacc, between});
   _tile_release();
 }
 

@@ -66,11 +66,13 @@ void AmxScores(const uint16_t* q, int64_t ldq, int64_t m,
                const uint16_t* packed_k, int64_t n, int64_t d, float* s,
                int64_t lds, AmxInterleave* between);
 
-// acc[m × dv] (row stride ldacc) += p[m × RoundUp(n, 32)] · V; the caller
-// zeroes p's columns past n. between->Step() after each step.
+// acc[m × dv] (row stride ldacc) += p[m × RoundUp(n, 32)] · V, V's first n
+// keys of the packed_n (>= n) AmxPackValues packed; the caller zeroes p's
+// columns past n. between->Step() after each step.
 void AmxAccumulate(const uint16_t* p, int64_t ldp, int64_t m,
-                   const uint16_t* packed_v, int64_t n, int64_t dv, float* acc,
-                   int64_t ldacc, AmxInterleave* between);
+                   const uint16_t* packed_v, int64_t packed_n, int64_t n,
+                   int64_t dv, float* acc, int64_t ldacc,
+                   AmxInterleave* between);
 
 }  // namespace attnserve
 

@@ -98,9 +98,11 @@ struct SpanOperands {
   // PaddedKeys(n) rows.
   bool whole_copy = false;
   // The AMX path: the span's K and V packed for the tiles (amx_products.h),
-  // read instead of all of the above.
+  // packed_n keys of them (a row group may use fewer), read instead of all of
+  // the above.
   const uint16_t* packed_k = nullptr;
   const uint16_t* packed_v = nullptr;
+  int64_t packed_n = 0;
 };
 
 // A span this small (K and V bytes) is copied whole when it needs padding:
@@ -306,7 +308,8 @@ void ProcessBlockAmx(const BlockContext& c, int64_t r0, int64_t r1,
     if (accumulate) {
       const int64_t first = r0 + (g - 2) * kGroup;
       AmxAccumulate(c.probs16 + first * c.ldp, c.ldp, group_rows(g - 2),
-                    op.packed_v, n, dv, c.acc + first * dv, dv, &softmax);
+                    op.packed_v, op.packed_n, n, dv, c.acc + first * dv, dv,
+                    &softmax);
     }
     softmax.Drain();
   }
@@ -357,11 +360,11 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
   float* scores = c.scores + r0 * c.lds;
   if (full > 0) {
     const MatmulShape qk{
-        rows, full, dim, ldq, op.ldk, kb, true, args.gemm_dtype, false};
+        rows, full, dim, ldq, op.ldk, c.lds, true, args.gemm_dtype, false};
     RETURN_IF_ERROR(ws->matmul->Run(qk, q, op.kp, scores));
   }
   if (tail) {
-    const MatmulShape qk{rows, kKeyGranule,     dim,  ldq, dim, kb,
+    const MatmulShape qk{rows, kKeyGranule,     dim,  ldq, dim, c.lds,
                          true, args.gemm_dtype, false};
     RETURN_IF_ERROR(ws->matmul->Run(qk, q, op.k_tail, scores + full));
   }
@@ -381,12 +384,12 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
            : reinterpret_cast<const char*>(scores);
   float* acc = c.acc + r0 * dv;
   if (full > 0) {
-    const MatmulShape pv{rows, dv, full, kb, op.ldv, dv, false, args.gemm_dtype,
-                         true};
+    const MatmulShape pv{
+        rows, dv, full, c.ldp, op.ldv, dv, false, args.gemm_dtype, true};
     RETURN_IF_ERROR(ws->matmul->Run(pv, probs, op.vp, acc));
   }
   if (tail) {
-    const MatmulShape pv{rows, dv,    kKeyGranule,     kb,  dv,
+    const MatmulShape pv{rows, dv,    kKeyGranule,     c.ldp, dv,
                          dv,   false, args.gemm_dtype, true};
     RETURN_IF_ERROR(ws->matmul->Run(pv, probs + full * es, op.v_tail, acc));
   }
@@ -505,6 +508,7 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
     // zeros there, so no padded copies.
     PackSpan(args, rows, k0, n, k_end, op.kp, op.ldk, op.vp, op.ldv, ws,
              &op.packed_k, &op.packed_v);
+    op.packed_n = n;
   }
   const auto Multiply = [&]() -> absl::Status {
     if (!ragged) return ProcessBlock(c, 0, m, k0, n, op, use_bias);

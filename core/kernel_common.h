@@ -120,7 +120,7 @@ const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
                         int64_t* ld_out);
 
 // A thread keeps its head's packed K and V (Workspace::packed_k) up to this
-// many bytes: 8192 keys of D = Dv = 64, a quarter of a 2 MiB L2 per 2048.
+// many bytes: 8192 keys of D = Dv = 64 (L2048 takes a quarter).
 inline constexpr int64_t kMaxPackedHeadBytes = 2 << 20;
 
 // The largest EngineOptions::q_block (rows of one tile).

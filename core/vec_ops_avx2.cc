@@ -138,20 +138,25 @@ float ExpSumF32(const float* s, int64_t n, float m, float* dst) {
   return ReduceAdd(vsum);
 }
 
+// Stores the 8 (or the first `count`) values of p as bf16 at dst + c.
+inline void StoreBf16(__m256 p, uint16_t* dst, int64_t c, int64_t count) {
+  const __m128i h = ToBFloat16(p);
+  if (count == kLanes) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c), h);
+  } else {
+    alignas(16) uint16_t tmp[kLanes];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), h);
+    std::memcpy(dst + c, tmp, count * sizeof(uint16_t));
+  }
+}
+
 float ExpSumBFloat16(const float* s, int64_t n, float m, uint16_t* dst) {
   const __m256 vm = _mm256_set1_ps(m);
   __m256 vsum = _mm256_setzero_ps();
   for (int64_t c = 0; c < n; c += kLanes) {
     const int64_t count = n - c < kLanes ? n - c : kLanes;
     const __m256 p = Exp(_mm256_sub_ps(LoadPartial(s + c, count, kNegInf), vm));
-    const __m128i h = ToBFloat16(p);
-    if (count == kLanes) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c), h);
-    } else {
-      alignas(16) uint16_t tmp[kLanes];
-      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), h);
-      std::memcpy(dst + c, tmp, count * sizeof(uint16_t));
-    }
+    StoreBf16(p, dst, c, count);
     vsum = _mm256_add_ps(vsum, p);
   }
   return ReduceAdd(vsum);
@@ -217,17 +222,6 @@ float ScaledExpSum(const float* s, int64_t n, float scale, int64_t lo,
 
 inline void StoreF32(__m256 p, float* dst, int64_t c, int64_t count) {
   StorePartial(dst + c, p, count);
-}
-
-inline void StoreBf16(__m256 p, uint16_t* dst, int64_t c, int64_t count) {
-  const __m128i h = ToBFloat16(p);
-  if (count == kLanes) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + c), h);
-  } else {
-    alignas(16) uint16_t tmp[kLanes];
-    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), h);
-    std::memcpy(dst + c, tmp, count * sizeof(uint16_t));
-  }
 }
 
 float ScaledExpSumF32(const float* s, int64_t n, float scale, int64_t lo,

@@ -113,13 +113,7 @@ inline void StoreAs(__m512 v, void* dst, DType dtype, int64_t count) {
       dtype == DType::kBFloat16
           ? ToBFloat16(v)
           : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  if (count == kLanes) {
-    _mm256_storeu_si256(static_cast<__m256i*>(dst), h);
-  } else {
-    alignas(32) uint16_t tmp[kLanes];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), h);
-    std::memcpy(dst, tmp, count * sizeof(uint16_t));
-  }
+  StoreHalves(h, static_cast<uint16_t*>(dst), count);
 }
 
 void StoreScaled(const float* src, int64_t n, float a, void* dst, DType dtype) {

@@ -135,7 +135,9 @@ inline float ScaledMaxImpl(const float* s, int64_t n, float scale, int64_t lo,
 // the rest of [0, n), each 16 (or the `count` < 16 of a tail) p stored by
 // Store(p, dst + c, count). Returns the sum of the p (before any rounding
 // Store does). kForBf16: the cheaper 2^y (Exp2ForBf16) with the scale,
-// log2 e and the maximum folded into one multiply-add; else Exp of the
+// log2 e and the maximum folded into one multiply-add (the rounding of
+// row_max · log2 e adds about 1e-7 · |row_max| to the exponent's error, the
+// order of the f32 rounding of the scaled scores themselves); else Exp of the
 // difference.
 template <bool kForBf16, typename Dst, void (*Store)(__m512, Dst*, int64_t)>
 inline float ScaledExpSumImpl(const float* s, int64_t n, float scale,

@@ -447,7 +447,16 @@ TEST(EngineTest, NewLengthsCreateNoPrimitiveAfterPrepare) {
 // must refuse kAmx; a run capped at AVX2 has no AMX path to test.
 TEST(EngineAmxTest, LengthsTo300MatchReferenceOnTiles) {
   if (CapIsa(Isa::kAmx) != Isa::kAmx) {
-    EXPECT_EQ(MakeEngine(Isa::kAmx)->isa(), Isa::kAvx2);
+    // The AVX2-capped run: the same kind of call on the capped path.
+    auto engine = MakeEngine(Isa::kAmx, 256);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_EQ(engine->isa(), Isa::kAvx2);
+    Case c;
+    c.shape = Shape{2, 2, 1, 300, 300, 64, 64};
+    c.dtype = DType::kBFloat16;
+    c.mask = MaskKind::kCausalTopLeft;
+    c.Build(3);
+    ExpectMatchesReference(*engine, c, KernelPath::kFlash);
     return;
   }
   const std::vector<Isa> isas = ::attnserve::testing::MachineIsas();
@@ -458,9 +467,11 @@ TEST(EngineAmxTest, LengthsTo300MatchReferenceOnTiles) {
               absl::StatusCode::kInvalidArgument);
     return;
   }
+  // q_block 256 and 80: row sets of several 64-row groups, which the causal
+  // diagonal and windows multiply each only as far as its own last key.
   const struct {
     int q_block, k_block;
-  } tiles[] = {{0, 512}, {48, 96}, {0, 80}};
+  } tiles[] = {{0, 512}, {256, 512}, {80, 96}, {48, 96}, {0, 80}};
   const int64_t dims[][2] = {{64, 64}, {32, 16}, {128, 48}, {96, 64}};
   for (const auto& t : tiles) {
     auto engine = MakeEngine(Isa::kAmx, t.q_block, t.k_block);
@@ -474,15 +485,25 @@ TEST(EngineAmxTest, LengthsTo300MatchReferenceOnTiles) {
                                                            : 7) {
       Case c;
       const int64_t* d = dims[l % 4];
-      c.shape = Shape{
-          1, l % 3 == 0 ? 4 : 2, 2, l, l % 2 == 1 ? l : 301 - l, d[0], d[1]};
+      // Batch 2 on even lengths: key_lengths then gives its second sequence
+      // no key at all.
+      c.shape = Shape{l % 2 == 0 ? 2 : 1,
+                      l % 3 == 0 ? 4 : 2,
+                      2,
+                      l,
+                      l % 2 == 1 ? l : 301 - l,
+                      d[0],
+                      d[1]};
       c.dtype = DType::kBFloat16;
       c.out_dtype = l % 5 == 0 ? DType::kFloat32 : DType::kBFloat16;
       c.layout = l % 4 < 2 ? Layout::kBHLD : Layout::kBLHD;
-      const MaskKind masks[] = {MaskKind::kCausalTopLeft, MaskKind::kNone,
+      const MaskKind masks[] = {MaskKind::kCausalTopLeft,
+                                MaskKind::kNone,
                                 MaskKind::kCausalBottomRight,
-                                MaskKind::kKeyLengths, MaskKind::kAll};
-      c.mask = masks[l % 5];
+                                MaskKind::kKeyLengths,
+                                MaskKind::kWindow,
+                                MaskKind::kAll};
+      c.mask = masks[l % 6];
       c.Build(static_cast<uint64_t>(l + 1000));
       SCOPED_TRACE(absl::StrCat("q_block=", t.q_block, " k_block=", t.k_block,
                                 " Lq=", c.shape.lq, " Lk=", c.shape.lk,
