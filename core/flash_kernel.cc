@@ -178,8 +178,11 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
 // its exp pass: small units, because the core looks only a few hundred
 // instructions ahead, so the tiles idle behind a long stretch of vector work
 // (B1 H16 L2048 D64, one thread: 256 keys a unit beat 128 by 3 %, and whole
-// rows a unit, 32-row groups otherwise the same, were 17 % slower). Rows from
-// r1 on are padding rows: their probabilities are zeroed.
+// rows a unit, 32-row groups otherwise the same, were 17 % slower). After a
+// row's first key block its max pass is skipped ("lazy"): exp runs against
+// the running max, and a chunk whose sum shows a score far above it makes the
+// row take this block's max and start over; the result is the same softmax.
+// Rows from r1 on are padding rows: their probabilities are zeroed.
 class InterleavedRows final : public AmxInterleave {
  public:
   InterleavedRows(const BlockContext& c, int64_t r1, int64_t k0, int64_t n,
@@ -213,6 +216,10 @@ class InterleavedRows final : public AmxInterleave {
 
  private:
   static constexpr int64_t kExpChunk = 256;
+  // A lazy chunk is redone when its sum passes e^20: some score exceeds the
+  // running max by up to 20 + ln(256) (p up to ~1e11 in f32 and bf16, whose
+  // range is f32's, at their usual relative precision), or by more.
+  static constexpr float kLazyLimit = 4.8e8f;
 
   // One unit of work; false when none is left.
   bool Unit() {
@@ -237,22 +244,31 @@ class InterleavedRows final : public AmxInterleave {
       }
       lo_ = all_allowed_ ? 0 : ws->row_lo[r] - k0_;
       hi_ = all_allowed_ ? n_ : ws->row_hi[r] - k0_;
-      const float tile_max = ops.scaled_max(s, n_, p.scale, lo_, hi_, bias_);
-      if (tile_max == kNegInf) {
-        std::memset(probs, 0, cols_ * sizeof(uint16_t));
-        ++next_;
-        return true;
-      }
-      new_max_ = std::max(c_.row_max[r], tile_max);
       sum_ = 0.0f;
       pos_ = 0;
-      return true;
+      // A row that has a maximum from earlier key blocks skips this block's
+      // max pass and takes exp against the running max (ExpChunk checks).
+      lazy_ = c_.row_max[r] != kNegInf;
+      if (lazy_) {
+        new_max_ = c_.row_max[r];
+        return true;
+      }
+      return TakeMax(r, s, probs);
     }
     // A chunk of the exp pass.
     const int64_t count = std::min(kExpChunk, n_ - pos_);
-    sum_ += ops.scaled_exp_sum_bf16(
+    const float sum = ops.scaled_exp_sum_bf16(
         s + pos_, count, p.scale, lo_ - pos_, hi_ - pos_,
         bias_ != nullptr ? bias_ + pos_ : nullptr, new_max_, probs + pos_);
+    if (lazy_ && !(sum <= kLazyLimit)) {
+      // A score beyond the running max by more than the margin (or NaN):
+      // the row again, with this block's max.
+      lazy_ = false;
+      sum_ = 0.0f;
+      pos_ = 0;
+      return TakeMax(r, s, probs);
+    }
+    sum_ += sum;
     pos_ += count;
     if (pos_ == n_) {
       std::memset(probs + n_, 0, (cols_ - n_) * sizeof(uint16_t));
@@ -263,15 +279,31 @@ class InterleavedRows final : public AmxInterleave {
     return true;
   }
 
+  // Row r's max over this block into new_max_; a row with nothing allowed
+  // here is done (zeros).
+  bool TakeMax(int64_t r, const float* s, uint16_t* probs) {
+    const float tile_max =
+        c_.args.ops->scaled_max(s, n_, c_.args.p->scale, lo_, hi_, bias_);
+    if (tile_max == kNegInf) {
+      std::memset(probs, 0, cols_ * sizeof(uint16_t));
+      pos_ = -1;
+      ++next_;
+      return true;
+    }
+    new_max_ = std::max(c_.row_max[r], tile_max);
+    return true;
+  }
+
   const BlockContext& c_;
   const int64_t r1_, k0_, n_, cols_;
   const bool use_bias_, all_allowed_;
   int64_t next_ = 0, end_ = 0, per_step_ = 1;
   // The row in progress: pos_ = -1 before its maximum, else the next key of
-  // its exp pass.
+  // its exp pass; lazy_ when new_max_ is the running max, not this block's.
   int64_t pos_ = -1, lo_ = 0, hi_ = 0;
   float* bias_ = nullptr;
   float new_max_ = 0.0f, sum_ = 0.0f;
+  bool lazy_ = false;
 };
 
 // ProcessBlock on AMX tiles, as a pipeline over groups of 32 rows: while the

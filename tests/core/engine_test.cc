@@ -513,6 +513,25 @@ TEST(EngineAmxTest, LengthsTo300MatchReferenceOnTiles) {
     }
   }
 
+  // Several key blocks with scores spread far apart (scale 8 or -3 over
+  // inputs in [-2, 2]): a later block's scores exceed a row's running max by
+  // more than the lazy max allows, and the row is redone with its block's max.
+  for (const float scale : {8.0f, -3.0f}) {
+    auto engine = MakeEngine(Isa::kAmx, 64, 96);
+    ASSERT_NE(engine, nullptr);
+    for (const MaskKind mask : {MaskKind::kNone, MaskKind::kCausalBottomRight,
+                                MaskKind::kKeyLengths}) {
+      Case c;
+      c.shape = Shape{2, 2, 1, 130, 300, 64, 64};
+      c.dtype = DType::kBFloat16;
+      c.mask = mask;
+      c.scale = scale;
+      c.Build(77);
+      SCOPED_TRACE(absl::StrCat("scale=", scale, " mask=", MaskName(mask)));
+      ExpectMatchesReference(*engine, c, KernelPath::kFlash);
+    }
+  }
+
   absl::StatusOr<MatmulCache*> cache = MatmulCache::Shared();
   ASSERT_TRUE(cache.ok());
   Case c;
