@@ -41,9 +41,9 @@ struct VecOps {
                               float row_max, float* dst);
   // As scaled_exp_sum_f32, p rounded to bf16 (nearest even) into dst; the sum
   // is of the unrounded p, whose exp may be a cheaper one (relative error
-  // below 4e-6 plus the f32 rounding of the exponent, about 2e-7 · |row_max|,
-  // as computing t in f32 already has; bf16 keeps 2^-9). Without a bias,
-  // scores of +-inf (only from infinite inputs) may give NaN.
+  // below 4e-6, plus up to 1.3e-4 near the max where |row_max| is up to
+  // 1024; bf16 keeps 2^-9). Without a bias, scores of +-inf (only from
+  // infinite inputs) may give NaN.
   float (*scaled_exp_sum_bf16)(const float* s, int64_t n, float scale,
                                int64_t lo, int64_t hi, const float* bias,
                                float row_max, uint16_t* dst);

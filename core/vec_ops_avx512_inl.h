@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -134,11 +135,12 @@ inline float ScaledMaxImpl(const float* s, int64_t n, float scale, int64_t lo,
 // The exp pass of a row: p = exp(ScaledScores - row_max) on [lo, hi), 0 on
 // the rest of [0, n), each 16 (or the `count` < 16 of a tail) p stored by
 // Store(p, dst + c, count). Returns the sum of the p (before any rounding
-// Store does). kForBf16: the cheaper 2^y (Exp2ForBf16) with the scale,
-// log2 e and the maximum folded into one multiply-add (the rounding of
-// row_max · log2 e adds about 1e-7 · |row_max| to the exponent's error, the
-// order of the f32 rounding of the scaled scores themselves); else Exp of the
-// difference.
+// Store does). kForBf16: the cheaper 2^y (Exp2ForBf16), and while |row_max|
+// <= kFoldLimit the scale, log2 e and the maximum folded into one
+// multiply-add (its rounding adds at most 1.2e-7 · |row_max| to the
+// exponent, where a score near the max matters: below 1.3e-4); past it the
+// difference first, so that no exponent is positive however large the
+// scores. Else Exp of the difference.
 template <bool kForBf16, typename Dst, void (*Store)(__m512, Dst*, int64_t)>
 inline float ScaledExpSumImpl(const float* s, int64_t n, float scale,
                               int64_t lo, int64_t hi, const float* bias,
@@ -153,8 +155,14 @@ inline float ScaledExpSumImpl(const float* s, int64_t n, float scale,
   const __m512 log2e = _mm512_set1_ps(kLog2e);
   const __m512 scale_log2e = _mm512_set1_ps(scale * kLog2e);
   const __m512 max_log2e = _mm512_set1_ps(-row_max * kLog2e);
+  constexpr float kFoldLimit = 1024.0f;
+  const bool fold = std::fabs(row_max) <= kFoldLimit;
   const auto exp = [&](int64_t c, __mmask16 m) {
     if constexpr (kForBf16) {
+      if (!fold) {
+        return Exp2ForBf16(_mm512_mul_ps(
+            _mm512_sub_ps(ScaledScores(s, bias, c, vscale, m), vmax), log2e));
+      }
       // Without a bias the scores are finite (products of finite inputs);
       // a bias may hold -inf.
       if (bias == nullptr) {
