@@ -216,9 +216,10 @@ class InterleavedRows final : public AmxInterleave {
 
  private:
   static constexpr int64_t kExpChunk = 256;
-  // A lazy chunk is redone when its sum passes e^20: some score exceeds the
-  // running max by up to 20 + ln(256) (p up to ~1e11 in f32 and bf16, whose
-  // range is f32's, at their usual relative precision), or by more.
+  // A lazy chunk stands while its sum stays at most e^20, so no score it
+  // keeps exceeds the running max by more than 20 (p up to 4.8e8: in the
+  // range of f32 and of bf16, which has f32's, at their usual relative
+  // precision); past that (or NaN) the row takes the block's max.
   static constexpr float kLazyLimit = 4.8e8f;
 
   // One unit of work; false when none is left.
@@ -247,7 +248,8 @@ class InterleavedRows final : public AmxInterleave {
       sum_ = 0.0f;
       pos_ = 0;
       // A row that has a maximum from earlier key blocks skips this block's
-      // max pass and takes exp against the running max (ExpChunk checks).
+      // max pass and takes exp against the running max (each exp chunk checks
+      // its sum against kLazyLimit).
       lazy_ = c_.row_max[r] != kNegInf;
       if (lazy_) {
         new_max_ = c_.row_max[r];
