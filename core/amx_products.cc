@@ -66,11 +66,11 @@ bool AmxUsable() {
 // Blocks (2 × 2 tiles, 1-wide at odd edges) times the 32-wide slices of the
 // reduced dimension.
 int64_t AmxScoresSteps(int64_t m, int64_t n, int64_t d) {
-  return (RoundUp(m, 32) / 32) * ((RoundUp(n, 16) + 16) / 32) * (d / 32);
+  return (RoundUp(m, 32) / 32) * (RoundUp(n, 32) / 32) * (d / 32);
 }
 
 int64_t AmxAccumulateSteps(int64_t m, int64_t n, int64_t dv) {
-  return RoundUp(m, 32) / 32 * ((dv + 31) / 32) * (RoundUp(n, 32) / 32);
+  return (RoundUp(m, 32) / 32) * (RoundUp(dv, 32) / 32) * (RoundUp(n, 32) / 32);
 }
 
 #if defined(__clang__)
@@ -84,67 +84,49 @@ int64_t AmxAccumulateSteps(int64_t m, int64_t n, int64_t dv) {
 
 namespace {
 
-// One block of the scores: MR × NR tiles of 16 × 16 (MR, NR in {1, 2}); q at
-// the block's first row, kp at its first 16-key group.
+// The C tiles of an MR × NR block (MR, NR in {1, 2}): tile 0 at c, 1 to its
+// right, 2 below it, 3 below and right; ldc in floats.
 template <int MR, int NR>
-inline void ScoresBlock(const uint16_t* q, int64_t ldq, const uint16_t* kp,
-                        int64_t d, float* s, int64_t lds,
-                        AmxInterleave* between) {
+inline void ZeroC() {
   _tile_zero(0);
   if constexpr (NR > 1) _tile_zero(1);
   if constexpr (MR > 1) _tile_zero(2);
   if constexpr (MR > 1 && NR > 1) _tile_zero(3);
-  const int64_t a_stride = ldq * 2;
-  // A 16-key group of packed K: d/2 rows of 16 pairs, 16·d elements.
-  const int64_t group = 16 * d;
-  for (int64_t t = 0; t < d; t += 32) {
-    _tile_loadd(4, q + t, a_stride);
-    if constexpr (MR > 1) _tile_loadd(5, q + 16 * ldq + t, a_stride);
-    _tile_loadd(6, kp + 16 * t, 64);
-    if constexpr (NR > 1) _tile_loadd(7, kp + group + 16 * t, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    if constexpr (NR > 1) _tile_dpbf16ps(1, 4, 7);
-    if constexpr (MR > 1) _tile_dpbf16ps(2, 5, 6);
-    if constexpr (MR > 1 && NR > 1) _tile_dpbf16ps(3, 5, 7);
-    between->Step();
-  }
-  const int64_t c_stride = lds * 4;
-  _tile_stored(0, s, c_stride);
-  if constexpr (NR > 1) _tile_stored(1, s + 16, c_stride);
-  if constexpr (MR > 1) _tile_stored(2, s + 16 * lds, c_stride);
-  if constexpr (MR > 1 && NR > 1) _tile_stored(3, s + 16 * lds + 16, c_stride);
 }
 
-// One block of the accumulator: MR × NR tiles, loaded, accumulated over n32
-// keys (a multiple of 32) and stored back. vp at the block's first 16-column
-// group of packed V, whose groups are `group` elements apart.
 template <int MR, int NR>
-inline void AccumulateBlock(const uint16_t* p, int64_t ldp, const uint16_t* vp,
-                            int64_t group, int64_t n32, float* acc,
-                            int64_t ldacc, AmxInterleave* between) {
-  const int64_t c_stride = ldacc * 4;
-  _tile_loadd(0, acc, c_stride);
-  if constexpr (NR > 1) _tile_loadd(1, acc + 16, c_stride);
-  if constexpr (MR > 1) _tile_loadd(2, acc + 16 * ldacc, c_stride);
-  if constexpr (MR > 1 && NR > 1)
-    _tile_loadd(3, acc + 16 * ldacc + 16, c_stride);
-  const int64_t a_stride = ldp * 2;
-  for (int64_t t = 0; t < n32; t += 32) {
-    _tile_loadd(4, p + t, a_stride);
-    if constexpr (MR > 1) _tile_loadd(5, p + 16 * ldp + t, a_stride);
-    _tile_loadd(6, vp + 16 * t, 64);
-    if constexpr (NR > 1) _tile_loadd(7, vp + group + 16 * t, 64);
+inline void LoadC(const float* c, int64_t ldc) {
+  _tile_loadd(0, c, ldc * 4);
+  if constexpr (NR > 1) _tile_loadd(1, c + 16, ldc * 4);
+  if constexpr (MR > 1) _tile_loadd(2, c + 16 * ldc, ldc * 4);
+  if constexpr (MR > 1 && NR > 1) _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+}
+
+template <int MR, int NR>
+inline void StoreC(float* c, int64_t ldc) {
+  _tile_stored(0, c, ldc * 4);
+  if constexpr (NR > 1) _tile_stored(1, c + 16, ldc * 4);
+  if constexpr (MR > 1) _tile_stored(2, c + 16 * ldc, ldc * 4);
+  if constexpr (MR > 1 && NR > 1) _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+}
+
+// C += A · B over the 32-wide slices t of the reduced dimension [0, k):
+// A tiles from a + t (rows, ld lda elements), B tiles from b + 16·t (the
+// first column group) and b + b_group + 16·t (the second), packed 64 bytes
+// a row; between->Step() after each slice.
+template <int MR, int NR>
+inline void MultiplyBlock(const uint16_t* a, int64_t lda, const uint16_t* b,
+                          int64_t b_group, int64_t k, AmxInterleave* between) {
+  for (int64_t t = 0; t < k; t += 32) {
+    _tile_loadd(4, a + t, lda * 2);
+    if constexpr (MR > 1) _tile_loadd(5, a + 16 * lda + t, lda * 2);
+    _tile_loadd(6, b + 16 * t, 64);
+    if constexpr (NR > 1) _tile_loadd(7, b + b_group + 16 * t, 64);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (NR > 1) _tile_dpbf16ps(1, 4, 7);
     if constexpr (MR > 1) _tile_dpbf16ps(2, 5, 6);
     if constexpr (MR > 1 && NR > 1) _tile_dpbf16ps(3, 5, 7);
     between->Step();
-  }
-  _tile_stored(0, acc, c_stride);
-  if constexpr (NR > 1) _tile_stored(1, acc + 16, c_stride);
-  if constexpr (MR > 1) _tile_stored(2, acc + 16 * ldacc, c_stride);
-  if constexpr (MR > 1 && NR > 1) {
-    _tile_stored(3, acc + 16 * ldacc + 16, c_stride);
   }
 }
 
@@ -169,6 +151,8 @@ inline void ForEachBlock(int64_t m, int64_t cols, const Block& block) {
   }
 }
 
+// One MR × NR block of the scores at row i, key j: q's rows against packed
+// K's 16-key groups (d/2 rows of 16 pairs, 16·d elements each).
 struct ScoresBlocks {
   const uint16_t* q;
   int64_t ldq;
@@ -179,24 +163,31 @@ struct ScoresBlocks {
   AmxInterleave* between;
   template <int MR, int NR>
   void operator()(int64_t i, int64_t j) const {
-    ScoresBlock<MR, NR>(q + i * ldq, ldq, kp + (j / 16) * 16 * d, d,
-                        s + i * lds + j, lds, between);
+    ZeroC<MR, NR>();
+    MultiplyBlock<MR, NR>(q + i * ldq, ldq, kp + (j / 16) * 16 * d, 16 * d, d,
+                          between);
+    StoreC<MR, NR>(s + i * lds + j, lds);
   }
 };
 
+// One MR × NR block of the accumulator at row i, column j: p's rows against
+// packed V's 16-column groups, `group` elements apart, over n32 keys.
 struct AccumulateBlocks {
   const uint16_t* p;
   int64_t ldp;
   const uint16_t* vp;
-  int64_t group;  // elements per 16-column group of packed V
-  int64_t n32;    // keys used, a multiple of 32
+  int64_t group;
+  int64_t n32;
   float* acc;
   int64_t ldacc;
   AmxInterleave* between;
   template <int MR, int NR>
   void operator()(int64_t i, int64_t j) const {
-    AccumulateBlock<MR, NR>(p + i * ldp, ldp, vp + (j / 16) * group, group, n32,
-                            acc + i * ldacc + j, ldacc, between);
+    float* c = acc + i * ldacc + j;
+    LoadC<MR, NR>(c, ldacc);
+    MultiplyBlock<MR, NR>(p + i * ldp, ldp, vp + (j / 16) * group, group, n32,
+                          between);
+    StoreC<MR, NR>(c, ldacc);
   }
 };
 

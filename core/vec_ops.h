@@ -14,7 +14,6 @@
 namespace attnserve {
 
 struct VecOps {
-  Isa isa;
   // For c in [0, n): s[c] = s[c] * scale + (bias ? bias[c] : 0) when lo <= c <
   // hi, -inf otherwise. Returns the maximum of the result (-inf if none is
   // larger).
@@ -33,9 +32,9 @@ struct VecOps {
   float (*scaled_max)(const float* s, int64_t n, float scale, int64_t lo,
                       int64_t hi, const float* bias);
   // p[c] = exp(t[c] - row_max) for c in [0, n), written as f32 (dst may alias
-  // s); returns the sum of the p. Outside [lo, hi) p is exactly 0; the
-  // maximum gives 1 within 1e-6 (t - row_max may be formed in one fused
-  // rounding). row_max must be finite.
+  // s); returns the sum of the p. Outside [lo, hi) p is exactly 0, and the
+  // maximum gives exactly 1 (t is rounded as scaled_max rounds it).
+  // row_max must be finite.
   float (*scaled_exp_sum_f32)(const float* s, int64_t n, float scale,
                               int64_t lo, int64_t hi, const float* bias,
                               float row_max, float* dst);

@@ -126,18 +126,6 @@ float ScaleMaskMax(float* s, int64_t n, float scale, int64_t lo, int64_t hi,
   return ReduceMax(vmax);
 }
 
-float ExpSumF32(const float* s, int64_t n, float m, float* dst) {
-  const __m256 vm = _mm256_set1_ps(m);
-  __m256 vsum = _mm256_setzero_ps();
-  for (int64_t c = 0; c < n; c += kLanes) {
-    const int64_t count = n - c < kLanes ? n - c : kLanes;
-    const __m256 p = Exp(_mm256_sub_ps(LoadPartial(s + c, count, kNegInf), vm));
-    StorePartial(dst + c, p, count);
-    vsum = _mm256_add_ps(vsum, p);
-  }
-  return ReduceAdd(vsum);
-}
-
 // Stores the 8 (or the first `count`) values of p as bf16 at dst + c.
 inline void StoreBf16(__m256 p, uint16_t* dst, int64_t c, int64_t count) {
   const __m128i h = ToBFloat16(p);
@@ -148,18 +136,6 @@ inline void StoreBf16(__m256 p, uint16_t* dst, int64_t c, int64_t count) {
     _mm_store_si128(reinterpret_cast<__m128i*>(tmp), h);
     std::memcpy(dst + c, tmp, count * sizeof(uint16_t));
   }
-}
-
-float ExpSumBFloat16(const float* s, int64_t n, float m, uint16_t* dst) {
-  const __m256 vm = _mm256_set1_ps(m);
-  __m256 vsum = _mm256_setzero_ps();
-  for (int64_t c = 0; c < n; c += kLanes) {
-    const int64_t count = n - c < kLanes ? n - c : kLanes;
-    const __m256 p = Exp(_mm256_sub_ps(LoadPartial(s + c, count, kNegInf), vm));
-    StoreBf16(p, dst, c, count);
-    vsum = _mm256_add_ps(vsum, p);
-  }
-  return ReduceAdd(vsum);
 }
 
 // s[c..c+8) * scale (+ bias) for the first `count` lanes, -inf for the rest.
@@ -222,6 +198,16 @@ float ScaledExpSum(const float* s, int64_t n, float scale, int64_t lo,
 
 inline void StoreF32(__m256 p, float* dst, int64_t c, int64_t count) {
   StorePartial(dst + c, p, count);
+}
+
+// The plain exp passes (VecOps::exp_sum_*): the scaled pass at scale 1 over
+// the whole row.
+float ExpSumF32(const float* s, int64_t n, float m, float* dst) {
+  return ScaledExpSum<float, StoreF32>(s, n, 1.0f, 0, n, nullptr, m, dst);
+}
+
+float ExpSumBFloat16(const float* s, int64_t n, float m, uint16_t* dst) {
+  return ScaledExpSum<uint16_t, StoreBf16>(s, n, 1.0f, 0, n, nullptr, m, dst);
 }
 
 float ScaledExpSumF32(const float* s, int64_t n, float scale, int64_t lo,
@@ -347,10 +333,10 @@ float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx2VecOps() {
-  static const VecOps ops = {Isa::kAvx2,       ScaleMaskMax,  ExpSumF32,
-                             ExpSumBFloat16,   ScaledMax,     ScaledExpSumF32,
-                             ScaledExpSumBf16, Scale,         StoreScaled,
-                             LoadRow,          ToBFloat16Row, TanhDot};
+  static const VecOps ops = {ScaleMaskMax,  ExpSumF32,       ExpSumBFloat16,
+                             ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
+                             Scale,         StoreScaled,     LoadRow,
+                             ToBFloat16Row, TanhDot};
   return ops;
 }
 

@@ -50,46 +50,6 @@ float ScaleMaskMax(float* s, int64_t n, float scale, int64_t lo, int64_t hi,
   return _mm512_reduce_max_ps(vmax);
 }
 
-float ExpSumF32(const float* s, int64_t n, float m, float* dst) {
-  const __m512 vm = _mm512_set1_ps(m);
-  __m512 vsum = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes) {
-    const __m512 p = Exp(_mm512_sub_ps(_mm512_loadu_ps(s + c), vm));
-    _mm512_storeu_ps(dst + c, p);
-    vsum = _mm512_add_ps(vsum, p);
-  }
-  if (c < n) {
-    const __mmask16 mask = TailMask(n - c);
-    const __m512 p = _mm512_maskz_mov_ps(
-        mask, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + c), vm)));
-    _mm512_mask_storeu_ps(dst + c, mask, p);
-    vsum = _mm512_add_ps(vsum, p);
-  }
-  return _mm512_reduce_add_ps(vsum);
-}
-
-float ExpSumBFloat16(const float* s, int64_t n, float m, uint16_t* dst) {
-  const __m512 vm = _mm512_set1_ps(m);
-  __m512 vsum = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes) {
-    const __m512 p = Exp(_mm512_sub_ps(_mm512_loadu_ps(s + c), vm));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), ToBFloat16(p));
-    vsum = _mm512_add_ps(vsum, p);
-  }
-  if (c < n) {
-    const __mmask16 mask = TailMask(n - c);
-    const __m512 p = _mm512_maskz_mov_ps(
-        mask, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + c), vm)));
-    alignas(32) uint16_t tmp[kLanes];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), ToBFloat16(p));
-    std::memcpy(dst + c, tmp, (n - c) * sizeof(uint16_t));
-    vsum = _mm512_add_ps(vsum, p);
-  }
-  return _mm512_reduce_add_ps(vsum);
-}
-
 void Scale(float* x, int64_t n, float a) {
   const __m512 va = _mm512_set1_ps(a);
   int64_t c = 0;
@@ -200,6 +160,18 @@ inline void StoreBf16Rounded(__m512 p, uint16_t* dst, int64_t count) {
   StoreHalves(ToBFloat16(p), dst, count);
 }
 
+// The plain exp passes (VecOps::exp_sum_*): the scaled pass at scale 1 over
+// the whole row, with the accurate Exp (rows may hold -inf).
+float ExpSumF32(const float* s, int64_t n, float m, float* dst) {
+  return ScaledExpSumImpl<false, float, StoreF32>(s, n, 1.0f, 0, n, nullptr, m,
+                                                  dst);
+}
+
+float ExpSumBFloat16(const float* s, int64_t n, float m, uint16_t* dst) {
+  return ScaledExpSumImpl<false, uint16_t, StoreBf16Rounded>(s, n, 1.0f, 0, n,
+                                                             nullptr, m, dst);
+}
+
 float ScaledExpSumBf16(const float* s, int64_t n, float scale, int64_t lo,
                        int64_t hi, const float* bias, float row_max,
                        uint16_t* dst) {
@@ -218,10 +190,10 @@ float ScaledExpSumBf16(const float* s, int64_t n, float scale, int64_t lo,
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx512FVecOps() {
-  static const VecOps ops = {Isa::kAvx512,     ScaleMaskMax,  ExpSumF32,
-                             ExpSumBFloat16,   ScaledMax,     ScaledExpSumF32,
-                             ScaledExpSumBf16, Scale,         StoreScaled,
-                             LoadRow,          ToBFloat16Row, TanhDot};
+  static const VecOps ops = {ScaleMaskMax,  ExpSumF32,       ExpSumBFloat16,
+                             ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
+                             Scale,         StoreScaled,     LoadRow,
+                             ToBFloat16Row, TanhDot};
   return ops;
 }
 

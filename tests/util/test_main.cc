@@ -1,7 +1,9 @@
+#include <cctype>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
-#include "core/amx_products.h"
+#include "core/vec_ops.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_env.h"
 
@@ -16,25 +18,20 @@ Isa CapIsa(Isa isa) { return g_max_isa == Isa::kAvx2 ? Isa::kAvx2 : isa; }
 
 std::vector<Isa> MachineIsas() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) {
-    if (AmxUsable()) return {Isa::kAmx, Isa::kAvx512, Isa::kAvx2};
-    return {Isa::kAvx512, Isa::kAvx2};
+  switch (DetectIsa()) {
+    case Isa::kAmx:
+      return {Isa::kAmx, Isa::kAvx512, Isa::kAvx2};
+    case Isa::kAvx512:
+      return {Isa::kAvx512, Isa::kAvx2};
+    default:
+      return {Isa::kAvx2};
   }
-  return {Isa::kAvx2};
 }
 
 std::string IsaLabel(Isa isa) {
-  switch (isa) {
-    case Isa::kAmx:
-      return "Amx";
-    case Isa::kAvx512:
-      return "Avx512";
-    case Isa::kAvx2:
-      return "Avx2";
-    case Isa::kAuto:
-      break;
-  }
-  return "Auto";
+  std::string label(IsaName(isa));
+  label[0] = static_cast<char>(std::toupper(label[0]));
+  return label;
 }
 
 }  // namespace attnserve::testing
