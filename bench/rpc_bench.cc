@@ -9,7 +9,6 @@
 // parts are each used once and read in order; its reusable pieces live in
 // bench/rpc_load.h and bench/echo_service.h.
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +45,7 @@
 #include "bench/timing.h"
 #include "core/attention.h"
 #include "core/status_macros.h"
+#include "server/malloc_policy.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 
@@ -80,9 +80,9 @@ ABSL_FLAG(bool, mutex_deadlock_detection, true,
           "whole process (Debian's Abseil is built without NDEBUG, so it is "
           "on, as in the attnserve binary).");
 ABSL_FLAG(bool, malloc_keep_freed, false,
-          "Diagnostic: keep freed memory in the process (mallopt "
-          "M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD 1 GiB, M_TOP_PAD 64 MiB) "
-          "instead of glibc's default of returning large blocks to the OS.");
+          "Diagnostic: the attnserve binary's heap settings "
+          "(server/malloc_policy.h: freed memory kept in the process, at most "
+          "two heaps) instead of glibc's defaults.");
 ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
 ABSL_FLAG(double, small_request_flops, 1e6,
           "attnserve's --small_request_flops (0 turns the small-request path "
@@ -290,11 +290,8 @@ class Benchmark {
     if (!options_.mutex_deadlock_detection) {
       absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
     }
-    if (options_.malloc_keep_freed &&
-        !(mallopt(M_MMAP_THRESHOLD, 32 << 20) &&
-          mallopt(M_TRIM_THRESHOLD, 1 << 30) && mallopt(M_TOP_PAD, 64 << 20))) {
-      return absl::InternalError("mallopt failed");
-    }
+    if (options_.malloc_keep_freed)
+      RETURN_IF_ERROR(server::ApplyMallocPolicy());
     ASSIGN_OR_RETURN(echo_, EchoServer::Start(EchoServerOptions()));
     EmitRunInfo();
     for (const RpcCase& c : cases) {

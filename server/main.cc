@@ -1,6 +1,5 @@
 // attnserve: the attention gRPC server. Flags are read here and nowhere else.
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -16,6 +15,7 @@
 #include "core/attention.h"
 #include "grpc/grpc.h"
 #include "server/log.h"
+#include "server/malloc_policy.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -138,12 +138,11 @@ int main(int argc, char** argv) {
     execv("/proc/self/exe",
           argv);  // returns only on failure: carry on spinning
   }
-  // Keep freed memory for the next call: glibc otherwise unmaps every multi-MB
-  // request and response buffer and page-faults it back in on the next call.
-  // The cost: the process stays at its peak memory use (docs/operations.md).
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
+  // Keep freed memory for the next call, in at most two heaps (the cost:
+  // the process stays at its peak memory use; docs/operations.md).
+  if (absl::Status s = attnserve::server::ApplyMallocPolicy(); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
 
   absl::SetProgramUsageMessage("attnserve: attention over gRPC. Flags:");
   absl::ParseCommandLine(argc, argv);
