@@ -36,6 +36,7 @@
 #include "model/attention_layer.h"
 #include "model/model_weights.h"
 #include "nlohmann/json.hpp"
+#include "server/malloc_policy.h"
 
 ABSL_FLAG(int, lengths, 40, "New lengths per sweep (distinct, in [64, 1024]).");
 ABSL_FLAG(int, repeats, 5,
@@ -49,6 +50,10 @@ ABSL_FLAG(bool, worker_warm_up, true,
           "Warm each fresh worker thread up before its first layer call, as "
           "a server's workers do (false: the first call pays the set-up).");
 ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
+ABSL_FLAG(bool, server_heap, true,
+          "The attnserve binary's heap settings (server/malloc_policy.h: freed "
+          "memory kept in the process), as in the server whose workers the "
+          "bench stands for; false: glibc's defaults.");
 
 namespace attnserve::bench {
 namespace {
@@ -341,6 +346,7 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
       r["threads"] = 1;
       r["load_ms"] = Round(load_ms, 2);
       r["worker_warm_up"] = absl::GetFlag(FLAGS_worker_warm_up);
+      r["server_heap"] = absl::GetFlag(FLAGS_server_heap);
       r["worker_warm_up_ms"] = Round(warm_up_ms, 2);
       r["thread_cpu_first_call_us"] = Round(first[0].thread_cpu_us, 1);
       r["thread_cpu_l200_first_us"] = Round(first[1].thread_cpu_us, 1);
@@ -462,7 +468,11 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const absl::Status status = attnserve::bench::Run();
+  absl::Status status = absl::OkStatus();
+  if (absl::GetFlag(FLAGS_server_heap)) {
+    status = attnserve::server::ApplyMallocPolicy();
+  }
+  if (status.ok()) status = attnserve::bench::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "attnserve_shape_bench: %s\n",
                  std::string(status.message()).c_str());

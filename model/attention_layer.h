@@ -82,7 +82,12 @@ class AttentionLayer {
   // the engine's threads, the thread's oneDNN stream and scratch, the
   // engine's workspaces, the first touch of the thread's malloc arena) is
   // paid here and not by a request: a server's worker runs it for every
-  // hosted layer before it takes tasks. Same errors as Run.
+  // hosted layer before it takes tasks. Before the call it touches and frees
+  // twice the heap a call of 1024 rows works in (2 × WorkingBytes, at most
+  // 32 MiB: the call's buffers, its input and output and the gaps between
+  // them): where freed memory stays in the process, as in the server, a
+  // later call with more rows than any before it then finds its buffers'
+  // pages resident instead of page-faulting them in. Same errors as Run.
   absl::Status WarmUp(AttentionEngine& engine) const;
 
   // FLOPs of a call of `shape` (as Validate returns it): projections,
