@@ -75,10 +75,10 @@ ABSL_FLAG(int, tput_threads, 1,
 ABSL_FLAG(int, latency_threads, 0,
           "threads_per_worker of attnserve (one worker) in the latency cases; "
           "0 = all available CPUs.");
-ABSL_FLAG(bool, mutex_deadlock_detection, true,
-          "Diagnostic: false turns off absl::Mutex deadlock detection for the "
+ABSL_FLAG(bool, mutex_deadlock_detection, false,
+          "Diagnostic: true leaves absl::Mutex deadlock detection on for the "
           "whole process (Debian's Abseil is built without NDEBUG, so it is "
-          "on, as in the attnserve binary).");
+          "on unless turned off; the attnserve binary turns it off).");
 ABSL_FLAG(bool, malloc_keep_freed, false,
           "Diagnostic: the attnserve binary's heap settings "
           "(server/malloc_policy.h: freed memory kept in the process, at most "
@@ -118,7 +118,7 @@ struct Options {
   int tput_workers = 0;
   int tput_threads = 0;
   int latency_threads = 0;
-  bool mutex_deadlock_detection = true;
+  bool mutex_deadlock_detection = false;
   bool malloc_keep_freed = false;
   std::string filter;
   double small_request_flops = 0;
@@ -821,7 +821,7 @@ int main(int argc, char** argv) {
       "[--json] [--quick] [--duration S] [--slice S] [--reps N] "
       "[--min_calls N] [--channels N] [--tput_workers N] [--tput_threads N] "
       "[--latency_threads N] [--filter SUBSTR] [--malloc_keep_freed] "
-      "[--nomutex_deadlock_detection] [--small_request_flops F] "
+      "[--mutex_deadlock_detection] [--small_request_flops F] "
       "[--noinline_small] [--batch_max_size N]");
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {

@@ -11,6 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/attention.h"
 #include "grpc/grpc.h"
@@ -143,6 +144,12 @@ int main(int argc, char** argv) {
   if (absl::Status s = attnserve::server::ApplyMallocPolicy(); !s.ok()) {
     return Fail(std::string(s.message()));
   }
+
+  // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock
+  // detection on: a lock-order graph updated on every lock, gRPC's included
+  // (~5 % of the CPU samples of tiny calls at concurrency 32; the test
+  // binaries keep it; docs/benchmarks.md, "RPC benchmark").
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   absl::SetProgramUsageMessage("attnserve: attention over gRPC. Flags:");
   absl::ParseCommandLine(argc, argv);
