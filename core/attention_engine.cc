@@ -164,7 +164,8 @@ class Engine final : public AttentionEngine {
   absl::Status Prepare(const AttentionInputs& like) override {
     ASSIGN_OR_RETURN(Problem p, ResolveProblem(like));
     if (p.method != AttentionMethod::kSoftmax) return absl::OkStatus();
-    // The flash tiles of kernel_common.h's "Tile shapes", for every Lq and Lk:
+    // The flash tiles of kernel_common.h's "Tile shapes" (which the
+    // materialized kernel uses too), for every Lq and Lk:
     // full query blocks and row groups read the queries in place, padded row
     // groups and the decode kernel's gathered rows a dense copy (ld = D); key
     // spans of whole granules read K and V in place, a padded tail a dense

@@ -430,20 +430,6 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
   return absl::OkStatus();
 }
 
-// `rows` rows of `cols` elements (product type) at `src`, row stride `ld`,
-// copied densely into `buffer` and followed by zero rows up to `padded`.
-const void* PaddedCopy(const void* src, int64_t ld, int64_t rows,
-                       int64_t padded, int64_t cols, size_t es,
-                       ScratchBuffer* buffer) {
-  char* dst = buffer->Get<char>(padded * cols * es);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + r * cols * es,
-                static_cast<const char*>(src) + r * ld * es, cols * es);
-  }
-  std::memset(dst + rows * cols * es, 0, (padded - rows) * cols * es);
-  return dst;
-}
-
 // AMX: keys [k0, k0 + n) of the set's kv head (rows at kp, vp) packed for the
 // tiles. A whole key block (k0 on a block, n = all its keys) is packed into
 // the thread's copy of the head (Workspace::packed_k) once per Run, when the

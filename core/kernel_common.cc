@@ -1,6 +1,7 @@
 #include "core/kernel_common.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/convert.h"
@@ -22,6 +23,18 @@ const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
     args.ops->load(ElementPtr(src, r * ld, dtype), dtype, cols, dst + r * cols);
   }
   *ld_out = cols;
+  return dst;
+}
+
+const void* PaddedCopy(const void* src, int64_t ld, int64_t rows,
+                       int64_t padded, int64_t cols, size_t es,
+                       ScratchBuffer* buffer) {
+  char* dst = buffer->Get<char>(padded * cols * es);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dst + r * cols * es,
+                static_cast<const char*>(src) + r * ld * es, cols * es);
+  }
+  std::memset(dst + rows * cols * es, 0, (padded - rows) * cols * es);
   return dst;
 }
 

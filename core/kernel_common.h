@@ -119,6 +119,12 @@ const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
                         int64_t rows, int64_t cols, ScratchBuffer* buffer,
                         int64_t* ld_out);
 
+// `rows` rows of `cols` elements of `es` bytes at `src`, row stride `ld`,
+// copied densely into `buffer` and followed by zero rows up to `padded`.
+const void* PaddedCopy(const void* src, int64_t ld, int64_t rows,
+                       int64_t padded, int64_t cols, size_t es,
+                       ScratchBuffer* buffer);
+
 // A thread keeps its head's packed K and V (Workspace::packed_k) up to this
 // many bytes: 8192 keys of D = Dv = 64 (L2048 takes a quarter).
 inline constexpr int64_t kMaxPackedHeadBytes = 2 << 20;

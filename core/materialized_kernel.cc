@@ -1,7 +1,13 @@
-// The materialized kernel (weights requested): the scores of a block of query
-// rows are written straight into their rows of the weights tensor, the exact
-// softmax runs in place there, and one P·V product per key block follows while
-// the rows are hot.
+// The materialized kernel (weights requested). A block of query rows at a
+// time: the scores of each key block are multiplied into a tile and copied
+// into the rows of the weights tensor, the exact softmax runs in place there,
+// and P·V follows per key block from the weights copied back into a tile.
+// The products keep the flash kernel's tile shapes (kernel_common.h, "Tile
+// shapes": row groups of kRowGranule rows, key blocks of k_block keys or
+// multiples of kKeyGranule, tiles of row stride k_block), and ragged row
+// groups and key blocks are multiplied from zero-padded copies, so that a new
+// Lq or Lk creates no product primitive (AttentionEngine::Prepare makes them
+// all).
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +20,42 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// One key block's K or V rows as the products read them.
+struct KeyOperand {
+  const void* data = nullptr;
+  int64_t ld = 0;
+  int64_t keys = 0;  // multiplied: the block's n, or n padded with zero rows
+};
+
+// Keys [k0, k0 + n) of `src` (row stride ld, rows of `width` elements) as the
+// product operand type: in place where n is a tile width (k_block, or a
+// multiple of kKeyGranule), else from a copy zero-padded to PaddedKeys(n)
+// rows when that fits the tile (a k_block off the granule may not: then the
+// exact length, as in the flash kernel).
+KeyOperand KeyRows(const KernelArgs& args, const void* src, int64_t ld,
+                   int64_t n, int64_t width, ScratchBuffer* converted,
+                   ScratchBuffer* padded) {
+  KeyOperand op;
+  op.data = OperandRows(args, src, ld, n, width, converted, &op.ld);
+  op.keys = n;
+  if (n != args.k_block && n % kKeyGranule != 0 &&
+      PaddedKeys(n) <= args.k_block) {
+    op.keys = PaddedKeys(n);
+    op.data = PaddedCopy(op.data, op.ld, n, op.keys, width,
+                         DTypeSize(args.gemm_dtype), padded);
+    op.ld = width;
+  }
+  return op;
+}
+
+// Row group [g0, g0 + count) of a block's query rows (q, row stride ldq):
+// whole groups in place, the last, shorter one from its zero-padded copy.
+struct RowGroup {
+  const void* q = nullptr;
+  int64_t ldq = 0;
+  int64_t rows = 0;  // multiplied: count, or padded to PaddedRows(count)
+};
+
 }  // namespace
 
 absl::Status RunMaterialized(const KernelArgs& args,
@@ -24,9 +66,11 @@ absl::Status RunMaterialized(const KernelArgs& args,
   const int64_t qb = args.q_block;
   const int64_t kb = args.k_block;
   const int64_t lk = s.k_len;
+  const int64_t d = s.head_dim;
   const int64_t dv = s.value_dim;
   const int64_t q_blocks = (s.q_len + qb - 1) / qb;
   const bool bf16 = args.gemm_dtype == DType::kBFloat16;
+  const size_t es = DTypeSize(args.gemm_dtype);
   const int64_t items = s.batch * s.q_heads * q_blocks;
 
   return ParallelFor(
@@ -53,8 +97,9 @@ absl::Status RunMaterialized(const KernelArgs& args,
             hi_all = std::max(hi_all, hi[r]);
           }
         }
-        float* acc = w->acc.Get<float>(m * dv);
-        std::fill(acc, acc + m * dv, 0.0f);
+        // Room for the padding rows of the last row group.
+        float* acc = w->acc.Get<float>((m + kRowPad) * dv);
+        std::fill(acc, acc + (m + kRowPad) * dv, 0.0f);
         if (lo_all >= hi_all) {
           // Lk = 0 leaves weights empty (and possibly null): nothing to clear.
           if (lk > 0) std::memset(weights, 0, m * lk * sizeof(float));
@@ -64,20 +109,45 @@ absl::Status RunMaterialized(const KernelArgs& args,
               lk, (hi_all + kKeyGranule - 1) / kKeyGranule * kKeyGranule);
           const int64_t span = span_end - span_begin;
           int64_t ldq;
-          const void* q = OperandRows(
+          const char* q = static_cast<const char*>(OperandRows(
               args, ElementPtr(p.q, p.q_strides.offset(b, h, i0), p.dtype),
-              p.q_strides.row, m, s.head_dim, &w->q, &ldq);
+              p.q_strides.row, m, d, &w->q, &ldq));
+          const int64_t whole = m / kRowGranule * kRowGranule;
+          const void* q_tail =
+              whole < m ? PaddedCopy(q + whole * ldq * es, ldq, m - whole,
+                                     PaddedRows(m - whole), d, es, &w->q_tail)
+                        : nullptr;
+          const auto group = [&](int64_t g0) {
+            const int64_t count = std::min(kRowGranule, m - g0);
+            if (count == kRowGranule) {
+              return RowGroup{q + g0 * ldq * es, ldq, count};
+            }
+            return RowGroup{q_tail, d, PaddedRows(count)};
+          };
+          float* tile = w->scores.Get<float>(kRowGranule * kb);
+
+          // Scores, through the tile into the weights rows.
           for (int64_t k0 = span_begin; k0 < span_end; k0 += kb) {
             const int64_t n = std::min(kb, span_end - k0);
-            int64_t ldk;
-            const void* kp = OperandRows(
+            const KeyOperand k = KeyRows(
                 args, ElementPtr(p.k, p.k_strides.offset(b, hkv, k0), p.dtype),
-                p.k_strides.row, n, s.head_dim, &w->k, &ldk);
-            MatmulShape qk{m,  n,    s.head_dim,      ldq,  ldk,
-                           lk, true, args.gemm_dtype, false};
-            absl::Status st = w->matmul->Run(qk, q, kp, weights + k0);
-            if (!st.ok()) return st;
+                p.k_strides.row, n, d, &w->k, &w->k_tail);
+            for (int64_t g0 = 0; g0 < m; g0 += kRowGranule) {
+              const RowGroup g = group(g0);
+              const MatmulShape qk{g.rows, k.keys, d,    g.ldq,
+                                   k.ld,   kb,     true, args.gemm_dtype,
+                                   false};
+              absl::Status st = w->matmul->Run(qk, g.q, k.data, tile);
+              if (!st.ok()) return st;
+              const int64_t count = std::min(kRowGranule, m - g0);
+              for (int64_t r = 0; r < count; ++r) {
+                std::memcpy(weights + (g0 + r) * lk + k0, tile + r * kb,
+                            n * sizeof(float));
+              }
+            }
           }
+
+          // The exact softmax of each row, in place.
           float* bias =
               p.has_elementwise_mask() ? w->bias.Get<float>(span) : nullptr;
           for (int64_t r = 0; r < m; ++r) {
@@ -96,26 +166,38 @@ absl::Status RunMaterialized(const KernelArgs& args,
             const float sum = ops.exp_sum_f32(x, span, max, x);
             ops.scale(x, span, 1.0f / sum);
           }
-          uint16_t* probs16 = bf16 ? w->probs.Get<uint16_t>(m * kb) : nullptr;
+
+          // P·V, the probabilities through a tile (the product operand type,
+          // zeros past the block's keys and in the padding rows).
+          char* probs = w->probs.Get<char>(kRowGranule * kb * es);
           for (int64_t k0 = span_begin; k0 < span_end; k0 += kb) {
             const int64_t n = std::min(kb, span_end - k0);
-            int64_t ldv;
-            const void* vp = OperandRows(
+            const KeyOperand v = KeyRows(
                 args, ElementPtr(p.v, p.v_strides.offset(b, hkv, k0), p.dtype),
-                p.v_strides.row, n, dv, &w->v, &ldv);
-            const void* probs = weights + k0;
-            int64_t ldp = lk;
-            if (bf16) {
-              for (int64_t r = 0; r < m; ++r) {
-                ops.to_bf16(weights + r * lk + k0, n, probs16 + r * kb);
+                p.v_strides.row, n, dv, &w->v, &w->v_tail);
+            for (int64_t g0 = 0; g0 < m; g0 += kRowGranule) {
+              const RowGroup g = group(g0);
+              const int64_t count = std::min(kRowGranule, m - g0);
+              for (int64_t r = 0; r < g.rows; ++r) {
+                char* dst = probs + r * kb * es;
+                int64_t filled = 0;
+                if (r < count) {
+                  const float* src = weights + (g0 + r) * lk + k0;
+                  if (bf16) {
+                    ops.to_bf16(src, n, reinterpret_cast<uint16_t*>(dst));
+                  } else {
+                    std::memcpy(dst, src, n * sizeof(float));
+                  }
+                  filled = n;
+                }
+                std::memset(dst + filled * es, 0, (v.keys - filled) * es);
               }
-              probs = probs16;
-              ldp = kb;
+              const MatmulShape pv{g.rows, dv,    v.keys,          kb,  v.ld,
+                                   dv,     false, args.gemm_dtype, true};
+              absl::Status st =
+                  w->matmul->Run(pv, probs, v.data, acc + g0 * dv);
+              if (!st.ok()) return st;
             }
-            MatmulShape pv{m,   dv, n, ldp, ldv, dv, false, args.gemm_dtype,
-                           true};
-            absl::Status st = w->matmul->Run(pv, probs, vp, acc);
-            if (!st.ok()) return st;
           }
         }
         for (int64_t r = 0; r < m; ++r) {

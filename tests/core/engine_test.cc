@@ -361,6 +361,8 @@ INSTANTIATE_TEST_SUITE_P(
 // every residue of the query block, the row group and the key granule ends a
 // tile, self-attention (causal and not) and cross-attention, both layouts,
 // GQA, padded keys; and tile sizes off the granule (q_block 40, k_block 96).
+// Flash at every length, the materialized kernel at two in three, decode at
+// one in ten.
 class EngineRaggedTest
     : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
 
@@ -385,6 +387,9 @@ TEST_P(EngineRaggedTest, EveryLengthTo300MatchesReference) {
                               " mask=", MaskName(c.mask)));
     ExpectMatchesReference(*engine, c, KernelPath::kFlash);
     if (l % 10 == 0) ExpectMatchesReference(*engine, c, KernelPath::kDecode);
+    if (l % 3 != 0) {
+      ExpectMatchesReference(*engine, c, KernelPath::kMaterialized);
+    }
   }
 }
 
@@ -398,7 +403,9 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // After Prepare, flash calls of any length create no product primitive, on
-// this engine or another (the cache is the process's), whatever the mask.
+// this engine or another (the cache is the process's), whatever the mask; nor
+// do calls that return the weights (the materialized kernel; regression: its
+// products wrote into the weights rows, a primitive per Lk).
 TEST(EngineTest, NewLengthsCreateNoPrimitiveAfterPrepare) {
   for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     for (const Layout layout : {Layout::kBHLD, Layout::kBLHD}) {
@@ -428,6 +435,14 @@ TEST(EngineTest, NewLengthsCreateNoPrimitiveAfterPrepare) {
           AttentionOutputs outputs{out.mutable_view(), std::nullopt};
           AttentionEngine& e = l % 2 == 0 ? *engine : *other;
           ASSERT_TRUE(e.Run(c.Inputs(KernelPath::kFlash), outputs).ok());
+          if (l % 7 == 0 || l > 200) {
+            TestTensor weights(DType::kFloat32,
+                               {c.shape.b, c.shape.hq, c.shape.lq, c.shape.lk});
+            AttentionOutputs with_weights{out.mutable_view(),
+                                          weights.mutable_view()};
+            ASSERT_TRUE(
+                e.Run(c.Inputs(KernelPath::kMaterialized), with_weights).ok());
+          }
         }
         ASSERT_EQ((*cache)->created(), created)
             << "L = " << l << " created a primitive (" << DTypeLabel(dtype)
