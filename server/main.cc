@@ -140,10 +140,9 @@ int main(int argc, char** argv) {
           argv);  // returns only on failure: carry on spinning
   }
   // Keep freed memory for the next call, in at most two heaps (the cost:
-  // the process stays at its peak memory use; docs/operations.md).
-  if (absl::Status s = attnserve::server::ApplyMallocPolicy(); !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
+  // the process stays at its peak memory use; docs/operations.md). A heap
+  // that refuses the settings (a sanitizer's) is used as it is.
+  const absl::Status heap = attnserve::server::ApplyMallocPolicy();
 
   // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock
   // detection on: a lock-order graph updated on every lock, gRPC's included
@@ -157,6 +156,11 @@ int main(int argc, char** argv) {
   auto level = attnserve::server::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
   if (!level.ok()) return Fail(std::string(level.status().message()));
   attnserve::server::SetLogLevel(*level);
+  if (!heap.ok()) {
+    attnserve::server::WriteLog(
+        LogLevel::kWarning,
+        absl::StrCat(heap.message(), "; the heap keeps its own settings"));
+  }
 
   attnserve::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);

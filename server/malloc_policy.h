@@ -18,7 +18,7 @@ namespace attnserve::server {
 //   reused by a thread allocating from another: kept memory then grows with
 //   the number of heaps, slowly, like a leak (docs/operations.md, "Threads and
 //   memory").
-// Fails if glibc refuses a setting.
+// Fails if the allocator refuses a setting (ASan's refuses them all).
 absl::Status ApplyMallocPolicy();
 
 }  // namespace attnserve::server
