@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/cpu_quota.h"
+#include "base/malloc_policy.h"
 #include "bench/cases.h"
 #include "bench/echo_service.h"
 #include "bench/machine.h"
@@ -45,7 +46,6 @@
 #include "bench/timing.h"
 #include "core/attention.h"
 #include "core/status_macros.h"
-#include "server/malloc_policy.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 
@@ -81,7 +81,7 @@ ABSL_FLAG(bool, mutex_deadlock_detection, false,
           "on unless turned off; the attnserve binary turns it off).");
 ABSL_FLAG(bool, malloc_keep_freed, false,
           "Diagnostic: the attnserve binary's heap settings "
-          "(server/malloc_policy.h: freed memory kept in the process, at most "
+          "(base/malloc_policy.h: freed memory kept in the process, at most "
           "two heaps) instead of glibc's defaults.");
 ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
 ABSL_FLAG(double, small_request_flops, 1e6,
@@ -290,8 +290,7 @@ class Benchmark {
     if (!options_.mutex_deadlock_detection) {
       absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
     }
-    if (options_.malloc_keep_freed)
-      RETURN_IF_ERROR(server::ApplyMallocPolicy());
+    if (options_.malloc_keep_freed) RETURN_IF_ERROR(base::ApplyMallocPolicy());
     ASSIGN_OR_RETURN(echo_, EchoServer::Start(EchoServerOptions()));
     EmitRunInfo();
     for (const RpcCase& c : cases) {

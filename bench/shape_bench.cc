@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/malloc_policy.h"
 #include "base/random.h"
 #include "bench/machine.h"
 #include "core/attention.h"
@@ -36,7 +37,6 @@
 #include "model/attention_layer.h"
 #include "model/model_weights.h"
 #include "nlohmann/json.hpp"
-#include "server/malloc_policy.h"
 
 ABSL_FLAG(int, lengths, 40, "New lengths per sweep (distinct, in [64, 1024]).");
 ABSL_FLAG(int, repeats, 5,
@@ -51,7 +51,7 @@ ABSL_FLAG(bool, worker_warm_up, true,
           "a server's workers do (false: the first call pays the set-up).");
 ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
 ABSL_FLAG(bool, server_heap, true,
-          "The attnserve binary's heap settings (server/malloc_policy.h: freed "
+          "The attnserve binary's heap settings (base/malloc_policy.h: freed "
           "memory kept in the process), as in the server whose workers the "
           "bench stands for; false: glibc's defaults.");
 
@@ -470,7 +470,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::Status status = absl::OkStatus();
   if (absl::GetFlag(FLAGS_server_heap)) {
-    status = attnserve::server::ApplyMallocPolicy();
+    status = attnserve::base::ApplyMallocPolicy();
   }
   if (status.ok()) status = attnserve::bench::Run();
   if (!status.ok()) {

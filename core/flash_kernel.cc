@@ -545,8 +545,7 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
   // when the padded span would overrun the key tile (k_block itself off the
   // granule, e.g. paged blocks of 16 tokens), where the exact length stays.
   const int64_t rest = n % kKeyGranule;
-  if (!c.amx && c.pad_keys && n != args.k_block && rest != 0 &&
-      n - rest + kKeyGranule <= args.k_block) {
+  if (!c.amx && c.pad_keys && PadsKeys(n, args.k_block)) {
     const size_t es = DTypeSize(args.gemm_dtype);
     if (static_cast<size_t>(n * (dim + dv)) * es <= kWholeSpanCopyBytes) {
       const int64_t padded = PaddedKeys(n);

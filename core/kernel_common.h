@@ -153,7 +153,11 @@ inline constexpr int64_t kRowGranule = 64;
 //    split) are multiplied from a copy of those rows zero-padded to
 //    kKeyGranule rows, their scores masked to -inf; a small span (a few KiB
 //    of K and V) from a zero-padded copy of the whole span (PaddedKeys).
-// AttentionEngine::Prepare creates the whole set.
+// The materialized kernel multiplies the same shapes, always in row groups,
+// and a ragged key block always from a padded copy of the whole block.
+// AttentionEngine::Prepare creates the whole set. With a k_block off the
+// granule, keys the padding would push past the tile keep their exact
+// length (PadsKeys), so such configurations still create shapes per length.
 inline constexpr int64_t kRowPad = 16;
 
 // The rows a padded row group of `rows` rows is multiplied as.
@@ -168,6 +172,16 @@ inline constexpr int64_t kKeyPad = 16;
 inline int64_t PaddedKeys(int64_t n) {
   const int64_t pad = n < kKeyGranule ? kKeyPad : kKeyGranule;
   return (n + pad - 1) / pad * pad;
+}
+
+// Whether a span of n keys that ends off the key granule is multiplied from
+// zero-padded copies (PaddedKeys rows, or whole granules in place and a tail
+// of kKeyGranule rows): not when n is the key block itself, nor when the
+// padded keys would overrun the key tile (a k_block off the granule, e.g.
+// paged blocks of 16 tokens), where the exact length stays.
+inline bool PadsKeys(int64_t n, int64_t k_block) {
+  const int64_t rest = n % kKeyGranule;
+  return n != k_block && rest != 0 && n - rest + kKeyGranule <= k_block;
 }
 
 // The end of a key block starting at k0: k0 + k_block, but not past k_end, and

@@ -7,7 +7,7 @@
 // multiples of kKeyGranule, tiles of row stride k_block), and ragged row
 // groups and key blocks are multiplied from zero-padded copies, so that a new
 // Lq or Lk creates no product primitive (AttentionEngine::Prepare makes them
-// all).
+// all) where k_block is a multiple of kKeyGranule.
 
 #include <algorithm>
 #include <cstring>
@@ -30,16 +30,14 @@ struct KeyOperand {
 // Keys [k0, k0 + n) of `src` (row stride ld, rows of `width` elements) as the
 // product operand type: in place where n is a tile width (k_block, or a
 // multiple of kKeyGranule), else from a copy zero-padded to PaddedKeys(n)
-// rows when that fits the tile (a k_block off the granule may not: then the
-// exact length, as in the flash kernel).
+// rows where the flash kernel pads too (PadsKeys), else the exact length.
 KeyOperand KeyRows(const KernelArgs& args, const void* src, int64_t ld,
                    int64_t n, int64_t width, ScratchBuffer* converted,
                    ScratchBuffer* padded) {
   KeyOperand op;
   op.data = OperandRows(args, src, ld, n, width, converted, &op.ld);
   op.keys = n;
-  if (n != args.k_block && n % kKeyGranule != 0 &&
-      PaddedKeys(n) <= args.k_block) {
+  if (PadsKeys(n, args.k_block)) {
     op.keys = PaddedKeys(n);
     op.data = PaddedCopy(op.data, op.ld, n, op.keys, width,
                          DTypeSize(args.gemm_dtype), padded);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/malloc_policy.h"
 #include "core/convert.h"
 #include "core/dnnl_context.h"
 #include "core/scoring.h"
@@ -152,22 +153,6 @@ constexpr int64_t kWarmUpLength = 100;
 constexpr int64_t kWarmHeapLength = 1024;
 constexpr int64_t kMaxWarmHeapBytes = int64_t{32} << 20;
 
-// Allocates `bytes` of the calling thread's heap in 1 MiB pieces (below the
-// server's mmap threshold, so they come from the heap), writes one byte per
-// page and frees them. Where freed memory stays in the process (the server's
-// heap policy, server/malloc_policy.h) the pages stay resident, and later
-// calls' buffers up to that size are carved from them without page faults.
-void TouchHeap(int64_t bytes) {
-  constexpr size_t kPiece = size_t{1} << 20;
-  constexpr size_t kPage = 4096;
-  std::vector<std::unique_ptr<char[]>> pieces;
-  for (int64_t left = bytes; left > 0; left -= static_cast<int64_t>(kPiece)) {
-    pieces.emplace_back(new char[kPiece]);
-    volatile char* piece = pieces.back().get();
-    for (size_t i = 0; i < kPiece; i += kPage) piece[i] = 0;
-  }
-}
-
 }  // namespace
 
 struct AttentionLayer::Impl {
@@ -291,14 +276,18 @@ absl::Status AttentionLayer::WarmUpAtLoad() const {
   like.value = like.key;
   ApplyMethod(c, &like);
   RETURN_IF_ERROR(engine->Prepare(like));
-  return WarmUp(*engine);
+  return WarmUpCall(*engine);
 }
 
 absl::Status AttentionLayer::WarmUp(AttentionEngine& engine) const {
-  const ModelConfig& c = impl_->config;
-  TouchHeap(std::min(
+  base::TouchHeap(std::min(
       kMaxWarmHeapBytes,
       2 * WorkingBytes(LayerShape{1, kWarmHeapLength, kWarmHeapLength})));
+  return WarmUpCall(engine);
+}
+
+absl::Status AttentionLayer::WarmUpCall(AttentionEngine& engine) const {
+  const ModelConfig& c = impl_->config;
   // One call through every step (the projections' first execution, the
   // score functions, the thread's first parallel region), on zeros.
   const int64_t len =

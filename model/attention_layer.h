@@ -83,11 +83,13 @@ class AttentionLayer {
   // engine's workspaces, the first touch of the thread's malloc arena) is
   // paid here and not by a request: a server's worker runs it for every
   // hosted layer before it takes tasks. Before the call it touches and frees
-  // twice the heap a call of 1024 rows works in (2 × WorkingBytes, at most
-  // 32 MiB: the call's buffers, its input and output and the gaps between
-  // them): where freed memory stays in the process, as in the server, a
-  // later call with more rows than any before it then finds its buffers'
-  // pages resident instead of page-faulting them in. Same errors as Run.
+  // twice the heap a call of 1024 rows works in (base::TouchHeap of
+  // 2 × WorkingBytes, at most 32 MiB: the call's buffers, its input and
+  // output and the gaps between them): where freed memory stays in the
+  // process, as in the server (base/malloc_policy.h), a later call with more
+  // rows than any before it then finds its buffers' pages resident instead
+  // of page-faulting them in. Loading (Create) makes the call only. Same
+  // errors as Run.
   absl::Status WarmUp(AttentionEngine& engine) const;
 
   // FLOPs of a call of `shape` (as Validate returns it): projections,
@@ -107,8 +109,10 @@ class AttentionLayer {
  private:
   struct Impl;
   explicit AttentionLayer(std::unique_ptr<Impl> impl);
-  // Prepare's primitives and WarmUp on a one-thread engine of its own.
+  // Prepare's primitives and WarmUpCall on a one-thread engine of its own.
   absl::Status WarmUpAtLoad() const;
+  // WarmUp's call of 100 rows on zeros.
+  absl::Status WarmUpCall(AttentionEngine& engine) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/malloc_policy.h"
 #include "core/attention.h"
 #include "grpc/grpc.h"
 #include "server/log.h"
-#include "server/malloc_policy.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   // Keep freed memory for the next call, in at most two heaps (the cost:
   // the process stays at its peak memory use; docs/operations.md). A heap
   // that refuses the settings (a sanitizer's) is used as it is.
-  const absl::Status heap = attnserve::server::ApplyMallocPolicy();
+  const absl::Status heap = attnserve::base::ApplyMallocPolicy();
 
   // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock
   // detection on: a lock-order graph updated on every lock, gRPC's included
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   if (!heap.ok()) {
     attnserve::server::WriteLog(
         LogLevel::kWarning,
-        absl::StrCat(heap.message(), "; the heap keeps its own settings"));
+        absl::StrCat(heap.message(), ": those settings are not applied"));
   }
 
   attnserve::server::ServerOptions options;

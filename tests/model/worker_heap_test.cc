@@ -1,4 +1,4 @@
-// The server's heap policy (server/malloc_policy.h) with a worker's warm-up
+// The server's heap policy (base/malloc_policy.h) with a worker's warm-up
 // (AttentionLayer::WarmUp): alone in its process, so that the policy is set
 // before any thread starts and the worker thread gets a heap (glibc arena)
 // that no other test has filled.
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/malloc_policy.h"
 #include "core/attention.h"
 #include "gtest/gtest.h"
 #include "model/attention_layer.h"
-#include "server/malloc_policy.h"
 #include "tests/util/test_env.h"
 #include "tests/util/test_util.h"
 
@@ -37,7 +37,7 @@ int64_t ThreadMinorFaults() {
 // in, twice over (regression: mha_post's first call at L200 took 91-106 page
 // faults, 1.7-2.1x its repeat).
 TEST(WorkerHeapTest, ALongerCallAfterWarmUpFindsItsPagesResident) {
-  ASSERT_TRUE(server::ApplyMallocPolicy().ok());
+  ASSERT_TRUE(base::ApplyMallocPolicy().ok());
   model::ModelConfig config;  // mha_post's shape: d_model 64, 4 heads of 16
   config.d_model = 64;
   config.num_heads = config.num_kv_heads = 4;
