@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
 
   // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock
   // detection on: a lock-order graph updated on every lock, gRPC's included
-  // (~5 % of the CPU samples of tiny calls at concurrency 32; the test
+  // (~5 % of the CPU samples of tiny calls at concurrency 32; the unit test
   // binaries keep it; docs/benchmarks.md, "RPC benchmark").
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
