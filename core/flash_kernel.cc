@@ -541,9 +541,8 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
     return absl::OkStatus();
   };
   // A span that ends off the key granule (at Lk or a split's end): its last
-  // keys from padded copies, so that the products keep granule shapes. Not
-  // when the padded span would overrun the key tile (k_block itself off the
-  // granule, e.g. paged blocks of 16 tokens), where the exact length stays.
+  // keys from padded copies, so that the products keep granule shapes, where
+  // PadsKeys allows.
   const int64_t rest = n % kKeyGranule;
   if (!c.amx && c.pad_keys && PadsKeys(n, args.k_block)) {
     const size_t es = DTypeSize(args.gemm_dtype);

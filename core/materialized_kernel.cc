@@ -51,7 +51,8 @@ KeyOperand KeyRows(const KernelArgs& args, const void* src, int64_t ld,
 struct RowGroup {
   const void* q = nullptr;
   int64_t ldq = 0;
-  int64_t rows = 0;  // multiplied: count, or padded to PaddedRows(count)
+  int64_t count = 0;  // the block's rows in the group
+  int64_t rows = 0;   // multiplied: count, or padded to PaddedRows(count)
 };
 
 }  // namespace
@@ -118,9 +119,9 @@ absl::Status RunMaterialized(const KernelArgs& args,
           const auto group = [&](int64_t g0) {
             const int64_t count = std::min(kRowGranule, m - g0);
             if (count == kRowGranule) {
-              return RowGroup{q + g0 * ldq * es, ldq, count};
+              return RowGroup{q + g0 * ldq * es, ldq, count, count};
             }
-            return RowGroup{q_tail, d, PaddedRows(count)};
+            return RowGroup{q_tail, d, count, PaddedRows(count)};
           };
           float* tile = w->scores.Get<float>(kRowGranule * kb);
 
@@ -137,8 +138,7 @@ absl::Status RunMaterialized(const KernelArgs& args,
                                    false};
               absl::Status st = w->matmul->Run(qk, g.q, k.data, tile);
               if (!st.ok()) return st;
-              const int64_t count = std::min(kRowGranule, m - g0);
-              for (int64_t r = 0; r < count; ++r) {
+              for (int64_t r = 0; r < g.count; ++r) {
                 std::memcpy(weights + (g0 + r) * lk + k0, tile + r * kb,
                             n * sizeof(float));
               }
@@ -175,11 +175,10 @@ absl::Status RunMaterialized(const KernelArgs& args,
                 p.v_strides.row, n, dv, &w->v, &w->v_tail);
             for (int64_t g0 = 0; g0 < m; g0 += kRowGranule) {
               const RowGroup g = group(g0);
-              const int64_t count = std::min(kRowGranule, m - g0);
               for (int64_t r = 0; r < g.rows; ++r) {
                 char* dst = probs + r * kb * es;
                 int64_t filled = 0;
-                if (r < count) {
+                if (r < g.count) {
                   const float* src = weights + (g0 + r) * lk + k0;
                   if (bf16) {
                     ops.to_bf16(src, n, reinterpret_cast<uint16_t*>(dst));
