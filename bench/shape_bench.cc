@@ -50,6 +50,12 @@ ABSL_FLAG(bool, worker_warm_up, true,
           "Warm each fresh worker thread up before its first layer call, as "
           "a server's workers do (false: the first call pays the set-up).");
 ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
+ABSL_FLAG(bool, fresh_inputs, true,
+          "Engine part: each call's q, k and v are written just before it "
+          "(untimed), as a server's call reads the tensors its request's "
+          "decoding has just written; false: every call reads the same "
+          "buffers, which its repeats find in cache as the previous call "
+          "left them.");
 ABSL_FLAG(bool, server_heap, true,
           "The attnserve binary's heap settings (base/malloc_policy.h: freed "
           "memory kept in the process), as in the server whose workers the "
@@ -170,13 +176,20 @@ struct Sweep {
 };
 
 // Runs fn(L) at every warm-up length, then for each new length once (timed as
-// new) and `repeats` times (timed as repeats).
-template <typename Fn>
+// new) and `repeats` times (timed as repeats). prepare(L) runs, untimed,
+// before every call.
+template <typename Prepare, typename Fn>
 absl::StatusOr<Sweep> RunSweep(const std::vector<int64_t>& lengths, int repeats,
-                               const Fn& fn) {
+                               const Prepare& prepare, const Fn& fn) {
+  auto timed = [&](int64_t l) {
+    prepare(l);
+    return TimeUs([&] { return fn(l); });
+  };
   for (int64_t l : kWarmLengths) {
-    RETURN_IF_ERROR(fn(l));
-    RETURN_IF_ERROR(fn(l));
+    for (int i = 0; i < 2; ++i) {
+      prepare(l);
+      RETURN_IF_ERROR(fn(l));
+    }
   }
   Sweep s;
   ASSIGN_OR_RETURN(MatmulCache * cache, MatmulCache::Shared());
@@ -184,10 +197,10 @@ absl::StatusOr<Sweep> RunSweep(const std::vector<int64_t>& lengths, int repeats,
   int64_t previous = 0;
   double previous_base[2] = {0, 0};
   for (int64_t l : lengths) {
-    ASSIGN_OR_RETURN(const Sample first, TimeUs([&] { return fn(l); }));
+    ASSIGN_OR_RETURN(const Sample first, timed(l));
     std::vector<Sample> again;
     for (int r = 0; r < repeats; ++r) {
-      ASSIGN_OR_RETURN(const Sample t, TimeUs([&] { return fn(l); }));
+      ASSIGN_OR_RETURN(const Sample t, timed(l));
       again.push_back(t);
     }
     s.new_faults.push_back(first.minor_faults);
@@ -204,7 +217,7 @@ absl::StatusOr<Sweep> RunSweep(const std::vector<int64_t>& lengths, int repeats,
     // before), against its own median. What a change of length costs when
     // nothing about it is new.
     if (previous > 0) {
-      ASSIGN_OR_RETURN(const Sample back, TimeUs([&] { return fn(previous); }));
+      ASSIGN_OR_RETURN(const Sample back, timed(previous));
       s.switch_ratio[0].push_back(back.wall_us / previous_base[0]);
       s.switch_ratio[1].push_back(back.cpu_us / previous_base[1]);
     }
@@ -337,9 +350,10 @@ absl::Status LayerCase(const std::string& name, int64_t d_model,
         repeat[i][1] = MedianOf(again, true);
       }
       ASSIGN_OR_RETURN(const Sweep sweep,
-                       RunSweep(NewLengths(absl::GetFlag(FLAGS_lengths), 17),
-                                absl::GetFlag(FLAGS_repeats),
-                                [&](int64_t l) { return call(*engine, l); }));
+                       RunSweep(
+                           NewLengths(absl::GetFlag(FLAGS_lengths), 17),
+                           absl::GetFlag(FLAGS_repeats), [](int64_t) {},
+                           [&](int64_t l) { return call(*engine, l); }));
       r["case"] = name;
       r["d_model"] = d_model;
       r["heads"] = heads;
@@ -403,9 +417,28 @@ absl::Status EngineCase(int threads) {
   }
   constexpr int64_t kHeads = 8, kDim = 64;
   const size_t max_elems = kHeads * kMaxLen * kDim;
-  const std::vector<float> q = Uniform(max_elems, 21, 1.0f);
-  const std::vector<float> k = Uniform(max_elems, 22, 1.0f);
-  const std::vector<float> v = Uniform(max_elems, 23, 1.0f);
+  const std::vector<float> q_src = Uniform(max_elems, 21, 1.0f);
+  const std::vector<float> k_src = Uniform(max_elems, 22, 1.0f);
+  const std::vector<float> v_src = Uniform(max_elems, 23, 1.0f);
+  // What the calls read: the sources themselves, or (--fresh_inputs) copies
+  // written before each call.
+  const bool fresh = absl::GetFlag(FLAGS_fresh_inputs);
+  std::vector<float> q_call, k_call, v_call;
+  if (fresh) {
+    q_call.resize(max_elems);
+    k_call.resize(max_elems);
+    v_call.resize(max_elems);
+  }
+  const std::vector<float>& q = fresh ? q_call : q_src;
+  const std::vector<float>& k = fresh ? k_call : k_src;
+  const std::vector<float>& v = fresh ? v_call : v_src;
+  auto prepare = [&](int64_t l) {
+    if (!fresh) return;
+    const size_t n = static_cast<size_t>(kHeads * l * kDim);
+    std::copy_n(q_src.begin(), n, q_call.begin());
+    std::copy_n(k_src.begin(), n, k_call.begin());
+    std::copy_n(v_src.begin(), n, v_call.begin());
+  };
   std::vector<float> out(max_elems);
   EngineOptions options;
   options.num_threads = threads;
@@ -420,6 +453,7 @@ absl::Status EngineCase(int threads) {
     return in;
   };
   // What a hosted layer does when it loads: the tiles of every length.
+  prepare(kMinLen);
   RETURN_IF_ERROR(engine->Prepare(inputs(kMinLen)));
   auto call = [&](int64_t l) {
     const AttentionInputs in = inputs(l);
@@ -430,10 +464,11 @@ absl::Status EngineCase(int threads) {
   };
   ASSIGN_OR_RETURN(const Sweep sweep,
                    RunSweep(NewLengths(absl::GetFlag(FLAGS_lengths), 29),
-                            absl::GetFlag(FLAGS_repeats), call));
+                            absl::GetFlag(FLAGS_repeats), prepare, call));
   Json r;
   r["case"] = name;
   r["threads"] = threads;
+  r["fresh_inputs"] = fresh;
   AddSweep(sweep, &r);
   Emit(r);
   return absl::OkStatus();
