@@ -94,6 +94,11 @@ std::vector<CaseSpec> AllCases() {
   s.path = KernelPath::kMaterialized;
   add(s);
 
+  // attnctl's default request: short rows, where per-tile costs show.
+  s = Flash(f32, 1, 8, 128, 64);
+  s.quick = true;
+  add(s);
+
   s = Flash(f32, 1, 1, 32768, 64);
   s.kind = CaseKind::kPeakRss;
   s.fixed_threads = 1;

@@ -184,7 +184,8 @@ struct EngineOptions {
   // has. kAvx2 forces the AVX2 path, kAvx512 leaves the bf16 products to
   // oneDNN on an AMX CPU (tests run every path the machine has).
   Isa max_isa = Isa::kAuto;
-  // Query rows per tile; 0 (default) picks 32/64/256 from Lq.
+  // Query rows per tile; 0 (default) picks 32 to 256 from Lq, the call's
+  // heads and threads (docs/core.md, "flash").
   int q_block = 0;
   // Keys per tile (default 512).
   int k_block = 512;

@@ -23,18 +23,29 @@
 namespace attnserve {
 namespace {
 
-// Query rows per tile as PyTorch's CPU flash attention picks them: larger tiles
-// amortize the per-tile softmax work once there are enough rows.
-int64_t AutoQueryBlock(int64_t q_len) {
-  if (q_len >= 768) return 256;
-  if (q_len >= 192) return 64;
-  return 32;
+// Query rows per tile. A tile pays fixed costs whatever its height (a oneDNN
+// execute per product, the row group's set-up), so taller tiles are faster
+// (B1 H8 D64 f32, one thread: L128 1.2x with 128 rows than with 32, L512 1.2x
+// with 256 than with 64; docs/benchmarks.md) as long as the call has tiles
+// enough to spread over its threads: the height Lq fills, halved while there
+// are fewer than kTilesPerThread tiles per thread (not below 32).
+constexpr int64_t kTilesPerThread = 4;
+int64_t AutoQueryBlock(int64_t q_len, int64_t row_sets, int threads) {
+  int64_t rows = q_len >= 384 ? 256 : q_len >= 96 ? 128 : 64;
+  while (rows > 32 && row_sets * ((q_len + rows - 1) / rows) <
+                          kTilesPerThread * int64_t{threads}) {
+    rows /= 2;
+  }
+  return rows;
 }
+// Every height AutoQueryBlock picks (Prepare creates their products).
+constexpr int64_t kAutoQueryBlocks[] = {32, 64, 128, 256};
 
 // The materialized kernel makes three passes over its rows of weights; keep a
 // block's rows (rows × Lk floats) within about half of a 1 MiB L2.
-int64_t MaterializedQueryBlock(int64_t q_len, int64_t k_len) {
-  int64_t rows = AutoQueryBlock(q_len);
+int64_t MaterializedQueryBlock(int64_t q_len, int64_t k_len, int64_t row_sets,
+                               int threads) {
+  int64_t rows = AutoQueryBlock(q_len, row_sets, threads);
   while (rows > 32 && rows * k_len * int64_t{sizeof(float)} > (512 << 10))
     rows /= 2;
   return rows;
@@ -83,8 +94,9 @@ class Engine final : public AttentionEngine {
     }
     if (s.batch == 0 || s.q_len == 0 || s.q_heads == 0) return absl::OkStatus();
 
-    KernelArgs args = ArgsFor(problem, outputs, out_strides, path);
-    if (s.flops < options_.serial_below_flops) args.num_threads = 1;
+    const int threads = s.flops < options_.serial_below_flops ? 1 : threads_;
+    const KernelArgs args =
+        ArgsFor(problem, outputs, out_strides, path, threads);
 
     return WithWorkspaces([&](absl::Span<Workspace* const> ws) {
       switch (path) {
@@ -129,8 +141,8 @@ class Engine final : public AttentionEngine {
       absl::StatusOr<Strides4> out_strides =
           ResolveOutput(problems[i], outputs);
       if (!out_strides.ok()) return Prefixed(i, out_strides.status());
-      KernelArgs args =
-          ArgsFor(problems[i], outputs, *out_strides, KernelPath::kDecode);
+      KernelArgs args = ArgsFor(problems[i], outputs, *out_strides,
+                                KernelPath::kDecode, threads_);
       // Key tiles are whole blocks, so that no tile crosses one.
       args.k_block = inputs.block_tokens;
       calls.push_back(args);
@@ -185,8 +197,7 @@ class Engine final : public AttentionEngine {
     if (options_.q_block > 0) {
       rows.push_back({options_.q_block, ldq});
     } else {
-      for (int64_t lq : {1, 192, 768})
-        rows.push_back({AutoQueryBlock(lq), ldq});
+      for (int64_t qb : kAutoQueryBlocks) rows.push_back({qb, ldq});
     }
     for (int64_t r = kRowPad; r <= kRowGranule; r += kRowPad) {
       rows.push_back({r, d});
@@ -249,8 +260,10 @@ class Engine final : public AttentionEngine {
                : DType::kFloat32;
   }
 
+  // The kernel's arguments for a call on `threads` threads.
   KernelArgs ArgsFor(const Problem& problem, const AttentionOutputs& outputs,
-                     const Strides4& out_strides, KernelPath path) const {
+                     const Strides4& out_strides, KernelPath path,
+                     int threads) const {
     const AttentionShape& s = problem.shape;
     const bool weights = outputs.weights.has_value();
     KernelArgs args;
@@ -262,10 +275,12 @@ class Engine final : public AttentionEngine {
         weights ? static_cast<float*>(outputs.weights->data) : nullptr;
     args.ops = ops_;
     args.gemm_dtype = GemmDType(problem);
-    args.q_block = options_.q_block > 0 ? options_.q_block
-                   : path == KernelPath::kMaterialized
-                       ? MaterializedQueryBlock(s.q_len, s.k_len)
-                       : AutoQueryBlock(s.q_len);
+    const int64_t row_sets = s.batch * s.q_heads;
+    args.q_block =
+        options_.q_block > 0 ? options_.q_block
+        : path == KernelPath::kMaterialized
+            ? MaterializedQueryBlock(s.q_len, s.k_len, row_sets, threads)
+            : AutoQueryBlock(s.q_len, row_sets, threads);
     args.k_block = options_.k_block;
     if (problem.block_layout != nullptr && path == KernelPath::kFlash) {
       // Query tiles are the layout's blocks; key tiles are runs of its blocks
@@ -274,7 +289,7 @@ class Engine final : public AttentionEngine {
       args.q_block = bs;
       args.k_block = bs * std::max<int64_t>(1, options_.k_block / bs);
     }
-    args.num_threads = threads_;
+    args.num_threads = threads;
     args.amx = isa_ == Isa::kAmx && args.gemm_dtype == DType::kBFloat16;
     return args;
   }
