@@ -79,10 +79,10 @@ ABSL_FLAG(bool, mutex_deadlock_detection, false,
           "Diagnostic: true leaves absl::Mutex deadlock detection on for the "
           "whole process (Debian's Abseil is built without NDEBUG, so it is "
           "on unless turned off; the attnserve binary turns it off).");
-ABSL_FLAG(bool, malloc_keep_freed, false,
-          "Diagnostic: the attnserve binary's heap settings "
-          "(base/malloc_policy.h: freed memory kept in the process, at most "
-          "two heaps) instead of glibc's defaults.");
+ABSL_FLAG(bool, malloc_keep_freed, true,
+          "The attnserve binary's heap settings (base/malloc_policy.h: freed "
+          "memory kept in the process, at most two heaps), as the server runs; "
+          "false: glibc's defaults (diagnostic).");
 ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
 ABSL_FLAG(double, small_request_flops, 1e6,
           "attnserve's --small_request_flops (0 turns the small-request path "
@@ -119,7 +119,7 @@ struct Options {
   int tput_threads = 0;
   int latency_threads = 0;
   bool mutex_deadlock_detection = false;
-  bool malloc_keep_freed = false;
+  bool malloc_keep_freed = true;
   std::string filter;
   double small_request_flops = 0;
   bool inline_small = true;
