@@ -141,10 +141,10 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
   }
 
   if (options.shared_memory &&
-      (hosted || v2 || options.connection.targets.size() != 1)) {
+      (hosted || options.connection.targets.size() != 1)) {
     return Fail(err,
-                "--shm loads native Attend calls on one target (not --model, "
-                "--protocol=v2 or several --target)",
+                "--shm loads Attend calls (native or v2) on one target (not "
+                "--model or several --target)",
                 kExitUsage);
   }
 

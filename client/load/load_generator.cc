@@ -72,10 +72,18 @@ Verdict JudgeV2(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
   if (!response.ParseFromZeroCopyStream(&reader)) {
     return Refused("RESPONSE_MISMATCH", "the response does not parse");
   }
-  const int64_t got =
+  // An output written into shared memory (attnctl bench --shm) has an empty
+  // raw entry and its byte size among the parameters it carries back.
+  int64_t got =
       response.raw_output_contents_size() > 0
           ? static_cast<int64_t>(response.raw_output_contents(0).size())
           : 0;
+  if (response.outputs_size() > 0) {
+    const auto& p = response.outputs(0).parameters();
+    const auto region = p.find("shared_memory_region");
+    const auto size = p.find("shared_memory_byte_size");
+    if (region != p.end() && size != p.end()) got = size->second.int64_param();
+  }
   if (got != expected_output_bytes) {
     return Refused("RESPONSE_MISMATCH",
                    absl::StrCat("the output has ", got, " bytes, expected ",

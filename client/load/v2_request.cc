@@ -9,20 +9,68 @@ namespace attnserve::client {
 namespace {
 
 using inference::ModelInferRequest;
+using Parameters =
+    google::protobuf::Map<std::string, inference::InferParameter>;
 
-void AddInput(const std::string& name, v1::DataType dtype,
-              const google::protobuf::RepeatedField<int64_t>& shape,
-              std::string bytes, ModelInferRequest* r) {
+// Triton's parameters of a tensor in a shared-memory region (docs/api.md,
+// "System shared memory (Triton)").
+void SetSharedMemory(const v1::SharedMemoryRef& ref, Parameters* p) {
+  (*p)["shared_memory_region"].set_string_param(ref.region());
+  (*p)["shared_memory_offset"].set_int64_param(ref.offset());
+  (*p)["shared_memory_byte_size"].set_int64_param(ref.byte_size());
+}
+
+inference::ModelInferRequest::InferInputTensor* AddInputHeader(
+    const std::string& name, v1::DataType dtype,
+    const google::protobuf::RepeatedField<int64_t>& shape,
+    ModelInferRequest* r) {
   auto* input = r->add_inputs();
   input->set_name(name);
   input->set_datatype(wire::V2DataTypeName(dtype));
   *input->mutable_shape() = shape;
+  return input;
+}
+
+void AddInput(const std::string& name, v1::DataType dtype,
+              const google::protobuf::RepeatedField<int64_t>& shape,
+              std::string bytes, ModelInferRequest* r) {
+  AddInputHeader(name, dtype, shape, r);
   *r->add_raw_input_contents() = std::move(bytes);
 }
 
+// A tensor in a region has no raw_input_contents entry.
 void AddTensor(const std::string& name, const v1::Tensor& t,
                ModelInferRequest* r) {
+  if (t.has_shared_memory()) {
+    SetSharedMemory(
+        t.shared_memory(),
+        AddInputHeader(name, t.dtype(), t.shape(), r)->mutable_parameters());
+    return;
+  }
   AddInput(name, t.dtype(), t.shape(), t.data(), r);
+}
+
+// Outputs written into a region are requested by name with its parameters;
+// otherwise `outputs` stays empty (output, and weights when return_weights).
+void AddOutputs(const v1::AttendRequest& request, ModelInferRequest* r) {
+  if (!request.has_output_shared_memory() &&
+      !request.has_weights_shared_memory()) {
+    return;
+  }
+  auto* output = r->add_outputs();
+  output->set_name("output");
+  if (request.has_output_shared_memory()) {
+    SetSharedMemory(request.output_shared_memory(),
+                    output->mutable_parameters());
+  }
+  if (request.return_weights() || request.has_weights_shared_memory()) {
+    auto* weights = r->add_outputs();
+    weights->set_name("weights");
+    if (request.has_weights_shared_memory()) {
+      SetSharedMemory(request.weights_shared_memory(),
+                      weights->mutable_parameters());
+    }
+  }
 }
 
 template <typename T>
@@ -81,6 +129,7 @@ ModelInferRequest ToModelInferRequest(const v1::AttendRequest& request) {
   }
   if (request.has_scale()) p["scale"].set_double_param(request.scale());
   AddCommon(request.return_weights(), request.output_dtype(), &r);
+  AddOutputs(request, &r);
   return r;
 }
 

@@ -1,8 +1,8 @@
 // attnctl --shm against a real attnserve process: infer through a
 // shared-memory region gives the bytes path's output bit for bit, bench loads
-// through it, a server without --shared_memory refuses it by name, and an
-// attnctl killed mid-run leaves neither a registration on the server nor an
-// object in /dev/shm (the client "going away").
+// through it (native and v2 calls), a server without --shared_memory refuses it
+// by name, and an attnctl killed mid-run leaves neither a registration on the
+// server nor an object in /dev/shm (the client "going away").
 
 #include <fcntl.h>
 #include <signal.h>
@@ -24,6 +24,7 @@
 #include "attnserve/v1/shared_memory.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/client/attnctl_runner.h"
 #include "tests/util/server_process.h"
 #include "tests/util/temp_dir.h"
@@ -39,6 +40,7 @@ using ::attnserve::testing::RunAttnctl;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::TempDir;
 using ::testing::HasSubstr;
+using Json = nlohmann::json;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -132,11 +134,34 @@ TEST_F(AttnctlShmTest, BenchLoadsThroughTheRegion) {
   EXPECT_EQ(Regions(), 0);
 }
 
-TEST_F(AttnctlShmTest, BenchRefusesShmWithTheV2Protocol) {
+// ModelInfer calls with Triton's shared-memory parameters: small messages,
+// every answer's output the region's (a raw output of the expected size
+// would not be empty: the bench counts a mismatch as an error), nothing
+// left registered.
+TEST_F(AttnctlShmTest, BenchLoadsThroughTheRegionOverV2) {
   const CommandResult r =
-      Run({"bench", "--shm", "--protocol=v2", "--duration=1s"});
+      Run({"bench", "--shm", "--protocol=v2", "--heads=2", "--lq=64", "--lk=64",
+           "--dim=32", "--duration=1s", "--warmup=0s", "--concurrency=2",
+           "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = Json::parse(r.out);
+  EXPECT_THAT(j["request"]["description"].get<std::string>(),
+              HasSubstr("; shm region attnserve_attnctl_"));
+  EXPECT_THAT(j["request"]["description"].get<std::string>(),
+              HasSubstr("v2 of "));
+  // q, k and v are 16 KiB each: the message carries references only.
+  EXPECT_LT(j["request"]["bytes"].get<int64_t>(), 1024);
+  EXPECT_GT(j["ok"].get<int64_t>(), 0);
+  EXPECT_TRUE(j["errors"].empty()) << j["errors"].dump();
+  EXPECT_GT(j["server_us"]["compute_p50"].get<double>(), 0);
+  EXPECT_EQ(Regions(), 0);
+}
+
+TEST_F(AttnctlShmTest, BenchRefusesShmWithAHostedModel) {
+  const CommandResult r =
+      Run({"bench", "--shm", "--model=mha_post", "--duration=1s"});
   EXPECT_EQ(r.exit_code, 2) << Describe(r);
-  EXPECT_THAT(r.err, HasSubstr("--shm loads native Attend calls"));
+  EXPECT_THAT(r.err, HasSubstr("--shm loads Attend calls (native or v2)"));
 }
 
 TEST_F(AttnctlShmTest, AKilledClientLeavesNoRegistrationAndNoObject) {
