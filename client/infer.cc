@@ -18,6 +18,8 @@
 #include "client/tensors/npy.h"
 #include "client/tensors/wire_names.h"
 #include "client/tensors/wire_tensor.h"
+#include "client/v2_messages.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
 
 namespace attnserve::client {
 namespace {
@@ -93,6 +95,64 @@ ExitCode SaveOutputs(const InferOptions& options,
   return kExitOk;
 }
 
+grpc::Status CallNative(v1::AttentionService::Stub& stub,
+                        grpc::ClientContext* context,
+                        const v1::AttendRequest& request,
+                        v1::AttendResponse* response) {
+  return stub.Attend(context, request, response);
+}
+
+grpc::Status CallNative(v1::AttentionService::Stub& stub,
+                        grpc::ClientContext* context,
+                        const v1::ModelRequest& request,
+                        v1::AttendResponse* response) {
+  return stub.AttendModel(context, request, response);
+}
+
+// "protocol v2 ModelInfer of model NAME" when the call goes that way.
+void PrintProtocol(const InferOptions& options, absl::string_view model,
+                   std::ostream& out) {
+  if (options.protocol != Protocol::kV2) return;
+  out << absl::StrFormat("%-8s v2 ModelInfer of model \"%s\"\n", "protocol",
+                         model);
+}
+
+// One call of `request` (an AttendRequest or a ModelRequest) in
+// options.protocol: Attend / AttendModel, or ModelInfer with the answer read
+// back as the native response it means (an answer that does not read is
+// INTERNAL). `round_trip` is the call's alone, without the conversions.
+template <typename Request>
+grpc::Status CallServer(const InferOptions& options,
+                        const std::shared_ptr<grpc::Channel>& channel,
+                        const Request& request, v1::AttendResponse* response,
+                        absl::Duration* round_trip) {
+  grpc::ClientContext context;
+  PrepareContext(options.connection, &context);
+  if (options.protocol == Protocol::kNative) {
+    auto stub = v1::AttentionService::NewStub(channel);
+    const absl::Time start = absl::Now();
+    const grpc::Status status = CallNative(*stub, &context, request, response);
+    *round_trip = absl::Now() - start;
+    return status;
+  }
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  const inference::ModelInferRequest v2_request = ToModelInferRequest(request);
+  inference::ModelInferResponse answer;
+  const absl::Time start = absl::Now();
+  const grpc::Status status = stub->ModelInfer(&context, v2_request, &answer);
+  *round_trip = absl::Now() - start;
+  if (!status.ok()) return status;
+  absl::StatusOr<v1::AttendResponse> native =
+      FromModelInferResponse(std::move(answer));
+  if (!native.ok()) {
+    return grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("the ModelInfer response: ", native.status().message()));
+  }
+  *response = *std::move(native);
+  return grpc::Status::OK;
+}
+
 void PrintModelRequest(const v1::ModelInfo& model,
                        const v1::ModelRequest& request, std::ostream& out) {
   out << absl::StrFormat("%-8s %s: %s\n", "model", model.name(),
@@ -162,14 +222,12 @@ ExitCode RunModelInfer(const InferOptions& options, std::ostream& out,
   }
   FillModelRequest(random, options.model, model.d_model(), call, &request);
   PrintModelRequest(model, request, out);
+  PrintProtocol(options, request.model(), out);
 
-  auto stub = v1::AttentionService::NewStub(channels->front());
-  grpc::ClientContext context;
-  PrepareContext(options.connection, &context);
   v1::AttendResponse response;
-  const absl::Time start = absl::Now();
-  const grpc::Status status = stub->AttendModel(&context, request, &response);
-  const absl::Duration round_trip = absl::Now() - start;
+  absl::Duration round_trip;
+  const grpc::Status status =
+      CallServer(options, channels->front(), request, &response, &round_trip);
   if (!status.ok()) {
     err << RpcErrorLine(status) << "\n";
     return kExitRpcFailed;
@@ -228,6 +286,7 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
   }
   ApplyCallOptions(call, &request);
   PrintRequest(request, out);
+  PrintProtocol(options, "attention", out);
 
   auto channels = CreateChannels(options.connection);
   if (!channels.ok()) return Fail(err, channels.status(), kExitFileError);
@@ -253,14 +312,11 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
     out << absl::StrFormat("%-8s region \"%s\", %d bytes\n", "shm",
                            placement->name(), placement->size());
   }
-  auto stub = v1::AttentionService::NewStub(channels->front());
-  grpc::ClientContext context;
-  PrepareContext(options.connection, &context);
   v1::AttendResponse response;
-  const absl::Time start = absl::Now();
-  const grpc::Status status = stub->Attend(
-      &context, placement != nullptr ? shm_request : request, &response);
-  const absl::Duration round_trip = absl::Now() - start;
+  absl::Duration round_trip;
+  const grpc::Status status = CallServer(
+      options, channels->front(), placement != nullptr ? shm_request : request,
+      &response, &round_trip);
   if (!status.ok()) {
     err << RpcErrorLine(status) << "\n";
     return kExitRpcFailed;

@@ -14,6 +14,7 @@
 #include "client/exit_codes.h"
 #include "client/request_builder.h"
 #include "client/tensors/input_files.h"
+#include "client/v2_messages.h"
 
 namespace attnserve::client {
 
@@ -40,6 +41,10 @@ struct InferOptions {
   // dtype, and the mask file; the input files and `check` must be unset.
   ModelSpec model;
   std::string request_id = "attnctl-infer";
+  // kV2: the same call as an Open Inference Protocol ModelInfer call (model
+  // "attention" or the hosted model; client/v2_messages.h), its answer read
+  // back as the native response. Default native.
+  Protocol protocol = Protocol::kNative;
 };
 
 // Runs the call and prints shapes, timing and a summary to `out`; errors go

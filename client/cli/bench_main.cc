@@ -34,10 +34,6 @@ ABSL_FLAG(bool, stream, false,
           "send AttendStream messages instead of unary Attend calls "
           "(closed loop: one stream per outstanding request; open loop: one "
           "stream per connection)");
-ABSL_FLAG(std::string, protocol, "native",
-          "native (attnserve.v1 Attend/AttendModel) or v2: the same requests "
-          "as Open Inference Protocol ModelInfer calls, raw contents (not "
-          "with --stream)");
 ABSL_FLAG(std::string, connections, "auto",
           "TCP connections per target (1-256), or auto: min(concurrency, 8) "
           "(open loop: 8; --decode: min(sequences, 8)); calls go to the "
@@ -153,15 +149,9 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const ParsedFlags& parsed) {
                      absl::FormatDuration(options.warmup)));
   }
   options.stream = absl::GetFlag(FLAGS_stream);
-  const std::string protocol =
-      absl::AsciiStrToLower(absl::GetFlag(FLAGS_protocol));
-  if (protocol == "v2") {
-    options.protocol = Protocol::kV2;
-  } else if (protocol != "native") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--protocol \"", absl::GetFlag(FLAGS_protocol),
-                     "\" is not native or v2"));
-  }
+  absl::StatusOr<Protocol> protocol = ProtocolFromFlag();
+  if (!protocol.ok()) return protocol.status();
+  options.protocol = *protocol;
   absl::StatusOr<int> connections =
       ParseConnections(absl::GetFlag(FLAGS_connections));
   if (!connections.ok()) return connections.status();

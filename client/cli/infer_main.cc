@@ -29,7 +29,8 @@ int InferMain(absl::Span<char* const> args) {
   const FlagGroup random = RandomInputFlagGroup();
   const std::vector<FlagGroup> groups = {
       {"input and output",
-       {"q", "k", "v", "mask", "out", "weights_out", "check", "shm"}},
+       {"q", "k", "v", "mask", "out", "weights_out", "check", "shm",
+        "protocol"}},
       random,
       CallFlagGroup(),
       VariantFlagGroup(),
@@ -46,7 +47,8 @@ int InferMain(absl::Span<char* const> args) {
         "--model NAME, one\nAttendModel call of a hosted model instead, with "
         "random hidden states\n[--batch, --lq, d_model] (and --memory_len "
         "memory); the head and dimension\nflags, --layout, --scale, "
-        "--q/--k/--v and --check do not apply.",
+        "--q/--k/--v and --check do not apply.\n--protocol=v2 sends either "
+        "as an Open Inference Protocol ModelInfer call.",
         groups);
     return kExitOk;
   }
@@ -74,6 +76,9 @@ int InferMain(absl::Span<char* const> args) {
   options.weights_file = absl::GetFlag(FLAGS_weights_out);
   options.check = absl::GetFlag(FLAGS_check);
   options.shared_memory = absl::GetFlag(FLAGS_shm);
+  absl::StatusOr<Protocol> protocol = ProtocolFromFlag();
+  if (!protocol.ok()) return UsageError(std::cerr, "infer", protocol.status());
+  options.protocol = *protocol;
   return RunInfer(options, std::cout, std::cerr);
 }
 

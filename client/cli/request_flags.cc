@@ -12,6 +12,10 @@
 #include "absl/strings/str_split.h"
 #include "client/tensors/wire_names.h"
 
+ABSL_FLAG(std::string, protocol, "native",
+          "native (attnserve.v1 Attend/AttendModel) or v2: the same calls as "
+          "Open Inference Protocol ModelInfer calls (bench: not with "
+          "--stream)");
 ABSL_FLAG(int64_t, batch, 1, "batch size B (random inputs)");
 ABSL_FLAG(int64_t, heads, 8, "query heads Hq (random inputs)");
 ABSL_FLAG(int64_t, kv_heads, 0,
@@ -318,6 +322,16 @@ bool DTypeFlagSet() { return !absl::GetFlag(FLAGS_dtype).empty(); }
 
 FlagGroup ModelFlagGroup() {
   return {"hosted model", {"model", "memory_len", "position_offset"}};
+}
+
+absl::StatusOr<Protocol> ProtocolFromFlag() {
+  const std::string protocol =
+      absl::AsciiStrToLower(absl::GetFlag(FLAGS_protocol));
+  if (protocol == "v2") return Protocol::kV2;
+  if (protocol == "native") return Protocol::kNative;
+  return absl::InvalidArgumentError(absl::StrCat("--protocol \"",
+                                                 absl::GetFlag(FLAGS_protocol),
+                                                 "\" is not native or v2"));
 }
 
 absl::StatusOr<ModelSpec> ModelSpecFromFlags(const ParsedFlags& parsed) {

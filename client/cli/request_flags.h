@@ -12,6 +12,7 @@
 #include "client/cli/help.h"
 #include "client/request_builder.h"
 #include "client/tensors/input_files.h"
+#include "client/v2_messages.h"
 
 namespace attnserve::client {
 
@@ -48,6 +49,10 @@ absl::StatusOr<RequestSpec> RequestSpecFromFlags();
 
 // True when --dtype names a dtype (rather than the default "").
 bool DTypeFlagSet();
+
+// What --protocol holds (native or v2, in any case); InvalidArgument (a
+// usage error) for anything else.
+absl::StatusOr<Protocol> ProtocolFromFlag();
 
 // --model --memory_len --position_offset: a hosted model's call instead of
 // Attend.

@@ -7,7 +7,6 @@
 #include "absl/strings/str_format.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "client/hosted_model.h"
-#include "client/load/v2_request.h"
 #include "client/rpc_status.h"
 #include "client/shared_memory.h"
 #include "client/tensors/file_util.h"

@@ -19,6 +19,7 @@
 #include "attnserve/v1/attention.pb.h"
 #include "base/random.h"
 #include "client/rpc_status.h"
+#include "client/v2_messages.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
@@ -59,52 +60,10 @@ Verdict Refused(std::string code, std::string message) {
   return verdict;
 }
 
-int64_t IntParameter(const inference::ModelInferResponse& response,
-                     const std::string& name) {
-  const auto it = response.parameters().find(name);
-  return it == response.parameters().end() ? 0 : it->second.int64_param();
-}
-
-Verdict JudgeV2(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
-  const int64_t bytes = static_cast<int64_t>(buffer->Length());
-  inference::ModelInferResponse response;
-  grpc::ProtoBufferReader reader(buffer);
-  if (!response.ParseFromZeroCopyStream(&reader)) {
-    return Refused("RESPONSE_MISMATCH", "the response does not parse");
-  }
-  // An output written into shared memory (attnctl bench --shm) has an empty
-  // raw entry and its byte size among the parameters it carries back.
-  int64_t got =
-      response.raw_output_contents_size() > 0
-          ? static_cast<int64_t>(response.raw_output_contents(0).size())
-          : 0;
-  if (response.outputs_size() > 0) {
-    const auto& p = response.outputs(0).parameters();
-    const auto region = p.find("shared_memory_region");
-    const auto size = p.find("shared_memory_byte_size");
-    if (region != p.end() && size != p.end()) got = size->second.int64_param();
-  }
-  if (got != expected_output_bytes) {
-    return Refused("RESPONSE_MISMATCH",
-                   absl::StrCat("the output has ", got, " bytes, expected ",
-                                expected_output_bytes));
-  }
-  Verdict verdict;
-  verdict.queue = absl::Microseconds(IntParameter(response, "timing.queue_us"));
-  verdict.compute =
-      absl::Microseconds(IntParameter(response, "timing.compute_us"));
-  verdict.flops = static_cast<double>(IntParameter(response, "timing.flops"));
-  verdict.bytes = bytes;
-  return verdict;
-}
-
-Verdict Judge(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
-  const int64_t bytes = static_cast<int64_t>(buffer->Length());
-  v1::AttendResponse response;
-  grpc::ProtoBufferReader reader(buffer);
-  if (!response.ParseFromZeroCopyStream(&reader)) {
-    return Refused("RESPONSE_MISMATCH", "the response does not parse");
-  }
+// The verdict on a native answer (or a v2 answer as the native one it
+// means) of `bytes` bytes on the wire.
+Verdict JudgeAttendResponse(const v1::AttendResponse& response, int64_t bytes,
+                            int64_t expected_output_bytes) {
   if (response.error_code() != 0) {
     return Refused(
         StatusCodeName(static_cast<grpc::StatusCode>(response.error_code())),
@@ -127,6 +86,31 @@ Verdict Judge(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
   verdict.flops = response.timing().flops();
   verdict.bytes = bytes;
   return verdict;
+}
+
+Verdict JudgeV2(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
+  const int64_t bytes = static_cast<int64_t>(buffer->Length());
+  inference::ModelInferResponse response;
+  grpc::ProtoBufferReader reader(buffer);
+  if (!response.ParseFromZeroCopyStream(&reader)) {
+    return Refused("RESPONSE_MISMATCH", "the response does not parse");
+  }
+  absl::StatusOr<v1::AttendResponse> native =
+      FromModelInferResponse(std::move(response));
+  if (!native.ok()) {
+    return Refused("RESPONSE_MISMATCH", std::string(native.status().message()));
+  }
+  return JudgeAttendResponse(*native, bytes, expected_output_bytes);
+}
+
+Verdict Judge(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
+  const int64_t bytes = static_cast<int64_t>(buffer->Length());
+  v1::AttendResponse response;
+  grpc::ProtoBufferReader reader(buffer);
+  if (!response.ParseFromZeroCopyStream(&reader)) {
+    return Refused("RESPONSE_MISMATCH", "the response does not parse");
+  }
+  return JudgeAttendResponse(response, bytes, expected_output_bytes);
 }
 
 class Generator;

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "client/connection.h"
 #include "client/load/load_tally.h"
+#include "client/v2_messages.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/channel.h"
 
@@ -37,9 +38,6 @@ inline constexpr char kAttendModelStreamMethod[] =
 // The Open Inference Protocol's inference call (attnctl bench --protocol v2).
 inline constexpr char kModelInferMethod[] =
     "/inference.GRPCInferenceService/ModelInfer";
-
-// What the answers are: AttendResponses (native) or ModelInferResponses (v2).
-enum class Protocol { kNative, kV2 };
 
 struct LoadSpec {
   // Closed loop (rate == 0, the default): this many requests outstanding at

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/file.h"
 #include "client/tensors/npy.h"
 #include "core/convert.h"
 #include "gmock/gmock.h"
@@ -227,6 +228,31 @@ TEST_F(AttnctlModelTest, CausalKeyLengthsAndWeightsOut) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->dtype, NpyDType::kFloat32);
   EXPECT_EQ(out->shape, (std::vector<int64_t>{2, 4, 64}));
+}
+
+// The same call as a ModelInfer call of the model: the same random hidden
+// states (same seed), so the same output and weights, bit for bit.
+TEST_F(AttnctlModelTest, InferOverV2GivesTheNativeResultsBitForBit) {
+  std::vector<std::string> results;
+  for (const std::string protocol : {"native", "v2"}) {
+    const std::string output = dir_.Path(protocol + "_out.npy");
+    const std::string weights = dir_.Path(protocol + "_w.npy");
+    const CommandResult r =
+        Run({"infer", "--model=gqa_rope_pre", "--batch=2", "--lq=5", "--causal",
+             "--protocol=" + protocol, "--out=" + output,
+             "--weights_out=" + weights});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(absl::StrContains(
+                  r.out, "protocol v2 ModelInfer of model \"gqa_rope_pre\""),
+              protocol == "v2");
+    absl::StatusOr<std::string> out_bytes = base::ReadFile(output);
+    absl::StatusOr<std::string> weights_bytes = base::ReadFile(weights);
+    ASSERT_TRUE(out_bytes.ok()) << out_bytes.status();
+    ASSERT_TRUE(weights_bytes.ok()) << weights_bytes.status();
+    results.push_back(*out_bytes + *weights_bytes);
+  }
+  EXPECT_GT(results[0].size(), 2u * 5 * 64 * 4);
+  EXPECT_EQ(results[0], results[1]);
 }
 
 TEST_F(AttnctlModelTest, Bf16HiddenStatesAndPositions) {

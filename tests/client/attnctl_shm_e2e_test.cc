@@ -124,6 +124,39 @@ TEST_F(AttnctlShmTest, InferGivesTheBytesPathsOutputBitForBit) {
   EXPECT_EQ(Regions(), 0);
 }
 
+// infer --protocol=v2: the ModelInfer call of the same request gives the
+// native output and weights bit for bit, with the bytes in the message and
+// through the region.
+TEST_F(AttnctlShmTest, InferOverV2GivesTheNativeResultsBitForBit) {
+  const std::vector<std::string> shape = {"infer",    "--heads=3", "--lq=33",
+                                          "--lk=70",  "--dim=16",  "--causal",
+                                          "--seed=5", "--check"};
+  std::vector<std::string> results;
+  for (const std::vector<std::string>& how :
+       std::vector<std::vector<std::string>>{
+           {}, {"--protocol=v2"}, {"--protocol=v2", "--shm"}}) {
+    const std::string output =
+        dir_.path() + "/out" + std::to_string(results.size()) + ".npy";
+    const std::string weights =
+        dir_.path() + "/w" + std::to_string(results.size()) + ".npy";
+    std::vector<std::string> args = shape;
+    args.insert(args.end(), how.begin(), how.end());
+    args.push_back("--out=" + output);
+    args.push_back("--weights_out=" + weights);
+    const CommandResult r = Run(args);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(absl::StrContains(
+                  r.out, "protocol v2 ModelInfer of model \"attention\""),
+              !how.empty());
+    EXPECT_THAT(r.out, HasSubstr("check    weights: "));
+    results.push_back(ReadFile(output) + ReadFile(weights));
+  }
+  EXPECT_GT(results[0].size(), 3u * 33 * 16 * 4);
+  EXPECT_EQ(results[1], results[0]);
+  EXPECT_EQ(results[2], results[0]);
+  EXPECT_EQ(Regions(), 0);
+}
+
 TEST_F(AttnctlShmTest, BenchLoadsThroughTheRegion) {
   const CommandResult r =
       Run({"bench", "--shm", "--heads=2", "--lq=64", "--lk=64", "--dim=32",

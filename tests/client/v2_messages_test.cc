@@ -1,9 +1,9 @@
-// ToModelInferRequest: the ModelInfer request of an AttendRequest, with its
+// client/v2_messages.h: the ModelInfer request of an AttendRequest, with its
 // tensors' bytes in raw_input_contents, or with Triton's shared-memory
 // parameters for the tensors and outputs that refer to a region (attnctl
-// bench --protocol=v2 --shm).
+// --protocol=v2 --shm); and the AttendResponse a ModelInferResponse means.
 
-#include "client/load/v2_request.h"
+#include "client/v2_messages.h"
 
 #include <string>
 
@@ -100,6 +100,98 @@ TEST(V2RequestTest, WeightsAreListedBesideAnOutputInARegion) {
   ASSERT_EQ(r.outputs_size(), 2);
   EXPECT_EQ(r.outputs(1).name(), "weights");
   EXPECT_TRUE(r.outputs(1).parameters().empty());
+}
+
+inference::ModelInferResponse TwoOutputs() {
+  inference::ModelInferResponse r;
+  r.set_id("call-7");
+  auto* output = r.add_outputs();
+  output->set_name("output");
+  output->set_datatype("FP32");
+  for (int64_t d : {1, 1, 2, 2}) output->add_shape(d);
+  auto* weights = r.add_outputs();
+  weights->set_name("weights");
+  weights->set_datatype("FP32");
+  for (int64_t d : {1, 1, 2, 3}) weights->add_shape(d);
+  r.add_raw_output_contents(std::string(16, 'o'));
+  r.add_raw_output_contents(std::string(24, 'w'));
+  auto& p = *r.mutable_parameters();
+  p["timing.queue_us"].set_int64_param(11);
+  p["timing.compute_us"].set_int64_param(22);
+  p["timing.total_us"].set_int64_param(40);
+  p["timing.flops"].set_int64_param(1024);
+  return r;
+}
+
+TEST(V2ResponseTest, OutputsTensorsAndTimingAsTheNativeResponse) {
+  absl::StatusOr<v1::AttendResponse> r = FromModelInferResponse(TwoOutputs());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request_id(), "call-7");
+  EXPECT_EQ(r->output().dtype(), v1::FLOAT32);
+  EXPECT_THAT(r->output().shape(), ::testing::ElementsAre(1, 1, 2, 2));
+  EXPECT_EQ(r->output().data(), std::string(16, 'o'));
+  EXPECT_THAT(r->weights().shape(), ::testing::ElementsAre(1, 1, 2, 3));
+  EXPECT_EQ(r->weights().data(), std::string(24, 'w'));
+  EXPECT_EQ(r->timing().queue_us(), 11);
+  EXPECT_EQ(r->timing().compute_us(), 22);
+  EXPECT_EQ(r->timing().total_us(), 40);
+  EXPECT_EQ(r->timing().flops(), 1024.0);
+}
+
+TEST(V2ResponseTest, AnOutputInARegionBecomesItsReference) {
+  inference::ModelInferResponse v2 = TwoOutputs();
+  auto& p = *v2.mutable_outputs(0)->mutable_parameters();
+  p["shared_memory_region"].set_string_param("attnctl_region");
+  p["shared_memory_offset"].set_int64_param(64);
+  p["shared_memory_byte_size"].set_int64_param(16);
+  v2.set_raw_output_contents(0, "");
+  absl::StatusOr<v1::AttendResponse> r = FromModelInferResponse(v2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->output().data().empty());
+  EXPECT_EQ(r->output().shared_memory().region(), "attnctl_region");
+  EXPECT_EQ(r->output().shared_memory().offset(), 64);
+  EXPECT_EQ(r->output().shared_memory().byte_size(), 16);
+  EXPECT_EQ(r->weights().data(), std::string(24, 'w'));
+}
+
+TEST(V2ResponseTest, WhatDoesNotReadIsInvalidArgumentNamingTheField) {
+  struct Case {
+    const char* what;
+    void (*change)(inference::ModelInferResponse*);
+    const char* message;
+  };
+  const Case cases[] = {
+      {"an unknown output",
+       [](inference::ModelInferResponse* r) {
+         r->mutable_outputs(1)->set_name("scores");
+       },
+       "outputs[1] (scores): not an output of attnserve"},
+      {"a datatype attnserve has not",
+       [](inference::ModelInferResponse* r) {
+         r->mutable_outputs(0)->set_datatype("FP64");
+       },
+       "outputs[0] (output).datatype"},
+      {"raw entries not one per output",
+       [](inference::ModelInferResponse* r) {
+         r->mutable_raw_output_contents()->RemoveLast();
+       },
+       "raw_output_contents: 1 entries for 2 outputs"},
+      {"no output",
+       [](inference::ModelInferResponse* r) {
+         r->mutable_outputs()->DeleteSubrange(0, 1);
+         r->mutable_raw_output_contents()->DeleteSubrange(0, 1);
+       },
+       "outputs: no \"output\""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    inference::ModelInferResponse v2 = TwoOutputs();
+    c.change(&v2);
+    absl::StatusOr<v1::AttendResponse> r = FromModelInferResponse(v2);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr(c.message));
+  }
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
-#include "client/load/v2_request.h"
+#include "client/v2_messages.h"
 
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/repeated_field.h"
 #include "wire/dtype.h"
 
@@ -113,6 +115,11 @@ void AddCommon(bool return_weights, v1::DataType output_dtype,
   }
 }
 
+int64_t Int64Parameter(const Parameters& p, const std::string& name) {
+  const auto it = p.find(name);
+  return it == p.end() ? 0 : it->second.int64_param();
+}
+
 }  // namespace
 
 ModelInferRequest ToModelInferRequest(const v1::AttendRequest& request) {
@@ -143,6 +150,58 @@ ModelInferRequest ToModelInferRequest(const v1::ModelRequest& request) {
   AddMask(request.mask(), &r);
   AddCommon(request.return_weights(), request.output_dtype(), &r);
   return r;
+}
+
+absl::StatusOr<v1::AttendResponse> FromModelInferResponse(
+    inference::ModelInferResponse response) {
+  v1::AttendResponse native;
+  native.set_request_id(response.id());
+  // One raw entry per output, in order (an output in a region has an empty
+  // one), or none at all when every output is in a region.
+  const int raw = response.raw_output_contents_size();
+  if (raw != 0 && raw != response.outputs_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_output_contents: ", raw, " entries for ",
+                     response.outputs_size(), " outputs"));
+  }
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    inference::ModelInferResponse::InferOutputTensor& out =
+        *response.mutable_outputs(i);
+    const std::string field =
+        absl::StrCat("outputs[", i, "] (", out.name(), ")");
+    v1::Tensor* t = out.name() == "output"    ? native.mutable_output()
+                    : out.name() == "weights" ? native.mutable_weights()
+                                              : nullptr;
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": not an output of attnserve (output, weights)"));
+    }
+    absl::StatusOr<v1::DataType> dtype =
+        wire::DataTypeFromV2Name(out.datatype(), field + ".datatype");
+    if (!dtype.ok()) return dtype.status();
+    t->set_dtype(*dtype);
+    t->mutable_shape()->Swap(out.mutable_shape());
+    const Parameters& p = out.parameters();
+    const auto region = p.find("shared_memory_region");
+    if (region != p.end()) {
+      v1::SharedMemoryRef* ref = t->mutable_shared_memory();
+      ref->set_region(region->second.string_param());
+      ref->set_offset(Int64Parameter(p, "shared_memory_offset"));
+      ref->set_byte_size(Int64Parameter(p, "shared_memory_byte_size"));
+    } else if (raw > 0) {
+      t->mutable_data()->swap(*response.mutable_raw_output_contents(i));
+    }
+  }
+  if (!native.has_output()) {
+    return absl::InvalidArgumentError("outputs: no \"output\"");
+  }
+  const Parameters& p = response.parameters();
+  v1::Timing* timing = native.mutable_timing();
+  timing->set_queue_us(Int64Parameter(p, "timing.queue_us"));
+  timing->set_compute_us(Int64Parameter(p, "timing.compute_us"));
+  timing->set_total_us(Int64Parameter(p, "timing.total_us"));
+  timing->set_flops(static_cast<double>(Int64Parameter(p, "timing.flops")));
+  return native;
 }
 
 }  // namespace attnserve::client
