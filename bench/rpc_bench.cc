@@ -819,7 +819,7 @@ int main(int argc, char** argv) {
       "payload and the kernel alone, in one run.\nUsage: attnserve_rpc_bench "
       "[--json] [--quick] [--duration S] [--slice S] [--reps N] "
       "[--min_calls N] [--channels N] [--tput_workers N] [--tput_threads N] "
-      "[--latency_threads N] [--filter SUBSTR] [--malloc_keep_freed] "
+      "[--latency_threads N] [--filter SUBSTR] [--nomalloc_keep_freed] "
       "[--mutex_deadlock_detection] [--small_request_flops F] "
       "[--noinline_small] [--batch_max_size N]");
   absl::FlagsUsageConfig usage;

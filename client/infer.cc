@@ -285,6 +285,11 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
     if (!status.ok()) return Fail(err, status, kExitFileError);
   }
   ApplyCallOptions(call, &request);
+  if (options.protocol == Protocol::kV2) {
+    if (const absl::Status carried = CheckV2CanCarry(request); !carried.ok()) {
+      return Fail(err, carried, kExitUsage);
+    }
+  }
   PrintRequest(request, out);
   PrintProtocol(options, "attention", out);
 

@@ -215,8 +215,13 @@ SharedMemoryPlacement::~SharedMemoryPlacement() {
   if (data_ != nullptr) munmap(data_, static_cast<size_t>(size_));
 }
 
-absl::Status SharedMemoryPlacement::CopyOut(v1::Tensor* tensor) const {
-  if (!tensor->has_shared_memory()) return absl::OkStatus();
+absl::Status SharedMemoryPlacement::CopyOut(absl::string_view name,
+                                            v1::Tensor* tensor) const {
+  if (!tensor->has_shared_memory()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory: the response carries the ", name,
+        "'s bytes instead of a reference to region \"", name_, "\""));
+  }
   const v1::SharedMemoryRef& ref = tensor->shared_memory();
   if (ref.region() != name_ || ref.offset() < 0 || ref.byte_size() < 0 ||
       ref.offset() > size_ || ref.byte_size() > size_ - ref.offset()) {
@@ -232,9 +237,11 @@ absl::Status SharedMemoryPlacement::CopyOut(v1::Tensor* tensor) const {
 
 absl::Status SharedMemoryPlacement::CollectOutputs(
     v1::AttendResponse* response) const {
-  if (absl::Status s = CopyOut(response->mutable_output()); !s.ok()) return s;
+  if (absl::Status s = CopyOut("output", response->mutable_output()); !s.ok()) {
+    return s;
+  }
   if (!response->has_weights()) return absl::OkStatus();
-  return CopyOut(response->mutable_weights());
+  return CopyOut("weights", response->mutable_weights());
 }
 
 }  // namespace attnserve::client

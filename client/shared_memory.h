@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
 #include "attnserve/v1/shared_memory.grpc.pb.h"
 #include "client/connection.h"
@@ -47,12 +48,14 @@ class SharedMemoryPlacement {
 
   // Copies the output and weights the server wrote into the region into
   // `response`'s data, so that it reads as an ordinary response.
-  // InvalidArgument when the response's references are not this region's.
+  // InvalidArgument when the response's references are not this region's,
+  // or when it carries an output's (or the weights') bytes instead of a
+  // reference: every output of a placed request is asked for in the region.
   absl::Status CollectOutputs(v1::AttendResponse* response) const;
 
  private:
   SharedMemoryPlacement() = default;
-  absl::Status CopyOut(v1::Tensor* tensor) const;
+  absl::Status CopyOut(absl::string_view name, v1::Tensor* tensor) const;
 
   std::string name_;
   char* data_ = nullptr;

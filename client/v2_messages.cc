@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/repeated_field.h"
 #include "wire/dtype.h"
+#include "wire/v2_parameters.h"
 
 namespace attnserve::client {
 namespace {
@@ -17,9 +18,9 @@ using Parameters =
 // Triton's parameters of a tensor in a shared-memory region (docs/api.md,
 // "System shared memory (Triton)").
 void SetSharedMemory(const v1::SharedMemoryRef& ref, Parameters* p) {
-  (*p)["shared_memory_region"].set_string_param(ref.region());
-  (*p)["shared_memory_offset"].set_int64_param(ref.offset());
-  (*p)["shared_memory_byte_size"].set_int64_param(ref.byte_size());
+  (*p)[wire::kV2SharedMemoryRegion].set_string_param(ref.region());
+  (*p)[wire::kV2SharedMemoryOffset].set_int64_param(ref.offset());
+  (*p)[wire::kV2SharedMemoryByteSize].set_int64_param(ref.byte_size());
 }
 
 inference::ModelInferRequest::InferInputTensor* AddInputHeader(
@@ -122,6 +123,19 @@ int64_t Int64Parameter(const Parameters& p, const std::string& name) {
 
 }  // namespace
 
+absl::Status CheckV2CanCarry(const v1::AttendRequest& request) {
+  const char* what = request.has_linear() ? "linear attention"
+                     : request.has_lsh()  ? "LSH attention"
+                     : request.mask().has_block_sparse()
+                         ? "a block-sparse layout"
+                         : nullptr;
+  if (what == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--protocol=v2 cannot carry ", what,
+                   " (the Open Inference Protocol mapping has no parameters "
+                   "for the long-sequence variants); use the native protocol"));
+}
+
 ModelInferRequest ToModelInferRequest(const v1::AttendRequest& request) {
   ModelInferRequest r;
   r.set_model_name("attention");
@@ -176,20 +190,27 @@ absl::StatusOr<v1::AttendResponse> FromModelInferResponse(
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": not an output of attnserve (output, weights)"));
     }
+    // Every output sets its tensor's dtype (never unspecified) below.
+    if (t->dtype() != v1::DATA_TYPE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": given twice"));
+    }
     absl::StatusOr<v1::DataType> dtype =
         wire::DataTypeFromV2Name(out.datatype(), field + ".datatype");
     if (!dtype.ok()) return dtype.status();
     t->set_dtype(*dtype);
     t->mutable_shape()->Swap(out.mutable_shape());
     const Parameters& p = out.parameters();
-    const auto region = p.find("shared_memory_region");
+    const auto region = p.find(wire::kV2SharedMemoryRegion);
     if (region != p.end()) {
       v1::SharedMemoryRef* ref = t->mutable_shared_memory();
       ref->set_region(region->second.string_param());
-      ref->set_offset(Int64Parameter(p, "shared_memory_offset"));
-      ref->set_byte_size(Int64Parameter(p, "shared_memory_byte_size"));
+      ref->set_offset(Int64Parameter(p, wire::kV2SharedMemoryOffset));
+      ref->set_byte_size(Int64Parameter(p, wire::kV2SharedMemoryByteSize));
     } else if (raw > 0) {
       t->mutable_data()->swap(*response.mutable_raw_output_contents(i));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": no raw_output_contents entry and no shared_memory_region"));
     }
   }
   if (!native.has_output()) {
@@ -197,10 +218,11 @@ absl::StatusOr<v1::AttendResponse> FromModelInferResponse(
   }
   const Parameters& p = response.parameters();
   v1::Timing* timing = native.mutable_timing();
-  timing->set_queue_us(Int64Parameter(p, "timing.queue_us"));
-  timing->set_compute_us(Int64Parameter(p, "timing.compute_us"));
-  timing->set_total_us(Int64Parameter(p, "timing.total_us"));
-  timing->set_flops(static_cast<double>(Int64Parameter(p, "timing.flops")));
+  timing->set_queue_us(Int64Parameter(p, wire::kV2TimingQueueUs));
+  timing->set_compute_us(Int64Parameter(p, wire::kV2TimingComputeUs));
+  timing->set_total_us(Int64Parameter(p, wire::kV2TimingTotalUs));
+  timing->set_flops(
+      static_cast<double>(Int64Parameter(p, wire::kV2TimingFlops)));
   return native;
 }
 

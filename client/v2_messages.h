@@ -16,6 +16,12 @@ namespace attnserve::client {
 // the Open Inference Protocol's ModelInfer.
 enum class Protocol { kNative, kV2 };
 
+// OK when the v2 mapping (docs/api.md) can carry `request`; InvalidArgument
+// naming what it cannot: the long-sequence variants (linear and LSH
+// attention, block-sparse layouts) have no ModelInfer parameters, so such a
+// request must go native.
+absl::Status CheckV2CanCarry(const v1::AttendRequest& request);
+
 // Every tensor's bytes in raw_input_contents — or, for an AttendRequest
 // whose query, key, value or outputs refer to a shared-memory region
 // (--shm), Triton's shared_memory_* parameters instead of their bytes (and

@@ -813,7 +813,9 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
     DecodePlan& plan = plans[c];
     // Rows of one kv head: every (query row i, head g of the group), i-major.
     plan.group_rows = s.q_len * p.group;
-    plan.chunk = calls[c].q_block;
+    // At most the group's rows: the partial results are sized by the chunk.
+    plan.chunk = std::max<int64_t>(
+        1, std::min<int64_t>(calls[c].q_block, plan.group_rows));
     plan.chunks = (plan.group_rows + plan.chunk - 1) / plan.chunk;
     plan.sets = s.batch * s.kv_heads * plan.chunks;
     all_sets += plan.sets;

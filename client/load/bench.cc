@@ -12,6 +12,7 @@
 #include "client/tensors/file_util.h"
 #include "client/tensors/wire_names.h"
 #include "client/tensors/wire_tensor.h"
+#include "client/v2_messages.h"
 
 namespace attnserve::client {
 namespace {
@@ -204,6 +205,12 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     attend_request.set_request_id("attnctl-bench");
     FillRandomInputs(random, options.spec.call.layout, &attend_request);
     ApplyCallOptions(options.spec.call, &attend_request);
+    if (v2) {
+      if (const absl::Status carried = CheckV2CanCarry(attend_request);
+          !carried.ok()) {
+        return Fail(err, carried.message(), kExitUsage);
+      }
+    }
     report.request_text = RequestText(attend_request);
     expected_output_bytes = OutputBytes(random, options.spec.call);
   }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "wire/dtype.h"
+#include "wire/v2_parameters.h"
 
 // Typed contents are the host's floats and ints; the wire is little-endian.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -331,9 +332,9 @@ absl::StatusOr<std::string> TypedBytes(
 }
 
 // Triton's shared-memory parameters of an input or a requested output.
-constexpr char kRegionParameter[] = "shared_memory_region";
-constexpr char kOffsetParameter[] = "shared_memory_offset";
-constexpr char kByteSizeParameter[] = "shared_memory_byte_size";
+constexpr const char* kRegionParameter = wire::kV2SharedMemoryRegion;
+constexpr const char* kOffsetParameter = wire::kV2SharedMemoryOffset;
+constexpr const char* kByteSizeParameter = wire::kV2SharedMemoryByteSize;
 
 bool NamesRegion(
     const google::protobuf::Map<std::string, InferParameter>& parameters) {
@@ -705,10 +706,10 @@ void ToInferResponse(const NativeCall& call, const ModelInferRequest& request,
   }
   auto& parameters = *response->mutable_parameters();
   const v1::Timing& timing = native.timing();
-  parameters["timing.queue_us"].set_int64_param(timing.queue_us());
-  parameters["timing.compute_us"].set_int64_param(timing.compute_us());
-  parameters["timing.total_us"].set_int64_param(timing.total_us());
-  parameters["timing.flops"].set_int64_param(
+  parameters[wire::kV2TimingQueueUs].set_int64_param(timing.queue_us());
+  parameters[wire::kV2TimingComputeUs].set_int64_param(timing.compute_us());
+  parameters[wire::kV2TimingTotalUs].set_int64_param(timing.total_us());
+  parameters[wire::kV2TimingFlops].set_int64_param(
       static_cast<int64_t>(timing.flops()));
 }
 

@@ -102,6 +102,23 @@ TEST(V2RequestTest, WeightsAreListedBesideAnOutputInARegion) {
   EXPECT_TRUE(r.outputs(1).parameters().empty());
 }
 
+TEST(V2RequestTest, TheLongSequenceVariantsCannotBeCarried) {
+  v1::AttendRequest request;
+  EXPECT_TRUE(CheckV2CanCarry(request).ok());
+  request.mutable_lsh()->set_num_hashes(2);
+  EXPECT_THAT(CheckV2CanCarry(request).message(),
+              ::testing::HasSubstr("cannot carry LSH attention"));
+  request.mutable_linear();
+  EXPECT_THAT(CheckV2CanCarry(request).message(),
+              ::testing::HasSubstr("cannot carry linear attention"));
+  request.clear_linear();
+  request.mutable_mask()->mutable_block_sparse()->set_block_size(16);
+  EXPECT_EQ(CheckV2CanCarry(request).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(CheckV2CanCarry(request).message(),
+              ::testing::HasSubstr("a block-sparse layout"));
+}
+
 inference::ModelInferResponse TwoOutputs() {
   inference::ModelInferResponse r;
   r.set_id("call-7");
@@ -176,6 +193,15 @@ TEST(V2ResponseTest, WhatDoesNotReadIsInvalidArgumentNamingTheField) {
          r->mutable_raw_output_contents()->RemoveLast();
        },
        "raw_output_contents: 1 entries for 2 outputs"},
+      {"an output with neither a raw entry nor a region",
+       [](inference::ModelInferResponse* r) { r->clear_raw_output_contents(); },
+       "outputs[0] (output): no raw_output_contents entry and no "
+       "shared_memory_region"},
+      {"an output given twice",
+       [](inference::ModelInferResponse* r) {
+         r->mutable_outputs(1)->set_name("output");
+       },
+       "outputs[1] (output): given twice"},
       {"no output",
        [](inference::ModelInferResponse* r) {
          r->mutable_outputs()->DeleteSubrange(0, 1);
