@@ -453,7 +453,6 @@ absl::Status EngineCase(int threads) {
     return in;
   };
   // What a hosted layer does when it loads: the tiles of every length.
-  prepare(kMinLen);
   RETURN_IF_ERROR(engine->Prepare(inputs(kMinLen)));
   auto call = [&](int64_t l) {
     const AttentionInputs in = inputs(l);

@@ -28,18 +28,19 @@ namespace {
 // (B1 H8 D64 f32, one thread: L128 1.2x with 128 rows than with 32, L512 1.2x
 // with 256 than with 64; docs/benchmarks.md) as long as the call has tiles
 // enough to spread over its threads: the height Lq fills, halved while there
-// are fewer than kTilesPerThread tiles per thread (not below 32).
+// are fewer than kTilesPerThread tiles per thread (not below 32). The heights
+// are the powers of two from kMinAutoQueryBlock to kMaxAutoQueryBlock
+// (Prepare creates their products).
 constexpr int64_t kTilesPerThread = 4;
+constexpr int64_t kMinAutoQueryBlock = 32, kMaxAutoQueryBlock = 256;
 int64_t AutoQueryBlock(int64_t q_len, int64_t row_sets, int threads) {
-  int64_t rows = q_len >= 384 ? 256 : q_len >= 96 ? 128 : 64;
-  while (rows > 32 && row_sets * ((q_len + rows - 1) / rows) <
-                          kTilesPerThread * int64_t{threads}) {
+  int64_t rows = q_len >= 384 ? kMaxAutoQueryBlock : q_len >= 96 ? 128 : 64;
+  while (rows > kMinAutoQueryBlock && row_sets * ((q_len + rows - 1) / rows) <
+                                          kTilesPerThread * int64_t{threads}) {
     rows /= 2;
   }
   return rows;
 }
-// Every height AutoQueryBlock picks (Prepare creates their products).
-constexpr int64_t kAutoQueryBlocks[] = {32, 64, 128, 256};
 
 // The materialized kernel makes three passes over its rows of weights; keep a
 // block's rows (rows × Lk floats) within about half of a 1 MiB L2.
@@ -197,7 +198,8 @@ class Engine final : public AttentionEngine {
     if (options_.q_block > 0) {
       rows.push_back({options_.q_block, ldq});
     } else {
-      for (int64_t qb : kAutoQueryBlocks) rows.push_back({qb, ldq});
+      for (int64_t qb = kMinAutoQueryBlock; qb <= kMaxAutoQueryBlock; qb *= 2)
+        rows.push_back({qb, ldq});
     }
     for (int64_t r = kRowPad; r <= kRowGranule; r += kRowPad) {
       rows.push_back({r, d});

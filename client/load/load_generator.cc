@@ -88,11 +88,16 @@ Verdict JudgeAttendResponse(const v1::AttendResponse& response, int64_t bytes,
   return verdict;
 }
 
+// Parses an answer's bytes into `message`.
+bool ParseAnswer(grpc::ByteBuffer* buffer, google::protobuf::Message* message) {
+  grpc::ProtoBufferReader reader(buffer);
+  return message->ParseFromZeroCopyStream(&reader);
+}
+
 Verdict JudgeV2(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
   const int64_t bytes = static_cast<int64_t>(buffer->Length());
   inference::ModelInferResponse response;
-  grpc::ProtoBufferReader reader(buffer);
-  if (!response.ParseFromZeroCopyStream(&reader)) {
+  if (!ParseAnswer(buffer, &response)) {
     return Refused("RESPONSE_MISMATCH", "the response does not parse");
   }
   absl::StatusOr<v1::AttendResponse> native =
@@ -106,8 +111,7 @@ Verdict JudgeV2(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
 Verdict Judge(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
   const int64_t bytes = static_cast<int64_t>(buffer->Length());
   v1::AttendResponse response;
-  grpc::ProtoBufferReader reader(buffer);
-  if (!response.ParseFromZeroCopyStream(&reader)) {
+  if (!ParseAnswer(buffer, &response)) {
     return Refused("RESPONSE_MISMATCH", "the response does not parse");
   }
   return JudgeAttendResponse(response, bytes, expected_output_bytes);

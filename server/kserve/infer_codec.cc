@@ -331,14 +331,9 @@ absl::StatusOr<std::string> TypedBytes(
   return bytes;
 }
 
-// Triton's shared-memory parameters of an input or a requested output.
-constexpr const char* kRegionParameter = wire::kV2SharedMemoryRegion;
-constexpr const char* kOffsetParameter = wire::kV2SharedMemoryOffset;
-constexpr const char* kByteSizeParameter = wire::kV2SharedMemoryByteSize;
-
 bool NamesRegion(
     const google::protobuf::Map<std::string, InferParameter>& parameters) {
-  return parameters.count(kRegionParameter) > 0;
+  return parameters.count(wire::kV2SharedMemoryRegion) > 0;
 }
 
 absl::StatusOr<int64_t> SizeParameter(absl::string_view field,
@@ -373,7 +368,7 @@ absl::StatusOr<v1::SharedMemoryRef> SharedMemoryParameters(
   for (const std::string* key : keys) {
     const InferParameter& value = parameters.at(*key);
     const std::string name = absl::StrCat(field, ".parameters[\"", *key, "\"]");
-    if (*key == kRegionParameter) {
+    if (*key == wire::kV2SharedMemoryRegion) {
       if (value.parameter_choice_case() != InferParameter::kStringParam) {
         return WrongKind(name, "a string_param", value);
       }
@@ -382,29 +377,30 @@ absl::StatusOr<v1::SharedMemoryRef> SharedMemoryParameters(
             absl::StrCat(name, ": empty (name a registered region)"));
       }
       ref.set_region(value.string_param());
-    } else if (*key == kOffsetParameter) {
+    } else if (*key == wire::kV2SharedMemoryOffset) {
       ASSIGN_OR_RETURN(const int64_t offset, SizeParameter(name, value));
       ref.set_offset(offset);
-    } else if (*key == kByteSizeParameter) {
+    } else if (*key == wire::kV2SharedMemoryByteSize) {
       ASSIGN_OR_RETURN(const int64_t size, SizeParameter(name, value));
       ref.set_byte_size(size);
       has_size = true;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".parameters: unknown parameter \"", *key,
-                       "\" (expected ", kRegionParameter, ", ",
-                       kOffsetParameter, ", ", kByteSizeParameter, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".parameters: unknown parameter \"", *key, "\" (expected ",
+          wire::kV2SharedMemoryRegion, ", ", wire::kV2SharedMemoryOffset, ", ",
+          wire::kV2SharedMemoryByteSize, ")"));
     }
   }
   if (ref.region().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".parameters: ", *keys.front(), " is set without ",
-        kRegionParameter, " (name the registered region the bytes are in)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".parameters: ", *keys.front(), " is set without ",
+                     wire::kV2SharedMemoryRegion,
+                     " (name the registered region the bytes are in)"));
   }
   if (!has_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ".parameters: ", kRegionParameter, " is set without ",
-        kByteSizeParameter, " (the tensor's size in bytes)"));
+        field, ".parameters: ", wire::kV2SharedMemoryRegion, " is set without ",
+        wire::kV2SharedMemoryByteSize, " (the tensor's size in bytes)"));
   }
   return ref;
 }
@@ -419,7 +415,7 @@ absl::Status CheckSharedMemoryAllowed(absl::string_view field,
                         name == "output" || name == "weights");
   if (allowed) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      field, ".parameters: ", kRegionParameter,
+      field, ".parameters: ", wire::kV2SharedMemoryRegion,
       " is set, but only the inputs query, key and value and the outputs "
       "output and weights of model ",
       kAttentionModel, " may be in shared memory; send ", name, "'s data"));
@@ -496,7 +492,7 @@ absl::Status DecodeInput(int index, const TensorSpec& spec,
     if (input.has_contents()) {
       return absl::InvalidArgumentError(absl::StrCat(
           field(), ".contents: set together with parameters[\"",
-          kRegionParameter, "\"] (send the input's data one way)"));
+          wire::kV2SharedMemoryRegion, "\"] (send the input's data one way)"));
     }
     v1::Tensor* tensor = TensorOf(spec.name, call);
     tensor->set_dtype(dtype);
@@ -697,9 +693,10 @@ void ToInferResponse(const NativeCall& call, const ModelInferRequest& request,
     if (tensor->has_shared_memory()) {
       const v1::SharedMemoryRef& ref = tensor->shared_memory();
       auto& parameters = *out->mutable_parameters();
-      parameters[kRegionParameter].set_string_param(ref.region());
-      parameters[kOffsetParameter].set_int64_param(ref.offset());
-      parameters[kByteSizeParameter].set_int64_param(ref.byte_size());
+      parameters[wire::kV2SharedMemoryRegion].set_string_param(ref.region());
+      parameters[wire::kV2SharedMemoryOffset].set_int64_param(ref.offset());
+      parameters[wire::kV2SharedMemoryByteSize].set_int64_param(
+          ref.byte_size());
       continue;
     }
     raw->swap(*tensor->mutable_data());
