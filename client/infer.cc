@@ -20,6 +20,7 @@
 #include "client/tensors/wire_tensor.h"
 #include "client/v2_messages.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "wire/v2_names.h"
 
 namespace attnserve::client {
 namespace {
@@ -291,7 +292,7 @@ ExitCode RunInfer(const InferOptions& options, std::ostream& out,
     }
   }
   PrintRequest(request, out);
-  PrintProtocol(options, "attention", out);
+  PrintProtocol(options, wire::kV2AttentionModel, out);
 
   auto channels = CreateChannels(options.connection);
   if (!channels.ok()) return Fail(err, channels.status(), kExitFileError);

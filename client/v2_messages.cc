@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/repeated_field.h"
 #include "wire/dtype.h"
-#include "wire/v2_parameters.h"
+#include "wire/v2_names.h"
 
 namespace attnserve::client {
 namespace {
@@ -61,14 +61,14 @@ void AddOutputs(const v1::AttendRequest& request, ModelInferRequest* r) {
     return;
   }
   auto* output = r->add_outputs();
-  output->set_name("output");
+  output->set_name(wire::kV2Output);
   if (request.has_output_shared_memory()) {
     SetSharedMemory(request.output_shared_memory(),
                     output->mutable_parameters());
   }
   if (request.return_weights() || request.has_weights_shared_memory()) {
     auto* weights = r->add_outputs();
-    weights->set_name("weights");
+    weights->set_name(wire::kV2Weights);
     if (request.has_weights_shared_memory()) {
       SetSharedMemory(request.weights_shared_memory(),
                       weights->mutable_parameters());
@@ -90,29 +90,31 @@ void AddVector(const std::string& name, v1::DataType dtype,
 
 void AddMask(const v1::Mask& m, ModelInferRequest* r) {
   auto& p = *r->mutable_parameters();
-  if (m.causal()) p["causal"].set_bool_param(true);
+  if (m.causal()) p[wire::kV2Causal].set_bool_param(true);
   if (m.alignment() != v1::ALIGNMENT_UNSPECIFIED) {
-    p["alignment"].set_string_param(v1::Alignment_Name(m.alignment()));
+    p[wire::kV2Alignment].set_string_param(v1::Alignment_Name(m.alignment()));
   }
-  if (m.has_window_left()) p["window_left"].set_int64_param(m.window_left());
+  if (m.has_window_left())
+    p[wire::kV2WindowLeft].set_int64_param(m.window_left());
   if (m.has_window_right()) {
-    p["window_right"].set_int64_param(m.window_right());
+    p[wire::kV2WindowRight].set_int64_param(m.window_right());
   }
-  if (m.has_explicit_mask()) AddTensor("mask", m.explicit_mask(), r);
+  if (m.has_explicit_mask()) AddTensor(wire::kV2Mask, m.explicit_mask(), r);
   if (m.key_lengths_size() > 0) {
-    AddVector("key_lengths", v1::INT32, m.key_lengths(), r);
+    AddVector(wire::kV2KeyLengths, v1::INT32, m.key_lengths(), r);
   }
   if (m.alibi_slopes_size() > 0) {
-    AddVector("alibi_slopes", v1::FLOAT32, m.alibi_slopes(), r);
+    AddVector(wire::kV2AlibiSlopes, v1::FLOAT32, m.alibi_slopes(), r);
   }
 }
 
 void AddCommon(bool return_weights, v1::DataType output_dtype,
                ModelInferRequest* r) {
   auto& p = *r->mutable_parameters();
-  if (return_weights) p["return_weights"].set_bool_param(true);
+  if (return_weights) p[wire::kV2ReturnWeights].set_bool_param(true);
   if (output_dtype != v1::DATA_TYPE_UNSPECIFIED) {
-    p["output_datatype"].set_string_param(wire::V2DataTypeName(output_dtype));
+    p[wire::kV2OutputDatatype].set_string_param(
+        wire::V2DataTypeName(output_dtype));
   }
 }
 
@@ -138,17 +140,17 @@ absl::Status CheckV2CanCarry(const v1::AttendRequest& request) {
 
 ModelInferRequest ToModelInferRequest(const v1::AttendRequest& request) {
   ModelInferRequest r;
-  r.set_model_name("attention");
+  r.set_model_name(wire::kV2AttentionModel);
   r.set_id(request.request_id());
-  AddTensor("query", request.query(), &r);
-  AddTensor("key", request.key(), &r);
-  AddTensor("value", request.value(), &r);
+  AddTensor(wire::kV2Query, request.query(), &r);
+  AddTensor(wire::kV2Key, request.key(), &r);
+  AddTensor(wire::kV2Value, request.value(), &r);
   AddMask(request.mask(), &r);
   auto& p = *r.mutable_parameters();
   if (request.layout() != v1::LAYOUT_UNSPECIFIED) {
-    p["layout"].set_string_param(v1::Layout_Name(request.layout()));
+    p[wire::kV2Layout].set_string_param(v1::Layout_Name(request.layout()));
   }
-  if (request.has_scale()) p["scale"].set_double_param(request.scale());
+  if (request.has_scale()) p[wire::kV2Scale].set_double_param(request.scale());
   AddCommon(request.return_weights(), request.output_dtype(), &r);
   AddOutputs(request, &r);
   return r;
@@ -158,9 +160,10 @@ ModelInferRequest ToModelInferRequest(const v1::ModelRequest& request) {
   ModelInferRequest r;
   r.set_model_name(request.model());
   r.set_id(request.request_id());
-  AddTensor("hidden", request.hidden(), &r);
-  if (request.has_memory()) AddTensor("memory", request.memory(), &r);
-  if (request.has_positions()) AddTensor("positions", request.positions(), &r);
+  AddTensor(wire::kV2Hidden, request.hidden(), &r);
+  if (request.has_memory()) AddTensor(wire::kV2Memory, request.memory(), &r);
+  if (request.has_positions())
+    AddTensor(wire::kV2Positions, request.positions(), &r);
   AddMask(request.mask(), &r);
   AddCommon(request.return_weights(), request.output_dtype(), &r);
   return r;
@@ -183,9 +186,9 @@ absl::StatusOr<v1::AttendResponse> FromModelInferResponse(
         *response.mutable_outputs(i);
     const std::string field =
         absl::StrCat("outputs[", i, "] (", out.name(), ")");
-    v1::Tensor* t = out.name() == "output"    ? native.mutable_output()
-                    : out.name() == "weights" ? native.mutable_weights()
-                                              : nullptr;
+    v1::Tensor* t = out.name() == wire::kV2Output    ? native.mutable_output()
+                    : out.name() == wire::kV2Weights ? native.mutable_weights()
+                                                     : nullptr;
     if (t == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, ": not an output of attnserve (output, weights)"));

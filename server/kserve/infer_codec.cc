@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "wire/dtype.h"
-#include "wire/v2_parameters.h"
+#include "wire/v2_names.h"
 
 // Typed contents are the host's floats and ints; the wire is little-endian.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -43,25 +43,27 @@ TensorSpec Spec(std::string name, std::vector<v1::DataType> datatypes,
 
 // The mask inputs both kinds of model take.
 void AddMaskInputs(std::vector<TensorSpec>* inputs) {
-  inputs->push_back(Spec("mask", {v1::BOOL, v1::FLOAT32}, {-1, -1, -1, -1},
+  inputs->push_back(Spec(wire::kV2Mask, {v1::BOOL, v1::FLOAT32},
+                         {-1, -1, -1, -1},
                          /*optional=*/true));
-  inputs->push_back(Spec("key_lengths", {v1::INT32}, {-1}, true));
-  inputs->push_back(Spec("alibi_slopes", {v1::FLOAT32}, {-1}, true));
+  inputs->push_back(Spec(wire::kV2KeyLengths, {v1::INT32}, {-1}, true));
+  inputs->push_back(Spec(wire::kV2AlibiSlopes, {v1::FLOAT32}, {-1}, true));
 }
 
 ModelInterface AttentionInterface() {
   ModelInterface m;
-  m.name = kAttentionModel;
+  m.name = wire::kV2AttentionModel;
   const std::vector<int64_t> rank4 = {-1, -1, -1, -1};
-  for (const char* name : {"query", "key", "value"}) {
+  for (const char* name : {wire::kV2Query, wire::kV2Key, wire::kV2Value}) {
     m.inputs.push_back(Spec(name, FloatTypes(), rank4, false));
   }
   AddMaskInputs(&m.inputs);
-  m.outputs.push_back(Spec("output", FloatTypes(), rank4, false));
-  m.outputs.push_back(Spec("weights", {v1::FLOAT32}, rank4, true));
-  m.parameters = {"causal",      "alignment",      "scale",
-                  "window_left", "window_right",   "return_weights",
-                  "layout",      "output_datatype"};
+  m.outputs.push_back(Spec(wire::kV2Output, FloatTypes(), rank4, false));
+  m.outputs.push_back(Spec(wire::kV2Weights, {v1::FLOAT32}, rank4, true));
+  m.parameters = {wire::kV2Causal,      wire::kV2Alignment,
+                  wire::kV2Scale,       wire::kV2WindowLeft,
+                  wire::kV2WindowRight, wire::kV2ReturnWeights,
+                  wire::kV2Layout,      wire::kV2OutputDatatype};
   return m;
 }
 
@@ -71,15 +73,16 @@ ModelInterface HostedInterface(const HostedModel& hosted) {
   m.hosted = &hosted;
   const model::ModelConfig& config = hosted.layer->config();
   const int64_t d = config.d_model;
-  m.inputs.push_back(Spec("hidden", FloatTypes(), {-1, -1, d}, false));
-  m.inputs.push_back(Spec("memory", FloatTypes(), {-1, -1, d}, true));
-  m.inputs.push_back(Spec("positions", {v1::INT32}, {-1, -1}, true));
+  m.inputs.push_back(Spec(wire::kV2Hidden, FloatTypes(), {-1, -1, d}, false));
+  m.inputs.push_back(Spec(wire::kV2Memory, FloatTypes(), {-1, -1, d}, true));
+  m.inputs.push_back(Spec(wire::kV2Positions, {v1::INT32}, {-1, -1}, true));
   AddMaskInputs(&m.inputs);
-  m.outputs.push_back(Spec("output", FloatTypes(), {-1, -1, d}, false));
-  m.outputs.push_back(
-      Spec("weights", {v1::FLOAT32}, {-1, config.num_heads, -1, -1}, true));
-  m.parameters = {"causal",       "alignment",      "window_left",
-                  "window_right", "return_weights", "output_datatype"};
+  m.outputs.push_back(Spec(wire::kV2Output, FloatTypes(), {-1, -1, d}, false));
+  m.outputs.push_back(Spec(wire::kV2Weights, {v1::FLOAT32},
+                           {-1, config.num_heads, -1, -1}, true));
+  m.parameters = {wire::kV2Causal,        wire::kV2Alignment,
+                  wire::kV2WindowLeft,    wire::kV2WindowRight,
+                  wire::kV2ReturnWeights, wire::kV2OutputDatatype};
   return m;
 }
 
@@ -203,12 +206,12 @@ absl::Status ApplyParameters(const ModelInterface& model,
           field, ": unknown parameter for model ", model.name, " (expected ",
           absl::StrJoin(model.parameters, ", "), ")"));
     }
-    if (key == "causal") {
+    if (key == wire::kV2Causal) {
       ASSIGN_OR_RETURN(const bool causal, BoolParameter(field, value));
       mask->set_causal(causal);
-    } else if (key == "return_weights") {
+    } else if (key == wire::kV2ReturnWeights) {
       ASSIGN_OR_RETURN(*return_weights, BoolParameter(field, value));
-    } else if (key == "alignment") {
+    } else if (key == wire::kV2Alignment) {
       ASSIGN_OR_RETURN(const std::string name, EnumParameter(field, value));
       v1::Alignment alignment;
       if (name.empty() || !v1::Alignment_Parse(name, &alignment) ||
@@ -218,7 +221,7 @@ absl::Status ApplyParameters(const ModelInterface& model,
                          "\" (expected TOP_LEFT or BOTTOM_RIGHT)"));
       }
       mask->set_alignment(alignment);
-    } else if (key == "layout") {
+    } else if (key == wire::kV2Layout) {
       ASSIGN_OR_RETURN(const std::string name, EnumParameter(field, value));
       v1::Layout layout;
       if (name.empty() || !v1::Layout_Parse(name, &layout) ||
@@ -228,7 +231,7 @@ absl::Status ApplyParameters(const ModelInterface& model,
                          "\" (expected BHLD or BLHD)"));
       }
       call->attend.set_layout(layout);
-    } else if (key == "output_datatype") {
+    } else if (key == wire::kV2OutputDatatype) {
       if (value.parameter_choice_case() != InferParameter::kStringParam) {
         return WrongKind(field, "a string_param", value);
       }
@@ -239,13 +242,13 @@ absl::Status ApplyParameters(const ModelInterface& model,
       } else {
         call->hosted.set_output_dtype(dtype);
       }
-    } else if (key == "window_left") {
+    } else if (key == wire::kV2WindowLeft) {
       ASSIGN_OR_RETURN(const int32_t w, WindowParameter(field, value));
       mask->set_window_left(w);
-    } else if (key == "window_right") {
+    } else if (key == wire::kV2WindowRight) {
       ASSIGN_OR_RETURN(const int32_t w, WindowParameter(field, value));
       mask->set_window_right(w);
-    } else if (key == "scale") {
+    } else if (key == wire::kV2Scale) {
       ASSIGN_OR_RETURN(const double scale, ScaleParameter(field, value));
       // Out-of-range values become infinite, which the native check refuses.
       call->attend.set_scale(static_cast<float>(scale));
@@ -411,14 +414,16 @@ absl::Status CheckSharedMemoryAllowed(absl::string_view field,
                                       const ModelInterface& model,
                                       absl::string_view name) {
   const bool allowed = model.hosted == nullptr &&
-                       (name == "query" || name == "key" || name == "value" ||
-                        name == "output" || name == "weights");
+                       (name == wire::kV2Query || name == wire::kV2Key ||
+                        name == wire::kV2Value || name == wire::kV2Output ||
+                        name == wire::kV2Weights);
   if (allowed) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       field, ".parameters: ", wire::kV2SharedMemoryRegion,
       " is set, but only the inputs query, key and value and the outputs "
       "output and weights of model ",
-      kAttentionModel, " may be in shared memory; send ", name, "'s data"));
+      wire::kV2AttentionModel, " may be in shared memory; send ", name,
+      "'s data"));
 }
 
 // A rank-1 input that the native request holds as a repeated field.
@@ -449,17 +454,17 @@ absl::Status ToRepeated(absl::string_view field, absl::string_view axes,
 v1::Tensor* TensorOf(absl::string_view name, NativeCall* call) {
   if (call->model->hosted == nullptr) {
     v1::AttendRequest& r = call->attend;
-    if (name == "query") return r.mutable_query();
-    if (name == "key") return r.mutable_key();
-    if (name == "value") return r.mutable_value();
-    if (name == "mask") return r.mutable_mask()->mutable_explicit_mask();
+    if (name == wire::kV2Query) return r.mutable_query();
+    if (name == wire::kV2Key) return r.mutable_key();
+    if (name == wire::kV2Value) return r.mutable_value();
+    if (name == wire::kV2Mask) return r.mutable_mask()->mutable_explicit_mask();
     return nullptr;
   }
   v1::ModelRequest& r = call->hosted;
-  if (name == "hidden") return r.mutable_hidden();
-  if (name == "memory") return r.mutable_memory();
-  if (name == "positions") return r.mutable_positions();
-  if (name == "mask") return r.mutable_mask()->mutable_explicit_mask();
+  if (name == wire::kV2Hidden) return r.mutable_hidden();
+  if (name == wire::kV2Memory) return r.mutable_memory();
+  if (name == wire::kV2Positions) return r.mutable_positions();
+  if (name == wire::kV2Mask) return r.mutable_mask()->mutable_explicit_mask();
   return nullptr;
 }
 
@@ -515,11 +520,11 @@ absl::Status DecodeInput(int index, const TensorSpec& spec,
   }
   v1::Mask* mask = call->model->hosted == nullptr ? call->attend.mutable_mask()
                                                   : call->hosted.mutable_mask();
-  if (spec.name == "key_lengths") {
+  if (spec.name == wire::kV2KeyLengths) {
     return ToRepeated(field(), "[B]", input, bytes,
                       mask->mutable_key_lengths());
   }
-  if (spec.name == "alibi_slopes") {
+  if (spec.name == wire::kV2AlibiSlopes) {
     return ToRepeated(field(), "[Hq]", input, bytes,
                       mask->mutable_alibi_slopes());
   }
@@ -573,7 +578,7 @@ std::vector<ModelInterface> ModelInterfaces(const ModelRegistry* models) {
   std::vector<ModelInterface> interfaces = {AttentionInterface()};
   if (models != nullptr) {
     for (const HostedModel& hosted : models->models()) {
-      if (hosted.name == kAttentionModel) continue;
+      if (hosted.name == wire::kV2AttentionModel) continue;
       interfaces.push_back(HostedInterface(hosted));
     }
   }

@@ -24,8 +24,6 @@
 
 namespace attnserve::server::kserve {
 
-// The v2 model that is the native Attend call.
-inline constexpr char kAttentionModel[] = "attention";
 // Every v2 model has this one version.
 inline constexpr char kModelVersion[] = "1";
 

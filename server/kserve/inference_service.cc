@@ -12,6 +12,7 @@
 #include "server/rpc/status_util.h"
 #include "server/tracked_unary_reactor.h"
 #include "wire/dtype.h"
+#include "wire/v2_names.h"
 
 namespace attnserve::server::kserve {
 namespace {
@@ -84,8 +85,9 @@ InferenceService::InferenceService(InferenceServiceOptions options,
       allocator_(std::make_unique<InferAllocator>()) {
   SetMessageAllocatorFor_ModelInfer(allocator_.get());
   if (options_.models != nullptr &&
-      options_.models->Find(kAttentionModel) != nullptr) {
-    ATTNSERVE_LOG(LogLevel::kWarning, "hosted model \"", kAttentionModel,
+      options_.models->Find(wire::kV2AttentionModel) != nullptr) {
+    ATTNSERVE_LOG(LogLevel::kWarning, "hosted model \"",
+                  wire::kV2AttentionModel,
                   "\" is reachable through AttendModel only: over the Open "
                   "Inference Protocol that name is the Attend call");
   }

@@ -42,7 +42,7 @@ void AddRaw(const std::string& name, const std::string& datatype,
 
 ModelInferRequest SmallAttention() {
   ModelInferRequest r;
-  r.set_model_name(kAttentionModel);
+  r.set_model_name("attention");
   r.set_id("id-1");
   for (const char* name : {"query", "key", "value"}) {
     AddRaw(name, "FP32", {1, 2, 3, 4}, std::string(1 * 2 * 3 * 4 * 4, '\0'),
@@ -115,7 +115,7 @@ TEST(InferCodecTest, ParametersAndSmallInputsReachTheNativeFields) {
 TEST(InferCodecTest, TypedBoolAndIntContentsBecomeBytes) {
   const std::vector<ModelInterface> models = ModelInterfaces(nullptr);
   ModelInferRequest r;
-  r.set_model_name(kAttentionModel);
+  r.set_model_name("attention");
   for (const char* name : {"query", "key", "value"}) {
     auto* in = r.add_inputs();
     in->set_name(name);
