@@ -31,9 +31,10 @@ ABSL_FLAG(absl::Duration, duration, absl::Seconds(5),
 ABSL_FLAG(absl::Duration, warmup, absl::Seconds(1),
           "load before each level's window, not measured");
 ABSL_FLAG(bool, stream, false,
-          "send AttendStream messages instead of unary Attend calls "
-          "(closed loop: one stream per outstanding request; open loop: one "
-          "stream per connection)");
+          "send stream messages instead of unary calls (AttendStream, "
+          "AttendModelStream with --model, ModelStreamInfer with "
+          "--protocol=v2; closed loop: one stream per outstanding request; "
+          "open loop: one stream per connection)");
 ABSL_FLAG(std::string, connections, "auto",
           "TCP connections per target (1-256), or auto: min(concurrency, 8) "
           "(open loop: 8; --decode: min(sequences, 8)); calls go to the "

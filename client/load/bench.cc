@@ -133,13 +133,6 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
           : ValidateRandomInputs(random, options.connection.max_message_bytes);
   if (!valid.ok()) return Fail(err, valid.message(), kExitUsage);
   const bool v2 = options.protocol == Protocol::kV2;
-  if (v2 && options.stream) {
-    return Fail(err,
-                "--protocol=v2 loads unary ModelInfer calls; it does not "
-                "take --stream",
-                kExitUsage);
-  }
-
   if (options.shared_memory &&
       (hosted || options.connection.targets.size() != 1)) {
     return Fail(err,
@@ -262,6 +255,7 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     }
     if (v2) {
       spec.method = kModelInferMethod;
+      spec.stream_method = kModelStreamInferMethod;
       spec.protocol = Protocol::kV2;
     }
     spec.warmup = options.warmup;

@@ -33,12 +33,13 @@ struct BenchOptions {
   // Open-loop levels in requests per second; empty (default) = closed loop.
   std::vector<double> rates;
   Arrival arrival = Arrival::kConstant;
-  // AttendStream messages instead of unary calls (default off).
+  // Stream messages (AttendStream, AttendModelStream, ModelStreamInfer)
+  // instead of unary calls (default off).
   bool stream = false;
   // kV2: the same requests as the Open Inference Protocol's ModelInfer calls
-  // (model "attention", or the hosted model), raw contents, so that the two
-  // protocols can be compared on one server. Not with `stream`. Default
-  // kNative.
+  // (ModelStreamInfer messages with `stream`) of model "attention", or the
+  // hosted model, raw contents, so that the two protocols can be compared on
+  // one server. Default kNative.
   Protocol protocol = Protocol::kNative;
   // Before each level, and its measurement window (defaults 1 s and 5 s).
   absl::Duration warmup = absl::Seconds(1);

@@ -36,9 +36,10 @@ std::string LevelValue(const BenchReport& report, const LevelReport& level) {
                           : absl::StrCat(level.concurrency);
 }
 
-// "Attend", "AttendStream", "AttendModel" or "AttendModelStream".
+// "Attend", "AttendStream", "AttendModel", "AttendModelStream",
+// "ModelInfer" or "ModelStreamInfer".
 std::string MethodName(const BenchReport& report) {
-  if (report.v2) return "ModelInfer";
+  if (report.v2) return report.stream ? "ModelStreamInfer" : "ModelInfer";
   return absl::StrCat("Attend", report.model.empty() ? "" : "Model",
                       report.stream ? "Stream" : "");
 }

@@ -94,18 +94,42 @@ bool ParseAnswer(grpc::ByteBuffer* buffer, google::protobuf::Message* message) {
   return message->ParseFromZeroCopyStream(&reader);
 }
 
-Verdict JudgeV2(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
-  const int64_t bytes = static_cast<int64_t>(buffer->Length());
-  inference::ModelInferResponse response;
-  if (!ParseAnswer(buffer, &response)) {
-    return Refused("RESPONSE_MISMATCH", "the response does not parse");
-  }
+// The verdict on a ModelInferResponse, as the native answer it means.
+Verdict JudgeInferResponse(inference::ModelInferResponse response,
+                           int64_t bytes, int64_t expected_output_bytes) {
   absl::StatusOr<v1::AttendResponse> native =
       FromModelInferResponse(std::move(response));
   if (!native.ok()) {
     return Refused("RESPONSE_MISMATCH", std::string(native.status().message()));
   }
   return JudgeAttendResponse(*native, bytes, expected_output_bytes);
+}
+
+Verdict JudgeV2(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
+  const int64_t bytes = static_cast<int64_t>(buffer->Length());
+  inference::ModelInferResponse response;
+  if (!ParseAnswer(buffer, &response)) {
+    return Refused("RESPONSE_MISMATCH", "the response does not parse");
+  }
+  return JudgeInferResponse(std::move(response), bytes, expected_output_bytes);
+}
+
+// A ModelStreamInfer message's answer: a failed message carries
+// error_message "CODE: message" (docs/api.md) and is counted under CODE.
+Verdict JudgeV2Stream(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
+  const int64_t bytes = static_cast<int64_t>(buffer->Length());
+  inference::ModelStreamInferResponse answer;
+  if (!ParseAnswer(buffer, &answer)) {
+    return Refused("RESPONSE_MISMATCH", "the response does not parse");
+  }
+  if (!answer.error_message().empty()) {
+    const std::string& text = answer.error_message();
+    const size_t colon = text.find(": ");
+    if (colon == std::string::npos) return Refused("UNKNOWN", text);
+    return Refused(text.substr(0, colon), text.substr(colon + 2));
+  }
+  return JudgeInferResponse(std::move(*answer.mutable_infer_response()), bytes,
+                            expected_output_bytes);
 }
 
 Verdict Judge(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
@@ -217,10 +241,11 @@ class Generator {
         tally_.RecordError(StatusCodeName(status.error_code()),
                            status.error_message(), scheduled, done);
       } else {
-        const Verdict verdict =
-            spec_.protocol == Protocol::kV2
-                ? JudgeV2(answer, spec_.expected_output_bytes)
-                : Judge(answer, spec_.expected_output_bytes);
+        const int64_t expected = spec_.expected_output_bytes;
+        const Verdict verdict = spec_.protocol != Protocol::kV2
+                                    ? Judge(answer, expected)
+                                : spec_.stream ? JudgeV2Stream(answer, expected)
+                                               : JudgeV2(answer, expected);
         if (verdict.code.empty()) {
           tally_.RecordOk(channel, scheduled, done, verdict.queue,
                           verdict.compute, verdict.flops, verdict.bytes);
@@ -572,10 +597,6 @@ absl::StatusOr<LoadResult> RunLoad(
     return absl::InvalidArgumentError(absl::StrCat(
         "a level needs a concurrency >= 1 or a rate > 0; got concurrency ",
         spec.concurrency, ", rate ", spec.rate));
-  }
-  if (spec.stream && spec.protocol == Protocol::kV2) {
-    return absl::InvalidArgumentError(
-        "the Open Inference Protocol load is unary ModelInfer calls only");
   }
   if ((spec.stream ? spec.stream_method : spec.method).empty()) {
     return absl::InvalidArgumentError("no method to call");

@@ -35,9 +35,11 @@ inline constexpr char kAttendModelMethod[] =
 inline constexpr char kAttendModelStreamMethod[] =
     "/attnserve.v1.AttentionService/AttendModelStream";
 
-// The Open Inference Protocol's inference call (attnctl bench --protocol v2).
+// The Open Inference Protocol's inference calls (attnctl bench --protocol v2).
 inline constexpr char kModelInferMethod[] =
     "/inference.GRPCInferenceService/ModelInfer";
+inline constexpr char kModelStreamInferMethod[] =
+    "/inference.GRPCInferenceService/ModelStreamInfer";
 
 struct LoadSpec {
   // Closed loop (rate == 0, the default): this many requests outstanding at
@@ -56,7 +58,8 @@ struct LoadSpec {
   // Open loop: one stream per channel, messages round-robin.
   bool stream = false;
   // The unary and the streaming method (default Attend and AttendStream);
-  // both answer AttendResponses and take the request's message type.
+  // both take the request's message type and answer AttendResponses (kV2:
+  // ModelInferResponses and ModelStreamInferResponses).
   std::string method = kAttendMethod;
   std::string stream_method = kAttendStreamMethod;
   // Requests scheduled during the warm-up are sent but not measured; then
@@ -67,9 +70,11 @@ struct LoadSpec {
   uint64_t seed = 0;
   // Every OK response's output must hold this many bytes.
   int64_t expected_output_bytes = 0;
-  // kV2: `method` answers ModelInferResponses (their first raw output is the
-  // output; the server's timing is in their "timing.*" parameters); streams
-  // are not supported. Default kNative.
+  // kV2: `method` answers ModelInferResponses (read as the native answer
+  // they mean, client/v2_messages.h; the server's timing is in their
+  // "timing.*" parameters), `stream_method` ModelStreamInferResponses (a
+  // failed message's error_message "CODE: message" counts under CODE).
+  // Default kNative.
   Protocol protocol = Protocol::kNative;
 };
 

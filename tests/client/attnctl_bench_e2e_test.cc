@@ -161,6 +161,62 @@ TEST_F(AttnctlBenchTest, ProtocolV2SendsModelInferCalls) {
   EXPECT_EQ(MetricSample(*server_, kOkAttend), attend_before);
 }
 
+TEST_F(AttnctlBenchTest, ProtocolV2StreamSendsModelStreamInferMessages) {
+  constexpr char kOkStreamInfer[] =
+      R"(attnserve_requests_total{code="OK",method="ModelStreamInfer"})";
+  const double before = MetricSample(*server_, kOkStreamInfer);
+  const double infer_before = MetricSample(
+      *server_, R"(attnserve_requests_total{code="OK",method="ModelInfer"})");
+  const CommandResult r = Bench({"--protocol=v2", "--stream", "--concurrency=2",
+                                 "--duration=500ms", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  EXPECT_EQ(j["method"], "ModelStreamInfer");
+  EXPECT_TRUE(j["errors"].empty()) << j.dump(2);
+  const int64_t ok = j["ok"].get<int64_t>();
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(j["gflops"].get<double>(), 0);
+  EXPECT_GT(j["server_us"]["compute_p50"].get<double>(), 0);
+  // Each message is counted on its own, and none as a unary ModelInfer.
+  EXPECT_EQ(AwaitMetric(*server_, kOkStreamInfer, before + ok), before + ok);
+  EXPECT_EQ(MetricSample(
+                *server_,
+                R"(attnserve_requests_total{code="OK",method="ModelInfer"})"),
+            infer_before);
+}
+
+TEST_F(AttnctlBenchTest, OpenLoopOverAV2Stream) {
+  const CommandResult r =
+      Bench({"--protocol=v2", "--stream", "--rate=40", "--duration=1s",
+             "--connections=2", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  EXPECT_EQ(j["requests"], 40);
+  EXPECT_EQ(j["ok"], 40);
+}
+
+// A message the server refuses is answered on the stream with error_message
+// "CODE: message", and the stream goes on: every message counts under CODE.
+TEST_F(AttnctlBenchTest, RefusedV2StreamMessagesAreCountedByCode) {
+  const CommandResult r =
+      Bench({"--protocol=v2", "--stream", "--heads=3", "--kv_heads=2",
+             "--duration=300ms", "--output_format=json"});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  const int64_t requests = j["requests"].get<int64_t>();
+  EXPECT_GT(requests, 1);
+  EXPECT_EQ(j["ok"], 0);
+  EXPECT_EQ(j["errors"]["INVALID_ARGUMENT"], requests) << j.dump(2);
+  const std::string message =
+      j["error_messages"]["INVALID_ARGUMENT"].get<std::string>();
+  EXPECT_THAT(message, HasSubstr("multiple"));
+  EXPECT_FALSE(absl::StartsWith(message, "INVALID_ARGUMENT")) << message;
+  EXPECT_FALSE(j.contains("stopped_early")) << j.dump(2);
+}
+
 TEST_F(AttnctlBenchTest, WarmupRequestsAreSentButNotCounted) {
   const double before = MetricSample(*server_, kOkAttend);
   const CommandResult r =
@@ -304,7 +360,6 @@ TEST_F(AttnctlBenchTest, UsageErrorsExitWith2) {
       {{"--connections=many"}, "got \"many\""},
       {{"--connections=99999999999"}, "got \"99999999999\""},
       {{"--protocol=v3"}, "--protocol \"v3\" is not native or v2"},
-      {{"--protocol=v2", "--stream"}, "does not take --stream"},
       {{"--q=x.npy"}, "unknown flag"},
   };
   for (const auto& [args, message] : cases) {

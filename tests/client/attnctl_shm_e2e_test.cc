@@ -89,6 +89,9 @@ class AttnctlShmTest : public ::testing::Test {
     return response.regions_size();
   }
 
+  // attnctl bench --shm --protocol=v2 (with --stream when `stream`).
+  void ExpectV2LoadThroughTheRegion(bool stream);
+
   static ServerProcess* server_;
   TempDir dir_;
 };
@@ -177,12 +180,29 @@ TEST_F(AttnctlShmTest, BenchLoadsThroughTheRegion) {
 // both ways (an output sent back as bytes would be 16 KiB), every answer
 // understood, nothing left registered.
 TEST_F(AttnctlShmTest, BenchLoadsThroughTheRegionOverV2) {
-  const CommandResult r =
-      Run({"bench", "--shm", "--protocol=v2", "--heads=2", "--lq=64", "--lk=64",
-           "--dim=32", "--duration=1s", "--warmup=0s", "--concurrency=2",
-           "--output_format=json"});
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "ModelStreamInfer" : "ModelInfer");
+    ExpectV2LoadThroughTheRegion(stream);
+  }
+}
+
+void AttnctlShmTest::ExpectV2LoadThroughTheRegion(bool stream) {
+  std::vector<std::string> args = {"bench",
+                                   "--shm",
+                                   "--protocol=v2",
+                                   "--heads=2",
+                                   "--lq=64",
+                                   "--lk=64",
+                                   "--dim=32",
+                                   "--duration=1s",
+                                   "--warmup=0s",
+                                   "--concurrency=2",
+                                   "--output_format=json"};
+  if (stream) args.push_back("--stream");
+  const CommandResult r = Run(args);
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["method"], stream ? "ModelStreamInfer" : "ModelInfer");
   EXPECT_THAT(j["request"]["description"].get<std::string>(),
               HasSubstr("; shm region attnserve_attnctl_"));
   EXPECT_THAT(j["request"]["description"].get<std::string>(),
