@@ -136,7 +136,7 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
   s.kv_heads = in.key.shape[h_axis];
   s.k_len = in.key.shape[l_axis];
   s.value_dim = in.value.shape[3];
-  const std::string layout_name = bhld ? "BHLD" : "BLHD";
+  const char* const layout_name = bhld ? "BHLD" : "BLHD";
 
   if (s.head_dim < 1 || s.head_dim > 256) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -157,30 +157,33 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
         absl::StrCat("key: number of kv heads must be at least 1, got ",
                      s.kv_heads, " (shape ", ShapeString(in.key.dims()), ")"));
   }
-  const std::string expected_key =
-      ExpectedShape(in.layout, s.batch, s.kv_heads, s.k_len, s.head_dim);
+  // The expected shapes are spelled only for a message: this check runs on
+  // every call.
   if (in.key.shape[0] != s.batch || in.key.shape[3] != s.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key: shape ", ShapeString(in.key.dims()),
         " does not match query shape ", ShapeString(in.query.dims()),
-        " in layout ", layout_name, " (expected ", expected_key, ")"));
+        " in layout ", layout_name, " (expected ",
+        ExpectedShape(in.layout, s.batch, s.kv_heads, s.k_len, s.head_dim),
+        ")"));
   }
-  const std::string expected_value =
-      ExpectedShape(in.layout, s.batch, s.kv_heads, s.k_len, s.value_dim);
+  const auto expected_value = [&] {
+    return ExpectedShape(in.layout, s.batch, s.kv_heads, s.k_len, s.value_dim);
+  };
   if (lsh && in.value.rank == 4 &&
       (in.value.shape[0] != s.batch || in.value.shape[h_axis] != s.kv_heads ||
        in.value.shape[l_axis] != s.k_len)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "value: LSH attention takes its keys from the queries, so value needs "
         "the query's batch, heads and length: expected ",
-        expected_value, ", got ", ShapeString(in.value.dims())));
+        expected_value(), ", got ", ShapeString(in.value.dims())));
   }
   if (in.value.shape[0] != s.batch || in.value.shape[h_axis] != s.kv_heads ||
       in.value.shape[l_axis] != s.k_len) {
     return absl::InvalidArgumentError(absl::StrCat(
         "value: shape ", ShapeString(in.value.dims()),
         " does not match key shape ", ShapeString(in.key.dims()), " in layout ",
-        layout_name, " (expected ", expected_value, ")"));
+        layout_name, " (expected ", expected_value(), ")"));
   }
   if (s.q_heads % s.kv_heads != 0) {
     return absl::InvalidArgumentError(

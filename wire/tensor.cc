@@ -27,16 +27,22 @@ absl::StatusOr<DType> FloatDType(absl::string_view name,
                                  std::optional<DType> same_as,
                                  absl::string_view same_as_name,
                                  absl::string_view why) {
-  const std::string field = absl::StrCat(name, ".dtype");
-  ASSIGN_OR_RETURN(const DType dtype, DTypeFromWire(tensor.dtype(), field));
+  // The field's name is spelled only for a message: this runs for every
+  // tensor of every call.
+  const absl::StatusOr<DType> parsed = DTypeFromWire(tensor.dtype(), name);
+  if (!parsed.ok()) {
+    return DTypeFromWire(tensor.dtype(), absl::StrCat(name, ".dtype"));
+  }
+  const DType dtype = *parsed;
   if (dtype == DType::kBool) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field,
-        ": BOOL is not supported (expected FLOAT32, BFLOAT16 or FLOAT16)"));
+        name,
+        ".dtype: BOOL is not supported (expected FLOAT32, BFLOAT16 or "
+        "FLOAT16)"));
   }
   if (same_as && dtype != *same_as) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", DataTypeName(tensor.dtype()), " differs from ",
+        name, ".dtype: ", DataTypeName(tensor.dtype()), " differs from ",
         same_as_name, ".dtype ", DataTypeName(DTypeToWire(*same_as)),
         why.empty() ? "" : absl::StrCat(" (", why, ")")));
   }
