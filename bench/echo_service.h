@@ -6,8 +6,10 @@
 // attnserve's output would have (zero-filled, allocated the way the server's
 // codec allocates it), and computes nothing. It runs on a gRPC server built
 // with the same message limits and HTTP/2 frame/window arguments as
-// server/server.cc, so the difference between the two is attnserve's own
-// cost: validation, scheduling, the kernel and the metrics.
+// server/server.cc, and its Attend messages on a per-call arena as the
+// server's (server/rpc/arena_messages.h), so the difference between the two
+// is attnserve's own cost: validation, scheduling, the kernel and the
+// metrics.
 
 #include <cstdint>
 #include <memory>
@@ -17,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/rpc/arena_messages.h"
 
 namespace attnserve::bench {
 
@@ -26,7 +29,9 @@ class EchoService final : public v1::AttentionService::CallbackService {
   // against them before the load).
   EchoService(int64_t max_request_bytes, int64_t max_response_bytes)
       : max_request_bytes_(max_request_bytes),
-        max_response_bytes_(max_response_bytes) {}
+        max_response_bytes_(max_response_bytes) {
+    SetMessageAllocatorFor_Attend(&attend_messages_);
+  }
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
                                    const v1::AttendRequest* request,
@@ -40,6 +45,8 @@ class EchoService final : public v1::AttentionService::CallbackService {
  private:
   const int64_t max_request_bytes_;
   const int64_t max_response_bytes_;
+  server::ArenaMessageAllocator<v1::AttendRequest, v1::AttendResponse>
+      attend_messages_;
 };
 
 // The output attnserve returns for `request`, without its data: dtype

@@ -34,8 +34,8 @@ test_packages=(
   # make test-fuzz: clang++ with libFuzzer (libclang-rt-14-dev ships
   # libclang_rt.fuzzer) and clang's OpenMP runtime for the core it builds
   clang libclang-rt-14-dev libomp-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks (valgrind: bench/per_call_instructions.sh)
+  libgtest-dev libgmock-dev libbenchmark-dev valgrind
   # examples/make_model_repository and its test (standard library only)
   python3
   # deployment checks (tests/deploy): promtool, YAML parsing with /usr/bin/python3

@@ -94,7 +94,10 @@ AttentionService::AttentionService(ServiceOptions options,
       validator_(validator),
       work_(metrics),
       attend_streams_(std::make_unique<Streams<AttendKind>>(this)),
-      model_streams_(std::make_unique<Streams<ModelKind>>(this)) {}
+      model_streams_(std::make_unique<Streams<ModelKind>>(this)) {
+  SetMessageAllocatorFor_Attend(&attend_messages_);
+  SetMessageAllocatorFor_AttendModel(&model_messages_);
+}
 
 AttentionService::~AttentionService() = default;
 

@@ -24,6 +24,7 @@
 #include "server/model_registry.h"
 #include "server/request_codec.h"
 #include "server/rpc/admission.h"
+#include "server/rpc/arena_messages.h"
 #include "server/rpc/memory_budget.h"
 #include "server/rpc/send_watchdog.h"
 #include "server/scheduler.h"
@@ -187,6 +188,9 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   WorkTracker work_;
   const std::unique_ptr<Streams<AttendKind>> attend_streams_;
   const std::unique_ptr<Streams<ModelKind>> model_streams_;
+  // The unary calls' messages, each call's on its own arena.
+  ArenaMessageAllocator<v1::AttendRequest, v1::AttendResponse> attend_messages_;
+  ArenaMessageAllocator<v1::ModelRequest, v1::AttendResponse> model_messages_;
 };
 
 }  // namespace attnserve::server

@@ -1,0 +1,64 @@
+#ifndef ATTNSERVE_SERVER_RPC_ARENA_MESSAGES_H_
+#define ATTNSERVE_SERVER_RPC_ARENA_MESSAGES_H_
+
+// A gRPC message allocator that puts a unary callback method's request and
+// response on one protobuf arena per call (SetMessageAllocatorFor_<Method>).
+// Parsing a request allocates every sub-message, shape and string object
+// separately on the heap, and the response's again (some 30 allocations for
+// an Attend call of three tensors, docs/benchmarks.md "Per-call
+// instructions"); on the arena they are carved from a block that comes with
+// the call's holder and are freed at once when gRPC releases the holder,
+// after the call's OnDone. Tensor bytes (std::string buffers) stay on the
+// heap as before.
+//
+// Handlers see ordinary messages; only assigning or swapping whole messages
+// between this arena and the heap would copy (protobuf's rule), and no
+// handler does that with these.
+
+#include <cstddef>
+
+#include "google/protobuf/arena.h"
+#include "grpcpp/support/message_allocator.h"
+
+namespace attnserve::server {
+
+template <typename Request, typename Response>
+class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
+ public:
+  grpc::MessageHolder<Request, Response>* AllocateMessages() override {
+    return new Holder();
+  }
+
+ private:
+  // The first block, inside the holder: enough for an Attend or AttendModel
+  // call's messages, so that the arena itself allocates nothing more for
+  // them. Larger messages (many shapes, long ids) take further blocks.
+  static constexpr size_t kInitialBlockBytes = 4096;
+
+  class Holder : public grpc::MessageHolder<Request, Response> {
+   public:
+    Holder() : arena_(Options(initial_block_)) {
+      this->set_request(
+          google::protobuf::Arena::CreateMessage<Request>(&arena_));
+      this->set_response(
+          google::protobuf::Arena::CreateMessage<Response>(&arena_));
+    }
+    void Release() override { delete this; }
+
+   private:
+    static google::protobuf::ArenaOptions Options(char* block) {
+      google::protobuf::ArenaOptions options;
+      options.initial_block = block;
+      options.initial_block_size = kInitialBlockBytes;
+      return options;
+    }
+
+    // Declared before the arena: constructed first, destroyed after it.
+    alignas(std::max_align_t) char initial_block_[kInitialBlockBytes];
+    google::protobuf::Arena arena_;
+  };
+};
+
+}  // namespace attnserve::server
+
+#endif  // ATTNSERVE_SERVER_RPC_ARENA_MESSAGES_H_
