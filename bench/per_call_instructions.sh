@@ -76,9 +76,9 @@ $ready || { echo "per_call_instructions: the server did not start:" >&2; cat "$w
 
 # Warm-up: primitives, workspaces and the heap settle before the count starts.
 "${load[@]}" --duration=5s >/dev/null
-callgrind_control -z "$pid" >/dev/null
+callgrind_control -z "$pid" >/dev/null 2>&1
 "${load[@]}" --duration="${seconds}s" --output_format=json >"$work/load.json"
-callgrind_control -d "$pid" >/dev/null
+callgrind_control -d "$pid" >/dev/null 2>&1
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 pid=""
