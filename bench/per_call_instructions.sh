@@ -14,8 +14,10 @@
 # the server's main stages (attnserve only). Under valgrind the CPU has no AVX-512
 # or AMX: oneDNN and the kernel run their AVX2 code, and `rep stos`/`rep movs`
 # count one instruction per iteration, so compare runs of this script with each
-# other, not with native time. Needs valgrind (scripts/install-deps.sh).
+# other, not with native time. DIR (default build) is relative to the
+# repository root. Needs valgrind (scripts/install-deps.sh).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 echo_server=false
 build=build
@@ -48,12 +50,26 @@ done
 work=$(mktemp -d)
 pid=""
 cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  local status=$?
+  if [ -n "$pid" ]; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  if [ "$status" -ne 0 ] && [ -s "$work/log" ]; then
+    echo "per_call_instructions: the server's log:" >&2
+    cat "$work/log" >&2
+  fi
   rm -rf "$work"
+  exit "$status"
 }
 trap cleanup EXIT
+fail() {
+  echo "per_call_instructions: $*" >&2
+  exit 1
+}
 
-# A free port: bind port 0 and read it back.
+# A free port: bind port 0 and read it back (another process could take it
+# before the server binds it; the server then fails to start, loudly).
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # OMP_WAIT_POLICY set: attnserve then does not re-exec itself (server/main.cc).
 OMP_WAIT_POLICY=PASSIVE valgrind --tool=callgrind --smc-check=all-non-file \
@@ -72,13 +88,14 @@ for _ in $(seq 1 120); do
   kill -0 "$pid" 2>/dev/null || break
   sleep 1
 done
-$ready || { echo "per_call_instructions: the server did not start:" >&2; cat "$work/log" >&2; exit 1; }
+$ready || fail "the server did not come up (exited, or no answer within 120 s)"
 
 # Warm-up: primitives, workspaces and the heap settle before the count starts.
-"${load[@]}" --duration=5s >/dev/null
-callgrind_control -z "$pid" >/dev/null 2>&1
-"${load[@]}" --duration="${seconds}s" --output_format=json >"$work/load.json"
-callgrind_control -d "$pid" >/dev/null 2>&1
+"${load[@]}" --duration=5s >/dev/null || fail "the warm-up load failed"
+callgrind_control -z "$pid" >"$work/control" 2>&1 || fail "callgrind_control -z: $(cat "$work/control")"
+"${load[@]}" --duration="${seconds}s" --output_format=json >"$work/load.json" ||
+  fail "the measured load failed: $(cat "$work/load.json")"
+callgrind_control -d "$pid" >"$work/control" 2>&1 || fail "callgrind_control -d: $(cat "$work/control")"
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 pid=""
@@ -103,7 +120,8 @@ def per_call(pattern):
     for name, count in inclusive.items():
         if pattern in name:
             return round(count / calls)
-    return 0
+    sys.exit(f"per_call_instructions: no function matches {pattern!r} in the "
+             "profile (renamed?): update this script")
 
 report = {
     "server": "echo" if sys.argv[3] == "true" else "attnserve",

@@ -94,8 +94,9 @@ void AddMask(const v1::Mask& m, ModelInferRequest* r) {
   if (m.alignment() != v1::ALIGNMENT_UNSPECIFIED) {
     p[wire::kV2Alignment].set_string_param(v1::Alignment_Name(m.alignment()));
   }
-  if (m.has_window_left())
+  if (m.has_window_left()) {
     p[wire::kV2WindowLeft].set_int64_param(m.window_left());
+  }
   if (m.has_window_right()) {
     p[wire::kV2WindowRight].set_int64_param(m.window_right());
   }
@@ -162,8 +163,9 @@ ModelInferRequest ToModelInferRequest(const v1::ModelRequest& request) {
   r.set_id(request.request_id());
   AddTensor(wire::kV2Hidden, request.hidden(), &r);
   if (request.has_memory()) AddTensor(wire::kV2Memory, request.memory(), &r);
-  if (request.has_positions())
+  if (request.has_positions()) {
     AddTensor(wire::kV2Positions, request.positions(), &r);
+  }
   AddMask(request.mask(), &r);
   AddCommon(request.return_weights(), request.output_dtype(), &r);
   return r;

@@ -2,10 +2,11 @@
 #define ATTNSERVE_WIRE_V2_NAMES_H_
 
 // The names of the Open Inference Protocol (KServe v2) mapping that both the
-// server (server/kserve/) and attnctl (client/v2_messages.cc) spell: the
-// native Attend's model, the tensors' names, the request parameters, Triton's
-// shared-memory parameters of an input or a requested output, and the native
-// Timing that a ModelInferResponse carries (docs/api.md).
+// server (server/kserve/) and attnctl (client/v2_messages.cc,
+// client/infer.cc) spell: the native Attend's model, the tensors' names, the
+// request parameters, Triton's shared-memory parameters of an input or a
+// requested output, and the native Timing that a ModelInferResponse carries
+// (docs/api.md).
 
 namespace attnserve::wire {
 

@@ -14,8 +14,8 @@
 
 ABSL_FLAG(std::string, protocol, "native",
           "native (attnserve.v1 Attend/AttendModel) or v2: the same calls as "
-          "Open Inference Protocol ModelInfer calls (bench: not with "
-          "--stream)");
+          "Open Inference Protocol ModelInfer calls (bench --stream: "
+          "ModelStreamInfer messages)");
 ABSL_FLAG(int64_t, batch, 1, "batch size B (random inputs)");
 ABSL_FLAG(int64_t, heads, 8, "query heads Hq (random inputs)");
 ABSL_FLAG(int64_t, kv_heads, 0,

@@ -47,7 +47,8 @@ struct BenchOptions {
   // Attend tensors through one shared-memory region (client/shared_memory.h)
   // registered once before the load: the calls carry references, and every
   // call writes its output into the same span of the region (the bench does
-  // not read it). One target, native Attend/AttendStream only. Default off.
+  // not read it). One target; Attend calls, native (Attend, AttendStream) or
+  // v2 (ModelInfer, ModelStreamInfer). Default off.
   bool shared_memory = false;
   // TCP connections per target, or kAutoConnections (the default):
   // ConnectionsFor the largest concurrency level (open loop:

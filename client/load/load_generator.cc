@@ -115,7 +115,8 @@ Verdict JudgeV2(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
 }
 
 // A ModelStreamInfer message's answer: a failed message carries
-// error_message "CODE: message" (docs/api.md) and is counted under CODE.
+// error_message "CODE: message" (attnserve's form, docs/api.md) and is
+// counted under CODE; any other text (another server's) under UNKNOWN.
 Verdict JudgeV2Stream(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
   const int64_t bytes = static_cast<int64_t>(buffer->Length());
   inference::ModelStreamInferResponse answer;
@@ -125,7 +126,11 @@ Verdict JudgeV2Stream(grpc::ByteBuffer* buffer, int64_t expected_output_bytes) {
   if (!answer.error_message().empty()) {
     const std::string& text = answer.error_message();
     const size_t colon = text.find(": ");
-    if (colon == std::string::npos) return Refused("UNKNOWN", text);
+    const bool coded =
+        colon != std::string::npos && colon > 0 &&
+        std::all_of(text.begin(), text.begin() + colon,
+                    [](char c) { return (c >= 'A' && c <= 'Z') || c == '_'; });
+    if (!coded) return Refused("UNKNOWN", text);
     return Refused(text.substr(0, colon), text.substr(colon + 2));
   }
   return JudgeInferResponse(std::move(*answer.mutable_infer_response()), bytes,

@@ -30,13 +30,16 @@ class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
 
  private:
   // The first block, inside the holder: enough for an Attend or AttendModel
-  // call's messages, so that the arena itself allocates nothing more for
-  // them. Larger messages (many shapes, long ids) take further blocks.
+  // call's messages as the gRPC thread that made the arena parses the
+  // request and, for a call run inline, fills the response. Protobuf's arena
+  // keeps a block per thread: a worker's first allocation (the response of
+  // a queued call) takes a new one, as do larger messages (many shapes, long
+  // ids).
   static constexpr size_t kInitialBlockBytes = 4096;
 
   class Holder : public grpc::MessageHolder<Request, Response> {
    public:
-    Holder() : arena_(Options(initial_block_)) {
+    Holder() : arena_(initial_block_, kInitialBlockBytes) {
       this->set_request(
           google::protobuf::Arena::CreateMessage<Request>(&arena_));
       this->set_response(
@@ -45,13 +48,6 @@ class ArenaMessageAllocator : public grpc::MessageAllocator<Request, Response> {
     void Release() override { delete this; }
 
    private:
-    static google::protobuf::ArenaOptions Options(char* block) {
-      google::protobuf::ArenaOptions options;
-      options.initial_block = block;
-      options.initial_block_size = kInitialBlockBytes;
-      return options;
-    }
-
     // Declared before the arena: constructed first, destroyed after it.
     alignas(std::max_align_t) char initial_block_[kInitialBlockBytes];
     google::protobuf::Arena arena_;

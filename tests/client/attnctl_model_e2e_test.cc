@@ -372,6 +372,25 @@ TEST_F(AttnctlModelTest, FlagsThatDoNotApplyAreUsageErrors) {
   EXPECT_THAT(r.err, HasSubstr("--model is empty"));
 }
 
+// The same load as ModelStreamInfer messages of the hosted model: each
+// message is the model's call (its FLOPs and model metrics), none an error.
+TEST_F(AttnctlModelTest, BenchOverAV2StreamCallsTheModel) {
+  const std::string series = ModelRequests("mha_post");
+  const double before = MetricSample(*server_, series);
+  const CommandResult r =
+      Bench("mha_post", {"--protocol=v2", "--stream", "--lq=8",
+                         "--concurrency=2", "--duration=500ms"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  EXPECT_EQ(j["method"], "ModelStreamInfer");
+  EXPECT_EQ(j["model"], "mha_post");
+  EXPECT_TRUE(j["errors"].empty()) << j.dump(2);
+  const int64_t ok = j["ok"].get<int64_t>();
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(j["server_us"]["compute_p50"].get<double>(), 0);
+  EXPECT_EQ(AwaitMetric(*server_, series, before + ok), before + ok);
+}
+
 TEST_F(AttnctlModelTest, BenchCountsAgreeWithTheServersModelMetrics) {
   const std::string series = ModelRequests("mha_post");
   const double before = MetricSample(*server_, series);
