@@ -140,81 +140,40 @@ TEST_F(AttnctlBenchTest, ClosedLoopCountsAgreeWithTheServersMetrics) {
   EXPECT_EQ(AwaitMetric(*server_, kOkAttend, before + ok), before + ok);
 }
 
-TEST_F(AttnctlBenchTest, ProtocolV2SendsModelInferCalls) {
-  constexpr char kOkInfer[] =
-      R"(attnserve_requests_total{code="OK",method="ModelInfer"})";
-  const double before = MetricSample(*server_, kOkInfer);
-  const double attend_before = MetricSample(*server_, kOkAttend);
-  const CommandResult r = Bench({"--protocol=v2", "--concurrency=2",
-                                 "--duration=500ms", "--output_format=json"});
-  ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  const Json j = ParseJson(r);
-  ExpectConsistent(j);
-  EXPECT_EQ(j["method"], "ModelInfer");
-  EXPECT_TRUE(j["errors"].empty()) << j.dump(2);
-  const int64_t ok = j["ok"].get<int64_t>();
-  EXPECT_GT(ok, 0);
-  // The server's timing and FLOPs come back in the response's parameters.
-  EXPECT_GT(j["gflops"].get<double>(), 0);
-  EXPECT_GT(j["server_us"]["compute_p50"].get<double>(), 0);
-  EXPECT_EQ(AwaitMetric(*server_, kOkInfer, before + ok), before + ok);
-  EXPECT_EQ(MetricSample(*server_, kOkAttend), attend_before);
-}
-
-TEST_F(AttnctlBenchTest, ProtocolV2StreamSendsModelStreamInferMessages) {
-  constexpr char kOkStreamInfer[] =
-      R"(attnserve_requests_total{code="OK",method="ModelStreamInfer"})";
-  const double before = MetricSample(*server_, kOkStreamInfer);
-  const double infer_before = MetricSample(
-      *server_, R"(attnserve_requests_total{code="OK",method="ModelInfer"})");
-  const CommandResult r = Bench({"--protocol=v2", "--stream", "--concurrency=2",
-                                 "--duration=500ms", "--output_format=json"});
-  ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  const Json j = ParseJson(r);
-  ExpectConsistent(j);
-  EXPECT_EQ(j["method"], "ModelStreamInfer");
-  EXPECT_TRUE(j["errors"].empty()) << j.dump(2);
-  const int64_t ok = j["ok"].get<int64_t>();
-  EXPECT_GT(ok, 0);
-  EXPECT_GT(j["gflops"].get<double>(), 0);
-  EXPECT_GT(j["server_us"]["compute_p50"].get<double>(), 0);
-  // Each message is counted on its own, and none as a unary ModelInfer.
-  EXPECT_EQ(AwaitMetric(*server_, kOkStreamInfer, before + ok), before + ok);
-  EXPECT_EQ(MetricSample(
-                *server_,
-                R"(attnserve_requests_total{code="OK",method="ModelInfer"})"),
-            infer_before);
-}
-
-TEST_F(AttnctlBenchTest, OpenLoopOverAV2Stream) {
-  const CommandResult r =
-      Bench({"--protocol=v2", "--stream", "--rate=40", "--duration=1s",
-             "--connections=2", "--output_format=json"});
-  ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  const Json j = ParseJson(r);
-  ExpectConsistent(j);
-  EXPECT_EQ(j["requests"], 40);
-  EXPECT_EQ(j["ok"], 40);
-}
-
-// A message the server refuses is answered on the stream with error_message
-// "CODE: message", and the stream goes on: every message counts under CODE.
-TEST_F(AttnctlBenchTest, RefusedV2StreamMessagesAreCountedByCode) {
-  const CommandResult r =
-      Bench({"--protocol=v2", "--stream", "--heads=3", "--kv_heads=2",
-             "--duration=300ms", "--output_format=json"});
-  EXPECT_EQ(r.exit_code, 1) << Describe(r);
-  const Json j = ParseJson(r);
-  ExpectConsistent(j);
-  const int64_t requests = j["requests"].get<int64_t>();
-  EXPECT_GT(requests, 1);
-  EXPECT_EQ(j["ok"], 0);
-  EXPECT_EQ(j["errors"]["INVALID_ARGUMENT"], requests) << j.dump(2);
-  const std::string message =
-      j["error_messages"]["INVALID_ARGUMENT"].get<std::string>();
-  EXPECT_THAT(message, HasSubstr("multiple"));
-  EXPECT_FALSE(absl::StartsWith(message, "INVALID_ARGUMENT")) << message;
-  EXPECT_FALSE(j.contains("stopped_early")) << j.dump(2);
+// ModelInfer calls, and with --stream ModelStreamInfer messages: the server
+// counts each under its own method and none as Attend or as the other one.
+TEST_F(AttnctlBenchTest, ProtocolV2SendsModelInferCallsOrStreamMessages) {
+  const auto ok_series = [](const std::string& method) {
+    return absl::StrCat(R"(attnserve_requests_total{code="OK",method=")",
+                        method, R"("})");
+  };
+  for (const bool stream : {false, true}) {
+    const std::string method = stream ? "ModelStreamInfer" : "ModelInfer";
+    const std::string other = stream ? "ModelInfer" : "ModelStreamInfer";
+    SCOPED_TRACE(method);
+    const double before = MetricSample(*server_, ok_series(method));
+    const double other_before = MetricSample(*server_, ok_series(other));
+    const double attend_before = MetricSample(*server_, kOkAttend);
+    std::vector<std::string> args = {"--protocol=v2", "--concurrency=2",
+                                     "--duration=500ms",
+                                     "--output_format=json"};
+    if (stream) args.push_back("--stream");
+    const CommandResult r = Bench(args);
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    const Json j = ParseJson(r);
+    ExpectConsistent(j);
+    EXPECT_EQ(j["method"], method);
+    EXPECT_TRUE(j["errors"].empty()) << j.dump(2);
+    const int64_t ok = j["ok"].get<int64_t>();
+    EXPECT_GT(ok, 0);
+    // The server's timing and FLOPs come back in the response's parameters.
+    EXPECT_GT(j["gflops"].get<double>(), 0);
+    EXPECT_GT(j["server_us"]["compute_p50"].get<double>(), 0);
+    EXPECT_EQ(AwaitMetric(*server_, ok_series(method), before + ok),
+              before + ok);
+    EXPECT_EQ(MetricSample(*server_, ok_series(other)), other_before);
+    EXPECT_EQ(MetricSample(*server_, kOkAttend), attend_before);
+  }
 }
 
 TEST_F(AttnctlBenchTest, WarmupRequestsAreSentButNotCounted) {
@@ -310,31 +269,48 @@ TEST_F(AttnctlBenchTest, StreamMessagesAreCountedByTheServer) {
   EXPECT_EQ(AwaitMetric(*server_, kOkStream, before + ok), before + ok);
 }
 
+// AttendStream, and ModelStreamInfer with --protocol=v2.
 TEST_F(AttnctlBenchTest, OpenLoopOverAStream) {
-  const CommandResult r = Bench({"--stream", "--rate=40", "--duration=1s",
-                                 "--connections=2", "--output_format=json"});
-  ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  const Json j = ParseJson(r);
-  ExpectConsistent(j);
-  EXPECT_EQ(j["requests"], 40);
-  EXPECT_EQ(j["ok"], 40);
+  for (const std::string protocol : {"native", "v2"}) {
+    SCOPED_TRACE(protocol);
+    const CommandResult r =
+        Bench({"--stream", "--protocol=" + protocol, "--rate=40",
+               "--duration=1s", "--connections=2", "--output_format=json"});
+    ASSERT_EQ(r.exit_code, 0) << Describe(r);
+    const Json j = ParseJson(r);
+    ExpectConsistent(j);
+    EXPECT_EQ(j["requests"], 40);
+    EXPECT_EQ(j["ok"], 40);
+  }
 }
 
+// Unary Attend calls, and ModelStreamInfer messages, where a refused message
+// is answered on the stream with error_message "CODE: message" and the
+// stream goes on: every request counts under CODE, the message without it.
 TEST_F(AttnctlBenchTest, RefusedRequestsAreCountedByCode) {
-  // Hq = 3 is not a multiple of Hkv = 2: the server refuses every call.
-  const CommandResult r = Bench({"--heads=3", "--kv_heads=2",
-                                 "--duration=300ms", "--output_format=json"});
-  EXPECT_EQ(r.exit_code, 1) << Describe(r);
-  const Json j = ParseJson(r);
-  ExpectConsistent(j);
-  const int64_t requests = j["requests"].get<int64_t>();
-  EXPECT_GT(requests, 0);
-  EXPECT_EQ(j["ok"], 0);
-  EXPECT_EQ(j["errors"]["INVALID_ARGUMENT"], requests);
-  EXPECT_THAT(j["error_messages"]["INVALID_ARGUMENT"].get<std::string>(),
-              HasSubstr("multiple"));
-  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("error: ", requests, " of ",
-                                            requests, " requests failed")));
+  for (const bool v2_stream : {false, true}) {
+    SCOPED_TRACE(v2_stream ? "ModelStreamInfer" : "Attend");
+    // Hq = 3 is not a multiple of Hkv = 2: the server refuses every call.
+    std::vector<std::string> args = {"--heads=3", "--kv_heads=2",
+                                     "--duration=300ms",
+                                     "--output_format=json"};
+    if (v2_stream) args.insert(args.end(), {"--protocol=v2", "--stream"});
+    const CommandResult r = Bench(args);
+    EXPECT_EQ(r.exit_code, 1) << Describe(r);
+    const Json j = ParseJson(r);
+    ExpectConsistent(j);
+    const int64_t requests = j["requests"].get<int64_t>();
+    EXPECT_GT(requests, 1);
+    EXPECT_EQ(j["ok"], 0);
+    EXPECT_EQ(j["errors"]["INVALID_ARGUMENT"], requests) << j.dump(2);
+    const std::string message =
+        j["error_messages"]["INVALID_ARGUMENT"].get<std::string>();
+    EXPECT_THAT(message, HasSubstr("multiple"));
+    EXPECT_FALSE(absl::StartsWith(message, "INVALID_ARGUMENT")) << message;
+    EXPECT_FALSE(j.contains("stopped_early")) << j.dump(2);
+    EXPECT_THAT(r.err, HasSubstr(absl::StrCat("error: ", requests, " of ",
+                                              requests, " requests failed")));
+  }
 }
 
 TEST_F(AttnctlBenchTest, AnUnreachableTargetFailsBeforeTheLoad) {
