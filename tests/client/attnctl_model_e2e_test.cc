@@ -373,7 +373,8 @@ TEST_F(AttnctlModelTest, FlagsThatDoNotApplyAreUsageErrors) {
 }
 
 // The same load as ModelStreamInfer messages of the hosted model: each
-// message is the model's call (its FLOPs and model metrics), none an error.
+// message is a call of the model (the server's per-model count agrees), none
+// an error.
 TEST_F(AttnctlModelTest, BenchOverAV2StreamCallsTheModel) {
   const std::string series = ModelRequests("mha_post");
   const double before = MetricSample(*server_, series);
