@@ -5,13 +5,13 @@
 # machine's neighbours do not move, for changes worth a few percent
 # (docs/benchmarks.md, "Per-call instructions").
 #
-#   bench/per_call_instructions.sh [--echo] [--build DIR] [--seconds N] [-- SERVER_FLAGS...]
+#   bench/per_call_instructions.sh [--echo | --v2] [--build DIR] [--seconds N] [-- SERVER_FLAGS...]
 #
 # Starts build/server/attnserve (or, with --echo, build/bench/attnserve_echo_server)
 # under callgrind, warms it up, counts the instructions of N seconds (default 8) of
-# closed-loop load (32 calls outstanding on 4 connections) and prints one JSON
-# line: calls, instructions per call, and the inclusive instructions per call of
-# the server's main stages (attnserve only). Under valgrind the CPU has no AVX-512
+# closed-loop load (32 calls outstanding on 4 connections; with --v2 the same calls
+# as ModelInfer) and prints one JSON line: calls, instructions per call, and the
+# inclusive instructions per call of the server's main stages (attnserve only). Under valgrind the CPU has no AVX-512
 # or AMX: oneDNN and the kernel run their AVX2 code, and `rep stos`/`rep movs`
 # count one instruction per iteration, so compare runs of this script with each
 # other, not with native time. DIR (default build) is relative to the
@@ -20,17 +20,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 echo_server=false
+protocol=native
 build=build
 seconds=8
 while [ $# -gt 0 ]; do
   case "$1" in
     --echo) echo_server=true; shift ;;
+    --v2) protocol=v2; shift ;;
     --build) build="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --) shift; break ;;
-    *) echo "usage: $0 [--echo] [--build DIR] [--seconds N] [-- SERVER_FLAGS...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--echo | --v2] [--build DIR] [--seconds N] [-- SERVER_FLAGS...]" >&2; exit 2 ;;
   esac
 done
+if $echo_server && [ "$protocol" = v2 ]; then
+  echo "per_call_instructions: the echo answers Attend only (not --v2)" >&2
+  exit 2
+fi
 for tool in valgrind callgrind_annotate callgrind_control /usr/bin/python3; do
   if ! command -v "$tool" >/dev/null; then
     echo "per_call_instructions: $tool not found (scripts/install-deps.sh installs it)" >&2
@@ -78,7 +84,8 @@ OMP_WAIT_POLICY=PASSIVE valgrind --tool=callgrind --smc-check=all-non-file \
 pid=$!
 
 load=("$attnctl" bench --target="127.0.0.1:$port" --timeout=60s --batch=1 --heads=1
-  --lq=16 --lk=16 --dim=64 --concurrency=32 --connections=4 --warmup=0s)
+  --lq=16 --lk=16 --dim=64 --concurrency=32 --connections=4 --warmup=0s
+  --protocol="$protocol")
 ready=false
 for _ in $(seq 1 120); do
   if "$attnctl" info --target="127.0.0.1:$port" --timeout=2s >/dev/null 2>&1; then
@@ -102,7 +109,7 @@ pid=""
 
 dump=$(ls "$work"/out.* | head -1)
 callgrind_annotate --inclusive=yes --threshold=100 "$dump" >"$work/inclusive.txt"
-/usr/bin/python3 - "$work/load.json" "$work/inclusive.txt" "$echo_server" <<'EOF'
+/usr/bin/python3 - "$work/load.json" "$work/inclusive.txt" "$echo_server" "$protocol" <<'EOF'
 import json, re, sys
 
 load = json.load(open(sys.argv[1]))
@@ -123,8 +130,10 @@ def per_call(pattern):
     sys.exit(f"per_call_instructions: no function matches {pattern!r} in the "
              "profile (renamed?): update this script")
 
+v2 = sys.argv[4] == "v2"
 report = {
     "server": "echo" if sys.argv[3] == "true" else "attnserve",
+    "method": "ModelInfer" if v2 else "Attend",
     "calls": calls,
     "instructions_per_call": per_call("PROGRAM TOTALS"),
     "malloc_per_call": per_call("malloc.c:malloc "),
@@ -133,7 +142,8 @@ report = {
 }
 if sys.argv[3] != "true":
     report.update({
-        "handler_per_call": per_call("AttentionService::HandleUnary<"),
+        "handler_per_call": per_call("InferenceService::ModelInfer(" if v2
+                                     else "AttentionService::HandleUnary<"),
         "decode_per_call": per_call("AttendKind::Decode("),
         "engine_run_per_call": per_call("Engine::Run("),
         "onednn_execute_per_call": per_call("dnnl_primitive_execute"),

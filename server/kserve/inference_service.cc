@@ -9,6 +9,7 @@
 #include "inference/model_config.pb.h"
 #include "server/kserve/system_shared_memory.h"
 #include "server/log.h"
+#include "server/rpc/arena_messages.h"
 #include "server/rpc/status_util.h"
 #include "server/tracked_unary_reactor.h"
 #include "wire/dtype.h"
@@ -41,26 +42,28 @@ void Describe(const TensorSpec& spec,
 
 }  // namespace
 
-// The messages of one ModelInfer call, with the native request and response
-// it becomes. gRPC hands the handler its request as const; the holder is this
-// service's own (InferAllocator), so the handler may move the request's
-// raw_input_contents into the native request instead of copying them, and the
-// native messages live exactly as long as the call.
+// The messages of one ModelInfer call, on the call's arena as the native
+// unary calls' (server/rpc/arena_messages.h), with the native request and
+// response it becomes. gRPC hands the handler its request as const; the
+// holder is this service's own (InferAllocator), so the handler may move the
+// request's raw_input_contents into the native request instead of copying
+// them (std::string swaps, which the arena does not affect), and the native
+// messages live exactly as long as the call.
 class InferenceService::InferMessages
     : public grpc::MessageHolder<ModelInferRequest, ModelInferResponse> {
  public:
-  InferMessages() {
-    set_request(&request_);
-    set_response(&response_);
+  InferMessages() : request_(arena_.Create<ModelInferRequest>()) {
+    set_request(request_);
+    set_response(arena_.Create<ModelInferResponse>());
   }
   void Release() override { delete this; }
 
-  ModelInferRequest& mutable_request() { return request_; }
+  ModelInferRequest& mutable_request() { return *request_; }
   InferState state;
 
  private:
-  ModelInferRequest request_;
-  ModelInferResponse response_;
+  CallArena arena_;
+  ModelInferRequest* const request_;
 };
 
 class InferenceService::InferAllocator
