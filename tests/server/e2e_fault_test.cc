@@ -674,10 +674,19 @@ TEST(E2eSoakTest, SteadyLoadKeepsLatencyAndMemoryFlat) {
   const double first_p99 = std::max(p99s[0], 0.015);
   const size_t whole_windows = static_cast<size_t>(std::min<int64_t>(
       p99s.size(), absl::IDivDuration(length, kWindow, &unused_remainder)));
+  // As for memory: the neighbours' bursts raise one window's p99 (once, 2.1x
+  // the first in a CI run on 2 Dec 2026), a server that degrades raises
+  // every window's. So the median window is held to 2x the first, and any
+  // one window to 4x (a stall).
+  std::vector<double> later_p99s;
   for (size_t w = 1; w < whole_windows; ++w) {
-    EXPECT_LE(p99s[w], 2 * first_p99)
+    later_p99s.push_back(p99s[w]);
+    EXPECT_LE(p99s[w], 4 * first_p99)
         << "window " << w << " p99 against the first window's";
   }
+  ASSERT_FALSE(later_p99s.empty());
+  EXPECT_LE(Quantile(later_p99s, 0.5), 2 * first_p99)
+      << "the median window's p99 against the first window's";
   // "Flat": at most 2 MiB a window (200 KiB/s) in the median window; a leak
   // of 2 KB a call would be more, of one request (768 KB and up) far more.
   EXPECT_LE(median_growth, 2.0 * kMiB)
