@@ -11,10 +11,10 @@
 # under callgrind, warms it up, counts the instructions of N seconds (default 8) of
 # closed-loop load (32 calls outstanding on 4 connections; with --v2 the same calls
 # as ModelInfer) and prints one JSON line: calls, instructions per call, and the
-# inclusive instructions per call of the server's main stages (attnserve only). Under valgrind the CPU has no AVX-512
-# or AMX: oneDNN and the kernel run their AVX2 code, and `rep stos`/`rep movs`
-# count one instruction per iteration, so compare runs of this script with each
-# other, not with native time. DIR (default build) is relative to the
+# inclusive instructions per call of the server's main stages (attnserve only).
+# Under valgrind the CPU has no AVX-512 or AMX: oneDNN and the kernel run their
+# AVX2 code, and `rep stos`/`rep movs` count one instruction per iteration, so
+# compare runs of this script with each other, not with native time. DIR (default build) is relative to the
 # repository root. Needs valgrind (scripts/install-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."

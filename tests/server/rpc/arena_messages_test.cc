@@ -48,8 +48,8 @@ TEST(ArenaMessagesTest, AMessageLargerThanTheFirstBlockParsesWhole) {
       allocator.AllocateMessages();
   ASSERT_TRUE(holder->request()->ParseFromString(bytes));
   EXPECT_EQ(holder->request()->SerializeAsString(), bytes);
+  // A response past the first block too; ASan checks that Release frees it.
   holder->response()->mutable_output()->set_data(std::string(50000, 'o'));
-  EXPECT_EQ(holder->response()->output().data().size(), 50000u);
   holder->Release();
 }
 
