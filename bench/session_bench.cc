@@ -71,7 +71,7 @@ absl::Status Fill(const SessionCase& c, int block_tokens, Caches* out) {
           MakeTensorView(k.data(), DType::kFloat32, {n, c.hkv, c.d});
       RETURN_IF_ERROR(
           cache
-              ->Append(0, t, rows, rows, "",
+              ->Append(0, t, rows, rows,
                        [&](int64_t bytes) { return out->pool.Allocate(bytes); })
               .status());
     }

@@ -63,8 +63,7 @@ SessionCache::SessionCache(const SessionShape& shape, int block_tokens)
 absl::Status SessionCache::CheckAppend(int layer,
                                        std::optional<int64_t> position,
                                        const TensorView& keys,
-                                       const TensorView& values,
-                                       absl::string_view field_prefix) const {
+                                       const TensorView& values) const {
   if (layer < 0 || layer >= shape_.num_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("layer: ", layer, " is outside [0, ", shape_.num_layers,
@@ -73,7 +72,7 @@ absl::Status SessionCache::CheckAppend(int layer,
   const int64_t hkv = shape_.num_kv_heads;
   const auto check = [&](absl::string_view name, const TensorView& t,
                          int64_t dim, absl::string_view dim_name) {
-    const std::string field = absl::StrCat(field_prefix, name);
+    const absl::string_view field = name;
     if (!IsFloatDType(t.dtype)) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".dtype: ", DTypeName(t.dtype),
@@ -94,18 +93,18 @@ absl::Status SessionCache::CheckAppend(int layer,
   RETURN_IF_ERROR(check("value", values, shape_.value_dim, "value_dim"));
   const int64_t n = keys.shape[0];
   if (values.shape[0] != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field_prefix, "value.shape: ", values.shape[0],
-        " tokens differ from the ", n, " tokens of ", field_prefix, "key"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("value.shape: ", values.shape[0],
+                     " tokens differ from the ", n, " tokens of key"));
   }
   if (n < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field_prefix, "key.shape: no tokens (Lnew must be >= 1)"));
+        "key.shape: no tokens (Lnew must be >= 1)");
   }
   const Layer& l = layers_[static_cast<size_t>(layer)];
   if (position && *position != l.tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field_prefix, "position: ", *position,
+        "position: ", *position,
         *position > l.tokens ? " leaves a gap after the " : " overlaps the ",
         l.tokens, " tokens layer ", layer,
         " holds (positions must be contiguous: expected ", l.tokens, ")"));
@@ -122,9 +121,8 @@ absl::StatusOr<int64_t> SessionCache::Append(int layer,
                                              std::optional<int64_t> position,
                                              const TensorView& keys,
                                              const TensorView& values,
-                                             absl::string_view field_prefix,
                                              AllocateFn allocate) {
-  RETURN_IF_ERROR(CheckAppend(layer, position, keys, values, field_prefix));
+  RETURN_IF_ERROR(CheckAppend(layer, position, keys, values));
   Layer& l = layers_[static_cast<size_t>(layer)];
   const int64_t t0 = l.tokens;
   const int64_t t1 = t0 + keys.shape[0];

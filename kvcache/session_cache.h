@@ -83,19 +83,17 @@ class SessionCache {
   // dense last dimension, Lnew >= 1) to `layer`, converted to the storage
   // dtype, at `position` (must equal the layer's tokens when set). Blocks come
   // from `allocate`; a shared last block is copied first. InvalidArgument
-  // naming the field (`field_prefix` + "key.shape", "position", ...) with the
-  // expected and actual values; OutOfRange beyond max_tokens; `allocate`'s
-  // errors. On error nothing changes. Returns the layer's new token count.
+  // naming the argument ("key.shape", "position", ...) with the expected and
+  // actual values; OutOfRange beyond max_tokens; `allocate`'s errors. On error
+  // nothing changes. Returns the layer's new token count.
   absl::StatusOr<int64_t> Append(int layer, std::optional<int64_t> position,
                                  const TensorView& keys,
-                                 const TensorView& values,
-                                 absl::string_view field_prefix,
-                                 AllocateFn allocate);
+                                 const TensorView& values, AllocateFn allocate);
 
   // Checks what Append would check, without appending.
   absl::Status CheckAppend(int layer, std::optional<int64_t> position,
-                           const TensorView& keys, const TensorView& values,
-                           absl::string_view field_prefix) const;
+                           const TensorView& keys,
+                           const TensorView& values) const;
 
   // `layer` as it is now. The layer must exist.
   PinnedLayer Pin(int layer) const;

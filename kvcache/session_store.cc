@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -28,7 +30,24 @@ bool IdChar(char c) {
 constexpr absl::string_view kRecreate =
     "; create it again and re-send its keys and values";
 
+// Where FailedPart finds the index of the part an error concerns.
+constexpr absl::string_view kPartPayload = "attnserve.kvcache/part";
+
+absl::Status PartError(size_t part, absl::Status status) {
+  status.SetPayload(kPartPayload, absl::Cord(absl::StrCat(part)));
+  return status;
+}
+
 }  // namespace
+
+std::optional<int> FailedPart(const absl::Status& status) {
+  const auto payload = status.GetPayload(kPartPayload);
+  int part = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &part)) {
+    return std::nullopt;
+  }
+  return part;
+}
 
 absl::string_view EndReasonName(EndReason reason) {
   switch (reason) {
@@ -287,47 +306,40 @@ absl::StatusOr<SessionInfo> SessionStore::Append(
   std::lock_guard<std::mutex> lock(s->mu);
   auto allocate = [&](int64_t bytes) { return Allocate(bytes, *s, layer); };
   RETURN_IF_ERROR(
-      s->cache.Append(layer, position, keys, values, "", allocate).status());
+      s->cache.Append(layer, position, keys, values, allocate).status());
   tokens_appended_.fetch_add(keys.shape[0]);
   Touch(*s);
   return InfoOf(*s);
 }
 
-absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
+absl::StatusOr<SessionStore::AppendPlan> SessionStore::PlanAppend(
     int layer, const std::vector<AttendPart>& parts) {
-  return AppendAndPin(layer, parts, [](absl::Span<const PartPlan>) {
-    return absl::OkStatus();
-  });
-}
-
-absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
-    int layer, const std::vector<AttendPart>& parts, AdmitFn admit) {
-  std::vector<std::shared_ptr<Session>> sessions;
-  sessions.reserve(parts.size());
+  AppendPlan plan;
+  plan.layer_ = layer;
+  plan.sessions_.reserve(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       if (parts[j].session_id == parts[i].session_id) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            parts[i].field_prefix, "session_id: \"", parts[i].session_id,
-            "\" is also ", parts[j].field_prefix,
-            "session_id (a session may appear once per call)"));
+        return PartError(
+            i, absl::InvalidArgumentError(absl::StrCat(
+                   "session_id: \"", parts[i].session_id, "\" is also part ", j,
+                   "'s (a session may appear once per call)")));
       }
     }
     absl::StatusOr<std::shared_ptr<Session>> s = Find(parts[i].session_id);
     if (!s.ok()) {
-      return absl::Status(s.status().code(),
-                          absl::StrCat(parts[i].field_prefix,
-                                       "session_id: ", s.status().message()));
+      return PartError(
+          i, absl::Status(s.status().code(),
+                          absl::StrCat("session_id: ", s.status().message())));
     }
-    sessions.push_back(*std::move(s));
+    plan.sessions_.push_back(*std::move(s));
   }
-  // Every check before any append.
-  std::vector<PartPlan> plans(parts.size());
+  plan.plans_.resize(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
     const AttendPart& part = parts[i];
-    std::lock_guard<std::mutex> lock(sessions[i]->mu);
-    const SessionCache& cache = sessions[i]->cache;
-    plans[i].shape = cache.shape();
+    std::lock_guard<std::mutex> lock(plan.sessions_[i]->mu);
+    const SessionCache& cache = plan.sessions_[i]->cache;
+    plan.plans_[i].shape = cache.shape();
     if (layer < 0 || layer >= cache.shape().num_layers) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layer: ", layer, " is outside [0, ", cache.shape().num_layers,
@@ -335,37 +347,39 @@ absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
           " layers)"));
     }
     if (part.keys.has_value() != part.values.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          part.field_prefix,
-          part.keys ? "value: missing (key and value come together)"
-                    : "key: missing (key and value come together)"));
+      return PartError(i, absl::InvalidArgumentError(
+                              part.keys ? "value: missing (key and value come "
+                                          "together)"
+                                        : "key: missing (key and value come "
+                                          "together)"));
     }
     if (part.keys) {
-      RETURN_IF_ERROR(cache.CheckAppend(layer, part.position, *part.keys,
-                                        *part.values, part.field_prefix));
+      const absl::Status checked =
+          cache.CheckAppend(layer, part.position, *part.keys, *part.values);
+      if (!checked.ok()) return PartError(i, checked);
     } else if (part.position) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          part.field_prefix, "position: set without key and value"));
+      return PartError(
+          i, absl::InvalidArgumentError("position: set without key and value"));
     }
-    plans[i].tokens_after =
+    plan.plans_[i].tokens_after =
         cache.Tokens(layer) + (part.keys ? part.keys->shape[0] : 0);
   }
-  RETURN_IF_ERROR(admit(plans));
+  return plan;
+}
+
+absl::StatusOr<std::vector<PinnedPart>> SessionStore::CommitAppend(
+    AppendPlan plan, const std::vector<AttendPart>& parts) {
+  const int layer = plan.layer_;
   std::vector<PinnedPart> pinned(parts.size());
   for (size_t i = 0; i < parts.size(); ++i) {
     const AttendPart& part = parts[i];
-    Session& s = *sessions[i];
+    Session& s = *plan.sessions_[i];
     std::lock_guard<std::mutex> lock(s.mu);
     if (part.keys) {
       auto allocate = [&](int64_t bytes) { return Allocate(bytes, s, layer); };
-      absl::StatusOr<int64_t> appended =
-          s.cache.Append(layer, part.position, *part.keys, *part.values,
-                         part.field_prefix, allocate);
-      if (!appended.ok()) {
-        return absl::Status(
-            appended.status().code(),
-            absl::StrCat(part.field_prefix, appended.status().message()));
-      }
+      absl::StatusOr<int64_t> appended = s.cache.Append(
+          layer, part.position, *part.keys, *part.values, allocate);
+      if (!appended.ok()) return PartError(i, appended.status());
       tokens_appended_.fetch_add(part.keys->shape[0]);
     }
     pinned[i].layer = s.cache.Pin(layer);
@@ -373,6 +387,12 @@ absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
     Touch(s);
   }
   return pinned;
+}
+
+absl::StatusOr<std::vector<PinnedPart>> SessionStore::AppendAndPin(
+    int layer, const std::vector<AttendPart>& parts) {
+  ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(layer, parts));
+  return CommitAppend(std::move(plan), parts);
 }
 
 absl::StatusOr<SessionInfo> SessionStore::Fork(const std::string& parent_id,

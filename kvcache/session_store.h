@@ -96,8 +96,6 @@ struct AttendPart {
   std::optional<int64_t> position;
   std::optional<TensorView> keys;
   std::optional<TensorView> values;
-  // Prefix of the field names in messages, e.g. "sessions[2].".
-  std::string field_prefix;
 };
 
 struct PinnedPart {
@@ -112,9 +110,15 @@ struct PartPlan {
   SessionShape shape;
   int64_t tokens_after = 0;
 };
-using AdmitFn = absl::FunctionRef<absl::Status(absl::Span<const PartPlan>)>;
+
+// The errors of PlanAppend and CommitAppend that concern one part carry its
+// index (their messages name the part's own arguments: "session_id",
+// "key.shape", "position", ...); the caller says where that part came from.
+std::optional<int> FailedPart(const absl::Status& status);
 
 class SessionStore {
+  struct Session;
+
  public:
   // InvalidArgument for block_tokens outside [1, 4096], a negative budget or
   // non-positive TTLs.
@@ -143,16 +147,37 @@ class SessionStore {
                                      const TensorView& keys,
                                      const TensorView& values);
 
-  // For one attention call over `layer`: checks every part first (a session
-  // named twice, missing sessions, bad k/v), then for each part in order
-  // appends its keys and values and pins the layer. On an error in the
-  // checks nothing is appended; an allocation failure in the middle leaves
-  // the earlier parts' appends in place (each append is atomic on its own)
-  // and names the part.
-  // `admit` runs after the store's checks and before any append, with each
-  // part's plan; its error is returned as it is.
-  absl::StatusOr<std::vector<PinnedPart>> AppendAndPin(
-      int layer, const std::vector<AttendPart>& parts, AdmitFn admit);
+  // An attention call over `layer` in two phases, so that the caller can
+  // admit it (its own limits, its memory budget) between them:
+  //  - PlanAppend checks every part (a session named twice, sessions that are
+  //    not live, the layer, keys and values against each session) and appends
+  //    nothing; the plan keeps its sessions in use (never evicted or expired)
+  //    until it is committed or dropped.
+  //  - CommitAppend appends each part's keys and values in order and pins the
+  //    layer. Each append is atomic on its own: one that fails (the budget, or
+  //    a call on the same session between the phases) leaves the earlier
+  //    parts' appends in place.
+  // Errors about one part carry its index (FailedPart).
+  class AppendPlan {
+   public:
+    AppendPlan(AppendPlan&&) = default;
+    AppendPlan& operator=(AppendPlan&&) = default;
+    // One per part, in order.
+    absl::Span<const PartPlan> parts() const { return plans_; }
+
+   private:
+    friend class SessionStore;
+    AppendPlan() = default;
+    int layer_ = 0;
+    std::vector<std::shared_ptr<Session>> sessions_;
+    std::vector<PartPlan> plans_;
+  };
+  absl::StatusOr<AppendPlan> PlanAppend(int layer,
+                                        const std::vector<AttendPart>& parts);
+  // `parts` must be the ones the plan was made from.
+  absl::StatusOr<std::vector<PinnedPart>> CommitAppend(
+      AppendPlan plan, const std::vector<AttendPart>& parts);
+  // Both phases at once (no admission between them).
   absl::StatusOr<std::vector<PinnedPart>> AppendAndPin(
       int layer, const std::vector<AttendPart>& parts);
 

@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <exception>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -20,44 +21,45 @@
 namespace attnserve::server {
 namespace {
 
-constexpr int kNumMethods = 28;
 constexpr int kNumCodes =
     17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
 constexpr int kNumKernels = 3;
 constexpr int kNumRejections = 5;
 
-// The names of the Open Inference Protocol's methods (from index 13) differ
-// from every native one, so the method label tells the protocols apart
-// without a label that would change the native series.
-constexpr const char* kMethodNames[kNumMethods] = {
-    "Attend",
-    "AttendStream",
-    "GetServerInfo",
-    "AttendModel",
-    "AttendModelStream",
-    "CreateSession",
-    "AppendKv",
-    "AppendKvStream",
-    "AttendSessions",
-    "ForkSession",
-    "TruncateSession",
-    "CloseSession",
-    "GetSession",
-    "ServerLive",
-    "ServerReady",
-    "ModelReady",
-    "ServerMetadata",
-    "ModelMetadata",
-    "ModelConfig",
-    "ModelStatistics",
-    "ModelInfer",
-    "ModelStreamInfer",
-    "RegisterSharedMemory",
-    "UnregisterSharedMemory",
-    "SharedMemoryStatus",
-    "SystemSharedMemoryStatus",
-    "SystemSharedMemoryRegister",
-    "SystemSharedMemoryUnregister"};
+// In the order of Method. The names of the Open Inference Protocol's methods
+// (from ServerLive) differ from every native one, so the method label tells
+// the protocols apart without a label that would change the native series.
+constexpr const char* kMethodNames[] = {"Attend",
+                                        "AttendStream",
+                                        "GetServerInfo",
+                                        "AttendModel",
+                                        "AttendModelStream",
+                                        "CreateSession",
+                                        "AppendKv",
+                                        "AppendKvStream",
+                                        "AttendSessions",
+                                        "AttendSessionsStream",
+                                        "ForkSession",
+                                        "TruncateSession",
+                                        "CloseSession",
+                                        "GetSession",
+                                        "ServerLive",
+                                        "ServerReady",
+                                        "ModelReady",
+                                        "ServerMetadata",
+                                        "ModelMetadata",
+                                        "ModelConfig",
+                                        "ModelStatistics",
+                                        "ModelInfer",
+                                        "ModelStreamInfer",
+                                        "RegisterSharedMemory",
+                                        "UnregisterSharedMemory",
+                                        "SharedMemoryStatus",
+                                        "SystemSharedMemoryStatus",
+                                        "SystemSharedMemoryRegister",
+                                        "SystemSharedMemoryUnregister"};
+static_assert(std::size(kMethodNames) == kNumMethods,
+              "one name per Method, in its order");
 // The names gRPC itself prints for each code, so dashboards match grpc_*
 // metrics.
 constexpr const char* kCodeNames[kNumCodes] = {
@@ -96,67 +98,7 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   return *buckets;
 }
 
-int MethodIndex(Method method) {
-  switch (method) {
-    case Method::kAttend:
-      return 0;
-    case Method::kAttendStream:
-      return 1;
-    case Method::kGetServerInfo:
-      return 2;
-    case Method::kAttendModel:
-      return 3;
-    case Method::kAttendModelStream:
-      return 4;
-    case Method::kCreateSession:
-      return 5;
-    case Method::kAppendKv:
-      return 6;
-    case Method::kAppendKvStream:
-      return 7;
-    case Method::kAttendSessions:
-      return 8;
-    case Method::kForkSession:
-      return 9;
-    case Method::kTruncateSession:
-      return 10;
-    case Method::kCloseSession:
-      return 11;
-    case Method::kGetSession:
-      return 12;
-    case Method::kServerLive:
-      return 13;
-    case Method::kServerReady:
-      return 14;
-    case Method::kModelReady:
-      return 15;
-    case Method::kServerMetadata:
-      return 16;
-    case Method::kModelMetadata:
-      return 17;
-    case Method::kModelConfig:
-      return 18;
-    case Method::kModelStatistics:
-      return 19;
-    case Method::kModelInfer:
-      return 20;
-    case Method::kModelStreamInfer:
-      return 21;
-    case Method::kRegisterSharedMemory:
-      return 22;
-    case Method::kUnregisterSharedMemory:
-      return 23;
-    case Method::kSharedMemoryStatus:
-      return 24;
-    case Method::kSystemSharedMemoryStatus:
-      return 25;
-    case Method::kSystemSharedMemoryRegister:
-      return 26;
-    case Method::kSystemSharedMemoryUnregister:
-      return 27;
-  }
-  return 0;
-}
+int MethodIndex(Method method) { return static_cast<int>(method); }
 
 int CodeIndex(grpc::StatusCode code) {
   const int c = static_cast<int>(code);

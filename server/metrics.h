@@ -27,6 +27,8 @@ class Exposer;
 
 namespace attnserve::server {
 
+// Every RPC method the server counts; metrics.cc's kMethodNames names them in
+// this order.
 enum class Method {
   kAttend,
   kAttendStream,
@@ -38,6 +40,7 @@ enum class Method {
   kAppendKv,
   kAppendKvStream,
   kAttendSessions,
+  kAttendSessionsStream,
   kForkSession,
   kTruncateSession,
   kCloseSession,
@@ -62,6 +65,8 @@ enum class Method {
   kSystemSharedMemoryRegister,
   kSystemSharedMemoryUnregister,
 };
+inline constexpr int kNumMethods =
+    static_cast<int>(Method::kSystemSharedMemoryUnregister) + 1;
 
 // Why a task never reached a kernel.
 enum class Rejection {

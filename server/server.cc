@@ -302,9 +302,14 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   impl->service = std::make_unique<AttentionService>(
       std::move(service_options), impl->admission.get(), impl->scheduler.get(),
       impl->metrics.get(), impl->validator.get());
+  SessionServiceOptions session_options;
+  session_options.limits = request_limits;
+  session_options.small_request_flops = options.small_request_flops;
+  session_options.budget = budget;
+  session_options.watchdog = impl->watchdog.get();
   impl->session_service = std::make_unique<SessionService>(
-      request_limits, impl->admission.get(), store, impl->scheduler.get(),
-      impl->metrics.get(), budget, impl->watchdog.get());
+      session_options, impl->admission.get(), store, impl->scheduler.get(),
+      impl->metrics.get());
   kserve::InferenceServiceOptions inference_options;
   inference_options.version = ATTNSERVE_VERSION;
   inference_options.models = impl->models.get();

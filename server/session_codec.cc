@@ -1,6 +1,7 @@
 #include "server/session_codec.h"
 
 #include <cmath>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -44,6 +45,17 @@ absl::StatusOr<TensorView> DecodeQuery(absl::string_view name, bool present,
 }
 
 }  // namespace
+
+std::string PartField(int part) {
+  return absl::StrCat("sessions[", part, "].");
+}
+
+absl::Status SpellStoreError(const absl::Status& status) {
+  const std::optional<int> part = kvcache::FailedPart(status);
+  if (!part) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(PartField(*part), status.message()));
+}
 
 absl::StatusOr<kvcache::SessionShape> DecodeShape(
     const v1::SessionShape& wire) {
@@ -112,15 +124,24 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
   }
   d.parts.resize(static_cast<size_t>(n));
   d.queries.resize(static_cast<size_t>(n));
+  std::unordered_map<std::string, int> seen;  // ids of parts 0..i-1
   for (int i = 0; i < n; ++i) {
     const v1::SessionQuery& q = request.sessions(i);
-    const std::string at = absl::StrCat("sessions[", i, "].");
+    const std::string at = PartField(i);
     kvcache::AttendPart& part = d.parts[static_cast<size_t>(i)];
     part.session_id = q.session_id();
-    part.field_prefix = at;
     if (q.session_id().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(at, "session_id: missing"));
+    }
+    const auto [first, inserted] =
+        n > 1 ? seen.emplace(q.session_id(), i) : std::pair(seen.end(), true);
+    if (!inserted) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, "session_id: \"", q.session_id(), "\" is also ",
+                       PartField(first->second),
+                       "session_id (a session may appear once "
+                       "per call)"));
     }
     ASSIGN_OR_RETURN(
         d.queries[static_cast<size_t>(i)],
@@ -191,7 +212,7 @@ absl::StatusOr<SessionsAdmission> AdmitSessions(
   const int64_t out_size = static_cast<int64_t>(DTypeSize(d.output_dtype));
   for (size_t i = 0; i < plans.size(); ++i) {
     const kvcache::SessionShape& s = plans[i].shape;
-    const std::string& at = d.parts[i].field_prefix;
+    const std::string at = PartField(static_cast<int>(i));
     if (s.num_kv_heads != first.num_kv_heads || s.head_dim != first.head_dim ||
         s.value_dim != first.value_dim || s.dtype != first.dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -346,30 +367,40 @@ absl::Status ApplyGetSession(const v1::GetSessionRequest& request,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<SessionsCall>> PrepareAttendSessions(
-    const v1::AttendSessionsRequest& request, kvcache::SessionStore& store,
-    const RequestLimits& limits, v1::AttendSessionsResponse* response,
-    const std::function<absl::Status(const SessionsAdmission&)>& admitted) {
-  auto decoded = std::make_shared<DecodedSessionsRequest>();
-  ASSIGN_OR_RETURN(*decoded, DecodeAttendSessions(request));
-  double flops = 0;
-  ASSIGN_OR_RETURN(
-      std::vector<kvcache::PinnedPart> pinned,
-      store.AppendAndPin(
-          decoded->layer, decoded->parts,
-          [&](absl::Span<const kvcache::PartPlan> plans) -> absl::Status {
-            ASSIGN_OR_RETURN(const SessionsAdmission admission,
-                             AdmitSessions(*decoded, plans, limits));
-            flops = admission.flops;
-            if (admitted) return admitted(admission);
-            return absl::OkStatus();
-          }));
+absl::StatusOr<kvcache::SessionStore::AppendPlan> PlanSessions(
+    const DecodedSessionsRequest& decoded, kvcache::SessionStore& store) {
+  absl::StatusOr<kvcache::SessionStore::AppendPlan> plan =
+      store.PlanAppend(decoded.layer, decoded.parts);
+  if (!plan.ok()) return SpellStoreError(plan.status());
+  return plan;
+}
+
+absl::StatusOr<std::shared_ptr<SessionsCall>> CommitSessions(
+    std::shared_ptr<const DecodedSessionsRequest> decoded,
+    kvcache::SessionStore::AppendPlan plan, const SessionsAdmission& admission,
+    kvcache::SessionStore& store, v1::AttendSessionsResponse* response) {
+  absl::StatusOr<std::vector<kvcache::PinnedPart>> pinned =
+      store.CommitAppend(std::move(plan), decoded->parts);
+  if (!pinned.ok()) return SpellStoreError(pinned.status());
   auto call = std::make_shared<SessionsCall>();
-  PrepareSessionsCall(*decoded, std::move(pinned), store.options().block_tokens,
-                      response, call.get());
-  call->flops = flops;
+  PrepareSessionsCall(*decoded, *std::move(pinned),
+                      store.options().block_tokens, response, call.get());
+  call->flops = admission.flops;
   call->decoded = std::move(decoded);
   return call;
+}
+
+absl::StatusOr<std::shared_ptr<SessionsCall>> PrepareAttendSessions(
+    const v1::AttendSessionsRequest& request, kvcache::SessionStore& store,
+    const RequestLimits& limits, v1::AttendSessionsResponse* response) {
+  auto decoded = std::make_shared<DecodedSessionsRequest>();
+  ASSIGN_OR_RETURN(*decoded, DecodeAttendSessions(request));
+  ASSIGN_OR_RETURN(kvcache::SessionStore::AppendPlan plan,
+                   PlanSessions(*decoded, store));
+  ASSIGN_OR_RETURN(const SessionsAdmission admission,
+                   AdmitSessions(*decoded, plan.parts(), limits));
+  return CommitSessions(std::move(decoded), std::move(plan), admission, store,
+                        response);
 }
 
 }  // namespace attnserve::server

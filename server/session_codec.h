@@ -6,7 +6,6 @@
 // queries are converted to the storage dtype when it differs).
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,17 +117,29 @@ absl::Status ApplyGetSession(const v1::GetSessionRequest& request,
                              kvcache::SessionStore& store,
                              v1::SessionInfo* response);
 
-// AttendSessions up to the engine run, as the service runs it on receipt:
-// DecodeAttendSessions, then SessionStore::AppendAndPin with AdmitSessions
-// against `limits` and then `admitted` (may be empty: the service's memory
-// budget), both before anything is appended, then PrepareSessionsCall into
-// `response` (the call's flops set). `request` and `response` must outlive
-// the call.
+// AttendSessions up to the engine run, in the order the service runs its
+// steps on receipt: DecodeAttendSessions; PlanSessions (the store's checks,
+// nothing appended); AdmitSessions (limits); the service's memory budget;
+// CommitSessions (the appends and the pins, then PrepareSessionsCall into
+// `response` with the call's flops). A refusal before the commit leaves no
+// trace in the store. `decoded`'s request and `response` must outlive the call.
+absl::StatusOr<kvcache::SessionStore::AppendPlan> PlanSessions(
+    const DecodedSessionsRequest& decoded, kvcache::SessionStore& store);
+absl::StatusOr<std::shared_ptr<SessionsCall>> CommitSessions(
+    std::shared_ptr<const DecodedSessionsRequest> decoded,
+    kvcache::SessionStore::AppendPlan plan, const SessionsAdmission& admission,
+    kvcache::SessionStore& store, v1::AttendSessionsResponse* response);
+
+// Those steps without a memory budget (tests and the fuzz target).
 absl::StatusOr<std::shared_ptr<SessionsCall>> PrepareAttendSessions(
     const v1::AttendSessionsRequest& request, kvcache::SessionStore& store,
-    const RequestLimits& limits, v1::AttendSessionsResponse* response,
-    const std::function<absl::Status(const SessionsAdmission&)>& admitted =
-        nullptr);
+    const RequestLimits& limits, v1::AttendSessionsResponse* response);
+
+// "sessions[i].": where the fields of the call's part i are.
+std::string PartField(int part);
+// A store error that concerns one part (kvcache::FailedPart), its message
+// prefixed with that part's PartField; other errors as they are.
+absl::Status SpellStoreError(const absl::Status& status);
 
 }  // namespace attnserve::server
 

@@ -9,6 +9,7 @@
 #include "core/status_macros.h"
 #include "server/log.h"
 #include "server/rpc/status_util.h"
+#include "server/rpc/stream_reactor.h"
 #include "server/session_codec.h"
 #include "server/tracked_unary_reactor.h"
 
@@ -19,24 +20,69 @@ int64_t Micros(absl::Duration d) { return absl::ToInt64Microseconds(d); }
 
 }  // namespace
 
-SessionService::SessionService(const RequestLimits& limits,
+// The StreamProcessor (server/rpc/stream_reactor.h) of AttendSessionsStream:
+// each message is a Step, counted as one. Stateless beyond the service, so
+// one serves every stream.
+class SessionService::Steps final
+    : public StreamProcessor<v1::AttendSessionsRequest,
+                             v1::AttendSessionsResponse> {
+ public:
+  explicit Steps(SessionService* service) : service_(service) {}
+
+  void Submit(const v1::AttendSessionsRequest& request,
+              v1::AttendSessionsResponse* response,
+              const StreamMessage& message,
+              absl::AnyInvocable<void(absl::Status)> done) override {
+    service_->work_.Begin();
+    // Streams opened before draining began stay open, but take no new work.
+    if (service_->admission_->draining()) {
+      done(absl::UnavailableError("server is shutting down"));
+      return;
+    }
+    service_->Step(request, message.request_bytes, response, message.received,
+                   message.deadline, message.is_cancelled, message.held,
+                   std::move(done));
+  }
+
+  void Answered(const v1::AttendSessionsRequest& request,
+                const v1::AttendSessionsResponse& response,
+                const StreamMessage& message, grpc::StatusCode code) override {
+    service_->metrics_->RecordRequest(
+        Method::kAttendSessionsStream, code,
+        absl::ToDoubleSeconds(absl::Now() - message.received),
+        message.request_bytes, static_cast<int64_t>(response.ByteSizeLong()));
+    service_->work_.Answered();
+    ATTNSERVE_LOG(LogLevel::kDebug,
+                  "AttendSessionsStream id=", request.request_id(),
+                  " code=", code, " sessions=", request.sessions_size(), " ",
+                  response.error_message());
+  }
+
+  void Release() override { service_->work_.End(); }
+
+ private:
+  SessionService* const service_;
+};
+
+SessionService::SessionService(const SessionServiceOptions& options,
                                const Admission* admission,
                                kvcache::SessionStore* store,
-                               Scheduler* scheduler, Metrics* metrics,
-                               MemoryBudget* budget, SendWatchdog* watchdog)
-    : limits_(limits),
+                               Scheduler* scheduler, Metrics* metrics)
+    : options_(options),
       store_(store),
       scheduler_(scheduler),
       metrics_(metrics),
       admission_(admission),
-      budget_(budget),
-      watchdog_(watchdog),
-      work_(metrics) {}
+      work_(metrics),
+      steps_(std::make_unique<Steps>(this)) {}
+
+SessionService::~SessionService() = default;
 
 absl::StatusOr<MemoryBudget::Reservation> SessionService::Reserve(
     int64_t bytes) {
-  if (budget_ == nullptr) return MemoryBudget::Reservation();
-  absl::StatusOr<MemoryBudget::Reservation> reserved = budget_->Reserve(bytes);
+  if (options_.budget == nullptr) return MemoryBudget::Reservation();
+  absl::StatusOr<MemoryBudget::Reservation> reserved =
+      options_.budget->Reserve(bytes);
   if (!reserved.ok()) metrics_->RecordRejection(Rejection::kMemoryBudget);
   return reserved;
 }
@@ -45,7 +91,7 @@ template <typename Request, typename Op>
 grpc::ServerUnaryReactor* SessionService::Inline(
     grpc::CallbackServerContext* context, Method method, const Request& request,
     v1::SessionInfo* response, Op op) {
-  auto* reactor = new TrackedUnaryReactor(&work_, context, watchdog_);
+  auto* reactor = new TrackedUnaryReactor(&work_, context, options_.watchdog);
   const absl::Time received = absl::Now();
   const int64_t request_bytes = static_cast<int64_t>(request.ByteSizeLong());
   absl::Status status = admission_->Admit(*context);
@@ -166,50 +212,38 @@ grpc::ServerReadReactor<v1::AppendKvRequest>* SessionService::AppendKvStream(
   return new AppendStream(this, context, response);
 }
 
-grpc::ServerUnaryReactor* SessionService::AttendSessions(
-    grpc::CallbackServerContext* context,
-    const v1::AttendSessionsRequest* request,
-    v1::AttendSessionsResponse* response) {
-  auto* reactor = new TrackedUnaryReactor(&work_, context, watchdog_);
-  const absl::Time received = absl::Now();
-  const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
-  auto finish = std::make_shared<absl::AnyInvocable<void(absl::Status)>>(
-      [this, reactor, request, response, received,
-       request_bytes](absl::Status status) {
-        if (!status.ok()) response->Clear();
-        response->set_request_id(request->request_id());
-        const grpc::Status grpc_status = ToGrpcStatus(status);
-        metrics_->RecordRequest(
-            Method::kAttendSessions, grpc_status.error_code(),
-            absl::ToDoubleSeconds(absl::Now() - received), request_bytes,
-            static_cast<int64_t>(response->ByteSizeLong()));
-        work_.Answered();
-        ATTNSERVE_LOG(
-            LogLevel::kDebug, "AttendSessions id=", request->request_id(),
-            " code=", grpc_status.error_code(),
-            " sessions=", request->sessions_size(), " ", status.message());
-        reactor->FinishWatched(grpc_status);
-      });
-  // Everything up to the pin happens here, in arrival order.
+void SessionService::Step(const v1::AttendSessionsRequest& request,
+                          int64_t request_bytes,
+                          v1::AttendSessionsResponse* response,
+                          absl::Time received, absl::Time deadline,
+                          std::function<bool()> is_cancelled,
+                          MemoryBudget::Reservation* held,
+                          absl::AnyInvocable<void(absl::Status)> done) {
   auto prepare = [&]() -> absl::StatusOr<std::shared_ptr<SessionsCall>> {
-    RETURN_IF_ERROR(admission_->Admit(*context));
-    return PrepareAttendSessions(
-        *request, *store_, limits_, response,
-        [&](const SessionsAdmission& admitted) -> absl::Status {
-          // Before anything is appended, so a refusal leaves no trace.
-          ASSIGN_OR_RETURN(*reactor->held(),
-                           Reserve(request_bytes + admitted.response_bytes));
-          return absl::OkStatus();
-        });
+    auto decoded = std::make_shared<DecodedSessionsRequest>();
+    ASSIGN_OR_RETURN(*decoded, DecodeAttendSessions(request));
+    ASSIGN_OR_RETURN(kvcache::SessionStore::AppendPlan plan,
+                     PlanSessions(*decoded, *store_));
+    ASSIGN_OR_RETURN(const SessionsAdmission admission,
+                     AdmitSessions(*decoded, plan.parts(), options_.limits));
+    // Before anything is appended, so a refusal leaves no trace.
+    ASSIGN_OR_RETURN(*held, Reserve(request_bytes + admission.response_bytes));
+    return CommitSessions(std::move(decoded), std::move(plan), admission,
+                          *store_, response);
   };
   absl::StatusOr<std::shared_ptr<SessionsCall>> call = prepare();
   if (!call.ok()) {
-    (*finish)(call.status());
-    return reactor;
+    done(call.status());
+    return;
   }
+  // run and reject share the completion.
+  auto finish =
+      std::make_shared<absl::AnyInvocable<void(absl::Status)>>(std::move(done));
+  const double flops = (*call)->flops;
   Task task;
-  task.deadline = CallDeadline(*context);
-  task.is_cancelled = [context] { return context->IsCancelled(); };
+  task.deadline = deadline;
+  task.is_cancelled = std::move(is_cancelled);
+  task.small = flops < options_.small_request_flops;
   task.run = [this, call = *std::move(call), response, received, finish](
                  AttentionEngine& engine, absl::Duration) {
     const absl::Time start = absl::Now();
@@ -227,9 +261,51 @@ grpc::ServerUnaryReactor* SessionService::AttendSessions(
     (*finish)(status);
   };
   task.reject = [finish](absl::Status status) { (*finish)(std::move(status)); };
-  const absl::Status submitted = scheduler_->Submit(std::move(task));
-  if (!submitted.ok()) (*finish)(submitted);
+  absl::Status submitted = scheduler_->Submit(std::move(task));
+  if (!submitted.ok()) (*finish)(std::move(submitted));
+}
+
+grpc::ServerUnaryReactor* SessionService::AttendSessions(
+    grpc::CallbackServerContext* context,
+    const v1::AttendSessionsRequest* request,
+    v1::AttendSessionsResponse* response) {
+  auto* reactor = new TrackedUnaryReactor(&work_, context, options_.watchdog);
+  const absl::Time received = absl::Now();
+  const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
+  auto finish = [this, reactor, request, response, received,
+                 request_bytes](absl::Status status) {
+    if (!status.ok()) response->Clear();
+    response->set_request_id(request->request_id());
+    const grpc::Status grpc_status = ToGrpcStatus(status);
+    metrics_->RecordRequest(Method::kAttendSessions, grpc_status.error_code(),
+                            absl::ToDoubleSeconds(absl::Now() - received),
+                            request_bytes,
+                            static_cast<int64_t>(response->ByteSizeLong()));
+    work_.Answered();
+    ATTNSERVE_LOG(LogLevel::kDebug, "AttendSessions id=", request->request_id(),
+                  " code=", grpc_status.error_code(),
+                  " sessions=", request->sessions_size(), " ",
+                  status.message());
+    reactor->FinishWatched(grpc_status);
+  };
+  const absl::Status admitted = admission_->Admit(*context);
+  if (!admitted.ok()) {
+    finish(admitted);
+    return reactor;
+  }
+  Step(
+      *request, request_bytes, response, received, CallDeadline(*context),
+      [context] { return context->IsCancelled(); }, reactor->held(),
+      std::move(finish));
   return reactor;
+}
+
+grpc::ServerBidiReactor<v1::AttendSessionsRequest, v1::AttendSessionsResponse>*
+SessionService::AttendSessionsStream(grpc::CallbackServerContext* context) {
+  return new OrderedStreamReactor<v1::AttendSessionsRequest,
+                                  v1::AttendSessionsResponse>(
+      context, steps_.get(), options_.max_stream_inflight,
+      admission_->Admit(*context), options_.watchdog);
 }
 
 grpc::ServerUnaryReactor* SessionService::ForkSession(

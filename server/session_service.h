@@ -5,12 +5,15 @@
 // in a kvcache::SessionStore. Calls that change a session (create, append,
 // fork, truncate, close) are applied on receipt, in the order the server
 // receives them: they are bookkeeping and memory copies of the bytes that
-// just arrived. The attention of AttendSessions runs on the scheduler's
-// workers, over the layers pinned on receipt.
+// just arrived. The attention of AttendSessions (and of each message of
+// AttendSessionsStream) runs on the scheduler, over the layers pinned on
+// receipt.
 
-#include <atomic>
+#include <functional>
+#include <memory>
 #include <string>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/sessions.grpc.pb.h"
 #include "kvcache/session_store.h"
@@ -24,17 +27,31 @@
 
 namespace attnserve::server {
 
+struct SessionServiceOptions {
+  RequestLimits limits;
+  // Steps of one AttendSessionsStream being computed or waiting to be
+  // written; reading pauses beyond it (backpressure). As AttendStream's.
+  int max_stream_inflight = 16;
+  // A step of fewer FLOPs is small (Task::small): the scheduler runs it on the
+  // receiving thread when it can, as a small Attend (0 = none is small).
+  double small_request_flops = 0;
+  // When not null: each call reserves its request and response bytes until
+  // its answer is sent (the keys and values the cache keeps are the store's
+  // own budget). Must outlive the service.
+  MemoryBudget* budget = nullptr;
+  // When not null: --send_timeout. Must outlive the service.
+  SendWatchdog* watchdog = nullptr;
+};
+
 class SessionService final : public v1::SessionService::CallbackService {
  public:
-  // `admission` (the server's, shared with AttentionService), `store`,
-  // `scheduler`, `metrics` and, when not null, `budget` (each call reserves
-  // its request and response bytes until its answer is sent; the keys and
-  // values the cache keeps are the store's own budget) and `watchdog`
-  // (--send_timeout) must outlive the service.
-  SessionService(const RequestLimits& limits, const Admission* admission,
-                 kvcache::SessionStore* store, Scheduler* scheduler,
-                 Metrics* metrics, MemoryBudget* budget = nullptr,
-                 SendWatchdog* watchdog = nullptr);
+  // `admission` (the server's, shared with AttentionService; its
+  // StartDraining also refuses new steps on open streams), `store`,
+  // `scheduler` and `metrics` must outlive the service.
+  SessionService(const SessionServiceOptions& options,
+                 const Admission* admission, kvcache::SessionStore* store,
+                 Scheduler* scheduler, Metrics* metrics);
+  ~SessionService() override;
   bool WaitUntilIdle(absl::Time deadline) {
     return work_.WaitUntilIdle(deadline);
   }
@@ -52,6 +69,9 @@ class SessionService final : public v1::SessionService::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::AttendSessionsRequest* request,
       v1::AttendSessionsResponse* response) override;
+  grpc::ServerBidiReactor<v1::AttendSessionsRequest,
+                          v1::AttendSessionsResponse>*
+  AttendSessionsStream(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
                                         const v1::ForkSessionRequest* request,
                                         v1::SessionInfo* response) override;
@@ -68,6 +88,7 @@ class SessionService final : public v1::SessionService::CallbackService {
 
  private:
   class AppendStream;
+  class Steps;
 
   // Answers a call whose work is `op`, run here, with its metrics.
   template <typename Request, typename Op>
@@ -77,15 +98,24 @@ class SessionService final : public v1::SessionService::CallbackService {
   // `bytes` of the budget (an empty reservation without one); a refusal is
   // counted.
   absl::StatusOr<MemoryBudget::Reservation> Reserve(int64_t bytes);
+  // One AttendSessions step, unary or on a stream, from decoding to the
+  // answer: everything up to the pins happens here, in arrival order
+  // (decode, the store's plan, limits, the budget into `held`, the appends),
+  // then the engine run on the scheduler; `done` gets the step's status
+  // once, with `response` filled when OK.
+  void Step(const v1::AttendSessionsRequest& request, int64_t request_bytes,
+            v1::AttendSessionsResponse* response, absl::Time received,
+            absl::Time deadline, std::function<bool()> is_cancelled,
+            MemoryBudget::Reservation* held,
+            absl::AnyInvocable<void(absl::Status)> done);
 
-  const RequestLimits limits_;
+  const SessionServiceOptions options_;
   kvcache::SessionStore* const store_;
   Scheduler* const scheduler_;
   Metrics* const metrics_;
   const Admission* const admission_;
-  MemoryBudget* const budget_;
-  SendWatchdog* const watchdog_;
   WorkTracker work_;
+  std::unique_ptr<Steps> steps_;
 };
 
 }  // namespace attnserve::server

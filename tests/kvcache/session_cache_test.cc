@@ -43,7 +43,7 @@ class SessionCacheTest : public ::testing::Test {
     const SessionShape& s = cache.shape();
     Rows k = MakeRows(t0, n, s.num_kv_heads, s.head_dim, 1.0f);
     Rows v = MakeRows(t0, n, s.num_kv_heads, s.value_dim, -1.0f);
-    return cache.Append(layer, position, k.view, v.view, "",
+    return cache.Append(layer, position, k.view, v.view,
                         [&](int64_t bytes) { return pool_.Allocate(bytes); });
   }
   void ExpectTokens(const SessionCache& cache, int layer, int64_t tokens) {
@@ -97,10 +97,9 @@ TEST_F(SessionCacheTest, ConvertsInputsOfAnotherDType) {
                                        {2, s.num_kv_heads, s.head_dim});
   const TensorView vh = MakeTensorView(v16.data(), DType::kFloat16,
                                        {2, s.num_kv_heads, s.value_dim});
-  ASSERT_TRUE(cache
-                  .Append(0, 0, kb, vh, "",
-                          [&](int64_t b) { return pool_.Allocate(b); })
-                  .ok());
+  ASSERT_TRUE(
+      cache.Append(0, 0, kb, vh, [&](int64_t b) { return pool_.Allocate(b); })
+          .ok());
   ExpectTokens(cache, 0, 2);
 }
 
@@ -110,32 +109,32 @@ TEST_F(SessionCacheTest, EveryMalformedAppendNamesTheFieldAndTheValues) {
   const SessionShape& s = cache.shape();
   const auto status = [&](int layer, std::optional<int64_t> position,
                           const TensorView& k, const TensorView& v) {
-    return cache.CheckAppend(layer, position, k, v, "sessions[1].");
+    return cache.CheckAppend(layer, position, k, v);
   };
   Rows k = MakeRows(8, 2, s.num_kv_heads, s.head_dim);
   Rows v = MakeRows(8, 2, s.num_kv_heads, s.value_dim);
   EXPECT_THAT(status(0, 10, k.view, v.view).message(),
-              HasSubstr("sessions[1].position: 10 leaves a gap after the 8 "
+              HasSubstr("position: 10 leaves a gap after the 8 "
                         "tokens layer 0 holds (positions must be contiguous: "
                         "expected 8)"));
   EXPECT_THAT(status(0, 5, k.view, v.view).message(),
-              HasSubstr("sessions[1].position: 5 overlaps the 8 tokens"));
+              HasSubstr("position: 5 overlaps the 8 tokens"));
   EXPECT_EQ(status(0, 5, k.view, v.view).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status(2, 8, k.view, v.view).message(),
               HasSubstr("layer: 2 is outside [0, 2)"));
   Rows heads = MakeRows(8, 2, 3, s.head_dim);
   EXPECT_THAT(status(0, 8, heads.view, v.view).message(),
-              HasSubstr("sessions[1].key.shape: expected [Lnew, num_kv_heads "
+              HasSubstr("key.shape: expected [Lnew, num_kv_heads "
                         "= 2, head_dim = 8], got [2, 3, 8]"));
   Rows dims = MakeRows(8, 2, s.num_kv_heads, 5);
   EXPECT_THAT(status(0, 8, k.view, dims.view).message(),
-              HasSubstr("sessions[1].value.shape: expected [Lnew, "
+              HasSubstr("value.shape: expected [Lnew, "
                         "num_kv_heads = 2, value_dim = 4], got [2, 2, 5]"));
   Rows one = MakeRows(8, 1, s.num_kv_heads, s.value_dim);
   EXPECT_THAT(status(0, 8, k.view, one.view).message(),
-              HasSubstr("sessions[1].value.shape: 1 tokens differ from the 2 "
-                        "tokens of sessions[1].key"));
+              HasSubstr("value.shape: 1 tokens differ from the 2 "
+                        "tokens of key"));
   Rows none_k = MakeRows(8, 0, s.num_kv_heads, s.head_dim);
   Rows none_v = MakeRows(8, 0, s.num_kv_heads, s.value_dim);
   EXPECT_THAT(status(0, 8, none_k.view, none_v.view).message(),
@@ -151,7 +150,7 @@ TEST_F(SessionCacheTest, EveryMalformedAppendNamesTheFieldAndTheValues) {
   const TensorView bools =
       MakeTensorView(flags.data(), DType::kBool, {2, 2, 8});
   EXPECT_THAT(status(0, 8, bools, v.view).message(),
-              HasSubstr("sessions[1].key.dtype: bool is not supported"));
+              HasSubstr("key.dtype: bool is not supported"));
   EXPECT_TRUE(status(0, 8, k.view, v.view).ok());
 }
 
@@ -187,7 +186,7 @@ TEST_F(SessionCacheTest, APinnedLayerNeverChangesUnderTruncateAndAppend) {
   Rows k = MakeRows(0, 1, s.num_kv_heads, s.head_dim, 3.0f);
   Rows v = MakeRows(0, 1, s.num_kv_heads, s.value_dim, 3.0f);
   ASSERT_TRUE(cache
-                  .Append(0, 5, k.view, v.view, "",
+                  .Append(0, 5, k.view, v.view,
                           [&](int64_t b) { return pool_.Allocate(b); })
                   .ok());
   for (int64_t e = 0; e < s.head_dim; ++e) {
@@ -221,7 +220,7 @@ TEST_F(SessionCacheTest, AFailedAllocationChangesNothing) {
   Rows k = MakeRows(0, 9, s.num_kv_heads, s.head_dim);
   Rows v = MakeRows(0, 9, s.num_kv_heads, s.value_dim);
   const absl::StatusOr<int64_t> appended = cache.Append(
-      0, 0, k.view, v.view, "", [&](int64_t b) { return small.Allocate(b); });
+      0, 0, k.view, v.view, [&](int64_t b) { return small.Allocate(b); });
   EXPECT_EQ(appended.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(appended.status().message(),
               HasSubstr(absl::StrCat(block, " bytes asked, ", 2 * block,

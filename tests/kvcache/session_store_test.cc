@@ -227,7 +227,7 @@ TEST(SessionStoreTest, TruncateOnlyShortens) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(SessionStoreTest, AppendAndPinChecksEveryPartBeforeAppending) {
+TEST(SessionStoreTest, APlanChecksEveryPartAndAppendsNothing) {
   auto store = MakeStore(16, false);
   ASSERT_TRUE(store->CreateSession("a", Shape(), {}).ok());
   ASSERT_TRUE(store->CreateSession("b", Shape(), {}).ok());
@@ -235,36 +235,83 @@ TEST(SessionStoreTest, AppendAndPinChecksEveryPartBeforeAppending) {
   Rows k = MakeRows(0, 1, 2, 8);
   Rows v = MakeRows(0, 1, 2, 8);
   std::vector<AttendPart> parts(2);
-  parts[0] = {"a", 0, k.view, v.view, "sessions[0]."};
-  parts[1] = {"b", 3, k.view, v.view, "sessions[1]."};  // overlaps
-  const absl::Status bad = store->AppendAndPin(0, parts).status();
-  EXPECT_THAT(bad.message(),
-              HasSubstr("sessions[1].position: 3 overlaps the 5 tokens"));
+  parts[0] = {"a", 0, k.view, v.view};
+  parts[1] = {"b", 3, k.view, v.view};  // overlaps
+  const absl::Status bad = store->PlanAppend(0, parts).status();
+  EXPECT_THAT(bad.message(), HasSubstr("position: 3 overlaps the 5 tokens"));
+  EXPECT_EQ(FailedPart(bad), 1);
   EXPECT_EQ(store->Get("a")->layer_tokens[0], 0);  // nothing appended
 
   parts[1].position = 5;
+  absl::StatusOr<SessionStore::AppendPlan> plan = store->PlanAppend(0, parts);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->parts().size(), 2u);
+  EXPECT_EQ(plan->parts()[0].tokens_after, 1);
+  EXPECT_EQ(plan->parts()[1].tokens_after, 6);
+  // Planned, not appended: a dropped plan leaves no trace.
+  EXPECT_EQ(store->Get("b")->layer_tokens[0], 5);
   absl::StatusOr<std::vector<PinnedPart>> pinned =
-      store->AppendAndPin(0, parts);
+      store->CommitAppend(*std::move(plan), parts);
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   EXPECT_EQ((*pinned)[0].layer.tokens, 1);
   EXPECT_EQ((*pinned)[1].layer.tokens, 6);
 
   parts[1].session_id = "a";
-  EXPECT_THAT(store->AppendAndPin(0, parts).status().message(),
-              HasSubstr("sessions[1].session_id: \"a\" is also "
-                        "sessions[0].session_id"));
+  const absl::Status twice = store->PlanAppend(0, parts).status();
+  EXPECT_THAT(twice.message(), HasSubstr("session_id: \"a\" is also part 0's"));
+  EXPECT_EQ(FailedPart(twice), 1);
   parts[1].session_id = "gone";
   const absl::Status gone = store->AppendAndPin(0, parts).status();
   EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(gone.message(),
-              HasSubstr("sessions[1].session_id: session \"gone\" is unknown"));
+              HasSubstr("session_id: session \"gone\" is unknown"));
+  EXPECT_EQ(FailedPart(gone), 1);
   std::vector<AttendPart> lonely(1);
-  lonely[0] = {"a", std::nullopt, k.view, std::nullopt, "sessions[0]."};
-  EXPECT_THAT(store->AppendAndPin(0, lonely).status().message(),
-              HasSubstr("sessions[0].value: missing (key and value come "
-                        "together)"));
-  EXPECT_THAT(store->AppendAndPin(2, lonely).status().message(),
-              HasSubstr("layer: 2 is outside [0, 2)"));
+  lonely[0] = {"a", std::nullopt, k.view, std::nullopt};
+  const absl::Status missing = store->AppendAndPin(0, lonely).status();
+  EXPECT_THAT(missing.message(),
+              HasSubstr("value: missing (key and value come together)"));
+  EXPECT_EQ(FailedPart(missing), 0);
+  // The layer concerns the call, not one part.
+  const absl::Status layer = store->AppendAndPin(2, lonely).status();
+  EXPECT_THAT(layer.message(), HasSubstr("layer: 2 is outside [0, 2)"));
+  EXPECT_EQ(FailedPart(layer), std::nullopt);
+}
+
+TEST(SessionStoreTest, ACommitAfterAnotherCallsAppendNamesThePart) {
+  auto store = MakeStore(16, false);
+  ASSERT_TRUE(store->CreateSession("a", Shape(), {}).ok());
+  Rows k = MakeRows(0, 1, 2, 8);
+  Rows v = MakeRows(0, 1, 2, 8);
+  std::vector<AttendPart> parts = {{"a", 0, k.view, v.view}};
+  absl::StatusOr<SessionStore::AppendPlan> plan = store->PlanAppend(0, parts);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Between the phases another call takes position 0.
+  ASSERT_TRUE(AppendTokens(*store, "a", 0, 0, 1).ok());
+  const absl::Status late =
+      store->CommitAppend(*std::move(plan), parts).status();
+  EXPECT_THAT(late.message(), HasSubstr("position: 0 overlaps the 1 tokens"));
+  EXPECT_EQ(FailedPart(late), 0);
+  EXPECT_EQ(store->Get("a")->layer_tokens[0], 1);
+}
+
+TEST(SessionStoreTest, APlannedSessionIsInUseAndNeverEvicted) {
+  auto store = MakeStore(1, true);  // room for one block, LRU eviction
+  ASSERT_TRUE(store->CreateSession("old", Shape(), {}).ok());
+  ASSERT_TRUE(AppendTokens(*store, "old", 0, 0, 1).ok());
+  ASSERT_TRUE(store->CreateSession("new", Shape(), {}).ok());
+  Rows k = MakeRows(0, 1, 2, 8);
+  Rows v = MakeRows(0, 1, 2, 8);
+  std::vector<AttendPart> parts = {
+      {"old", std::nullopt, std::nullopt, std::nullopt}};
+  absl::StatusOr<SessionStore::AppendPlan> plan = store->PlanAppend(0, parts);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // "new" needs the only block, but "old" is held by the plan.
+  EXPECT_EQ(AppendTokens(*store, "new", 0, 0, 1).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store->CommitAppend(*std::move(plan), parts).ok());
+  EXPECT_TRUE(AppendTokens(*store, "new", 0, 0, 1).ok());  // now it may go
+  EXPECT_EQ(store->Get("old").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(SessionStoreTest, ABackgroundSweeperExpiresIdleSessions) {
