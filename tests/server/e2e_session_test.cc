@@ -193,9 +193,7 @@ class Client {
       appends.emplace_back(std::move(k), std::move(v));
     }
     v1::AttendSessionsResponse response;
-    grpc::ClientContext context;
-    Deadline(&context);
-    const grpc::Status st = stub_->AttendSessions(&context, request, &response);
+    const grpc::Status st = Send(request, &response);
     if (!st.ok()) return st;
     EXPECT_EQ(response.request_id(), request.request_id());
     EXPECT_EQ(response.results_size(), static_cast<int>(steps.size()));
@@ -253,6 +251,44 @@ class Client {
     return st;
   }
 
+  // From now on steps go over one AttendSessionsStream (false: unary calls;
+  // the stream is closed and must end OK).
+  void UseStream(bool on) {
+    if (stream_ != nullptr) {
+      stream_->WritesDone();
+      const grpc::Status st = stream_->Finish();
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      stream_.reset();
+      stream_context_.reset();
+    }
+    if (on) {
+      stream_context_ = std::make_unique<grpc::ClientContext>();
+      Deadline(stream_context_.get());
+      stream_ = stub_->AttendSessionsStream(stream_context_.get());
+    }
+  }
+
+  // One step, unary or on the stream; a step's error on the stream becomes
+  // its status (and the stream goes on).
+  grpc::Status Send(const v1::AttendSessionsRequest& request,
+                    v1::AttendSessionsResponse* response) {
+    if (stream_ == nullptr) {
+      grpc::ClientContext context;
+      Deadline(&context);
+      return stub_->AttendSessions(&context, request, response);
+    }
+    if (!stream_->Write(request) || !stream_->Read(response)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream broke");
+    }
+    EXPECT_EQ(response->request_id(), request.request_id());
+    if (response->error_code() != 0) {
+      EXPECT_EQ(response->results_size(), 0);
+      return grpc::Status(static_cast<grpc::StatusCode>(response->error_code()),
+                          response->error_message());
+    }
+    return grpc::Status::OK;
+  }
+
   v1::SessionService::Stub& stub() { return *stub_; }
   SessionMirror& mirror(const std::string& id) { return mirrors_.at(id); }
   void Forget(const std::string& id) { mirrors_.erase(id); }
@@ -276,6 +312,10 @@ class Client {
 
   std::unique_ptr<v1::SessionService::Stub> stub_;
   std::map<std::string, SessionMirror> mirrors_;
+  std::unique_ptr<grpc::ClientContext> stream_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AttendSessionsRequest,
+                                           v1::AttendSessionsResponse>>
+      stream_;
 };
 
 grpc::Status Fork(Client& c, const std::string& parent,
@@ -333,10 +373,12 @@ class E2eSessionTest : public ::testing::Test {
 };
 ServerProcess* E2eSessionTest::server_ = nullptr;
 
-TEST_F(E2eSessionTest, RandomOperationSequencesMatchTheStatelessReference) {
-  ASSERT_NE(server_, nullptr);
-  Client c(*server_);
-  base::SplitMix64 rng(2026);
+// Steps over unary calls or over one AttendSessionsStream (`stream`), between
+// the other calls of the same sessions.
+void RandomOperations(const ServerProcess& server, bool stream) {
+  Client c(server);
+  c.UseStream(stream);
+  base::SplitMix64 rng(stream ? 2027 : 2026);
   const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
   const int kv_heads[] = {2, 1, 4};  // GQA 4/2, MQA 4/1, MHA 4/4
   for (int round = 0; round < 3; ++round) {
@@ -348,7 +390,7 @@ TEST_F(E2eSessionTest, RandomOperationSequencesMatchTheStatelessReference) {
     shape.dtype = dtypes[round];
     std::vector<std::string> live;
     for (int i = 0; i < 3; ++i) {
-      const std::string id = absl::StrCat("r", round, "-s", i);
+      const std::string id = absl::StrCat(stream ? "sr" : "r", round, "-s", i);
       ASSERT_TRUE(c.Create(id, shape).ok());
       live.push_back(id);
     }
@@ -418,6 +460,17 @@ TEST_F(E2eSessionTest, RandomOperationSequencesMatchTheStatelessReference) {
     }
     for (const std::string& id : live) ASSERT_TRUE(Close(c, id).ok());
   }
+  c.UseStream(false);
+}
+
+TEST_F(E2eSessionTest, RandomOperationSequencesMatchTheStatelessReference) {
+  ASSERT_NE(server_, nullptr);
+  RandomOperations(*server_, /*stream=*/false);
+}
+
+TEST_F(E2eSessionTest, TheSameOverAStepStream) {
+  ASSERT_NE(server_, nullptr);
+  RandomOperations(*server_, /*stream=*/true);
 }
 
 TEST_F(E2eSessionTest, ABatchOfManySessionsInOneCall) {
@@ -551,6 +604,136 @@ TEST_F(E2eSessionTest, ErrorsNameTheFieldAndTheValues) {
   expect(Truncate(c, "nobody", 0), grpc::StatusCode::NOT_FOUND,
          "is unknown here");
   ASSERT_TRUE(Close(c, "wide").ok());
+}
+
+// Several steps written before any answer is read: answered in order, a failed
+// step with its code and message (its session unchanged), and the stream goes
+// on.
+TEST_F(E2eSessionTest, AStepStreamAnswersEveryStepInOrderAndGoesOnAfterErrors) {
+  ASSERT_NE(server_, nullptr);
+  Client c(*server_);
+  MirrorShape shape;
+  shape.layers = 2;
+  ASSERT_TRUE(c.Create("pipe", shape).ok());
+  ASSERT_TRUE(c.Append("pipe", 0, 5, 1).ok());
+  const auto step = [&](const std::string& id, int layer, int64_t hq,
+                        int64_t append, std::optional<int64_t> position) {
+    v1::AttendSessionsRequest r;
+    r.set_request_id(absl::StrCat("m", id, layer, hq, append));
+    r.set_layer(layer);
+    v1::SessionQuery* q = r.add_sessions();
+    q->set_session_id(id);
+    *q->mutable_query() =
+        WireRows(DType::kFloat32, 1, hq, 16, RandomValues(hq, hq * 16));
+    if (append > 0) {
+      *q->mutable_key() = WireRows(DType::kFloat32, append, 2, 16,
+                                   RandomValues(7, append * 32));
+      *q->mutable_value() = WireRows(DType::kFloat32, append, 2, 16,
+                                     RandomValues(8, append * 32));
+      if (position) q->set_position(*position);
+    }
+    return r;
+  };
+  const std::vector<v1::AttendSessionsRequest> requests = {
+      step("pipe", 0, 4, 1, 5),     // OK: 6 tokens
+      step("nobody", 0, 4, 0, {}),  // NOT_FOUND
+      step("pipe", 0, 3, 1, 6),     // Hq 3: refused, nothing appended
+      step("pipe", 0, 4, 1, 5),     // position 5 overlaps: refused
+      step("pipe", 2, 4, 0, {}),    // no layer 2
+      step("pipe", 1, 4, 2, 0),     // OK: layer 1 gets 2 tokens
+      step("pipe", 0, 4, 1, 6),     // OK: 7 tokens
+  };
+  const grpc::StatusCode codes[] = {grpc::StatusCode::OK,
+                                    grpc::StatusCode::NOT_FOUND,
+                                    grpc::StatusCode::INVALID_ARGUMENT,
+                                    grpc::StatusCode::INVALID_ARGUMENT,
+                                    grpc::StatusCode::INVALID_ARGUMENT,
+                                    grpc::StatusCode::OK,
+                                    grpc::StatusCode::OK};
+  const char* messages[] = {"",
+                            "sessions[0].session_id: session \"nobody\"",
+                            "sessions[0].query.shape: expected [Lnew, Hq = 3",
+                            "sessions[0].position: 5 overlaps the 6 tokens",
+                            "layer: 2 is outside [0, 2)",
+                            "",
+                            ""};
+  const int64_t tokens[] = {6, 0, 0, 0, 0, 2, 7};
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(60));
+  auto stream = c.stub().AttendSessionsStream(&context);
+  for (const auto& r : requests) ASSERT_TRUE(stream->Write(r));
+  stream->WritesDone();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("message ", i));
+    v1::AttendSessionsResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.request_id(), requests[i].request_id());
+    EXPECT_EQ(response.error_code(), static_cast<int>(codes[i]));
+    EXPECT_THAT(response.error_message(), HasSubstr(messages[i]));
+    if (codes[i] == grpc::StatusCode::OK) {
+      ASSERT_EQ(response.results_size(), 1);
+      EXPECT_EQ(response.results(0).tokens(), tokens[i]);
+      EXPECT_EQ(response.results(0).output().shape_size(), 3);
+    } else {
+      EXPECT_EQ(response.results_size(), 0);
+    }
+  }
+  v1::AttendSessionsResponse extra;
+  EXPECT_FALSE(stream->Read(&extra));
+  const grpc::Status st = stream->Finish();
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  v1::SessionInfo info;
+  ASSERT_TRUE(Get(c, "pipe", &info).ok());
+  EXPECT_EQ(info.layer_tokens(0), 7);
+  EXPECT_EQ(info.layer_tokens(1), 2);
+  ASSERT_TRUE(Close(c, "pipe").ok());
+}
+
+// A client that goes away mid-stream leaves nothing behind: the session can
+// be closed and its blocks are freed.
+TEST_F(E2eSessionTest, AStreamCancelledMidwayLeavesNothingPinned) {
+  ASSERT_NE(server_, nullptr);
+  Client c(*server_);
+  MirrorShape shape;
+  ASSERT_TRUE(c.Create("gone", shape).ok());
+  ASSERT_TRUE(c.Append("gone", 0, 100, 1).ok());
+  auto stub = v1::AttentionService::NewStub(server_->Channel());
+  const auto kv_bytes_used = [&] {
+    v1::GetServerInfoRequest request;
+    v1::ServerInfo info;
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub->GetServerInfo(&context, request, &info).ok());
+    return info.sessions().kv_bytes_used();
+  };
+  const int64_t before = kv_bytes_used();
+  {
+    grpc::ClientContext context;
+    auto stream = c.stub().AttendSessionsStream(&context);
+    v1::AttendSessionsRequest r;
+    r.set_layer(0);
+    v1::SessionQuery* q = r.add_sessions();
+    q->set_session_id("gone");
+    *q->mutable_query() =
+        WireRows(DType::kFloat32, 1, 4, 16, RandomValues(3, 64));
+    for (int i = 0; i < 50; ++i) {
+      if (!stream->Write(r)) break;
+    }
+    v1::AttendSessionsResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.error_code(), 0) << response.error_message();
+    context.TryCancel();
+    while (stream->Read(&response)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  ASSERT_TRUE(Close(c, "gone").ok());
+  // The session's blocks go once no step pins them.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (kv_bytes_used() > before - 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_LT(kv_bytes_used(), before);
 }
 
 TEST_F(E2eSessionTest, AStreamedPrefillNamesTheFailingChunk) {
