@@ -7,10 +7,11 @@
 #
 # Where Docker Hub is reachable: docker build --build-arg BASE_IMAGE=debian:bookworm-slim
 # (BASE_IMAGE is any Debian 12 image with apt; the default is the one
-# scripts/podman-base.sh makes, since this project's machines reach no registry).
+# scripts/podman-base.sh makes from Debian's apt mirror, for hosts that reach no
+# image registry).
 #
-# The build stage runs the same scripts as CI (scripts/install-deps.sh, then
-# scripts/build-release.sh, the recipe behind `make build`), in their build-only
+# The build stage runs the same scripts as `make build` (scripts/install-deps.sh,
+# then scripts/build-release.sh), in their build-only
 # modes: the build packages only (no test tools), the two shipped binaries only (no
 # tests or benchmarks). The test deploy_image_build_steps runs these RUN lines outside
 # Docker on every `make test`, so keep this stage to FROM, WORKDIR, COPY and RUN; the
