@@ -69,8 +69,8 @@ ABSL_FLAG(std::string, rss_child, "",
 namespace attnserve::bench {
 namespace {
 
-// The performance targets the summary lines check (docs/benchmarks.md
-// "Targets"): edit here and there together.
+// The thresholds the summary lines compare their values with (their
+// `target`, `at_least` and `met` fields).
 struct Target {
   double value;
   bool at_least;  // met when value >= target; else when value <= target

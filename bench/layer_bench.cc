@@ -40,7 +40,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 // The hosted layer's performance target: an encoder_512 layer (L = 512) at
-// this share of the GEMM rate or more. Edit here and in docs/benchmarks.md.
+// this share of the GEMM rate or more.
 constexpr double kLayerRatioTarget = 0.60;
 
 struct LayerCase {

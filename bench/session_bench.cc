@@ -2,7 +2,7 @@
 // kernel (AttentionEngine::RunPaged over blocks made by kvcache::SessionCache,
 // as the server holds them) against a memory copy of the same bytes in the
 // same run, and the memory a session holds against its tokens. See
-// docs/benchmarks.md, "Session benchmark".
+// docs/benchmarks.md, "Sessions".
 
 #include <omp.h>
 
