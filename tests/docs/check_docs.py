@@ -382,7 +382,7 @@ def check_layering(root):
                 if not name.endswith((".cc", ".h", ".inc")):
                     continue
                 path = os.path.relpath(os.path.join(dirpath, name), root)
-                source = folder_of(path + "", folders)
+                source = folder_of(path, folders)
                 for bracket, header in INCLUDE.findall(
                         read(os.path.join(root, path))):
                     target = folder_of(header, folders)
