@@ -1,0 +1,324 @@
+"""Decode offload for PyTorch models: the KV cache of a batch of sequences on attnserve.
+
+    import attnserve
+    from attnserve.torch import KVCache
+
+    client = attnserve.Client("localhost:50051", timeout=60)
+    with KVCache(client, num_layers=32, num_kv_heads=8, head_dim=128) as cache:
+        ...                                   # in each decoder layer, instead of SDPA:
+        out = cache.attend(layer, q, k, v)    # q [B, Hq, T, D], k, v [B, Hkv, T, D]
+
+Each sequence of the batch is one KV-cache session on the server
+(docs/sessions.md). A layer call sends only the new tokens of every sequence:
+one AttendSessions call for the whole batch appends their keys and values and
+returns their attention, causal with bottom-right alignment, which is what
+torch.nn.functional.scaled_dot_product_attention computes over the full cache.
+docs/python.md ("Decode offload from PyTorch") explains the loop.
+
+This module imports torch; `import attnserve` alone does not.
+"""
+
+import itertools
+import uuid
+
+import torch
+
+from .errors import NotFound
+
+__all__ = ["KVCache"]
+
+
+class KVCache:
+    """The server-side KV cache of a batch of sequences, one session each.
+
+    client: an attnserve.Client, or a target ("host:port") for which the cache
+        opens a Client of its own (closed with the cache).
+    num_layers, num_kv_heads, head_dim, value_dim (0 = head_dim), storage_dtype
+        ("float32", "bfloat16", "float16"): the shape of every session.
+    batch_size: the number of sequences; None = the batch of the first call.
+    prefill_chunk: at most this many new tokens per sequence go in one call; a
+        longer prefill is sent in chunks, each one call for the whole batch.
+    transport: what makes the layer calls: any object with the method
+        attend_sessions(layer, parts, **kw) of attnserve.Client (the default is
+        the client itself).
+    scale, output_dtype, timeout: passed to every layer call (scale default
+        1/sqrt(head_dim); output_dtype default the query's dtype).
+    session_prefix: the sessions are named "<prefix>-<n>"; default a random one.
+        It is also their routing key, so that every sequence of the batch lives
+        on the same replica behind a load balancer.
+    ttl: the sessions' idle time-out in seconds (None = the server's default).
+
+    Sequences are numbered 0 .. batch_size - 1 in the order of the batch
+    dimension. The cache is not thread-safe: use it from one thread.
+    """
+
+    def __init__(self, client, *, num_layers, num_kv_heads, head_dim, value_dim=0,
+                 storage_dtype="float32", batch_size=None, prefill_chunk=512,
+                 transport=None, scale=None, output_dtype=None, timeout=None,
+                 session_prefix=None, ttl=None):
+        if isinstance(client, str):
+            from .client import Client
+            client = Client(client)
+            self._own_client = True
+        else:
+            self._own_client = False
+        self.client = client
+        self.transport = client if transport is None else transport
+        if not callable(getattr(self.transport, "attend_sessions", None)):
+            raise TypeError("transport: expected an object with an attend_sessions(layer, "
+                            f"parts, **kw) method, got {type(self.transport).__name__}")
+        self.num_layers = _positive("num_layers", num_layers)
+        self.num_kv_heads = _positive("num_kv_heads", num_kv_heads)
+        self.head_dim = _positive("head_dim", head_dim)
+        self.value_dim = int(value_dim) or self.head_dim
+        self.storage_dtype = storage_dtype
+        self.prefill_chunk = _positive("prefill_chunk", prefill_chunk)
+        self.ttl = ttl
+        self.session_prefix = session_prefix or f"kv-{uuid.uuid4().hex[:16]}"
+        self._counter = itertools.count()
+        self._step_kw = {"causal": True}
+        for name, value in (("scale", scale), ("output_dtype", output_dtype),
+                            ("timeout", timeout)):
+            if value is not None:
+                self._step_kw[name] = value
+        self._sessions = []     # per sequence: a Session, or None before its first use
+        self._lengths = []      # per sequence: the tokens each layer holds
+        self._batch_size = None
+        if batch_size is not None:
+            self._new_batch(_positive("batch_size", batch_size))
+
+    # -- the batch ----------------------------------------------------------------
+    @property
+    def batch_size(self):
+        """The number of sequences (None before the first call without batch_size)."""
+        return self._batch_size
+
+    @property
+    def sessions(self):
+        """The sequences' Sessions (None for a sequence not yet used), in batch order."""
+        return list(self._sessions)
+
+    def lengths(self, layer=0):
+        """The tokens that `layer` holds for each sequence."""
+        return [n[layer] for n in self._lengths]
+
+    def __len__(self):
+        return self._batch_size or 0
+
+    def __repr__(self):
+        return (f"KVCache(batch_size={self._batch_size}, num_layers={self.num_layers}, "
+                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
+                f"lengths={self.lengths() if self._lengths else []})")
+
+    def _new_batch(self, batch_size):
+        self._batch_size = batch_size
+        self._sessions = [None] * batch_size
+        self._lengths = [[0] * self.num_layers for _ in range(batch_size)]
+
+    def _new_id(self):
+        return f"{self.session_prefix}-{next(self._counter)}"
+
+    def _session(self, index):
+        s = self._sessions[index]
+        if s is None:
+            s = self.client.create_session(
+                self._new_id(), num_layers=self.num_layers, num_kv_heads=self.num_kv_heads,
+                head_dim=self.head_dim, value_dim=self.value_dim,
+                storage_dtype=self.storage_dtype, ttl=self.ttl,
+                route_key=self.session_prefix, timeout=self._step_kw.get("timeout"))
+            self._sessions[index] = s
+        return s
+
+    # -- a layer ------------------------------------------------------------------
+    def attend(self, layer, q, k=None, v=None):
+        """Appends the new keys and values of every sequence to `layer` and returns
+        the attention of the new queries over each sequence's tokens.
+
+        q [B, Hq, T, D], k [B, Hkv, T, D], v [B, Hkv, T, Dv] (torch's SDPA layout,
+        new tokens only; any float dtype, any device). Returns [B, Hq, T, Dv] on q's
+        device: query i of the T new tokens sees the sequence's keys up to its own
+        position (causal, bottom-right), as SDPA with is_causal over the whole cache
+        would. The result is a transposed view of a [B, T, Hq, Dv] tensor, so that
+        `out.transpose(1, 2).reshape(B, T, Hq * Dv)` needs no copy.
+
+        k and v None attend without appending (the T queries are then the layer's
+        last T positions). One call per layer for the whole batch; a prefill of more
+        than prefill_chunk tokens is one call per chunk.
+        """
+        layer = int(layer)
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer: {layer} is not in 0 .. {self.num_layers - 1}")
+        if (k is None) != (v is None):
+            raise ValueError("k, v: give both new keys and values, or neither")
+        if q.dim() != 4:
+            raise ValueError(f"q: expected [B, Hq, T, D], got {list(q.shape)}")
+        b, hq, t, d = (int(x) for x in q.shape)
+        if self._batch_size is None:
+            self._new_batch(b)
+        if b != self._batch_size:
+            raise ValueError(f"q: batch {b}, the cache holds {self._batch_size} sequences "
+                             "(reset(), fork() and fork_all() change the batch)")
+        if d != self.head_dim:
+            raise ValueError(f"q: head_dim {d}, the cache's is {self.head_dim}")
+        if hq % self.num_kv_heads:
+            raise ValueError(f"q: {hq} heads is not a multiple of num_kv_heads "
+                             f"{self.num_kv_heads}")
+        if t < 1:
+            raise ValueError("q: no new tokens (T = 0)")
+        if k is not None:
+            want_k = [b, self.num_kv_heads, t, self.head_dim]
+            want_v = [b, self.num_kv_heads, t, self.value_dim]
+            if list(k.shape) != want_k:
+                raise ValueError(f"k: expected {want_k}, got {list(k.shape)}")
+            if list(v.shape) != want_v:
+                raise ValueError(f"v: expected {want_v}, got {list(v.shape)}")
+        if not self._batch_size:
+            return q.new_empty((0, hq, t, self.value_dim))
+        # The session layout [T, H, D]: one transpose (a copy) for the whole batch,
+        # after which every sequence's tokens, and every chunk of them, are contiguous.
+        qs = q.detach().transpose(1, 2).contiguous()
+        ks = None if k is None else k.detach().transpose(1, 2).contiguous()
+        vs = None if v is None else v.detach().transpose(1, 2).contiguous()
+        sessions = [self._session(i) for i in range(b)]
+        outs = []
+        for start in range(0, t, self.prefill_chunk):
+            stop = min(t, start + self.prefill_chunk)
+            if ks is None:
+                parts = [(s, qs[i, start:stop]) for i, s in enumerate(sessions)]
+            else:
+                parts = [(s, qs[i, start:stop], ks[i, start:stop], vs[i, start:stop],
+                          self._lengths[i][layer]) for i, s in enumerate(sessions)]
+            results = self._step(layer, parts)
+            if ks is not None:
+                for i in range(b):
+                    self._lengths[i][layer] += stop - start
+            outs.append(torch.stack([torch.as_tensor(r) for r in results]))  # [B, chunk, Hq, Dv]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+        if out.device != q.device:
+            out = out.to(q.device)
+        return out.transpose(1, 2)
+
+    __call__ = attend
+
+    def _step(self, layer, parts):
+        """One call for the whole batch: parts are (session, q [T, Hq, D], k, v
+        [T, Hkv, D], position) tuples; returns the outputs [T, Hq, Dv] in order."""
+        return self.transport.attend_sessions(layer, parts, **self._step_kw)
+
+    # -- beams, speculation, the end ------------------------------------------------
+    def fork(self, index):
+        """Adds a copy of sequence `index` at the end of the batch (its session forked
+        on the server: every block shared copy-on-write) and returns its index."""
+        index = self._index(index)
+        parent = self._sessions[index]
+        self._sessions.append(None if parent is None else parent.fork(self._new_id()))
+        self._lengths.append(list(self._lengths[index]))
+        self._batch_size += 1
+        return self._batch_size - 1
+
+    def fork_all(self, parents):
+        """Makes a new batch from the current one: sequence i of the new batch
+        continues sequence parents[i] of the old one (beam search's reordering).
+
+        A sequence named once keeps its session; one named n times keeps it for its
+        first place and is forked for the others; a sequence not named is closed.
+        fork_all([0] * 4) turns one prompt into four beams. Returns the new batch size.
+        """
+        parents = [self._index(p) for p in parents]
+        kept = set()
+        sessions, lengths = [], []
+        for p in parents:
+            s = self._sessions[p]
+            if p in kept and s is not None:
+                s = s.fork(self._new_id())
+            kept.add(p)
+            sessions.append(s)
+            lengths.append(list(self._lengths[p]))
+        for i, s in enumerate(self._sessions):
+            if i not in kept and s is not None:
+                _close(s)
+        self._sessions, self._lengths = sessions, lengths
+        self._batch_size = len(sessions)
+        return self._batch_size
+
+    def truncate(self, tokens, index=None):
+        """Keeps the first `tokens` tokens of every layer (dropping rejected
+        speculative tokens, or rewinding).
+
+        tokens: one count for every sequence, or a list of one count per sequence;
+        with index, only that sequence is truncated. A sequence already no longer
+        than its count is left alone (no call).
+        """
+        if index is not None:
+            targets = {self._index(index): tokens}
+        elif isinstance(tokens, int) or (torch.is_tensor(tokens) and tokens.dim() == 0):
+            targets = {i: tokens for i in range(len(self))}
+        else:
+            tokens = list(tokens)
+            if len(tokens) != len(self):
+                raise ValueError(f"tokens: {len(tokens)} counts for {len(self)} sequences")
+            targets = dict(enumerate(tokens))
+        for i, n in targets.items():
+            n = int(n)
+            if n < 0:
+                raise ValueError(f"tokens: {n} is negative")
+            if n >= max(self._lengths[i]):
+                continue
+            if self._sessions[i] is not None:
+                self._sessions[i].truncate(n, timeout=self._step_kw.get("timeout"))
+            self._lengths[i] = [min(x, n) for x in self._lengths[i]]
+
+    def reset(self, batch_size=None):
+        """Closes every session and starts a new batch (of batch_size sequences, or
+        of the batch of the next call)."""
+        self._close_sessions()
+        self._batch_size = None
+        self._sessions, self._lengths = [], []
+        if batch_size is not None:
+            self._new_batch(_positive("batch_size", batch_size))
+
+    def close(self):
+        """Closes every session (a session that has already ended is skipped). The
+        cache may be used again: the next call starts a new batch. A client that the
+        cache opened from a target is closed too."""
+        self.reset()
+        if self._own_client:
+            self.client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _close_sessions(self):
+        sessions = [s for s in self._sessions if s is not None]
+        self._sessions = [None] * len(self._sessions)
+        first_error = None
+        for s in sessions:
+            try:
+                _close(s)
+            except Exception as e:  # close the others first, then report
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+
+    def _index(self, index):
+        i = int(index)
+        if not 0 <= i < len(self):
+            raise IndexError(f"sequence {i} is not in the batch of {len(self)}")
+        return i
+
+
+def _close(session):
+    try:
+        session.close()
+    except NotFound:  # expired, evicted or closed already: nothing to free
+        pass
+
+
+def _positive(name, value):
+    v = int(value)
+    if v < 1:
+        raise ValueError(f"{name}: must be >= 1, got {value}")
+    return v

@@ -1,0 +1,256 @@
+"""attnserve.torch.KVCache against PyTorch's attention, and examples/decoder_offload.py
+(a Llama-shaped decoder generating with local and offloaded attention) at a tiny size."""
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnserve
+from attnserve.torch import KVCache
+from conftest import SOURCE_DIR
+
+EXAMPLE = SOURCE_DIR / "examples" / "decoder_offload.py"
+TINY = ["--layers=2", "--hidden=64", "--heads=4", "--kv-heads=2", "--prompt=16",
+        "--new-tokens=8", "--batch=2"]
+LAYERS, HQ, HKV, D = 2, 4, 2, 8
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("decoder_offload", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sdpa(q, k, v):
+    """SDPA of q [1, Hq, T, D] over a sequence's whole cache k, v [1, Hkv, L, D],
+    causal bottom-right (GQA by repeating kv heads). torch.nn.functional's
+    scaled_dot_product_attention where torch has it (>= 2.0), else its math in
+    float64."""
+    hq, t, length = q.shape[1], q.shape[2], k.shape[2]
+    group = hq // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    mask = torch.arange(length)[None, :] <= torch.arange(t)[:, None] + (length - t)
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    scores = (q64 @ k64.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return (torch.softmax(scores, -1) @ v64).to(q.dtype)
+
+
+class Mirror:
+    """What a KVCache should hold and answer, one sequence at a time in PyTorch."""
+
+    def __init__(self, batch):
+        self.k = [[torch.zeros(1, HKV, 0, D) for _ in range(LAYERS)] for _ in range(batch)]
+        self.v = [[torch.zeros(1, HKV, 0, D) for _ in range(LAYERS)] for _ in range(batch)]
+
+    def attend(self, layer, q, k, v):
+        outs = []
+        for b in range(q.shape[0]):
+            self.k[b][layer] = torch.cat([self.k[b][layer], k[b:b + 1]], 2)
+            self.v[b][layer] = torch.cat([self.v[b][layer], v[b:b + 1]], 2)
+            outs.append(sdpa(q[b:b + 1], self.k[b][layer], self.v[b][layer]))
+        return torch.cat(outs)
+
+    def fork(self, index):
+        self.k.append(list(self.k[index]))
+        self.v.append(list(self.v[index]))
+
+    def fork_all(self, parents):
+        self.k = [list(self.k[p]) for p in parents]
+        self.v = [list(self.v[p]) for p in parents]
+
+    def truncate(self, b, tokens):
+        self.k[b] = [x[:, :, :tokens] for x in self.k[b]]
+        self.v[b] = [x[:, :, :tokens] for x in self.v[b]]
+
+
+def qkv(batch, t, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(batch, HQ, t, D, generator=g),
+            torch.randn(batch, HKV, t, D, generator=g),
+            torch.randn(batch, HKV, t, D, generator=g))
+
+
+def step(cache, mirror, t, seed):
+    """One token position (or a prefill of t) through every layer of both."""
+    for layer in range(LAYERS):
+        q, k, v = qkv(len(mirror.k), t, seed + layer)
+        out = cache.attend(layer, q, k, v)
+        assert out.shape == (len(mirror.k), HQ, t, D) and out.dtype == torch.float32
+        torch.testing.assert_close(out, mirror.attend(layer, q, k, v), rtol=1e-5,
+                                   atol=1e-5)
+
+
+def new_cache(client, **kw):
+    return KVCache(client, num_layers=LAYERS, num_kv_heads=HKV, head_dim=D, **kw)
+
+
+class CountingTransport:
+    """The injectable transport: counts calls and the sequences of each."""
+
+    def __init__(self, client):
+        self.client = client
+        self.calls = []
+
+    def attend_sessions(self, layer, parts, **kw):
+        self.calls.append((layer, len(parts), [int(p[1].shape[0]) for p in parts]))
+        return self.client.attend_sessions(layer, parts, **kw)
+
+
+# -- the example ----------------------------------------------------------------------
+@pytest.mark.parametrize("extra", [[], ["--prefill-chunk=5", "--tied"]])
+def test_example_generates_the_same_tokens(server, extra):
+    example = load_example()
+    r = example.run(example.parse_args([f"--target={server.target}", *TINY, *extra]))
+    assert r["tokens_identical"], r
+    assert r["max_logit_diff"] <= 1e-4, r
+    assert r["ok"]
+    assert len(r["tokens"]) == 2 and len(r["tokens"][0]) == 8
+
+
+def test_example_command_line_json(server):
+    done = subprocess.run([sys.executable, str(EXAMPLE), f"--target={server.target}",
+                           *TINY, "--threads=1", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    assert r["tokens_identical"] is True and r["max_logit_diff"] <= 1e-4
+    assert r["layers"] == 2 and r["batch"] == 2 and r["threads"] == 1
+    assert r["offloaded_ms_per_token"] > 0 and r["ratio"] > 0
+
+
+# -- KVCache ----------------------------------------------------------------------------
+def test_prefill_in_chunks_and_decode_match_sdpa_with_gqa(client):
+    transport = CountingTransport(client)
+    with new_cache(client, prefill_chunk=4, transport=transport) as cache:
+        mirror = Mirror(3)
+        step(cache, mirror, 10, seed=1)          # prefill: chunks of 4, 4, 2
+        assert cache.batch_size == 3 and cache.lengths(0) == cache.lengths(1) == [10] * 3
+        for i in range(4):                       # decode steps
+            step(cache, mirror, 1, seed=100 + 10 * i)
+        step(cache, mirror, 3, seed=200)         # several tokens at once (verification)
+        assert cache.lengths(1) == [17] * 3
+        infos = [s.info() for s in cache.sessions]
+        assert all(i.layer_tokens == (17, 17) for i in infos)
+        assert all(i.shape.num_kv_heads == HKV and i.shape.head_dim == D for i in infos)
+
+
+def test_each_layer_call_is_one_rpc_for_the_batch(client):
+    transport = CountingTransport(client)
+    with new_cache(client, prefill_chunk=4, transport=transport) as cache:
+        assert cache.transport is transport
+        step(cache, Mirror(3), 10, seed=3)
+        # One call per layer and chunk, every call carrying all 3 sequences.
+        assert transport.calls == [(layer, 3, [n] * 3) for layer in range(LAYERS)
+                                   for n in (4, 4, 2)]
+        del transport.calls[:]
+        q, k, v = qkv(3, 1, 4)
+        cache.attend(0, q, k, v)
+        cache.attend(1, q, k, v)
+        assert transport.calls == [(0, 3, [1, 1, 1]), (1, 3, [1, 1, 1])]
+    # The default transport is the client.
+    assert new_cache(client).transport is client
+
+
+def test_fork_then_divergent_continuations_match_independent_sequences(client):
+    with new_cache(client) as cache:
+        mirror = Mirror(2)
+        step(cache, mirror, 6, seed=10)
+        assert cache.fork(0) == 2                # a beam of sequence 0
+        mirror.fork(0)
+        assert cache.batch_size == 3 and cache.lengths() == [6, 6, 6]
+        forked = cache.sessions[2]
+        assert forked.created_info.parent_id == cache.sessions[0].session_id
+        for i in range(3):                       # every sequence gets its own tokens
+            step(cache, mirror, 1, seed=20 + 10 * i)
+        # Beam reordering: new batch [1, 1, 2, 0] of the old sequences; 1 is forked.
+        old = cache.sessions
+        assert cache.fork_all([1, 1, 2, 0]) == 4
+        mirror.fork_all([1, 1, 2, 0])
+        now = cache.sessions
+        assert now[0] is old[1] and now[2] is old[2] and now[3] is old[0]
+        assert now[1].created_info.parent_id == old[1].session_id
+        for i in range(2):
+            step(cache, mirror, 1, seed=60 + 10 * i)
+        # Beams pruned: the sequences not kept are closed on the server.
+        dropped = cache.sessions[0]
+        cache.fork_all([3, 1])
+        mirror.fork_all([3, 1])
+        with pytest.raises(attnserve.NotFound):
+            dropped.info()
+        step(cache, mirror, 2, seed=90)
+
+
+def test_truncate_then_reappend_matches_the_reference(client):
+    with new_cache(client) as cache:
+        mirror = Mirror(3)
+        step(cache, mirror, 8, seed=30)
+        step(cache, mirror, 3, seed=40)          # 3 speculative tokens each
+        cache.truncate([11, 10, 9])              # per sequence: all, 2 or 1 accepted
+        mirror.truncate(1, 10)
+        mirror.truncate(2, 9)
+        assert cache.lengths() == cache.lengths(1) == [11, 10, 9]
+        step(cache, mirror, 1, seed=45)          # one batch of three lengths
+        cache.truncate(10)                       # every sequence
+        for b in range(3):
+            mirror.truncate(b, 10)
+        assert cache.lengths() == [10, 10, 10]
+        cache.truncate(5, index=2)               # one sequence rewinds further
+        mirror.truncate(2, 5)
+        assert cache.lengths() == [10, 10, 5]
+        assert [s.info().layer_tokens for s in cache.sessions] == [(10, 10)] * 2 + [(5, 5)]
+        step(cache, mirror, 2, seed=50)          # re-append at each sequence's position
+        step(cache, mirror, 1, seed=60)
+        assert cache.lengths() == [13, 13, 8]
+
+
+def test_close_ends_every_session_and_the_cache_starts_again(client):
+    cache = new_cache(client)
+    step(cache, Mirror(2), 4, seed=70)
+    ids = [s.session_id for s in cache.sessions]
+    cache.fork(1)
+    ids.append(cache.sessions[2].session_id)
+    cache.close()
+    assert cache.batch_size is None
+    for sid in ids:
+        with pytest.raises(attnserve.NotFound, match="closed"):
+            client.session(sid).info()
+    # Used again: a new batch of new sessions.
+    with cache:
+        step(cache, Mirror(2), 3, seed=80)
+        again = [s.session_id for s in cache.sessions]
+        assert not set(again) & set(ids)
+        assert [s.info().layer_tokens for s in cache.sessions] == [(3, 3), (3, 3)]
+    for sid in again:                            # the with block closed them
+        with pytest.raises(attnserve.NotFound):
+            client.session(sid).info()
+    # reset(batch_size) is a new batch too; sessions are created on first use.
+    cache.reset(batch_size=3)
+    assert cache.sessions == [None, None, None]
+    step(cache, Mirror(3), 2, seed=90)
+    cache.close()
+
+
+def test_shapes_are_checked_before_any_call(client):
+    transport = CountingTransport(client)
+    with new_cache(client, batch_size=2, transport=transport) as cache:
+        q, k, v = qkv(3, 1, 1)
+        with pytest.raises(ValueError, match="batch 3"):
+            cache.attend(0, q, k, v)
+        q, k, v = qkv(2, 1, 1)
+        with pytest.raises(ValueError, match="layer"):
+            cache.attend(LAYERS, q, k, v)
+        with pytest.raises(ValueError, match="k: expected"):
+            cache.attend(0, q, k[:, :1], v)
+        assert transport.calls == [] and cache.sessions == [None, None]
+    with pytest.raises(TypeError, match="attend_sessions"):
+        new_cache(client, transport=object())
