@@ -126,6 +126,8 @@ int Run() {
   policy.min_seconds = quick ? 0.1 : 0.5;
   policy.min_reps = quick ? 3 : 7;
   const std::vector<SessionCase> cases = {
+      // The tiny step whose cost is mostly fixed (the RPC benchmarks' shape).
+      {"decode_1x256_h4kv1_d64_f32", 1, 256, 4, 1, 64, DType::kFloat32, 1},
       {"decode_1x8192_h32kv8_d128_f32", 1, 8192, 32, 8, 128, DType::kFloat32,
        1},
       {"decode_1x8192_h32kv8_d128_f32", 1, 8192, 32, 8, 128, DType::kFloat32,

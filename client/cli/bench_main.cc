@@ -33,7 +33,8 @@ ABSL_FLAG(absl::Duration, warmup, absl::Seconds(1),
 ABSL_FLAG(bool, stream, false,
           "send stream messages instead of unary calls (AttendStream, "
           "AttendModelStream with --model, ModelStreamInfer with "
-          "--protocol=v2; closed loop: one stream per outstanding request; "
+          "--protocol=v2, AttendSessionsStream with --decode: one per "
+          "sequence); closed loop: one stream per outstanding request; "
           "open loop: one stream per connection)");
 ABSL_FLAG(std::string, connections, "auto",
           "TCP connections per target (1-256), or auto: min(concurrency, 8) "
@@ -85,6 +86,7 @@ ExitCode DecodeMain(const ParsedFlags& parsed, ConnectionOptions connection,
           ? absl::GetFlag(FLAGS_stateless_steps)
           : std::min(absl::GetFlag(FLAGS_stateless_steps), o.steps);
   o.layers = absl::GetFlag(FLAGS_layers);
+  o.stream = absl::GetFlag(FLAGS_stream);
   // The random-input flags' defaults are Attend's; decode's are a GQA 32/8,
   // D128 model unless given.
   o.heads = parsed.Specified("heads") ? spec.random.heads : 32;

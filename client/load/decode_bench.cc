@@ -27,6 +27,11 @@ namespace {
 // What one phase measured.
 struct Phase {
   LatencyHistogram steps;
+  // Of the session steps: the server's time per step (receipt to answer,
+  // Timing.total_us, summed over layers) and the kernel's (compute_us); the
+  // rest of a step is the client's and the transport's.
+  LatencyHistogram server;
+  LatencyHistogram compute;
   int64_t tokens = 0;
   absl::Duration elapsed;
   int64_t request_bytes = 0;  // of the last step, summed over layers
@@ -100,6 +105,8 @@ class Sequence {
   bool Step(Phase& phase, int64_t step) {
     const absl::Time start = absl::Now();
     int64_t bytes = 0;
+    int64_t server_us = 0;
+    int64_t compute_us = 0;
     for (int layer = 0; layer < o_.layers; ++layer) {
       v1::AttendSessionsRequest r;
       r.set_layer(layer);
@@ -114,15 +121,29 @@ class Sequence {
       q->set_position(o_.prefill + step);
       bytes += static_cast<int64_t>(r.ByteSizeLong());
       v1::AttendSessionsResponse response;
-      grpc::ClientContext context;
-      Prepare(&context);
-      if (!Check(phase, "AttendSessions",
-                 sessions_->AttendSessions(&context, r, &response))) {
+      if (!Check(phase, o_.stream ? "AttendSessionsStream" : "AttendSessions",
+                 Send(r, &response))) {
         return false;
       }
+      server_us += response.timing().total_us();
+      compute_us += response.timing().compute_us();
     }
     Record(phase, absl::Now() - start, bytes);
+    std::lock_guard<std::mutex> lock(phase.mu);
+    phase.server.Record(absl::Microseconds(server_us));
+    phase.compute.Record(absl::Microseconds(compute_us));
     return true;
+  }
+
+  // Ends the step stream, if one is open; false (and the phase's error) when
+  // it does not end OK.
+  bool EndStream(Phase& phase) {
+    if (stream_ == nullptr) return true;
+    stream_->WritesDone();
+    const grpc::Status st = stream_->Finish();
+    stream_.reset();
+    stream_context_.reset();
+    return Check(phase, "AttendSessionsStream", st);
   }
 
   // The same step as an Attend call per layer carrying the whole cache
@@ -179,6 +200,29 @@ class Sequence {
   }
 
  private:
+  // One step call, unary or as a message of the sequence's step stream (opened
+  // at its first step); a message's error becomes its status.
+  grpc::Status Send(const v1::AttendSessionsRequest& r,
+                    v1::AttendSessionsResponse* response) {
+    if (!o_.stream) {
+      grpc::ClientContext context;
+      Prepare(&context);
+      return sessions_->AttendSessions(&context, r, response);
+    }
+    if (stream_ == nullptr) {
+      stream_context_ = std::make_unique<grpc::ClientContext>();
+      Prepare(stream_context_.get());
+      stream_ = sessions_->AttendSessionsStream(stream_context_.get());
+    }
+    if (!stream_->Write(r) || !stream_->Read(response))
+      return stream_->Finish();
+    if (response->error_code() != 0) {
+      return grpc::Status(static_cast<grpc::StatusCode>(response->error_code()),
+                          response->error_message());
+    }
+    return grpc::Status::OK;
+  }
+
   bool Check(Phase& phase, const char* method, const grpc::Status& st) {
     if (st.ok()) return true;
     phase.Fail(absl::StrCat(method, " of ", id_, ": ", RpcErrorLine(st)));
@@ -197,6 +241,10 @@ class Sequence {
   const std::string id_;
   const uint64_t seed_;
   std::string cache_;
+  std::unique_ptr<grpc::ClientContext> stream_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AttendSessionsRequest,
+                                           v1::AttendSessionsResponse>>
+      stream_;
 };
 
 // Runs `body(sequence)` on one thread per sequence and times the whole.
@@ -253,6 +301,7 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
     RunAll(seqs, sessions, [&](Sequence& s) {
       for (int64_t step = 0; step < o.steps && s.Step(sessions, step); ++step) {
       }
+      s.EndStream(sessions);
     });
   }
   int64_t kv_bytes = 0;
@@ -284,7 +333,10 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
       {"head_dim", o.head_dim},
       {"storage_dtype", wire::ShortDataTypeName(o.storage_dtype)},
       {"kv_bytes", kv_bytes},
+      {"stream", o.stream},
       {"sessions", PhaseJson(sessions)}};
+  j["sessions"]["server_p50_us"] = Micros(sessions.server.Percentile(50));
+  j["sessions"]["compute_p50_us"] = Micros(sessions.compute.Percentile(50));
   if (o.stateless_steps > 0) {
     j["stateless"] = PhaseJson(stateless);
     j["step_p50_speedup"] =
@@ -314,6 +366,16 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
                            Micros(p->steps.Percentile(50)),
                            Micros(p->steps.Percentile(99)), p->request_bytes);
   }
+  // Where a session step's time goes, at the median of each part.
+  const double step_p50 = Micros(sessions.steps.Percentile(50));
+  const double server_p50 = Micros(sessions.server.Percentile(50));
+  const double compute_p50 = Micros(sessions.compute.Percentile(50));
+  out << absl::StrFormat(
+      "session step p50 %.0f us (%s): kernel %.0f, rest of the server %.0f, "
+      "client and transport %.0f\n",
+      step_p50, o.stream ? "AttendSessionsStream" : "unary AttendSessions",
+      compute_p50, std::max(0.0, server_p50 - compute_p50),
+      std::max(0.0, step_p50 - server_p50));
   if (o.stateless_steps > 0) {
     out << absl::StrFormat("step p50 speedup of sessions: %.1fx\n",
                            j["step_p50_speedup"].get<double>());

@@ -4,8 +4,9 @@
 // attnctl bench --decode: autoregressive decoding against KV-cache sessions.
 // N sequences at once, each a session prefilled with P tokens per layer, then
 // S steps; a step is one AttendSessions call per layer with the new token's
-// query, key and value. Then the same decoding through stateless Attend calls
-// that resend the whole cache every step, for comparison.
+// query, key and value (or, with `stream`, one message per layer on the
+// sequence's AttendSessionsStream). Then the same decoding through stateless
+// Attend calls that resend the whole cache every step, for comparison.
 
 #include <cstdint>
 #include <ostream>
@@ -36,12 +37,16 @@ struct DecodeBenchOptions {
   // Steps of the stateless comparison per sequence (default 8; 0 = none):
   // each resends prefill + step tokens of every layer.
   int64_t stateless_steps = 8;
+  // Session steps as messages of one AttendSessionsStream per sequence.
+  bool stream = false;
   bool json = false;
 };
 
 // Runs both phases and prints the report (a table, or one JSON object):
-// tokens/s, per-step p50/p99 latency (a step spans every layer), request
-// bytes per step and the sessions' KV bytes. Sessions are closed at the end.
+// tokens/s, per-step p50/p99 latency (a step spans every layer), where a
+// session step's time goes (the kernel, the rest of the server, the client
+// and transport: from the responses' Timing), request bytes per step and the
+// sessions' KV bytes. Sessions are closed at the end.
 // kExitUsage for bad sizes, kExitRpcFailed when any call fails (the first
 // error is printed), else kExitOk.
 ExitCode RunDecodeBench(const DecodeBenchOptions& options, std::ostream& out,

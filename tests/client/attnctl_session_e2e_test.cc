@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -148,6 +149,39 @@ TEST_F(AttnctlSessionTest, BenchDecodeAgainstStatelessAttend) {
                   "--target=" + server_->target()});
   EXPECT_EQ(r.exit_code, 2) << Describe(r);
   EXPECT_THAT(r.err, HasSubstr("--heads a multiple of --kv_heads"));
+}
+
+// --stream: each sequence's steps are messages of one AttendSessionsStream,
+// which the server counts under that method; the table says where a step's
+// time goes.
+TEST_F(AttnctlSessionTest, BenchDecodeOverAStepStream) {
+  const std::string streamed =
+      R"(attnserve_requests_total{code="OK",method="AttendSessionsStream"})";
+  const double before = ::attnserve::testing::MetricSample(*server_, streamed);
+  CommandResult r =
+      RunAttnctl({"bench", "--decode", "--stream", "--sequences=2",
+                  "--prefill=20", "--steps=4", "--layers=3", "--heads=4",
+                  "--kv_heads=1", "--dim=16", "--stateless_steps=0",
+                  "--output_format=json", "--target=" + server_->target()});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const nlohmann::json j = ::attnserve::testing::ParseJson(r);
+  EXPECT_EQ(j["stream"], true);
+  EXPECT_EQ(j["sessions"]["tokens"], 2 * 4);
+  EXPECT_GT(j["sessions"]["server_p50_us"].get<double>(), 0);
+  EXPECT_LE(j["sessions"]["compute_p50_us"].get<double>(),
+            j["sessions"]["server_p50_us"].get<double>());
+  // One message per layer and step (recorded just after each answer).
+  EXPECT_EQ(::attnserve::testing::AwaitMetric(
+                *server_, streamed, before + 2 * 4 * 3, absl::Seconds(5)) -
+                before,
+            2 * 4 * 3);
+
+  r = RunAttnctl({"bench", "--decode", "--stream", "--sequences=1",
+                  "--prefill=20", "--steps=2", "--heads=4", "--kv_heads=1",
+                  "--dim=16", "--stateless_steps=0",
+                  "--target=" + server_->target()});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("(AttendSessionsStream): kernel "));
 }
 
 }  // namespace
