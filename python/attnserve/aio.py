@@ -307,6 +307,11 @@ class AsyncClient(_Base):
                                     idempotent=not appends, metadata=self._md(route))
         return C.decode_session_results(resp, kinds, return_weights)
 
+    async def session_stream(self, *, route_key=None, timeout=None):
+        """As Client.session_stream: an AsyncSessionStream."""
+        await self._open()
+        return AsyncSessionStream(self, route_key, timeout)
+
     async def _session_call(self, name, request, session, *, idempotent, timeout):
         with await self._data() as (_, stub):
             info = await self._call(getattr(stub, name), request, timeout=timeout,
@@ -325,6 +330,71 @@ class AsyncClient(_Base):
             except grpc.RpcError as e:
                 raise from_rpc_error(e) from None
         return C.session_info(info)
+
+
+class AsyncSessionStream:
+    """As SessionStream, with coroutines: `async with await
+    client.session_stream() as steps: out = await steps.attend_sessions(...)`."""
+
+    def __init__(self, client, route_key, timeout):
+        self.client = client
+        self._lock = asyncio.Lock()
+        self._index = client._acquire()
+        stub = client._stubs[self._index][1]
+        self._call = stub.AttendSessionsStream(timeout=timeout,
+                                               metadata=client._md(route_key))
+        self._closed = False
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
+                              alibi_slopes=None, scale=None, return_weights=False,
+                              output_dtype=None, route_key=None, timeout=None):
+        """As SessionStream.attend_sessions."""
+        req, kinds, _, _ = _sessions_call(layer, parts, causal, window_left, alibi_slopes,
+                                          scale, return_weights, output_dtype, None)
+        async with self._lock:
+            if self._closed:
+                raise ValueError("attend_sessions: the stream is closed")
+            try:
+                await self._call.write(req)
+                resp = await self._call.read()
+            except grpc.RpcError as e:
+                self._end()
+                raise from_rpc_error(e) from None
+            if resp is grpc.aio.EOF:
+                self._end()
+                raise Internal("the stream ended before answering the step")
+        if resp.error_code:
+            raise error_for_code(resp.error_code, resp.error_message)
+        return C.decode_session_results(resp, kinds, return_weights)
+
+    async def close(self):
+        """Ends the stream (its steps are all answered by then)."""
+        async with self._lock:
+            if self._closed:
+                return
+            try:
+                await self._call.done_writing()
+                if await self._call.read() is not grpc.aio.EOF:
+                    raise Internal("the stream answered more messages than were sent")
+                code = await self._call.code()
+                if code != grpc.StatusCode.OK:
+                    raise error_for_code(code, await self._call.details())
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+            finally:
+                self._end()
+
+    def _end(self):
+        if not self._closed:
+            self._closed = True
+            self._call.cancel()
+            self.client._release(self._index)
 
 
 class AsyncSession(_SessionHandle):

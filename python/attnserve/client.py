@@ -487,6 +487,17 @@ class Client(_Base):
                               idempotent=not appends, metadata=self._md(route))
         return C.decode_session_results(resp, kinds, return_weights)
 
+    def session_stream(self, *, route_key=None, timeout=None):
+        """A SessionStream: attend_sessions steps (any sessions, any layers) as
+        messages of one AttendSessionsStream (docs/sessions.md, "Step streams").
+
+        route_key: the routing header of the whole stream (its sessions must
+        live on the replica it reaches). timeout: the whole stream's deadline in
+        seconds; None (default) = none, not the client's per-call timeout.
+        """
+        self._open()
+        return SessionStream(self, route_key, timeout)
+
     def _session_call(self, name, request, session, *, idempotent, timeout):
         with self._data() as (_, stub):
             info = self._call(getattr(stub, name), request, timeout=timeout,
@@ -621,6 +632,80 @@ class Session(_SessionHandle):
         return self.client._session_call(
             "CloseSession", spb.CloseSessionRequest(session_id=self.session_id), self,
             idempotent=False, timeout=timeout)
+
+
+_END_OF_STEPS = object()
+
+
+class SessionStream:
+    """Steps over one AttendSessionsStream (Client.session_stream).
+
+    attend_sessions takes and returns what Client.attend_sessions does; a step
+    the server refuses raises its error (its sessions unchanged) and the stream
+    goes on. One step at a time (calls from several threads take turns).
+    close() ends the stream; so does leaving a `with` block. The stream holds one
+    of the client's data connections while it is open.
+    """
+
+    def __init__(self, client, route_key, timeout):
+        self.client = client
+        self._lock = threading.Lock()
+        self._requests = queue.SimpleQueue()
+        self._index = client._acquire()
+        stub = client._stubs[self._index][1]
+        self._call = stub.AttendSessionsStream(
+            iter(self._requests.get, _END_OF_STEPS), timeout=timeout,
+            metadata=client._md(route_key))
+        self._closed = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
+                        alibi_slopes=None, scale=None, return_weights=False,
+                        output_dtype=None, route_key=None, timeout=None):
+        """As Client.attend_sessions; route_key and timeout are the stream's
+        (given to session_stream) and are ignored here."""
+        req, kinds, _, _ = _sessions_call(layer, parts, causal, window_left, alibi_slopes,
+                                          scale, return_weights, output_dtype, None)
+        with self._lock:
+            if self._closed:
+                raise ValueError("attend_sessions: the stream is closed")
+            self._requests.put(req)
+            try:
+                resp = next(self._call)
+            except grpc.RpcError as e:
+                self._end()
+                raise from_rpc_error(e) from None
+            except StopIteration:
+                self._end()
+                raise Internal("the stream ended before answering the step") from None
+        if resp.error_code:
+            raise error_for_code(resp.error_code, resp.error_message)
+        return C.decode_session_results(resp, kinds, return_weights)
+
+    def close(self):
+        """Ends the stream (its steps are all answered by then)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._requests.put(_END_OF_STEPS)
+            try:
+                for _ in self._call:
+                    raise Internal("the stream answered more messages than were sent")
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+            finally:
+                self._end()
+
+    def _end(self):
+        if not self._closed:
+            self._closed = True
+            self._call.cancel()
+            self.client._release(self._index)
 
 
 class Model:

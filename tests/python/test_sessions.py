@@ -158,3 +158,76 @@ def test_session_calls_carry_the_routing_header_and_token():
         srv.stop(None)
     assert [m["attnserve-session"] for m in recorder.metadata] == ["py-route", "batch-7"]
     assert all(m["authorization"] == "Bearer t0k" for m in recorder.metadata)
+
+
+def _stream_steps(steps, s, caches, t0, n):
+    """n decode steps of both layers through `steps` (anything with
+    attend_sessions), each checked against the reference; caches follow."""
+    for t in range(t0, t0 + n):
+        for layer in range(2):
+            q = random((1, HQ, D), seed=400 + 10 * t + layer)
+            k = random((1, HKV, D), seed=500 + 10 * t + layer)
+            v = random((1, HKV, D), seed=600 + 10 * t + layer)
+            caches[layer][0] = np.concatenate([caches[layer][0], k])
+            caches[layer][1] = np.concatenate([caches[layer][1], v])
+            position = caches[layer][0].shape[0] - 1
+            (out,) = steps.attend_sessions(layer, [(s, q, k, v, position)])
+            assert_close(out, step_reference(q, *caches[layer], is_causal=True)[0], 1e-5)
+
+
+def _two_layer_session(client, sid):
+    s = client.create_session(sid, num_kv_heads=HKV, head_dim=D, num_layers=2)
+    caches = [[random((3, HKV, D), seed=11), random((3, HKV, D), seed=12)],
+              [random((3, HKV, D), seed=13), random((3, HKV, D), seed=14)]]
+    for layer, (k, v) in enumerate(caches):
+        s.append(layer, k, v, position=0)
+    return s, caches
+
+
+def test_a_step_stream_steps_as_unary_calls_and_goes_on_after_errors(start_server):
+    server = start_server("--metrics_listen=127.0.0.1:0")
+    client = attnserve.Client(server.target, timeout=60)
+    streamed = 'attnserve_requests_total{code="OK",method="AttendSessionsStream"}'
+    s, caches = _two_layer_session(client, "py-stream")
+    with client.session_stream() as steps:
+        _stream_steps(steps, s, caches, 0, 3)
+        # Refused steps: the stream goes on, the session is unchanged.
+        with pytest.raises(attnserve.NotFound, match='sessions\\[0\\].session_id: session "nobody"'):
+            steps.attend_sessions(0, [("nobody", random((1, HQ, D)))])
+        with pytest.raises(attnserve.InvalidArgument, match="position: 2 overlaps"):
+            steps.attend_sessions(0, [(s, random((1, HQ, D)), random((1, HKV, D)),
+                                       random((1, HKV, D)), 2)])
+        _stream_steps(steps, s, caches, 3, 2)  # and on with the same stream
+        _stream_steps(client, s, caches, 5, 1)  # unary calls meanwhile
+        _stream_steps(steps, s, caches, 6, 1)
+    assert s.info().layer_tokens == (10, 10)
+    assert server.metric(streamed) == 12  # 6 steps of 2 layers on the stream
+    with pytest.raises(ValueError, match="closed"):
+        steps.attend_sessions(0, [(s, random((1, HQ, D)))])
+    steps.close()  # closing twice is fine
+    s.close()
+    client.close()
+
+
+def test_an_async_step_stream(server):
+    async def main():
+        async with attnserve.AsyncClient(server.target, timeout=60) as c:
+            s = await c.create_session("py-astream", num_kv_heads=HKV, head_dim=D)
+            keys = random((4, HKV, D), seed=21)
+            values = random((4, HKV, D), seed=22)
+            await s.append(0, keys, values)
+            async with await c.session_stream() as steps:
+                for t in range(3):
+                    q = random((1, HQ, D), seed=30 + t)
+                    k, v = random((1, HKV, D), seed=40 + t), random((1, HKV, D), seed=50 + t)
+                    keys, values = np.concatenate([keys, k]), np.concatenate([values, v])
+                    (out,) = await steps.attend_sessions(0, [(s, q, k, v)])
+                    assert_close(out, step_reference(q, keys, values, is_causal=True)[0], 1e-5)
+                with pytest.raises(attnserve.InvalidArgument, match="query.shape"):
+                    await steps.attend_sessions(0, [(s, random((1, 3, D)))])
+                (out,) = await steps.attend_sessions(0, [(s, q)])
+                assert_close(out, step_reference(q, keys, values, is_causal=True)[0], 1e-5)
+            assert (await s.info()).layer_tokens == (7,)
+            await s.close()
+    import asyncio
+    asyncio.run(main())
