@@ -11,7 +11,8 @@ downloaded. It generates greedily from a random prompt twice:
              session per sequence, one call per layer for the whole batch.
 
 and prints whether the tokens are identical, the largest logit difference, the
-time per generated token of each and their ratio. The exit status is 1 when the
+time per generated token of each (one step of the whole batch; in brackets the
+part spent in attention) and their ratio. The exit status is 1 when the
 tokens differ or a logit differs by more than --tolerance.
 
     build/server/attnserve --port=50051 &
@@ -193,22 +194,37 @@ class LocalKVCache:
 
 
 # -- greedy generation ----------------------------------------------------------------
+class Timed:
+    """A cache whose attend calls are timed (the attention share of a step)."""
+
+    def __init__(self, cache):
+        self.cache, self.seconds = cache, 0.0
+
+    def attend(self, layer, q, k, v):
+        t = time.perf_counter()
+        out = self.cache.attend(layer, q, k, v)
+        self.seconds += time.perf_counter() - t
+        return out
+
+
 @torch.no_grad()
 def generate(model, cache, prompt, new_tokens):
     """Greedy decoding: (tokens [B, new_tokens], logits [new_tokens, B, vocab],
-    prefill seconds, decode seconds of the new_tokens - 1 steps)."""
+    prefill seconds, decode seconds of the new_tokens - 1 steps, the part of them
+    spent in cache.attend)."""
     t0 = time.perf_counter()
     logits = model(prompt, 0, cache)[:, -1]
     t1 = time.perf_counter()
     tokens, all_logits = [logits.argmax(-1)], [logits]
     position = prompt.shape[1]
+    timed = Timed(cache)
     for _ in range(new_tokens - 1):
-        logits = model(tokens[-1][:, None], position, cache)[:, -1]
+        logits = model(tokens[-1][:, None], position, timed)[:, -1]
         position += 1
         tokens.append(logits.argmax(-1))
         all_logits.append(logits)
     t2 = time.perf_counter()
-    return torch.stack(tokens, 1), torch.stack(all_logits), t1 - t0, t2 - t1
+    return torch.stack(tokens, 1), torch.stack(all_logits), t1 - t0, t2 - t1, timed.seconds
 
 
 def compare(local_tokens, local_logits, remote_tokens, remote_logits):
@@ -287,11 +303,11 @@ def run(args, client=None):
         for cache in (local, remote):
             generate(model, cache, warm, 2)
             cache.close()
-        local_tokens, local_logits, local_prefill, local_decode = generate(
+        local_tokens, local_logits, local_prefill, local_decode, local_attn = generate(
             model, local, prompt, args.new_tokens)
         with remote:
-            remote_tokens, remote_logits, remote_prefill, remote_decode = generate(
-                model, remote, prompt, args.new_tokens)
+            remote_tokens, remote_logits, remote_prefill, remote_decode, remote_attn = \
+                generate(model, remote, prompt, args.new_tokens)
     finally:
         if stream is not None and hasattr(stream, "close"):
             stream.close()
@@ -311,6 +327,8 @@ def run(args, client=None):
         "local_prefill_ms": 1e3 * local_prefill, "offloaded_prefill_ms": 1e3 * remote_prefill,
         "local_ms_per_token": local_ms, "offloaded_ms_per_token": remote_ms,
         "ratio": remote_ms / local_ms,
+        "local_attention_ms_per_token": 1e3 * local_attn / steps,
+        "offloaded_attention_ms_per_token": 1e3 * remote_attn / steps,
         "ok": same and diff <= args.tolerance,
         "tokens": remote_tokens.tolist(),
     }
@@ -328,10 +346,10 @@ def main(argv=None):
               f"{r['threads']} torch threads")
         print(f"tokens identical: {'yes' if r['tokens_identical'] else 'no'}")
         print(f"max logit difference: {r['max_logit_diff']:.3g}")
-        print(f"local:     prefill {r['local_prefill_ms']:8.1f} ms, "
-              f"{r['local_ms_per_token']:7.2f} ms/token")
-        print(f"offloaded: prefill {r['offloaded_prefill_ms']:8.1f} ms, "
-              f"{r['offloaded_ms_per_token']:7.2f} ms/token")
+        for name in ("local", "offloaded"):
+            print(f"{name + ':':10} prefill {r[name + '_prefill_ms']:8.1f} ms, "
+                  f"{r[name + '_ms_per_token']:7.2f} ms/token (attention "
+                  f"{r[name + '_attention_ms_per_token']:.2f})")
         print(f"ratio offloaded/local: {r['ratio']:.2f}")
     return 0 if r["ok"] else 1
 

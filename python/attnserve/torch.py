@@ -19,6 +19,7 @@ This module imports torch; `import attnserve` alone does not.
 """
 
 import itertools
+import numbers
 import uuid
 
 import torch
@@ -251,7 +252,8 @@ class KVCache:
         """
         if index is not None:
             targets = {self._index(index): tokens}
-        elif isinstance(tokens, int) or (torch.is_tensor(tokens) and tokens.dim() == 0):
+        elif isinstance(tokens, numbers.Integral) or (
+                torch.is_tensor(tokens) and tokens.dim() == 0):
             targets = {i: tokens for i in range(len(self))}
         else:
             tokens = list(tokens)
