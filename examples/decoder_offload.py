@@ -26,6 +26,7 @@ import json
 import math
 import sys
 import time
+import uuid
 
 import torch
 import torch.nn.functional as F
@@ -263,7 +264,8 @@ def parse_args(argv=None):
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest logit difference allowed")
     p.add_argument("--stream", action="store_true",
-                   help="send the layer calls over the client's session stream")
+                   help="send the layer calls over one step stream "
+                        "(client.session_stream())")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
@@ -289,15 +291,16 @@ def run(args, client=None):
         client = attnserve.Client(args.target, timeout=args.timeout)
     stream = None
     try:
+        # The sessions' names and routing key: the whole batch, and the stream, go to
+        # one replica behind a load balancer.
+        prefix = f"decoder-{uuid.uuid4().hex[:12]}"
         transport = client
         if args.stream:
-            if not hasattr(client, "session_stream"):
-                raise SystemExit("--stream: this attnserve client has no session_stream()")
-            transport = stream = client.session_stream()
+            transport = stream = client.session_stream(route_key=prefix)
         remote = KVCache(client, num_layers=cfg.layers, num_kv_heads=cfg.kv_heads,
                          head_dim=cfg.head_dim, storage_dtype="float32",
                          prefill_chunk=args.prefill_chunk, transport=transport,
-                         timeout=args.timeout)
+                         timeout=args.timeout, session_prefix=prefix)
         local = LocalKVCache(cfg.layers)
         # Warm-up (first-call costs of torch and of the connection), then the runs.
         for cache in (local, remote):
@@ -309,7 +312,7 @@ def run(args, client=None):
             remote_tokens, remote_logits, remote_prefill, remote_decode, remote_attn = \
                 generate(model, remote, prompt, args.new_tokens)
     finally:
-        if stream is not None and hasattr(stream, "close"):
+        if stream is not None:
             stream.close()
         if own_client:
             client.close()

@@ -107,7 +107,7 @@ class CountingTransport:
 
 
 # -- the example ----------------------------------------------------------------------
-@pytest.mark.parametrize("extra", [[], ["--prefill-chunk=5", "--tied"]])
+@pytest.mark.parametrize("extra", [[], ["--prefill-chunk=5", "--tied"], ["--stream"]])
 def test_example_generates_the_same_tokens(server, extra):
     example = load_example()
     r = example.run(example.parse_args([f"--target={server.target}", *TINY, *extra]))
@@ -142,6 +142,22 @@ def test_prefill_in_chunks_and_decode_match_sdpa_with_gqa(client):
         infos = [s.info() for s in cache.sessions]
         assert all(i.layer_tokens == (17, 17) for i in infos)
         assert all(i.shape.num_kv_heads == HKV and i.shape.head_dim == D for i in infos)
+
+
+def test_a_step_stream_as_transport(client):
+    with client.session_stream() as steps:
+        transport = CountingTransport(steps)
+        with new_cache(client, prefill_chunk=4, transport=transport) as cache:
+            mirror = Mirror(3)
+            step(cache, mirror, 6, seed=5)
+            for i in range(3):
+                step(cache, mirror, 1, seed=300 + 10 * i)
+            cache.fork(1)
+            mirror.fork(1)
+            cache.truncate(6, index=0)
+            mirror.truncate(0, 6)
+            step(cache, mirror, 2, seed=400)
+        assert len(transport.calls) == LAYERS * (2 + 3 + 1)
 
 
 def test_each_layer_call_is_one_rpc_for_the_batch(client):
