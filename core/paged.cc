@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/limits.h"
 #include "core/problem.h"
 #include "core/status_macros.h"
 
@@ -12,15 +13,6 @@ namespace {
 
 // Stands in for key and value data where only shapes are read (validation).
 const char kPlaceholder = 0;
-
-absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
-                        int64_t hi) {
-  if (value < lo || value > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", value, " is outside [", lo, ", ", hi, "]"));
-  }
-  return absl::OkStatus();
-}
 
 // [d0, d1, d2] as [1, d0, d1, d2] with the same strides.
 template <typename View>
@@ -61,7 +53,7 @@ absl::Status CheckPagedInputs(const PagedAttentionInputs& in) {
         absl::StrCat("q_heads: ", in.q_heads, " is not a multiple of kv_heads ",
                      in.kv_heads));
   }
-  RETURN_IF_ERROR(CheckRange("head_dim", in.head_dim, 1, 256));
+  RETURN_IF_ERROR(CheckRange("head_dim", in.head_dim, 1, kMaxHeadDim));
   RETURN_IF_ERROR(CheckRange("value_dim", in.value_dim, 1, 256));
   RETURN_IF_ERROR(CheckRange("block_tokens", in.block_tokens, 1, 1 << 16));
   if (!IsFloatDType(in.kv_dtype)) {

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/limits.h"
 #include "core/status_macros.h"
 #include "core/variants/linear.h"
 #include "core/variants/lsh.h"
@@ -138,14 +139,15 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
   s.value_dim = in.value.shape[3];
   const char* const layout_name = bhld ? "BHLD" : "BLHD";
 
-  if (s.head_dim < 1 || s.head_dim > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "query: head dimension D = ", s.head_dim, " is out of range [1, 256]"));
+  if (s.head_dim < 1 || s.head_dim > kMaxHeadDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query: head dimension D = ", s.head_dim,
+                     " is out of range [1, ", kMaxHeadDim, "]"));
   }
-  if (s.value_dim < 1 || s.value_dim > 256) {
+  if (s.value_dim < 1 || s.value_dim > kMaxHeadDim) {
     return absl::InvalidArgumentError(
         absl::StrCat("value: head dimension Dv = ", s.value_dim,
-                     " is out of range [1, 256]"));
+                     " is out of range [1, ", kMaxHeadDim, "]"));
   }
   if (lsh && s.kv_heads < 1) {
     return absl::InvalidArgumentError(

@@ -10,18 +10,6 @@
 #include "core/status_macros.h"
 
 namespace attnserve::kvcache {
-namespace {
-
-absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
-                        int64_t hi) {
-  if (value < lo || value > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", value, " is outside [", lo, ", ", hi, "]"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 std::string ShapeText(const SessionShape& s) {
   return absl::StrCat("layers ", s.num_layers, ", kv heads ", s.num_kv_heads,

@@ -20,6 +20,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/limits.h"
 #include "core/tensor.h"
 #include "kvcache/block_pool.h"
 
@@ -28,7 +29,6 @@ namespace attnserve::kvcache {
 // Limits of a session's shape (what CreateSession accepts).
 inline constexpr int kMaxLayers = 1024;
 inline constexpr int kMaxKvHeads = 1024;
-inline constexpr int kMaxHeadDim = 256;  // the kernels' limit
 inline constexpr int64_t kMaxSessionTokens = int64_t{1} << 24;
 
 struct SessionShape {

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/limits.h"
 #include "core/status_macros.h"
 #include "model/json_util.h"
 #include "nlohmann/json.hpp"
@@ -20,8 +21,6 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMaxDimension = 65536;
-// The largest head dimension the attention kernels take (core/problem.cc).
-constexpr int64_t kMaxHeadDim = 256;
 
 const std::set<std::string, std::less<>>& KnownKeys() {
   static const auto* const keys = new std::set<std::string, std::less<>>{

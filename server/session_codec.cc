@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/attention.h"
 #include "core/convert.h"
 #include "core/status_macros.h"
 #include "wire/dtype.h"
@@ -231,7 +232,15 @@ absl::StatusOr<SessionsAdmission> AdmitSessions(
     }
     const int64_t lnew = q.shape[0];
     const int64_t tokens = plans[i].tokens_after;
-    flops += 2.0 * hq * lnew * tokens * double(s.head_dim + s.value_dim);
+    AttentionShape step;  // the stateless Attend this part equals
+    step.batch = 1;
+    step.q_heads = hq;
+    step.kv_heads = s.num_kv_heads;
+    step.q_len = lnew;
+    step.k_len = tokens;
+    step.head_dim = s.head_dim;
+    step.value_dim = s.value_dim;
+    flops += step.dense_flops();
     bytes += lnew * hq * s.value_dim * out_size;
     if (d.return_weights) bytes += hq * lnew * tokens * 4;
   }
