@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <iterator>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -81,8 +82,10 @@ constexpr const char* kCodeNames[kNumCodes] = {
     "DATA_LOSS",
     "UNAUTHENTICATED",
 };
-constexpr const char* kKernelNames[kNumKernels] = {"flash", "decode",
-                                                   "materialized"};
+// The kernels a call may run, in KernelIndex's order; their label values are
+// core's names (KernelPathName).
+constexpr KernelPath kKernels[kNumKernels] = {
+    KernelPath::kFlash, KernelPath::kDecode, KernelPath::kMaterialized};
 constexpr const char* kRejectionNames[kNumRejections] = {
     "queue_full", "deadline", "cancelled", "shutdown", "memory_budget"};
 
@@ -373,7 +376,8 @@ Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
                       .Register(r);
   for (int k = 0; k < kNumKernels; ++k) {
     impl_->compute_duration[k] =
-        &compute.Add({{"kernel", kKernelNames[k]}}, LatencyBuckets());
+        &compute.Add({{"kernel", std::string(KernelPathName(kKernels[k]))}},
+                     LatencyBuckets());
   }
 
   impl_->inflight = &prometheus::BuildGauge()
