@@ -78,11 +78,21 @@ def dtype_named(spec, field):
     return d
 
 
+# NumPy and torch dtype objects seen so far -> DType (or None): the names are
+# costly to compute on every call of a decode loop.
+_BY_SOURCE_DTYPE = {}
+
+
 def dtype_of(x):
     """The DType of an array or tensor, or None when attnserve has no such dtype."""
-    if is_torch(x):
-        return _BY_NAME.get(str(x.dtype).replace("torch.", ""))
-    return _BY_NAME.get(x.dtype.name)
+    key = x.dtype
+    try:
+        return _BY_SOURCE_DTYPE[key]
+    except KeyError:
+        pass
+    d = _BY_NAME.get(source_dtype_name(x))
+    _BY_SOURCE_DTYPE[key] = d
+    return d
 
 
 def source_dtype_name(x):
