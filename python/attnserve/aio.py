@@ -13,8 +13,8 @@ from . import _codec as C
 from . import _health_pb2 as health_pb
 from . import _shared_memory as S
 from . import _transport as X
-from .client import (_Base, _SessionHandle, _append_chunks, _find_model, _sessions_call,
-                     model_item, stream_item)
+from .client import (_Base, _SessionHandle, _StepStream, _append_chunks, _find_model,
+                     _sessions_call, model_item, stream_item)
 from .errors import Error, Internal, error_for_code, from_rpc_error
 from .types import ServerInfo, SharedMemoryStatus
 from .v1 import attention_pb2 as pb
@@ -332,18 +332,15 @@ class AsyncClient(_Base):
         return C.session_info(info)
 
 
-class AsyncSessionStream:
+class AsyncSessionStream(_StepStream):
     """As SessionStream, with coroutines: `async with await
     client.session_stream() as steps: out = await steps.attend_sessions(...)`."""
 
     def __init__(self, client, route_key, timeout):
-        self.client = client
+        super().__init__(client)
         self._lock = asyncio.Lock()
-        self._index = client._acquire()
-        stub = client._stubs[self._index][1]
-        self._call = stub.AttendSessionsStream(timeout=timeout,
-                                               metadata=client._md(route_key))
-        self._closed = False
+        self._call = self._stub().AttendSessionsStream(timeout=timeout,
+                                                       metadata=client._md(route_key))
 
     async def __aenter__(self):
         return self
@@ -355,11 +352,10 @@ class AsyncSessionStream:
                               alibi_slopes=None, scale=None, return_weights=False,
                               output_dtype=None, route_key=None, timeout=None):
         """As SessionStream.attend_sessions."""
-        req, kinds, _, _ = _sessions_call(layer, parts, causal, window_left, alibi_slopes,
-                                          scale, return_weights, output_dtype, None)
+        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
+                                   return_weights, output_dtype)
         async with self._lock:
-            if self._closed:
-                raise ValueError("attend_sessions: the stream is closed")
+            self._check_open()
             try:
                 await self._call.write(req)
                 resp = await self._call.read()
@@ -369,9 +365,7 @@ class AsyncSessionStream:
             if resp is grpc.aio.EOF:
                 self._end()
                 raise Internal("the stream ended before answering the step")
-        if resp.error_code:
-            raise error_for_code(resp.error_code, resp.error_message)
-        return C.decode_session_results(resp, kinds, return_weights)
+        return self._answer(resp, kinds, return_weights)
 
     async def close(self):
         """Ends the stream (its steps are all answered by then)."""
@@ -389,12 +383,6 @@ class AsyncSessionStream:
                 raise from_rpc_error(e) from None
             finally:
                 self._end()
-
-    def _end(self):
-        if not self._closed:
-            self._closed = True
-            self._call.cancel()
-            self.client._release(self._index)
 
 
 class AsyncSession(_SessionHandle):

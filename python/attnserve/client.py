@@ -637,7 +637,43 @@ class Session(_SessionHandle):
 _END_OF_STEPS = object()
 
 
-class SessionStream:
+class _StepStream:
+    """What SessionStream and attnserve.aio.AsyncSessionStream share: the data
+    connection they hold, the step's request and answer, the end."""
+
+    def __init__(self, client):
+        self.client = client
+        self._index = client._acquire()
+        self._closed = False
+
+    def _stub(self):
+        return self.client._stubs[self._index][1]
+
+    @staticmethod
+    def _request(layer, parts, causal, window_left, alibi_slopes, scale, return_weights,
+                 output_dtype):
+        req, kinds, _, _ = _sessions_call(layer, parts, causal, window_left, alibi_slopes,
+                                          scale, return_weights, output_dtype, None)
+        return req, kinds
+
+    @staticmethod
+    def _answer(resp, kinds, return_weights):
+        if resp.error_code:
+            raise error_for_code(resp.error_code, resp.error_message)
+        return C.decode_session_results(resp, kinds, return_weights)
+
+    def _check_open(self):
+        if self._closed:
+            raise ValueError("attend_sessions: the stream is closed")
+
+    def _end(self):
+        if not self._closed:
+            self._closed = True
+            self._call.cancel()
+            self.client._release(self._index)
+
+
+class SessionStream(_StepStream):
     """Steps over one AttendSessionsStream (Client.session_stream).
 
     attend_sessions takes and returns what Client.attend_sessions does; a step
@@ -648,15 +684,12 @@ class SessionStream:
     """
 
     def __init__(self, client, route_key, timeout):
-        self.client = client
+        super().__init__(client)
         self._lock = threading.Lock()
         self._requests = queue.SimpleQueue()
-        self._index = client._acquire()
-        stub = client._stubs[self._index][1]
-        self._call = stub.AttendSessionsStream(
+        self._call = self._stub().AttendSessionsStream(
             iter(self._requests.get, _END_OF_STEPS), timeout=timeout,
             metadata=client._md(route_key))
-        self._closed = False
 
     def __enter__(self):
         return self
@@ -669,11 +702,10 @@ class SessionStream:
                         output_dtype=None, route_key=None, timeout=None):
         """As Client.attend_sessions; route_key and timeout are the stream's
         (given to session_stream) and are ignored here."""
-        req, kinds, _, _ = _sessions_call(layer, parts, causal, window_left, alibi_slopes,
-                                          scale, return_weights, output_dtype, None)
+        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
+                                   return_weights, output_dtype)
         with self._lock:
-            if self._closed:
-                raise ValueError("attend_sessions: the stream is closed")
+            self._check_open()
             self._requests.put(req)
             try:
                 resp = next(self._call)
@@ -683,9 +715,7 @@ class SessionStream:
             except StopIteration:
                 self._end()
                 raise Internal("the stream ended before answering the step") from None
-        if resp.error_code:
-            raise error_for_code(resp.error_code, resp.error_message)
-        return C.decode_session_results(resp, kinds, return_weights)
+        return self._answer(resp, kinds, return_weights)
 
     def close(self):
         """Ends the stream (its steps are all answered by then)."""
@@ -700,12 +730,6 @@ class SessionStream:
                 raise from_rpc_error(e) from None
             finally:
                 self._end()
-
-    def _end(self):
-        if not self._closed:
-            self._closed = True
-            self._call.cancel()
-            self.client._release(self._index)
 
 
 class Model:
