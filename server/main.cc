@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/byte_size.h"
 #include "base/malloc_policy.h"
 #include "core/attention.h"
 #include "grpc/grpc.h"
@@ -29,7 +30,7 @@ ABSL_FLAG(int, threads_per_worker, 0,
           "/ workers");
 ABSL_FLAG(int, max_queue, 256,
           "requests waiting for a worker before RESOURCE_EXHAUSTED");
-ABSL_FLAG(int64_t, max_inflight_bytes, 0,
+ABSL_FLAG(attnserve::base::ByteSize, max_inflight_bytes, {0},
           "bytes that calls in flight may hold at once (requests, responses, "
           "hosted layers' working buffers); past it calls are "
           "RESOURCE_EXHAUSTED; 0 = half the cgroup memory limit, else of "
@@ -42,9 +43,9 @@ ABSL_FLAG(absl::Duration, send_timeout, absl::Seconds(60),
           "cancel a call whose client has not taken its answer this long "
           "after it was ready (a client that stopped reading or vanished), "
           "freeing its memory");
-ABSL_FLAG(int64_t, max_request_bytes, int64_t{256} << 20,
-          "largest request message");
-ABSL_FLAG(int64_t, max_response_bytes, int64_t{256} << 20,
+ABSL_FLAG(attnserve::base::ByteSize, max_request_bytes, {int64_t{256} << 20},
+          "largest request message (bytes, or with a unit: 256MiB)");
+ABSL_FLAG(attnserve::base::ByteSize, max_response_bytes, {int64_t{256} << 20},
           "largest response message");
 ABSL_FLAG(double, max_request_flops, 1e12,
           "largest attention FLOP count (2*B*Hq*Lq*Lk*(D+Dv)) of one request");
@@ -89,7 +90,7 @@ ABSL_FLAG(bool, skip_bad_models, false,
           "start without the models that fail to load (each is logged) "
           "instead of refusing to start");
 
-ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{1} << 30,
+ABSL_FLAG(attnserve::base::ByteSize, kv_cache_bytes, {int64_t{1} << 30},
           "KV-cache sessions: bytes of keys and values all sessions may hold "
           "together; 0 turns sessions off");
 ABSL_FLAG(int, kv_block_tokens, 128,
@@ -114,8 +115,8 @@ ABSL_FLAG(std::string, shared_memory_prefix, "attnserve_",
           "this prefix");
 ABSL_FLAG(int, shared_memory_max_regions, 64,
           "regions registered at once, 1..1024");
-ABSL_FLAG(int64_t, shared_memory_max_bytes, int64_t{64} << 30,
-          "bytes of all registered regions together");
+ABSL_FLAG(attnserve::base::ByteSize, shared_memory_max_bytes,
+          {int64_t{64} << 30}, "bytes of all registered regions together");
 
 namespace {
 
@@ -169,12 +170,12 @@ int main(int argc, char** argv) {
   options.scheduler.threads_per_worker =
       absl::GetFlag(FLAGS_threads_per_worker);
   options.scheduler.max_queue = absl::GetFlag(FLAGS_max_queue);
-  options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes).bytes;
   options.send_timeout = absl::GetFlag(FLAGS_send_timeout);
   options.max_streams_per_connection =
       absl::GetFlag(FLAGS_max_streams_per_connection);
-  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
-  options.max_response_bytes = absl::GetFlag(FLAGS_max_response_bytes);
+  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes).bytes;
+  options.max_response_bytes = absl::GetFlag(FLAGS_max_response_bytes).bytes;
   options.max_request_flops = absl::GetFlag(FLAGS_max_request_flops);
   options.small_request_flops = absl::GetFlag(FLAGS_small_request_flops);
   options.scheduler.run_small_inline =
@@ -204,7 +205,7 @@ int main(int argc, char** argv) {
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.skip_bad_models = absl::GetFlag(FLAGS_skip_bad_models);
-  options.sessions.budget_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  options.sessions.budget_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
   options.sessions.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   options.sessions.default_ttl = absl::GetFlag(FLAGS_kv_session_ttl);
   options.sessions.max_ttl = absl::GetFlag(FLAGS_kv_max_session_ttl);
@@ -214,7 +215,7 @@ int main(int argc, char** argv) {
   options.shared_memory.max_regions =
       absl::GetFlag(FLAGS_shared_memory_max_regions);
   options.shared_memory.max_bytes =
-      absl::GetFlag(FLAGS_shared_memory_max_bytes);
+      absl::GetFlag(FLAGS_shared_memory_max_bytes).bytes;
   const std::string eviction = absl::GetFlag(FLAGS_kv_eviction);
   if (eviction == "lru") {
     options.sessions.evict_lru = true;
