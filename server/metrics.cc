@@ -302,8 +302,15 @@ struct Metrics::Impl {
       std::make_shared<ScrapedCollectable<SharedMemoryStats>>(
           &RenderSharedMemory);
 
+  // attnserve_serving alone, also served at GET /ready for load balancers'
+  // health checks.
+  std::shared_ptr<prometheus::Registry> ready =
+      std::make_shared<prometheus::Registry>();
+  prometheus::Gauge* serving = nullptr;
+
   absl::Mutex mu;
-  // Declared after the registry so they stop serving before it is destroyed.
+  // Declared after the registries so they stop serving before those are
+  // destroyed.
   std::vector<std::unique_ptr<prometheus::Exposer>> exposers
       ABSL_GUARDED_BY(mu);
 };
@@ -311,6 +318,18 @@ struct Metrics::Impl {
 Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
     : impl_(std::make_unique<Impl>()) {
   prometheus::Registry& r = *impl_->registry;
+
+  impl_->serving = &prometheus::BuildGauge()
+                        .Name("attnserve_serving")
+                        .Help(
+                            "Whether the server takes new calls: 1, or 0 from "
+                            "the moment it starts draining (SIGTERM); also "
+                            "served at GET /ready. (This text must not hold "
+                            "the sample's own line: health checks look for "
+                            "it.)")
+                        .Register(*impl_->ready)
+                        .Add({});
+  impl_->serving->Set(1);
 
   auto& requests = prometheus::BuildCounter()
                        .Name("attnserve_requests_total")
@@ -502,6 +521,8 @@ absl::StatusOr<int> Metrics::Expose(const std::string& listen) {
   exposer->RegisterCollectable(impl_->sessions);
   exposer->RegisterCollectable(impl_->budget);
   exposer->RegisterCollectable(impl_->shared_memory);
+  exposer->RegisterCollectable(impl_->ready);
+  exposer->RegisterCollectable(impl_->ready, "/ready");
   const std::vector<int> ports = exposer->GetListeningPorts();
   if (ports.empty()) {
     return absl::UnavailableError(
@@ -512,6 +533,8 @@ absl::StatusOr<int> Metrics::Expose(const std::string& listen) {
   impl_->exposers.push_back(std::move(exposer));
   return ports.front();
 }
+
+void Metrics::SetServing(bool serving) { impl_->serving->Set(serving ? 1 : 0); }
 
 void Metrics::RecordRequest(Method method, grpc::StatusCode code,
                             double seconds, int64_t request_bytes,

@@ -91,8 +91,10 @@ class Metrics {
                    const std::vector<std::string>& models = {});
   ~Metrics();
 
-  // Serves GET /metrics over HTTP on `listen` ("host:port"; port 0 picks one).
-  // Returns the bound port. Unavailable when the address cannot be bound.
+  // Serves GET /metrics over HTTP on `listen` ("host:port"; port 0 picks one),
+  // and GET /ready: attnserve_serving alone, for load balancers' health
+  // checks. Returns the bound port. Unavailable when the address cannot be
+  // bound.
   absl::StatusOr<int> Expose(const std::string& listen);
 
   // attnserve_requests_total{method,code},
@@ -123,6 +125,8 @@ class Metrics {
   // attnserve_send_timeouts_total: calls cancelled because the client did
   // not take its answer within --send_timeout (server/rpc/send_watchdog.h).
   void RecordSendTimeout();
+  // attnserve_serving: 1 (from the start), 0 once draining.
+  void SetServing(bool serving);
   // attnserve_queue_depth, attnserve_inflight_requests.
   void SetQueueDepth(int64_t depth);
   void AddInflight(int64_t delta);

@@ -435,6 +435,7 @@ std::string AttnServer::ConfigSummary() const {
 
 void AttnServer::StartDraining() {
   impl_->server->GetHealthCheckService()->SetServingStatus(false);
+  impl_->metrics->SetServing(false);
   impl_->admission->StartDraining();
 }
 

@@ -1,8 +1,8 @@
 // Session routing with a real load balancer: a real haproxy process (the
 // configuration of deploy/haproxy/haproxy.cfg: consistent hashing on the
-// `attnserve-session` header) in front of two real attnserve replicas. Every
-// session's calls reach the replica that holds it, and the sessions spread
-// over both.
+// `attnserve-session` header, health from GET /ready) in front of two real
+// attnserve replicas. Every session's calls reach the replica that holds it,
+// the sessions spread over both, and a draining replica gets no new calls.
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
@@ -129,38 +130,83 @@ TEST(E2eSessionRoutingTest, TheShippedConfigIsValid) {
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
+// The shipped configuration over replicas `a` and `b` in a real haproxy,
+// with a channel to it; up() once a call passes through it.
+class Balancer {
+ public:
+  Balancer(const ServerProcess& a, const ServerProcess& b)
+      : port_(FreePort()), config_(dir_.path() + "/haproxy.cfg") {
+    {
+      std::ofstream out(config_);
+      out << ConfigFor(port_, a, b);
+    }
+    haproxy_ = std::make_unique<Haproxy>(config_);
+    if (!AwaitListening(port_)) {
+      why_ = absl::StrCat("haproxy is not listening on ", port_);
+      return;
+    }
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_),
+                                   grpc::InsecureChannelCredentials());
+    auto info_stub = v1::AttentionService::NewStub(channel_);
+    grpc::Status last;
+    for (int i = 0; i < 100 && !up_ && haproxy_->running(); ++i) {
+      v1::ServerInfo info;
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::milliseconds(500));
+      last = info_stub->GetServerInfo(&context, {}, &info);
+      up_ = last.ok();
+      if (!up_) absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (!up_) {
+      why_ =
+          absl::StrCat("haproxy did not come up on port ", port_, ": ",
+                       last.error_message(), " (running ", haproxy_->running(),
+                       ") with\n", ConfigFor(port_, a, b));
+    }
+  }
+
+  bool up() const { return up_; }
+  const std::string& why() const { return why_; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+ private:
+  TempDir dir_;
+  const int port_;
+  const std::string config_;
+  std::unique_ptr<Haproxy> haproxy_;
+  std::shared_ptr<grpc::Channel> channel_;
+  bool up_ = false;
+  std::string why_;
+};
+
+grpc::Status CreateRouted(v1::SessionService::Stub& stub,
+                          const std::string& id) {
+  v1::CreateSessionRequest r;
+  r.set_session_id(id);
+  *r.mutable_shape() = WireShape(MirrorShape{});
+  v1::SessionInfo info;
+  grpc::ClientContext context;
+  Route(&context, id);
+  return stub.CreateSession(&context, r, &info);
+}
+
+bool HoldsSession(const ServerProcess& replica, const std::string& id) {
+  auto direct = v1::SessionService::NewStub(replica.Channel());
+  v1::GetSessionRequest r;
+  r.set_session_id(id);
+  v1::SessionInfo info;
+  grpc::ClientContext context;
+  return direct->GetSession(&context, r, &info).ok();
+}
+
 TEST(E2eSessionRoutingTest, EachSessionStaysOnOneReplicaAndSessionsSpread) {
   auto a = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
   auto b = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
   ASSERT_TRUE(a.ok() && b.ok());
-  TempDir dir;
-  const int port = FreePort();
-  const std::string config = dir.path() + "/haproxy.cfg";
-  {
-    std::ofstream out(config);
-    out << ConfigFor(port, **a, **b);
-  }
-  Haproxy haproxy(config);
-  ASSERT_TRUE(AwaitListening(port)) << "haproxy is not listening on " << port;
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                     grpc::InsecureChannelCredentials());
-  auto info_stub = v1::AttentionService::NewStub(channel);
-  // Up once a call passes through it.
-  bool up = false;
-  grpc::Status last;
-  for (int i = 0; i < 100 && !up && haproxy.running(); ++i) {
-    v1::ServerInfo info;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::milliseconds(500));
-    last = info_stub->GetServerInfo(&context, {}, &info);
-    up = last.ok();
-    if (!up) absl::SleepFor(absl::Milliseconds(100));
-  }
-  ASSERT_TRUE(up) << "haproxy did not come up on port " << port << ": "
-                  << last.error_message() << " (running " << haproxy.running()
-                  << ") with\n"
-                  << ConfigFor(port, **a, **b);
+  Balancer balancer(**a, **b);
+  ASSERT_TRUE(balancer.up()) << balancer.why();
+  const std::shared_ptr<grpc::Channel>& channel = balancer.channel();
 
   auto stub = v1::SessionService::NewStub(channel);
   MirrorShape shape;
@@ -169,15 +215,7 @@ TEST(E2eSessionRoutingTest, EachSessionStaysOnOneReplicaAndSessionsSpread) {
   for (int s = 0; s < kSessions; ++s) {
     const std::string id = absl::StrCat("routed-", s);
     ids.push_back(id);
-    {
-      v1::CreateSessionRequest r;
-      r.set_session_id(id);
-      *r.mutable_shape() = WireShape(shape);
-      v1::SessionInfo info;
-      grpc::ClientContext context;
-      Route(&context, id);
-      ASSERT_TRUE(stub->CreateSession(&context, r, &info).ok());
-    }
+    ASSERT_TRUE(CreateRouted(*stub, id).ok());
     {
       v1::AppendKvRequest r;
       r.set_session_id(id);
@@ -216,20 +254,10 @@ TEST(E2eSessionRoutingTest, EachSessionStaysOnOneReplicaAndSessionsSpread) {
   // Directly on each replica: every session is on exactly one.
   int on_a = 0, on_b = 0;
   for (const std::string& id : ids) {
-    int found = 0;
-    for (ServerProcess* replica : {a->get(), b->get()}) {
-      auto direct = v1::SessionService::NewStub(replica->Channel());
-      v1::GetSessionRequest r;
-      r.set_session_id(id);
-      v1::SessionInfo info;
-      grpc::ClientContext context;
-      if (direct->GetSession(&context, r, &info).ok()) {
-        ++found;
-        EXPECT_EQ(info.layer_tokens(0), 32 + kSteps);
-        (replica == a->get() ? on_a : on_b) += 1;
-      }
-    }
-    EXPECT_EQ(found, 1) << id;
+    const bool in_a = HoldsSession(**a, id), in_b = HoldsSession(**b, id);
+    EXPECT_NE(in_a, in_b) << id;
+    on_a += in_a;
+    on_b += in_b;
   }
   EXPECT_EQ(on_a + on_b, kSessions);
   EXPECT_GT(on_a, 0);
@@ -241,6 +269,80 @@ TEST(E2eSessionRoutingTest, EachSessionStaysOnOneReplicaAndSessionsSpread) {
   EXPECT_EQ(testing::AwaitMetric(**b, steps, on_b * kSteps), on_b * kSteps);
   EXPECT_EQ(MetricSample(**a, "attnserve_kv_sessions"), on_a);
   EXPECT_EQ(MetricSample(**b, "attnserve_kv_sessions"), on_b);
+}
+
+// A replica that starts draining (SIGTERM) is taken out of rotation at once,
+// while it finishes the call it has: its GET /ready says
+// "attnserve_serving 0", haproxy's check fails, and every new session lands on
+// the other replica.
+TEST(E2eSessionRoutingTest, ADrainingReplicaGetsNoNewCalls) {
+  auto a = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  auto b = ServerProcess::Start(
+      {"--workers=1", "--threads_per_worker=1", "--shutdown_grace=60s"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  Balancer balancer(**a, **b);
+  ASSERT_TRUE(balancer.up()) << balancer.why();
+  auto ready = [](const ServerProcess& p) {
+    return testing::HttpGet(p.metrics_port(), "/ready");
+  };
+  ASSERT_TRUE(ready(**b).ok());
+  EXPECT_THAT(*ready(**b), ::testing::HasSubstr("\nattnserve_serving 1\n"));
+
+  // A prefill left open on b keeps it draining (not gone) after SIGTERM.
+  auto b_stub = v1::SessionService::NewStub((*b)->Channel());
+  ASSERT_TRUE(CreateRouted(*b_stub, "held").ok());
+  grpc::ClientContext held_context;
+  v1::SessionInfo held_info;
+  auto held = b_stub->AppendKvStream(&held_context, &held_info);
+  v1::AppendKvRequest chunk;
+  chunk.set_session_id("held");
+  *chunk.mutable_key() =
+      WireRows(DType::kFloat32, 4, 2, 16, RandomValues(1, 4 * 32));
+  *chunk.mutable_value() =
+      WireRows(DType::kFloat32, 4, 2, 16, RandomValues(2, 4 * 32));
+  ASSERT_TRUE(held->Write(chunk));
+  // Written is not yet received: b must hold the call before it drains, or
+  // the call is refused as new.
+  const absl::Time received_by = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < received_by) {
+    auto direct = v1::SessionService::NewStub((*b)->Channel());
+    v1::GetSessionRequest r;
+    r.set_session_id("held");
+    v1::SessionInfo info;
+    grpc::ClientContext context;
+    if (direct->GetSession(&context, r, &info).ok() &&
+        info.layer_tokens(0) == 4) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  (*b)->Kill(SIGTERM);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  absl::StatusOr<std::string> body = ready(**b);
+  while (body.ok() && !absl::StrContains(*body, "\nattnserve_serving 0\n") &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    body = ready(**b);
+  }
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_THAT(*body, ::testing::HasSubstr("\nattnserve_serving 0\n"));
+  // haproxy checks every second and takes a replica out after two failures.
+  absl::SleepFor(absl::Seconds(4));
+
+  auto stub = v1::SessionService::NewStub(balancer.channel());
+  for (int s = 0; s < 16; ++s) {
+    const std::string id = absl::StrCat("after-drain-", s);
+    const grpc::Status st = CreateRouted(*stub, id);
+    ASSERT_TRUE(st.ok()) << id << ": " << st.error_message();
+    EXPECT_TRUE(HoldsSession(**a, id)) << id;
+  }
+  // b finishes what it had, then exits.
+  ASSERT_TRUE(held->Write(chunk));
+  held->WritesDone();
+  const grpc::Status finished = held->Finish();
+  EXPECT_TRUE(finished.ok()) << finished.error_message();
+  EXPECT_EQ(held_info.layer_tokens(0), 8);
+  EXPECT_EQ((*b)->WaitForExit(absl::Seconds(30)).value_or(-1), 0);
 }
 
 }  // namespace
