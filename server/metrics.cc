@@ -302,8 +302,8 @@ struct Metrics::Impl {
       std::make_shared<ScrapedCollectable<SharedMemoryStats>>(
           &RenderSharedMemory);
 
-  // attnserve_serving alone, also served at GET /ready for load balancers'
-  // health checks.
+  // attnserve_serving, also served at GET /ready for load balancers' health
+  // checks.
   std::shared_ptr<prometheus::Registry> ready =
       std::make_shared<prometheus::Registry>();
   prometheus::Gauge* serving = nullptr;

@@ -92,9 +92,9 @@ class Metrics {
   ~Metrics();
 
   // Serves GET /metrics over HTTP on `listen` ("host:port"; port 0 picks one),
-  // and GET /ready: attnserve_serving alone, for load balancers' health
-  // checks. Returns the bound port. Unavailable when the address cannot be
-  // bound.
+  // and GET /ready: attnserve_serving (beside the exporter's own counters),
+  // for load balancers' health checks, which look for its value. Returns the
+  // bound port. Unavailable when the address cannot be bound.
   absl::StatusOr<int> Expose(const std::string& listen);
 
   // attnserve_requests_total{method,code},

@@ -214,8 +214,13 @@ class Sequence {
       Prepare(stream_context_.get());
       stream_ = sessions_->AttendSessionsStream(stream_context_.get());
     }
-    if (!stream_->Write(r) || !stream_->Read(response))
-      return stream_->Finish();
+    if (!stream_->Write(r) || !stream_->Read(response)) {
+      // The stream is over: its status, once (EndStream has nothing left).
+      const grpc::Status status = stream_->Finish();
+      stream_.reset();
+      stream_context_.reset();
+      return status;
+    }
     if (response->error_code() != 0) {
       return grpc::Status(static_cast<grpc::StatusCode>(response->error_code()),
                           response->error_message());

@@ -337,10 +337,9 @@ class AsyncSessionStream(_StepStream):
     client.session_stream() as steps: out = await steps.attend_sessions(...)`."""
 
     def __init__(self, client, route_key, timeout):
-        super().__init__(client)
         self._lock = asyncio.Lock()
-        self._call = self._stub().AttendSessionsStream(timeout=timeout,
-                                                       metadata=client._md(route_key))
+        super().__init__(client, lambda stub: stub.AttendSessionsStream(
+            timeout=timeout, metadata=client._md(route_key)))
 
     async def __aenter__(self):
         return self
@@ -362,6 +361,11 @@ class AsyncSessionStream(_StepStream):
             except grpc.RpcError as e:
                 self._end()
                 raise from_rpc_error(e) from None
+            except BaseException:
+                # Cancelled mid-step (asyncio.wait_for, a task's cancel): the
+                # call is cancelled with it, so the stream ends here.
+                self._end()
+                raise
             if resp is grpc.aio.EOF:
                 self._end()
                 raise Internal("the stream ended before answering the step")

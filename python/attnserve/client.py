@@ -641,13 +641,15 @@ class _StepStream:
     """What SessionStream and attnserve.aio.AsyncSessionStream share: the data
     connection they hold, the step's request and answer, the end."""
 
-    def __init__(self, client):
+    def __init__(self, client, open_call):
         self.client = client
         self._index = client._acquire()
         self._closed = False
-
-    def _stub(self):
-        return self.client._stubs[self._index][1]
+        try:
+            self._call = open_call(client._stubs[self._index][1])
+        except BaseException:
+            client._release(self._index)
+            raise
 
     @staticmethod
     def _request(layer, parts, causal, window_left, alibi_slopes, scale, return_weights,
@@ -677,19 +679,20 @@ class SessionStream(_StepStream):
     """Steps over one AttendSessionsStream (Client.session_stream).
 
     attend_sessions takes and returns what Client.attend_sessions does; a step
-    the server refuses raises its error (its sessions unchanged) and the stream
-    goes on. One step at a time (calls from several threads take turns).
-    close() ends the stream; so does leaving a `with` block. The stream holds one
-    of the client's data connections while it is open.
+    the server refuses raises its error and the stream goes on (as for the
+    unary call, a step refused before its appends leaves its sessions
+    unchanged). One step at a time (calls from several threads take turns).
+    close() ends the stream; so does leaving a `with` block. The stream holds
+    one of the client's data connections while it is open. Behind a load
+    balancer, give session_stream the route_key of its sessions.
     """
 
     def __init__(self, client, route_key, timeout):
-        super().__init__(client)
         self._lock = threading.Lock()
         self._requests = queue.SimpleQueue()
-        self._call = self._stub().AttendSessionsStream(
+        super().__init__(client, lambda stub: stub.AttendSessionsStream(
             iter(self._requests.get, _END_OF_STEPS), timeout=timeout,
-            metadata=client._md(route_key))
+            metadata=client._md(route_key)))
 
     def __enter__(self):
         return self
@@ -730,6 +733,11 @@ class SessionStream(_StepStream):
                 raise from_rpc_error(e) from None
             finally:
                 self._end()
+
+    def _end(self):
+        # gRPC's thread that reads the steps waits on the queue until its end.
+        self._requests.put(_END_OF_STEPS)
+        super()._end()
 
 
 class Model:

@@ -189,7 +189,12 @@ class KVCache:
             else:
                 parts = [(s, qs[i, start:stop], ks[i, start:stop], vs[i, start:stop],
                           self._lengths[i][layer]) for i, s in enumerate(sessions)]
-            results = self._step(layer, parts)
+            try:
+                results = self._step(layer, parts)
+            except Exception:
+                if ks is not None:
+                    self._resync(sessions, layer)
+                raise
             if ks is not None:
                 for i in range(b):
                     self._lengths[i][layer] += stop - start
@@ -200,6 +205,18 @@ class KVCache:
         return out.transpose(1, 2)
 
     __call__ = attend
+
+    def _resync(self, sessions, layer):
+        """After a failed call with new keys: the tokens each session's layer
+        holds, as the server says (a call that failed after its appends, on a
+        full queue or its deadline, kept them), so that the next call's
+        positions follow them. Best effort: a session that cannot be asked keeps
+        the count it had."""
+        for i, s in enumerate(sessions):
+            try:
+                self._lengths[i][layer] = s.info().layer_tokens[layer]
+            except Exception:  # the call's own error is the one to report
+                pass
 
     def _step(self, layer, parts):
         """One call for the whole batch: parts are (session, q [T, Hq, D], k, v

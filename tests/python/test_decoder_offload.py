@@ -270,3 +270,35 @@ def test_shapes_are_checked_before_any_call(client):
         assert transport.calls == [] and cache.sessions == [None, None]
     with pytest.raises(TypeError, match="attend_sessions"):
         new_cache(client, transport=object())
+
+
+class FailingAfterAppend(CountingTransport):
+    """Makes the call, then reports it failed: what a step that fails after its
+    appends (a full queue, its deadline) looks like to the cache."""
+
+    fail_next = False
+
+    def attend_sessions(self, layer, parts, **kw):
+        out = super().attend_sessions(layer, parts, **kw)
+        if self.fail_next:
+            self.fail_next = False
+            raise attnserve.Unavailable("queue is full")
+        return out
+
+
+def test_a_call_that_failed_after_its_appends_leaves_the_cache_in_step(client):
+    transport = FailingAfterAppend(client)
+    with new_cache(client, transport=transport) as cache:
+        mirror = Mirror(2)
+        step(cache, mirror, 5, seed=1)
+        q, k, v = qkv(2, 1, seed=7)
+        transport.fail_next = True
+        with pytest.raises(attnserve.Unavailable):
+            cache.attend(0, q, k, v)
+        # The server kept the token: the cache follows it, so the next call's
+        # positions are right (a stale count would be refused as an overlap).
+        assert cache.lengths(0) == [6, 6]
+        mirror.attend(0, q, k, v)  # what the server holds now
+        q2, k2, v2 = qkv(2, 1, seed=8)
+        torch.testing.assert_close(cache.attend(0, q2, k2, v2),
+                                   mirror.attend(0, q2, k2, v2), rtol=1e-5, atol=1e-5)
