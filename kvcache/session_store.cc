@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <random>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -317,14 +319,14 @@ absl::StatusOr<SessionStore::AppendPlan> SessionStore::PlanAppend(
   AppendPlan plan;
   plan.layer_ = layer;
   plan.sessions_.reserve(parts.size());
+  std::unordered_map<std::string_view, size_t> seen;  // id -> first part
   for (size_t i = 0; i < parts.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (parts[j].session_id == parts[i].session_id) {
-        return PartError(
-            i, absl::InvalidArgumentError(absl::StrCat(
-                   "session_id: \"", parts[i].session_id, "\" is also part ", j,
-                   "'s (a session may appear once per call)")));
-      }
+    const auto [first, inserted] = seen.emplace(parts[i].session_id, i);
+    if (!inserted) {
+      return PartError(
+          i, absl::InvalidArgumentError(absl::StrCat(
+                 "session_id: \"", parts[i].session_id, "\" is also part ",
+                 first->second, "'s (a session may appear once per call)")));
     }
     absl::StatusOr<std::shared_ptr<Session>> s = Find(parts[i].session_id);
     if (!s.ok()) {

@@ -135,8 +135,7 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
       return absl::InvalidArgumentError(
           absl::StrCat(at, "session_id: missing"));
     }
-    const auto [first, inserted] =
-        n > 1 ? seen.emplace(q.session_id(), i) : std::pair(seen.end(), true);
+    const auto [first, inserted] = seen.emplace(q.session_id(), i);
     if (!inserted) {
       return absl::InvalidArgumentError(
           absl::StrCat(at, "session_id: \"", q.session_id(), "\" is also ",
@@ -213,12 +212,13 @@ absl::StatusOr<SessionsAdmission> AdmitSessions(
   const int64_t out_size = static_cast<int64_t>(DTypeSize(d.output_dtype));
   for (size_t i = 0; i < plans.size(); ++i) {
     const kvcache::SessionShape& s = plans[i].shape;
-    const std::string at = PartField(static_cast<int>(i));
+    const int part = static_cast<int>(i);  // spelled only for a message
     if (s.num_kv_heads != first.num_kv_heads || s.head_dim != first.head_dim ||
         s.value_dim != first.value_dim || s.dtype != first.dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
-          at, "session_id: session \"", d.parts[i].session_id, "\" has ",
-          kvcache::ShapeText(s), ", sessions[0] ", kvcache::ShapeText(first),
+          PartField(part), "session_id: session \"", d.parts[i].session_id,
+          "\" has ", kvcache::ShapeText(s), ", sessions[0] ",
+          kvcache::ShapeText(first),
           " (the sessions of one call share kv heads, dims and storage "
           "dtype)"));
     }
@@ -226,7 +226,7 @@ absl::StatusOr<SessionsAdmission> AdmitSessions(
     if (q.shape[1] != hq || q.shape[2] != s.head_dim ||
         hq % s.num_kv_heads != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          at, "query.shape: expected [Lnew, Hq = ", hq,
+          PartField(part), "query.shape: expected [Lnew, Hq = ", hq,
           " (a multiple of num_kv_heads = ", s.num_kv_heads,
           "), head_dim = ", s.head_dim, "], got ", ShapeString(q.dims())));
     }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -128,10 +129,8 @@ class Sequence {
       server_us += response.timing().total_us();
       compute_us += response.timing().compute_us();
     }
-    Record(phase, absl::Now() - start, bytes);
-    std::lock_guard<std::mutex> lock(phase.mu);
-    phase.server.Record(absl::Microseconds(server_us));
-    phase.compute.Record(absl::Microseconds(compute_us));
+    Record(phase, absl::Now() - start, bytes, absl::Microseconds(server_us),
+           absl::Microseconds(compute_us));
     return true;
   }
 
@@ -233,11 +232,18 @@ class Sequence {
     phase.Fail(absl::StrCat(method, " of ", id_, ": ", RpcErrorLine(st)));
     return false;
   }
-  void Record(Phase& phase, absl::Duration latency, int64_t bytes) {
+  // A step; with `server` (a session step) also its server and kernel times.
+  void Record(Phase& phase, absl::Duration latency, int64_t bytes,
+              std::optional<absl::Duration> server = std::nullopt,
+              absl::Duration compute = absl::ZeroDuration()) {
     std::lock_guard<std::mutex> lock(phase.mu);
     phase.steps.Record(latency);
     ++phase.tokens;
     phase.request_bytes = bytes;
+    if (server) {
+      phase.server.Record(*server);
+      phase.compute.Record(compute);
+    }
   }
 
   const DecodeBenchOptions& o_;
