@@ -148,7 +148,7 @@ int Run() {
         AttentionInputs sparse_in = dense_in;
         c.spec.global_tokens = c.globals;
         sparse_in.mask.block_sparse = c.spec;
-        absl::StatusOr<AttentionShape> shape = (*engine)->Validate(sparse_in);
+        absl::StatusOr<AttentionPlan> plan = (*engine)->Validate(sparse_in);
         const auto dense_call = [&] {
           return (*engine)->Run(dense_in, dense_out);
         };
@@ -156,7 +156,7 @@ int Run() {
           return (*engine)->Run(sparse_in, sparse_out);
         };
         // Warm-up: primitives, page faults.
-        absl::Status st = shape.status();
+        absl::Status st = plan.status();
         if (st.ok()) st = dense_call();
         if (st.ok()) st = sparse_call();
         std::vector<double> dense_us, sparse_us;
@@ -183,8 +183,9 @@ int Run() {
         const double sparse_median = Median(sparse_us);
         std::printf("%-24s %-5s %-6s %8.4f %12.0f %12.0f %8.3f %10.4f\n",
                     c.name.c_str(), DTypeName(dtype).data(),
-                    causal ? "yes" : "no", shape->flops / shape->dense_flops(),
-                    dense_median, sparse_median, sparse_median / dense_median,
+                    causal ? "yes" : "no",
+                    plan->shape.flops / plan->shape.dense_flops(), dense_median,
+                    sparse_median, sparse_median / dense_median,
                     RelativeL2(sparse, dense));
       }
     }

@@ -1,8 +1,6 @@
 #include "client/check.h"
 
 #include <cmath>
-#include <optional>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -73,30 +71,15 @@ double CheckTolerance(v1::DataType input, v1::DataType result) {
 
 absl::StatusOr<std::vector<CheckReport>> CheckResponse(
     const v1::AttendRequest& request, const v1::AttendResponse& response) {
-  AttentionInputs inputs;
-  const absl::Status method = wire::DecodeMethod(request, &inputs);
-  if (!method.ok()) return method;
+  // The request as the server decodes it (tensors in shared memory are not
+  // readable here).
+  absl::StatusOr<wire::AttendCall> call =
+      wire::DecodeAttend(request, /*shared=*/nullptr);
+  if (!call.ok()) return call.status();
+  const AttentionInputs& inputs = call->inputs;
   // LSH attention takes no key: its keys are the queries.
   const bool lsh = inputs.method == AttentionMethod::kLsh;
-  for (auto [name, tensor, view] :
-       {std::make_tuple("query", &request.query(), &inputs.query),
-        std::make_tuple("key", &request.key(), &inputs.key),
-        std::make_tuple("value", &request.value(), &inputs.value)}) {
-    if (lsh && view == &inputs.key) continue;
-    absl::StatusOr<TensorView> v = wire::ViewOf(name, *tensor);
-    if (!v.ok()) return v.status();
-    *view = *v;
-  }
-  if (inputs.query.rank != 4 || (!lsh && inputs.key.rank != 4) ||
-      inputs.value.rank != 4) {
-    return absl::InvalidArgumentError("query, key and value must have rank 4");
-  }
-  const bool blhd = request.layout() == v1::BLHD;
-  inputs.layout = blhd ? Layout::kBLHD : Layout::kBHLD;
-  absl::StatusOr<MaskSpec> mask = wire::DecodeMask(request.mask());
-  if (!mask.ok()) return mask.status();
-  inputs.mask = *std::move(mask);
-  if (request.has_scale()) inputs.scale = request.scale();
+  const bool blhd = inputs.layout == Layout::kBLHD;
 
   const TensorView& q = inputs.query;
   const int64_t batch = q.dim(0);

@@ -29,9 +29,11 @@ enum class Layout { kBHLD, kBLHD };
 // (kBottomRight, flash-attn and KV-cache decoding).
 enum class CausalAlignment { kTopLeft, kBottomRight };
 
-// The kernel that computes a call. kAuto picks materialized when weights are
-// requested, decode for few query rows against many keys, flash otherwise.
-enum class KernelPath { kAuto, kFlash, kMaterialized, kDecode };
+// The kernel that computes a call. A caller may request kAuto (the engine
+// picks: ChooseKernel) or one of the softmax kernels (flash, materialized,
+// decode); kLinear and kLsh are the kernels of those methods, which a plan
+// names (AttentionPlan::kernel) and no caller requests.
+enum class KernelPath { kAuto, kFlash, kMaterialized, kDecode, kLinear, kLsh };
 
 // Instruction sets of our own vectorized code (softmax, exp, conversions).
 // kAmx is AVX-512 plus our own AMX tile products for the bf16 flash kernel
@@ -177,6 +179,20 @@ struct AttentionShape {
   double flops = 0.0;
 };
 
+// Internal: a call's inputs resolved into the kernels' form (core/problem.h).
+struct Problem;
+
+// A validated call (AttentionEngine::Validate): what it computes and how. It
+// borrows the views of the inputs it was made from, which must outlive it.
+struct AttentionPlan {
+  AttentionShape shape;
+  // The kernel Run will use: never kAuto.
+  KernelPath kernel = KernelPath::kAuto;
+  // Whether it was planned with a weights output.
+  bool weights = false;
+  std::shared_ptr<const Problem> problem;
+};
+
 struct EngineOptions {
   // OpenMP threads per Run call. 0 (default) = omp_get_max_threads().
   int num_threads = 0;
@@ -215,17 +231,25 @@ class AttentionEngine {
   AttentionEngine& operator=(const AttentionEngine&) = delete;
 
   // Checks every input (dtypes, ranks, shapes, Hq % Hkv, masks, scale) and
-  // returns the call's dimensions. InvalidArgument naming the tensor or field,
-  // with expected and actual values, on the first problem found.
-  virtual absl::StatusOr<AttentionShape> Validate(
-      const AttentionInputs& inputs) const = 0;
+  // plans the call: its dimensions and the kernel that will compute it with
+  // (`weights`) or without a weights output. Computes nothing.
+  // InvalidArgument naming the tensor or field, with expected and actual
+  // values, on the first problem found, or for a requested kernel that
+  // cannot serve the call (kFlash with weights, kDecode with a block-sparse
+  // layout, ...).
+  virtual absl::StatusOr<AttentionPlan> Validate(
+      const AttentionInputs& inputs, bool weights = false) const = 0;
 
-  // Validates inputs and outputs, then computes. On error nothing is guaranteed
-  // about the output memory. InvalidArgument for bad inputs or outputs
-  // (including a kernel that cannot serve the request, e.g. kFlash with
-  // weights), Internal if oneDNN fails.
-  virtual absl::Status Run(const AttentionInputs& inputs,
+  // Computes a plan (Validate's, of any engine) into `outputs`, which must
+  // have the plan's shapes and a weights tensor exactly when it was planned
+  // with one. On error nothing is guaranteed about the output memory.
+  // InvalidArgument for outputs that do not match, Internal if oneDNN fails.
+  virtual absl::Status Run(const AttentionPlan& plan,
                            const AttentionOutputs& outputs) = 0;
+
+  // Validate, then Run.
+  absl::Status Run(const AttentionInputs& inputs,
+                   const AttentionOutputs& outputs);
 
   // Creates now every product primitive that softmax calls like `like` can
   // use — the same dtypes, head counts, head dims, layout, row strides and
@@ -260,12 +284,13 @@ class AttentionEngine {
   AttentionEngine() = default;
 };
 
-// The kernel Run uses for a call of `shape`: `requested` unless kAuto, else
-// materialized with weights, decode for Lq <= 8 against Lk >= 1024, flash
-// otherwise.
+// The rule by which Validate picks a softmax call's kernel: `requested`
+// unless kAuto, else materialized with weights, decode for Lq <= 8 against
+// Lk >= 1024, flash otherwise (a plan then takes flash for a block-sparse
+// layout: AttentionPlan::kernel is the one that runs).
 KernelPath ChooseKernel(const AttentionShape& shape, KernelPath requested,
                         bool weights);
-absl::string_view KernelPathName(KernelPath path);  // "flash", "decode", ...
+absl::string_view KernelPathName(KernelPath path);  // "flash", "lsh", ...
 
 // "2.6.3" — the oneDNN library linked at run time.
 std::string OneDnnVersion();

@@ -52,6 +52,30 @@ int64_t MaterializedQueryBlock(int64_t q_len, int64_t k_len, int64_t row_sets,
   return rows;
 }
 
+// The kernel that computes `problem` with or without a weights output: the
+// method's own for linear and LSH attention; else ChooseKernel's, but flash
+// for a block-sparse layout (the decode kernel's row sets span query
+// blocks; flash tiles are the layout's blocks). InvalidArgument when a
+// requested kernel cannot serve the call.
+absl::StatusOr<KernelPath> PlanKernel(const Problem& problem, bool weights) {
+  if (problem.method == AttentionMethod::kLinear) return KernelPath::kLinear;
+  if (problem.method == AttentionMethod::kLsh) return KernelPath::kLsh;
+  KernelPath path = ChooseKernel(problem.shape, problem.kernel, weights);
+  if (problem.block_layout != nullptr && path == KernelPath::kDecode) {
+    if (problem.kernel == KernelPath::kDecode) {
+      return absl::InvalidArgumentError(
+          "kernel: the decode kernel does not take block-sparse layouts");
+    }
+    path = KernelPath::kFlash;
+  }
+  if (weights != (path == KernelPath::kMaterialized)) {
+    return absl::InvalidArgumentError(
+        weights ? "kernel: only the materialized kernel returns weights"
+                : "kernel: the materialized kernel needs a weights output");
+  }
+  return path;
+}
+
 class Engine final : public AttentionEngine {
  public:
   Engine(const EngineOptions& options, Isa isa, int threads, const VecOps* ops,
@@ -62,45 +86,44 @@ class Engine final : public AttentionEngine {
         ops_(ops),
         matmuls_(matmuls) {}
 
-  absl::StatusOr<AttentionShape> Validate(
-      const AttentionInputs& inputs) const override {
+  using AttentionEngine::Run;
+
+  absl::StatusOr<AttentionPlan> Validate(const AttentionInputs& inputs,
+                                         bool weights) const override {
     ASSIGN_OR_RETURN(Problem problem, ResolveProblem(inputs));
-    return problem.shape;
+    AttentionPlan plan;
+    ASSIGN_OR_RETURN(plan.kernel, PlanKernel(problem, weights));
+    plan.shape = problem.shape;
+    plan.weights = weights;
+    plan.problem = std::make_shared<const Problem>(std::move(problem));
+    return plan;
   }
 
-  absl::Status Run(const AttentionInputs& inputs,
+  absl::Status Run(const AttentionPlan& plan,
                    const AttentionOutputs& outputs) override {
-    ASSIGN_OR_RETURN(Problem problem, ResolveProblem(inputs));
+    if (plan.problem == nullptr) {
+      return absl::InvalidArgumentError("plan: not made by Validate");
+    }
+    if (outputs.weights.has_value() != plan.weights) {
+      return absl::InvalidArgumentError(
+          plan.weights ? "weights: the call was planned with a weights output"
+                       : "weights: the call was planned without a weights "
+                         "output");
+    }
+    const Problem& problem = *plan.problem;
     ASSIGN_OR_RETURN(Strides4 out_strides, ResolveOutput(problem, outputs));
-    const AttentionShape& s = problem.shape;
-    if (problem.method != AttentionMethod::kSoftmax) {
+    if (plan.kernel == KernelPath::kLinear || plan.kernel == KernelPath::kLsh) {
       return RunVariant(problem, outputs, out_strides);
     }
-
-    const bool weights = outputs.weights.has_value();
-    KernelPath path = ChooseKernel(s, problem.kernel, weights);
-    if (problem.block_layout != nullptr && path == KernelPath::kDecode) {
-      // The decode kernel's row sets span query blocks; flash tiles are the
-      // layout's blocks.
-      if (problem.kernel == KernelPath::kDecode) {
-        return absl::InvalidArgumentError(
-            "kernel: the decode kernel does not take block-sparse layouts");
-      }
-      path = KernelPath::kFlash;
-    }
-    if (weights != (path == KernelPath::kMaterialized)) {
-      return absl::InvalidArgumentError(
-          weights ? "kernel: only the materialized kernel returns weights"
-                  : "kernel: the materialized kernel needs a weights output");
-    }
+    const AttentionShape& s = problem.shape;
     if (s.batch == 0 || s.q_len == 0 || s.q_heads == 0) return absl::OkStatus();
 
     const int threads = s.flops < options_.serial_below_flops ? 1 : threads_;
     const KernelArgs args =
-        ArgsFor(problem, outputs, out_strides, path, threads);
+        ArgsFor(problem, outputs, out_strides, plan.kernel, threads);
 
     return WithWorkspaces([&](absl::Span<Workspace* const> ws) {
-      switch (path) {
+      switch (plan.kernel) {
         case KernelPath::kMaterialized:
           return RunMaterialized(args, ws);
         case KernelPath::kDecode:
@@ -362,6 +385,10 @@ absl::string_view KernelPathName(KernelPath path) {
       return "materialized";
     case KernelPath::kDecode:
       return "decode";
+    case KernelPath::kLinear:
+      return "linear";
+    case KernelPath::kLsh:
+      return "lsh";
   }
   return "?";
 }
@@ -430,6 +457,13 @@ absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
   ASSIGN_OR_RETURN(MatmulCache * matmuls, MatmulCache::Shared());
   return std::unique_ptr<AttentionEngine>(
       new Engine(options, isa, threads, ops, matmuls));
+}
+
+absl::Status AttentionEngine::Run(const AttentionInputs& inputs,
+                                  const AttentionOutputs& outputs) {
+  ASSIGN_OR_RETURN(const AttentionPlan plan,
+                   Validate(inputs, outputs.weights.has_value()));
+  return Run(plan, outputs);
 }
 
 std::string OneDnnVersion() {

@@ -279,6 +279,12 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
         p.block_layout,
         BlockLayout::Build(*m.block_sparse, s.q_len, s.k_len, p.diag_offset));
   }
+  if (in.kernel == KernelPath::kLinear || in.kernel == KernelPath::kLsh) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel: ", KernelPathName(in.kernel),
+        " is the kernel of a method; request the method (linear or LSH "
+        "attention) instead"));
+  }
   p.kernel = in.kernel;
   p.method = in.method;
   p.linear = in.linear;

@@ -393,8 +393,8 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
                      {shape.batch, attended, c.num_kv_heads, c.head_dim});
   attention.value = attention.key;
   ApplyMethod(c, &attention);
-  ASSIGN_OR_RETURN(const AttentionShape a, engine.Validate(attention));
-  shape.attention_flops = a.flops;
+  ASSIGN_OR_RETURN(const AttentionPlan plan, engine.Validate(attention));
+  shape.attention_flops = plan.shape.flops;
   return shape;
 }
 

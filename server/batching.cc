@@ -26,14 +26,14 @@ int64_t Bytes(const TensorView& view) {
 
 int64_t OutputBytes(const DecodedRequest& d) {
   int64_t elements = 1;
-  for (int64_t x : d.shape.output_shape) elements *= x;
+  for (int64_t x : d.plan.shape.output_shape) elements *= x;
   return elements * static_cast<int64_t>(DTypeSize(d.output_dtype));
 }
 
 int64_t WeightsBytes(const DecodedRequest& d) {
   if (!d.return_weights) return 0;
   int64_t elements = 1;
-  for (int64_t x : d.shape.weights_shape) elements *= x;
+  for (int64_t x : d.plan.shape.weights_shape) elements *= x;
   return elements * static_cast<int64_t>(sizeof(float));
 }
 
@@ -70,7 +70,7 @@ Gathered Gather(absl::Span<const BatchedAttend> members, int64_t batch,
 std::string AttendBatchKey(const DecodedRequest& decoded) {
   const AttentionInputs& in = decoded.inputs;
   const MaskSpec& mask = in.mask;
-  const AttentionShape& s = decoded.shape;
+  const AttentionShape& s = decoded.plan.shape;
   // Shared-memory requests run alone: their output goes into the client's
   // region and their regions are checked after their own kernel.
   if (!decoded.shared_memory.empty() || decoded.output_data != nullptr ||
@@ -82,7 +82,7 @@ std::string AttendBatchKey(const DecodedRequest& decoded) {
       !in.key.is_contiguous() || !in.value.is_contiguous()) {
     return "";
   }
-  const KernelPath kernel = ChooseKernel(s, in.kernel, decoded.return_weights);
+  const KernelPath kernel = decoded.plan.kernel;
   if (kernel == KernelPath::kDecode) return "";
   std::string key = "attend/";
   key.reserve(160 + mask.alibi_slopes.size() * sizeof(float));
@@ -127,7 +127,7 @@ absl::Status RunAttendBatch(absl::Span<const BatchedAttend> members,
   if (members.empty()) return absl::OkStatus();
   const DecodedRequest& first = *members.front().decoded;
   int64_t batch = 0;
-  for (const BatchedAttend& m : members) batch += m.decoded->shape.batch;
+  for (const BatchedAttend& m : members) batch += m.decoded->plan.shape.batch;
 
   AttentionInputs inputs = first.inputs;
   const Gathered query =
@@ -164,14 +164,14 @@ absl::Status RunAttendBatch(absl::Span<const BatchedAttend> members,
       new char[static_cast<size_t>(output_bytes > 0 ? output_bytes : 1)]);
   std::unique_ptr<char[]> weights;
   AttentionOutputs outputs;
-  std::array<int64_t, 4> output_shape = first.shape.output_shape;
+  std::array<int64_t, 4> output_shape = first.plan.shape.output_shape;
   output_shape[0] = batch;
   outputs.output =
       MakeMutableTensorView(output.get(), first.output_dtype, output_shape);
   if (first.return_weights) {
     weights.reset(
         new char[static_cast<size_t>(weights_bytes > 0 ? weights_bytes : 1)]);
-    std::array<int64_t, 4> weights_shape = first.shape.weights_shape;
+    std::array<int64_t, 4> weights_shape = first.plan.shape.weights_shape;
     weights_shape[0] = batch;
     outputs.weights =
         MakeMutableTensorView(weights.get(), DType::kFloat32, weights_shape);

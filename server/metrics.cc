@@ -24,7 +24,7 @@ namespace {
 
 constexpr int kNumCodes =
     17;  // grpc::StatusCode OK (0) … UNAUTHENTICATED (16).
-constexpr int kNumKernels = 3;
+constexpr int kNumKernels = 5;
 constexpr int kNumRejections = 5;
 
 // In the order of Method. The names of the Open Inference Protocol's methods
@@ -85,7 +85,8 @@ constexpr const char* kCodeNames[kNumCodes] = {
 // The kernels a call may run, in KernelIndex's order; their label values are
 // core's names (KernelPathName).
 constexpr KernelPath kKernels[kNumKernels] = {
-    KernelPath::kFlash, KernelPath::kDecode, KernelPath::kMaterialized};
+    KernelPath::kFlash, KernelPath::kDecode, KernelPath::kMaterialized,
+    KernelPath::kLinear, KernelPath::kLsh};
 constexpr const char* kRejectionNames[kNumRejections] = {
     "queue_full", "deadline", "cancelled", "shutdown", "memory_budget"};
 
@@ -112,15 +113,8 @@ int CodeIndex(grpc::StatusCode code) {
 
 // -1 for kAuto, which names no kernel: the caller should pass the one that ran.
 int KernelIndex(KernelPath kernel) {
-  switch (kernel) {
-    case KernelPath::kFlash:
-      return 0;
-    case KernelPath::kDecode:
-      return 1;
-    case KernelPath::kMaterialized:
-      return 2;
-    case KernelPath::kAuto:
-      return -1;
+  for (int k = 0; k < kNumKernels; ++k) {
+    if (kKernels[k] == kernel) return k;
   }
   return -1;
 }

@@ -90,7 +90,7 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
   ASSIGN_OR_RETURN(inputs.mask, wire::DecodeMask(request.mask()));
   ASSIGN_OR_RETURN(
       decoded.output_dtype,
-      DecodeOutputDType(request.output_dtype(), inputs.hidden.dtype));
+      wire::DecodeOutputDType(request.output_dtype(), inputs.hidden.dtype));
   decoded.return_weights = request.return_weights();
   inputs.return_weights = decoded.return_weights;
   // The layer owns the shape rules of hidden and memory; the positions' wire

@@ -2,7 +2,6 @@
 
 #include <array>
 #include <limits>
-#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -10,7 +9,6 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/status_macros.h"
-#include "wire/attend.h"
 #include "wire/dtype.h"
 #include "wire/tensor.h"
 
@@ -19,61 +17,23 @@ namespace {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-absl::StatusOr<Layout> DecodeLayout(v1::Layout layout) {
-  switch (layout) {
-    case v1::LAYOUT_UNSPECIFIED:
-    case v1::BHLD:
-      return Layout::kBHLD;
-    case v1::BLHD:
-      return Layout::kBLHD;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("layout: unknown value ", static_cast<int>(layout),
-                       " (expected BHLD = 1 or BLHD = 2)"));
-  }
-}
+// The server's shared memory as the wire decoder reads it: every region read
+// is pinned in `use` for the call.
+class RegistryInputs final : public wire::SharedInputs {
+ public:
+  RegistryInputs(SharedMemoryRegistry* registry, SharedMemoryUse* use)
+      : registry_(registry), use_(use) {}
 
-// The wire names of the axes, so a rank error tells the caller what to send.
-absl::string_view AxesOf(absl::string_view name, Layout layout) {
-  const bool bhld = layout == Layout::kBHLD;
-  if (name == "query") return bhld ? "[B, Hq, Lq, D]" : "[B, Lq, Hq, D]";
-  if (name == "key") return bhld ? "[B, Hkv, Lk, D]" : "[B, Lk, Hkv, D]";
-  return bhld ? "[B, Hkv, Lk, Dv]" : "[B, Lk, Hkv, Dv]";
-}
-
-// One of query/key/value; `dtype` is the query's once known, so key and value
-// are held to it.
-absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
+  absl::StatusOr<absl::string_view> Read(absl::string_view field,
                                          const v1::Tensor& tensor,
-                                         Layout layout,
-                                         std::optional<DType> query_dtype,
-                                         SharedMemoryRegistry* shared_memory,
-                                         SharedMemoryUse* use) {
-  if (!present) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
-        AxesOf(name, layout), ")"));
+                                         size_t element_size) override {
+    return use_->Input(field, tensor, element_size, registry_);
   }
-  ASSIGN_OR_RETURN(
-      const DType dtype,
-      wire::FloatDType(name, tensor, query_dtype, "query",
-                       "query, key and value must share one dtype"));
-  TensorView view;
-  if (tensor.has_shared_memory()) {
-    ASSIGN_OR_RETURN(const absl::string_view bytes,
-                     use->Input(name, tensor, DTypeSize(dtype), shared_memory));
-    ASSIGN_OR_RETURN(view, TensorViewFromBytes(name, bytes.data(), bytes.size(),
-                                               dtype, wire::ShapeOf(tensor)));
-  } else {
-    ASSIGN_OR_RETURN(view, wire::ViewAs(name, tensor, dtype));
-  }
-  if (view.rank != 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ".shape: expected rank 4 ", AxesOf(name, layout), ", got rank ",
-        view.rank, " (shape ", ShapeString(view.dims()), ")"));
-  }
-  return view;
-}
+
+ private:
+  SharedMemoryRegistry* const registry_;
+  SharedMemoryUse* const use_;
+};
 
 // `tensor` as dtype, shape and `ref` (no data); a view of `data` for the
 // kernel to write.
@@ -130,18 +90,6 @@ absl::StatusOr<char*> PlaceOutput(absl::string_view name,
 
 }  // namespace
 
-absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {
-  if (wire == v1::DATA_TYPE_UNSPECIFIED) return fallback;
-  ASSIGN_OR_RETURN(const DType dtype,
-                   wire::DTypeFromWire(wire, "output_dtype"));
-  if (dtype == DType::kBool) {
-    return absl::InvalidArgumentError(
-        "output_dtype: BOOL is not supported (expected FLOAT32, BFLOAT16, "
-        "FLOAT16 or unspecified for the inputs' dtype)");
-  }
-  return dtype;
-}
-
 absl::StatusOr<int64_t> CheckResponseBytes(
     absl::Span<const int64_t> output_shape, DType output_dtype, bool weights,
     absl::Span<const int64_t> weights_shape, const RequestLimits& limits,
@@ -182,70 +130,37 @@ absl::StatusOr<DecodedRequest> DecodeRequest(
     const v1::AttendRequest& request, const AttentionEngine& engine,
     const RequestLimits& limits, SharedMemoryRegistry* shared_memory) {
   DecodedRequest decoded;
-  AttentionInputs& inputs = decoded.inputs;
-  ASSIGN_OR_RETURN(inputs.layout, DecodeLayout(request.layout()));
-  RETURN_IF_ERROR(wire::DecodeMethod(request, &inputs));
-  ASSIGN_OR_RETURN(inputs.query,
-                   DecodeOperand("query", request.has_query(), request.query(),
-                                 inputs.layout, std::nullopt, shared_memory,
-                                 &decoded.shared_memory));
-  if (inputs.method != AttentionMethod::kLsh) {
-    ASSIGN_OR_RETURN(inputs.key,
-                     DecodeOperand("key", request.has_key(), request.key(),
-                                   inputs.layout, inputs.query.dtype,
-                                   shared_memory, &decoded.shared_memory));
-  } else if (request.has_key()) {
-    return absl::InvalidArgumentError(
-        "key: LSH attention shares queries and keys (Reformer's shared-QK); "
-        "send no key");
-  }
-  ASSIGN_OR_RETURN(inputs.value,
-                   DecodeOperand("value", request.has_value(), request.value(),
-                                 inputs.layout, inputs.query.dtype,
-                                 shared_memory, &decoded.shared_memory));
-
-  ASSIGN_OR_RETURN(inputs.mask, wire::DecodeMask(request.mask()));
-  if (request.has_scale()) inputs.scale = request.scale();
-  ASSIGN_OR_RETURN(
-      decoded.output_dtype,
-      DecodeOutputDType(request.output_dtype(), inputs.query.dtype));
-  decoded.return_weights = request.return_weights();
-  if (request.has_weights_shared_memory() && !decoded.return_weights) {
-    return absl::InvalidArgumentError(
-        "weights_shared_memory: set without return_weights");
-  }
-
-  ASSIGN_OR_RETURN(decoded.shape, engine.Validate(inputs));
-  const bool output_shm = request.has_output_shared_memory();
-  const bool weights_shm = request.has_weights_shared_memory();
+  RegistryInputs shared(shared_memory, &decoded.shared_memory);
+  ASSIGN_OR_RETURN(static_cast<wire::AttendCall&>(decoded),
+                   wire::DecodeAttend(request, &shared));
+  ASSIGN_OR_RETURN(decoded.plan,
+                   engine.Validate(decoded.inputs, decoded.return_weights));
+  const AttentionShape& shape = decoded.plan.shape;
   ASSIGN_OR_RETURN(
       decoded.response_payload_bytes,
-      CheckResponseBytes(decoded.shape.output_shape, decoded.output_dtype,
-                         decoded.return_weights && !weights_shm,
-                         decoded.shape.weights_shape, limits, !output_shm));
-  if (output_shm) {
-    decoded.output_ref = &request.output_shared_memory();
-    ASSIGN_OR_RETURN(
-        decoded.output_data,
-        PlaceOutput("output", *decoded.output_ref, decoded.shape.output_shape,
-                    decoded.output_dtype, shared_memory,
-                    &decoded.shared_memory));
-  }
-  if (weights_shm) {
-    decoded.weights_ref = &request.weights_shared_memory();
-    ASSIGN_OR_RETURN(decoded.weights_data,
-                     PlaceOutput("weights", *decoded.weights_ref,
-                                 decoded.shape.weights_shape, DType::kFloat32,
+      CheckResponseBytes(
+          shape.output_shape, decoded.output_dtype,
+          decoded.return_weights && decoded.weights_ref == nullptr,
+          shape.weights_shape, limits, decoded.output_ref == nullptr));
+  if (decoded.output_ref != nullptr) {
+    ASSIGN_OR_RETURN(decoded.output_data,
+                     PlaceOutput("output", *decoded.output_ref,
+                                 shape.output_shape, decoded.output_dtype,
                                  shared_memory, &decoded.shared_memory));
+  }
+  if (decoded.weights_ref != nullptr) {
+    ASSIGN_OR_RETURN(
+        decoded.weights_data,
+        PlaceOutput("weights", *decoded.weights_ref, shape.weights_shape,
+                    DType::kFloat32, shared_memory, &decoded.shared_memory));
   }
   // A small request can ask for hours of compute (Lq = Lk = 1e5, D = 1 is 400
   // KB per tensor); the limit keeps one call from holding a worker
   // indefinitely.
-  if (decoded.shape.flops > limits.max_flops) {
+  if (shape.flops > limits.max_flops) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "request: ", decoded.shape.flops,
-        " FLOPs of attention exceed the limit of ", limits.max_flops,
-        " (the server's --max_request_flops flag)"));
+        "request: ", shape.flops, " FLOPs of attention exceed the limit of ",
+        limits.max_flops, " (the server's --max_request_flops flag)"));
   }
   return decoded;
 }
@@ -255,24 +170,25 @@ AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
   AttentionOutputs outputs;
   outputs.output =
       decoded.output_data != nullptr
-          ? PlaceTensor(decoded.output_dtype, decoded.shape.output_shape,
+          ? PlaceTensor(decoded.output_dtype, decoded.plan.shape.output_shape,
                         *decoded.output_ref, decoded.output_data,
                         response->mutable_output())
           : wire::PrepareTensor(decoded.output_dtype,
-                                decoded.shape.output_shape,
+                                decoded.plan.shape.output_shape,
                                 response->mutable_output());
   if (decoded.return_weights) {
     outputs.weights =
         decoded.weights_data != nullptr
-            ? PlaceTensor(DType::kFloat32, decoded.shape.weights_shape,
+            ? PlaceTensor(DType::kFloat32, decoded.plan.shape.weights_shape,
                           *decoded.weights_ref, decoded.weights_data,
                           response->mutable_weights())
-            : wire::PrepareTensor(DType::kFloat32, decoded.shape.weights_shape,
+            : wire::PrepareTensor(DType::kFloat32,
+                                  decoded.plan.shape.weights_shape,
                                   response->mutable_weights());
   } else {
     response->clear_weights();
   }
-  response->mutable_timing()->set_flops(decoded.shape.flops);
+  response->mutable_timing()->set_flops(decoded.plan.shape.flops);
   return outputs;
 }
 

@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "server/shared_memory_codec.h"
 #include "server/shm/shared_memory_registry.h"
+#include "wire/attend.h"
 
 namespace attnserve::server {
 
@@ -26,28 +27,26 @@ struct RequestLimits {
   double max_flops = 1e12;
 };
 
-// A request checked field by field. Its views borrow from the request message,
+// A request checked field by field (wire::DecodeAttend), planned by the
+// engine and held to the limits. Its views borrow from the request message,
 // which must outlive it and stay unmodified.
-struct DecodedRequest {
-  AttentionInputs inputs;
-  AttentionShape shape;
-  DType output_dtype = DType::kFloat32;
-  bool return_weights = false;
+struct DecodedRequest : wire::AttendCall {
+  // The call's shape and the kernel that will compute it.
+  AttentionPlan plan;
   // Bytes of the output tensor plus, when requested, the weights tensor,
   // that the response message carries (not those written into shared
   // memory).
   int64_t response_payload_bytes = 0;
-  // The regions the request refers to, and where the output and the weights
-  // go when the request placed them there (the request's reference and the
-  // mapped bytes; null = in the response).
+  // The regions the request refers to, and the mapped bytes the output and
+  // the weights go to when the request placed them there (null = in the
+  // response).
   SharedMemoryUse shared_memory;
-  const v1::SharedMemoryRef* output_ref = nullptr;
-  const v1::SharedMemoryRef* weights_ref = nullptr;
   char* output_data = nullptr;
   char* weights_data = nullptr;
 };
 
-// InvalidArgument naming the field ("query.data", "mask.key_lengths", ...) with
+// wire::DecodeAttend's errors; the engine's (Validate: shapes, masks, the
+// kernel) naming the field ("query.data", "mask.key_lengths", ...) with
 // the expected and actual shape or size; ResourceExhausted when the response
 // would exceed limits.max_response_bytes or the work limits.max_flops (the
 // message names the limit and the flag that raises it). `engine` validates the
@@ -66,10 +65,6 @@ AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
                                  v1::AttendResponse* response);
 
 // Helpers the model codec (server/model_codec.h) shares.
-
-// The response's output dtype: `fallback` for UNSPECIFIED, InvalidArgument
-// for BOOL, INT32 or unknown values.
-absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback);
 
 // Bytes of the output (and, when `weights`, the f32 weights) of a response;
 // ResourceExhausted naming both shapes and --max_response_bytes when they

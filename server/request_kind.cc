@@ -14,16 +14,14 @@ absl::Status AttendKind::Compute(const Decoded& decoded,
                                  AttentionEngine& engine,
                                  v1::AttendResponse* response) {
   const AttentionOutputs outputs = PrepareResponse(decoded, response);
-  const absl::Status status = engine.Run(decoded.inputs, outputs);
+  const absl::Status status = engine.Run(decoded.plan, outputs);
   if (!status.ok() || decoded.shared_memory.empty()) return status;
   return decoded.shared_memory.Finish();
 }
 
 void AttendKind::RecordCompute(const Decoded& decoded, double seconds,
                                Metrics& metrics) {
-  metrics.RecordCompute(ChooseKernel(decoded.shape, decoded.inputs.kernel,
-                                     decoded.return_weights),
-                        seconds, decoded.shape.flops);
+  metrics.RecordCompute(decoded.plan.kernel, seconds, decoded.plan.shape.flops);
 }
 
 const HostedModel* AttendKind::ModelOf(const Request& request,

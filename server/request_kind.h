@@ -71,7 +71,7 @@ struct AttendKind {
   // so it may run on any thread. Linear and LSH attention keep their team.
   static bool IsSmall(const Decoded& decoded, double threshold) {
     return decoded.inputs.method == AttentionMethod::kSoftmax &&
-           decoded.shape.flops < threshold;
+           decoded.plan.shape.flops < threshold;
   }
 };
 

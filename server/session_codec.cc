@@ -9,6 +9,7 @@
 #include "core/attention.h"
 #include "core/convert.h"
 #include "core/status_macros.h"
+#include "wire/attend.h"
 #include "wire/dtype.h"
 #include "wire/tensor.h"
 
@@ -197,8 +198,9 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
     d.scale = request.scale();
   }
   d.return_weights = request.return_weights();
-  ASSIGN_OR_RETURN(d.output_dtype, DecodeOutputDType(request.output_dtype(),
-                                                     d.queries[0].dtype));
+  ASSIGN_OR_RETURN(
+      d.output_dtype,
+      wire::DecodeOutputDType(request.output_dtype(), d.queries[0].dtype));
   return d;
 }
 

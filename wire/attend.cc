@@ -1,9 +1,11 @@
 #include "wire/attend.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/status_macros.h"
 #include "wire/dtype.h"
@@ -80,31 +82,8 @@ absl::StatusOr<BlockSparseSpec> DecodeBlockSparse(
   return spec;
 }
 
-}  // namespace
-
-absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
-  MaskSpec mask;
-  mask.causal = wire_mask.causal();
-  ASSIGN_OR_RETURN(mask.alignment, DecodeAlignment(wire_mask.alignment()));
-  if (wire_mask.has_window_left()) mask.window_left = wire_mask.window_left();
-  if (wire_mask.has_window_right()) {
-    mask.window_right = wire_mask.window_right();
-  }
-  mask.key_lengths = absl::MakeConstSpan(wire_mask.key_lengths().data(),
-                                         wire_mask.key_lengths().size());
-  if (wire_mask.has_explicit_mask()) {
-    ASSIGN_OR_RETURN(mask.explicit_mask,
-                     DecodeExplicitMask(wire_mask.explicit_mask()));
-  }
-  mask.alibi_slopes = absl::MakeConstSpan(wire_mask.alibi_slopes().data(),
-                                          wire_mask.alibi_slopes().size());
-  if (wire_mask.has_block_sparse()) {
-    ASSIGN_OR_RETURN(mask.block_sparse,
-                     DecodeBlockSparse(wire_mask.block_sparse()));
-  }
-  return mask;
-}
-
+// Sets inputs->method and its parameters from the request's method oneof
+// (unset = softmax). InvalidArgument naming the field (linear.feature_map).
 absl::Status DecodeMethod(const v1::AttendRequest& request,
                           AttentionInputs* inputs) {
   switch (request.method_case()) {
@@ -148,6 +127,141 @@ absl::Status DecodeMethod(const v1::AttendRequest& request,
     }
   }
   return absl::InvalidArgumentError("method: unknown variant");
+}
+
+absl::StatusOr<Layout> DecodeLayout(v1::Layout layout) {
+  switch (layout) {
+    case v1::LAYOUT_UNSPECIFIED:
+    case v1::BHLD:
+      return Layout::kBHLD;
+    case v1::BLHD:
+      return Layout::kBLHD;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("layout: unknown value ", static_cast<int>(layout),
+                       " (expected BHLD = 1 or BLHD = 2)"));
+  }
+}
+
+// The wire names of the axes, so a rank error tells the caller what to send.
+absl::string_view AxesOf(absl::string_view name, Layout layout) {
+  const bool bhld = layout == Layout::kBHLD;
+  if (name == "query") return bhld ? "[B, Hq, Lq, D]" : "[B, Lq, Hq, D]";
+  if (name == "key") return bhld ? "[B, Hkv, Lk, D]" : "[B, Lk, Hkv, D]";
+  return bhld ? "[B, Hkv, Lk, Dv]" : "[B, Lk, Hkv, Dv]";
+}
+
+// One of query/key/value; `query_dtype` is the query's once known, so key
+// and value are held to it.
+absl::StatusOr<TensorView> DecodeOperand(absl::string_view name, bool present,
+                                         const v1::Tensor& tensor,
+                                         Layout layout,
+                                         std::optional<DType> query_dtype,
+                                         SharedInputs* shared) {
+  if (!present) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": missing (expected a FLOAT32, BFLOAT16 or FLOAT16 tensor ",
+        AxesOf(name, layout), ")"));
+  }
+  ASSIGN_OR_RETURN(const DType dtype,
+                   FloatDType(name, tensor, query_dtype, "query",
+                              "query, key and value must share one dtype"));
+  TensorView view;
+  if (tensor.has_shared_memory()) {
+    if (shared == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name,
+          ".shared_memory: tensors in shared memory cannot be read "
+          "here"));
+    }
+    ASSIGN_OR_RETURN(const absl::string_view bytes,
+                     shared->Read(name, tensor, DTypeSize(dtype)));
+    ASSIGN_OR_RETURN(view, TensorViewFromBytes(name, bytes.data(), bytes.size(),
+                                               dtype, ShapeOf(tensor)));
+  } else {
+    ASSIGN_OR_RETURN(view, ViewAs(name, tensor, dtype));
+  }
+  if (view.rank != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".shape: expected rank 4 ", AxesOf(name, layout), ", got rank ",
+        view.rank, " (shape ", ShapeString(view.dims()), ")"));
+  }
+  return view;
+}
+
+}  // namespace
+
+absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
+  MaskSpec mask;
+  mask.causal = wire_mask.causal();
+  ASSIGN_OR_RETURN(mask.alignment, DecodeAlignment(wire_mask.alignment()));
+  if (wire_mask.has_window_left()) mask.window_left = wire_mask.window_left();
+  if (wire_mask.has_window_right()) {
+    mask.window_right = wire_mask.window_right();
+  }
+  mask.key_lengths = absl::MakeConstSpan(wire_mask.key_lengths().data(),
+                                         wire_mask.key_lengths().size());
+  if (wire_mask.has_explicit_mask()) {
+    ASSIGN_OR_RETURN(mask.explicit_mask,
+                     DecodeExplicitMask(wire_mask.explicit_mask()));
+  }
+  mask.alibi_slopes = absl::MakeConstSpan(wire_mask.alibi_slopes().data(),
+                                          wire_mask.alibi_slopes().size());
+  if (wire_mask.has_block_sparse()) {
+    ASSIGN_OR_RETURN(mask.block_sparse,
+                     DecodeBlockSparse(wire_mask.block_sparse()));
+  }
+  return mask;
+}
+
+absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {
+  if (wire == v1::DATA_TYPE_UNSPECIFIED) return fallback;
+  ASSIGN_OR_RETURN(const DType dtype, DTypeFromWire(wire, "output_dtype"));
+  if (dtype == DType::kBool) {
+    return absl::InvalidArgumentError(
+        "output_dtype: BOOL is not supported (expected FLOAT32, BFLOAT16, "
+        "FLOAT16 or unspecified for the inputs' dtype)");
+  }
+  return dtype;
+}
+
+absl::StatusOr<AttendCall> DecodeAttend(const v1::AttendRequest& request,
+                                        SharedInputs* shared) {
+  AttendCall call;
+  AttentionInputs& inputs = call.inputs;
+  ASSIGN_OR_RETURN(inputs.layout, DecodeLayout(request.layout()));
+  RETURN_IF_ERROR(DecodeMethod(request, &inputs));
+  ASSIGN_OR_RETURN(inputs.query,
+                   DecodeOperand("query", request.has_query(), request.query(),
+                                 inputs.layout, std::nullopt, shared));
+  if (inputs.method != AttentionMethod::kLsh) {
+    ASSIGN_OR_RETURN(inputs.key,
+                     DecodeOperand("key", request.has_key(), request.key(),
+                                   inputs.layout, inputs.query.dtype, shared));
+  } else if (request.has_key()) {
+    return absl::InvalidArgumentError(
+        "key: LSH attention shares queries and keys (Reformer's shared-QK); "
+        "send no key");
+  }
+  ASSIGN_OR_RETURN(inputs.value,
+                   DecodeOperand("value", request.has_value(), request.value(),
+                                 inputs.layout, inputs.query.dtype, shared));
+  ASSIGN_OR_RETURN(inputs.mask, DecodeMask(request.mask()));
+  if (request.has_scale()) inputs.scale = request.scale();
+  ASSIGN_OR_RETURN(call.output_dtype, DecodeOutputDType(request.output_dtype(),
+                                                        inputs.query.dtype));
+  call.return_weights = request.return_weights();
+  if (request.has_output_shared_memory()) {
+    call.output_ref = &request.output_shared_memory();
+  }
+  if (request.has_weights_shared_memory()) {
+    if (!call.return_weights) {
+      return absl::InvalidArgumentError(
+          "weights_shared_memory: set without return_weights");
+    }
+    call.weights_ref = &request.weights_shared_memory();
+  }
+  return call;
 }
 
 }  // namespace attnserve::wire

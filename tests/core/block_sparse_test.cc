@@ -436,9 +436,9 @@ TEST(BlockSparseTest, FullLayoutEqualsDense) {
     spec.local_left = 1000;
     spec.local_right = 1000;
     in.mask.block_sparse = spec;
-    auto shape = (*engine)->Validate(in);
-    ASSERT_TRUE(shape.ok());
-    EXPECT_DOUBLE_EQ(shape->flops, shape->dense_flops());
+    auto plan = (*engine)->Validate(in);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_DOUBLE_EQ(plan->shape.flops, plan->shape.dense_flops());
     ASSERT_TRUE((*engine)->Run(in, {sparse.mutable_view(), std::nullopt}).ok());
     for (int64_t i = 0; i < dense.size(); ++i) {
       ASSERT_NEAR(sparse.at(i), dense.at(i), 2e-6f) << "bs " << bs << " @" << i;
@@ -458,9 +458,10 @@ TEST(BlockSparseTest, FlopsCountTheKeptBlocks) {
   in.mask.block_sparse = spec;
   auto engine = AttentionEngine::Create(EngineOptions{});
   ASSERT_TRUE(engine.ok());
-  auto shape = (*engine)->Validate(in);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  EXPECT_DOUBLE_EQ(shape->flops, shape->dense_flops() / 8);
+  auto plan = (*engine)->Validate(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_DOUBLE_EQ(plan->shape.flops, plan->shape.dense_flops() / 8);
+  EXPECT_EQ(plan->kernel, KernelPath::kFlash);
 }
 
 TEST(BlockSparseTest, DecodeKernelIsRefusedAndAutoUsesFlash) {

@@ -689,11 +689,12 @@ TEST(LinearAttentionFlopsTest, GqaCountsKeySumsPerKvHead) {
   in.linear.num_features = 32;
   auto engine = AttentionEngine::Create(EngineOptions{});
   ASSERT_TRUE(engine.ok());
-  auto shape = (*engine)->Validate(in);
-  ASSERT_TRUE(shape.ok()) << shape.status();
+  auto plan = (*engine)->Validate(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kernel, KernelPath::kLinear);
   const double keys = 2.0 * 12 * 32 * 16 + 2.0 * 12 * 32 * 5;
   const double queries = 2.0 * 10 * 32 * 16 + 2.0 * 10 * 32 * 5;
-  EXPECT_DOUBLE_EQ(shape->flops, 2 * (2 * keys + 8 * queries));
+  EXPECT_DOUBLE_EQ(plan->shape.flops, 2 * (2 * keys + 8 * queries));
   in.kernel = KernelPath::kFlash;
   const absl::Status st = (*engine)->Validate(in).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);

@@ -165,8 +165,9 @@ absl::StatusOr<Verdict> CheckAttendRequest(const v1::AttendRequest& request,
         "DecodeRequest passed a response of ", decoded->response_payload_bytes,
         " bytes over the limit ", limits.max_response_bytes));
   }
-  if (decoded->shape.flops > max_compute_flops) {
-    return Verdict{Outcome::kDecoded, decoded->shape.flops, absl::OkStatus()};
+  if (decoded->plan.shape.flops > max_compute_flops) {
+    return Verdict{Outcome::kDecoded, decoded->plan.shape.flops,
+                   absl::OkStatus()};
   }
   const AttentionOutputs outputs = server::PrepareResponse(*decoded, response);
   const int64_t prepared = static_cast<int64_t>(
@@ -178,7 +179,8 @@ absl::StatusOr<Verdict> CheckAttendRequest(const v1::AttendRequest& request,
   }
   const absl::Status run = engine.Run(decoded->inputs, outputs);
   if (!run.ok()) return Broken("Run failed on a decoded request", run);
-  return Verdict{Outcome::kComputed, decoded->shape.flops, absl::OkStatus()};
+  return Verdict{Outcome::kComputed, decoded->plan.shape.flops,
+                 absl::OkStatus()};
 }
 
 absl::StatusOr<Verdict> CheckModelRequest(const v1::ModelRequest& request,

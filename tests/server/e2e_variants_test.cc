@@ -65,9 +65,9 @@ class VariantsE2eTest : public ::testing::Test {
     }
     auto engine = AttentionEngine::Create(EngineOptions{});
     ASSERT_TRUE(engine.ok());
-    auto shape = (*engine)->Validate(inputs);
-    ASSERT_TRUE(shape.ok()) << shape.status();
-    EXPECT_EQ(response.timing().flops(), shape->flops);
+    auto plan = (*engine)->Validate(inputs);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(response.timing().flops(), plan->shape.flops);
   }
 
   static ServerProcess* server_;

@@ -253,7 +253,8 @@ TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
                     {{"method", method}}),
               std::nullopt);
   }
-  for (const char* kernel : {"flash", "decode", "materialized"}) {
+  for (const char* kernel :
+       {"flash", "decode", "materialized", "linear", "lsh"}) {
     EXPECT_NE(Value(scrape, "attnserve_compute_duration_seconds_count",
                     {{"kernel", kernel}}),
               std::nullopt);
@@ -411,6 +412,9 @@ TEST_F(MetricsTest, RecordsQueueComputeAndFlops) {
   metrics_->RecordCompute(KernelPath::kDecode, 0.02, 2.5e8);
   metrics_->RecordCompute(KernelPath::kMaterialized, 0.03, 5e8);
   metrics_->RecordCompute(KernelPath::kMaterialized, 0.04, 5e8);
+  metrics_->RecordCompute(KernelPath::kLinear, 0.06, 1e3);
+  metrics_->RecordCompute(KernelPath::kLsh, 0.07, 1e3);
+  metrics_->RecordCompute(KernelPath::kLsh, 0.08, 1e3);
   // kAuto names no kernel: its time has no series, its FLOPs still count.
   metrics_->RecordCompute(KernelPath::kAuto, 0.05, 1e6);
   const Scrape after = Get();
@@ -426,11 +430,13 @@ TEST_F(MetricsTest, RecordsQueueComputeAndFlops) {
   EXPECT_THAT(compute_count("flash"), Optional(1.0));
   EXPECT_THAT(compute_count("decode"), Optional(1.0));
   EXPECT_THAT(compute_count("materialized"), Optional(2.0));
+  EXPECT_THAT(compute_count("linear"), Optional(1.0));
+  EXPECT_THAT(compute_count("lsh"), Optional(2.0));
   EXPECT_THAT(Delta(before, after, "attnserve_compute_duration_seconds_sum",
                     {{"kernel", "materialized"}}),
               Optional(DoubleNear(0.07, 1e-9)));
   EXPECT_THAT(Delta(before, after, "attnserve_attention_flops_total"),
-              Optional(DoubleEq(1e9 + 2.5e8 + 1e9 + 1e6)));
+              Optional(DoubleEq(1e9 + 2.5e8 + 1e9 + 3e3 + 1e6)));
 }
 
 TEST_F(MetricsTest, RecordsBatchSizesInPowerOfTwoBuckets) {

@@ -104,14 +104,14 @@ TEST_F(RequestCodecTest, DecodesBhld) {
   auto decoded = Decode(request);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->inputs.layout, Layout::kBHLD);
-  EXPECT_EQ(decoded->shape.batch, kB);
-  EXPECT_EQ(decoded->shape.q_heads, kHq);
-  EXPECT_EQ(decoded->shape.kv_heads, kHkv);
-  EXPECT_EQ(decoded->shape.q_len, kLq);
-  EXPECT_EQ(decoded->shape.k_len, kLk);
-  EXPECT_EQ(decoded->shape.head_dim, kD);
-  EXPECT_EQ(decoded->shape.value_dim, kD);
-  EXPECT_THAT(decoded->shape.output_shape,
+  EXPECT_EQ(decoded->plan.shape.batch, kB);
+  EXPECT_EQ(decoded->plan.shape.q_heads, kHq);
+  EXPECT_EQ(decoded->plan.shape.kv_heads, kHkv);
+  EXPECT_EQ(decoded->plan.shape.q_len, kLq);
+  EXPECT_EQ(decoded->plan.shape.k_len, kLk);
+  EXPECT_EQ(decoded->plan.shape.head_dim, kD);
+  EXPECT_EQ(decoded->plan.shape.value_dim, kD);
+  EXPECT_THAT(decoded->plan.shape.output_shape,
               ::testing::ElementsAre(kB, kHq, kLq, kD));
   EXPECT_EQ(decoded->output_dtype, DType::kFloat32);
   EXPECT_FALSE(decoded->return_weights);
@@ -131,11 +131,11 @@ TEST_F(RequestCodecTest, DecodesBlhd) {
   auto decoded = Decode(request);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->inputs.layout, Layout::kBLHD);
-  EXPECT_EQ(decoded->shape.q_heads, kHq);
-  EXPECT_EQ(decoded->shape.q_len, kLq);
-  EXPECT_THAT(decoded->shape.output_shape,
+  EXPECT_EQ(decoded->plan.shape.q_heads, kHq);
+  EXPECT_EQ(decoded->plan.shape.q_len, kLq);
+  EXPECT_THAT(decoded->plan.shape.output_shape,
               ::testing::ElementsAre(kB, kLq, kHq, kD));
-  EXPECT_THAT(decoded->shape.weights_shape,
+  EXPECT_THAT(decoded->plan.shape.weights_shape,
               ::testing::ElementsAre(kB, kHq, kLq, kLk));
   EXPECT_TRUE(decoded->return_weights);
   EXPECT_EQ(decoded->response_payload_bytes,
@@ -597,7 +597,7 @@ TEST_F(RequestCodecTest, WorkOverLimit) {
   v1::AttendRequest request = ValidRequest();
   auto decoded = Decode(request);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
-  const double flops = decoded->shape.flops;
+  const double flops = decoded->plan.shape.flops;
   limits_.max_flops = flops - 1;
   EXPECT_THAT(DecodeStatus(request),
               StatusIs(absl::StatusCode::kResourceExhausted,
@@ -667,8 +667,8 @@ void ExpectRoundTripMatchesReference(AttentionEngine& engine,
   const absl::Status run = engine.Run(decoded->inputs, outputs);
   ASSERT_TRUE(run.ok()) << run;
 
-  const auto& out_shape = decoded->shape.output_shape;
-  const auto& w_shape = decoded->shape.weights_shape;
+  const auto& out_shape = decoded->plan.shape.output_shape;
+  const auto& w_shape = decoded->plan.shape.weights_shape;
   TestTensor ref_out(decoded->output_dtype,
                      {out_shape.begin(), out_shape.end()});
   TestTensor ref_w(DType::kFloat32, {w_shape.begin(), w_shape.end()});
@@ -763,7 +763,7 @@ TEST_F(RequestCodecTest, DecodesBlockSparse) {
   EXPECT_THAT(spec->global_tokens, ::testing::ElementsAre(0, 3));
   ASSERT_TRUE(spec->block_mask.has_value());
   EXPECT_EQ(spec->block_mask->dtype, DType::kBool);
-  EXPECT_LE(decoded->shape.flops, decoded->shape.dense_flops());
+  EXPECT_LE(decoded->plan.shape.flops, decoded->plan.shape.dense_flops());
 }
 
 TEST_F(RequestCodecTest, BlockSparseMalformedFields) {
@@ -879,8 +879,8 @@ TEST_F(RequestCodecTest, DecodesLshAttention) {
   EXPECT_EQ(decoded->inputs.lsh.num_buckets, 4);
   EXPECT_EQ(decoded->inputs.lsh.chunk_size, 2);
   EXPECT_EQ(decoded->inputs.lsh.seed, 11u);
-  EXPECT_EQ(decoded->shape.k_len, kLq);
-  EXPECT_EQ(decoded->shape.kv_heads, kHq);
+  EXPECT_EQ(decoded->plan.shape.k_len, kLq);
+  EXPECT_EQ(decoded->plan.shape.kv_heads, kHq);
 }
 
 TEST_F(RequestCodecTest, LshAttentionMalformedFields) {
@@ -919,6 +919,52 @@ TEST_F(RequestCodecTest, LshAttentionMalformedFields) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("mask.window_left/window_right: a sliding "
                                  "window is not supported by LSH attention")));
+}
+
+// The plan names the kernel that will run, which the metrics label and the
+// batching key read: core's rule, flash for a block-sparse layout where the
+// rule says decode, and the method's own kernel for linear and LSH attention.
+TEST(RequestCodecPlanTest, NamesTheKernelThatRuns) {
+  auto engine = AttentionEngine::Create(EngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const RequestLimits limits;
+  auto plan_of = [&](const v1::AttendRequest& request) {
+    absl::StatusOr<DecodedRequest> decoded =
+        DecodeRequest(request, **engine, limits);
+    EXPECT_TRUE(decoded.ok()) << decoded.status();
+    return decoded.ok() ? decoded->plan.kernel : KernelPath::kAuto;
+  };
+  // One query row against 2048 keys: the decode shape.
+  v1::AttendRequest request;
+  ToWire(TestTensor::Random(DType::kFloat32, {1, 2, 1, 8}, 1),
+         request.mutable_query());
+  ToWire(TestTensor::Random(DType::kFloat32, {1, 2, 2048, 8}, 2),
+         request.mutable_key());
+  ToWire(TestTensor::Random(DType::kFloat32, {1, 2, 2048, 8}, 3),
+         request.mutable_value());
+  EXPECT_EQ(plan_of(request), KernelPath::kDecode);
+
+  v1::AttendRequest sparse = request;
+  sparse.mutable_mask()->mutable_block_sparse()->set_block_size(64);
+  sparse.mutable_mask()->mutable_block_sparse()->set_local_left(2);
+  EXPECT_EQ(plan_of(sparse), KernelPath::kFlash);
+
+  v1::AttendRequest weights = request;
+  weights.set_return_weights(true);
+  EXPECT_EQ(plan_of(weights), KernelPath::kMaterialized);
+
+  v1::AttendRequest linear = request;
+  linear.mutable_linear()->set_feature_map(v1::ELU_PLUS_ONE);
+  EXPECT_EQ(plan_of(linear), KernelPath::kLinear);
+
+  v1::AttendRequest lsh = request;
+  lsh.clear_key();
+  lsh.mutable_lsh()->set_num_hashes(1);
+  lsh.mutable_lsh()->set_num_buckets(2);
+  lsh.mutable_lsh()->set_chunk_size(64);
+  ToWire(TestTensor::Random(DType::kFloat32, {1, 2, 2048, 8}, 4),
+         lsh.mutable_query());
+  EXPECT_EQ(plan_of(lsh), KernelPath::kLsh);
 }
 
 }  // namespace
