@@ -251,6 +251,18 @@ class AttentionEngine {
   absl::Status Run(const AttentionInputs& inputs,
                    const AttentionOutputs& outputs);
 
+  // Computes plans[i] into outputs[i] for every i, each exactly as its own
+  // Run on this engine would: the flash and the materialized calls each in
+  // one parallel region over all their tiles (one thread when the plans'
+  // FLOPs together are below EngineOptions::serial_below_flops), the others
+  // one after another. For a server's dynamic batching: many small calls
+  // for the cost of one, with no copy of their inputs or outputs.
+  // InvalidArgument "calls[i]: ..." for a plan or outputs Run would refuse
+  // (then nothing has run), or when the spans' sizes differ; Internal if
+  // oneDNN fails.
+  virtual absl::Status RunBatch(absl::Span<const AttentionPlan* const> plans,
+                                absl::Span<const AttentionOutputs> outputs) = 0;
+
   // Creates now every product primitive that softmax calls like `like` can
   // use — the same dtypes, head counts, head dims, layout, row strides and
   // mask parts, any Lq and Lk — so that such calls create none (a hosted layer

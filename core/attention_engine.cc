@@ -101,15 +101,7 @@ class Engine final : public AttentionEngine {
 
   absl::Status Run(const AttentionPlan& plan,
                    const AttentionOutputs& outputs) override {
-    if (plan.problem == nullptr) {
-      return absl::InvalidArgumentError("plan: not made by Validate");
-    }
-    if (outputs.weights.has_value() != plan.weights) {
-      return absl::InvalidArgumentError(
-          plan.weights ? "weights: the call was planned with a weights output"
-                       : "weights: the call was planned without a weights "
-                         "output");
-    }
+    RETURN_IF_ERROR(CheckPlan(plan, outputs));
     const Problem& problem = *plan.problem;
     ASSIGN_OR_RETURN(Strides4 out_strides, ResolveOutput(problem, outputs));
     if (plan.kernel == KernelPath::kLinear || plan.kernel == KernelPath::kLsh) {
@@ -132,6 +124,49 @@ class Engine final : public AttentionEngine {
           return RunFlash(args, ws);
       }
     });
+  }
+
+  absl::Status RunBatch(absl::Span<const AttentionPlan* const> plans,
+                        absl::Span<const AttentionOutputs> outputs) override {
+    if (plans.size() != outputs.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("outputs: ", outputs.size(), " for ", plans.size(),
+                       " plans (expected one per plan)"));
+    }
+    double flops = 0;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      RETURN_IF_ERROR(PrefixedCall(i, CheckPlan(*plans[i], outputs[i])));
+      flops += plans[i]->shape.flops;
+    }
+    const int threads = flops < options_.serial_below_flops ? 1 : threads_;
+    std::vector<KernelArgs> flash, materialized;
+    std::vector<size_t> others;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      const AttentionPlan& plan = *plans[i];
+      const absl::StatusOr<Strides4> out_strides =
+          ResolveOutput(*plan.problem, outputs[i]);
+      if (!out_strides.ok()) return PrefixedCall(i, out_strides.status());
+      const KernelPath kernel = plan.kernel;
+      if (kernel != KernelPath::kFlash && kernel != KernelPath::kMaterialized) {
+        others.push_back(i);
+        continue;
+      }
+      const AttentionShape& s = plan.shape;
+      if (s.batch == 0 || s.q_len == 0 || s.q_heads == 0) continue;
+      (kernel == KernelPath::kFlash ? flash : materialized)
+          .push_back(ArgsFor(*plan.problem, outputs[i], *out_strides, kernel,
+                             threads));
+    }
+    if (!flash.empty() || !materialized.empty()) {
+      RETURN_IF_ERROR(WithWorkspaces([&](absl::Span<Workspace* const> ws) {
+        RETURN_IF_ERROR(RunFlashBatch(flash, ws));
+        return RunMaterializedBatch(materialized, ws);
+      }));
+    }
+    for (size_t i : others) {
+      RETURN_IF_ERROR(PrefixedCall(i, Run(*plans[i], outputs[i])));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status WarmUpThread() override {
@@ -261,6 +296,26 @@ class Engine final : public AttentionEngine {
   static absl::Status Prefixed(size_t sequence, const absl::Status& status) {
     return absl::Status(status.code(), absl::StrCat("sequences[", sequence,
                                                     "]: ", status.message()));
+  }
+  static absl::Status PrefixedCall(size_t call, const absl::Status& status) {
+    if (status.ok()) return status;
+    return absl::Status(status.code(),
+                        absl::StrCat("calls[", call, "]: ", status.message()));
+  }
+
+  // A plan made by Validate, and outputs with weights as planned.
+  static absl::Status CheckPlan(const AttentionPlan& plan,
+                                const AttentionOutputs& outputs) {
+    if (plan.problem == nullptr) {
+      return absl::InvalidArgumentError("plan: not made by Validate");
+    }
+    if (outputs.weights.has_value() != plan.weights) {
+      return absl::InvalidArgumentError(
+          plan.weights ? "weights: the call was planned with a weights output"
+                       : "weights: the call was planned without a weights "
+                         "output");
+    }
+    return absl::OkStatus();
   }
 
   // Linear and LSH attention (core/variants/) on this engine's workspaces.

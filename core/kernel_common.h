@@ -56,6 +56,7 @@ struct Workspace {
   // packed_blocks[i]. Spans that are not whole blocks (the causal diagonal),
   // or heads past kMaxPackedHeadBytes, are packed into span_k / span_v per
   // use.
+  const Problem* packed_problem = nullptr;
   int64_t packed_batch = -1, packed_kv_head = -1;
   std::vector<bool> packed_blocks;
   ScratchBuffer packed_k, packed_v, span_k, span_v;
@@ -96,6 +97,10 @@ struct VariantContext {
 };
 
 absl::Status RunFlash(const KernelArgs& args, absl::Span<Workspace* const> ws);
+// The flash kernel over several calls at once, one parallel region over every
+// call's tiles; each call's results are those of its own RunFlash.
+absl::Status RunFlashBatch(absl::Span<const KernelArgs> calls,
+                           absl::Span<Workspace* const> ws);
 absl::Status RunDecode(const KernelArgs& args, absl::Span<Workspace* const> ws);
 // The decode kernel over several calls at once (one per sequence of a paged
 // batch): one parallel region over every call's (batch, kv head, row chunk,
@@ -104,6 +109,9 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
                             absl::Span<Workspace* const> ws);
 absl::Status RunMaterialized(const KernelArgs& args,
                              absl::Span<Workspace* const> ws);
+// As RunFlashBatch, for the materialized kernel.
+absl::Status RunMaterializedBatch(absl::Span<const KernelArgs> calls,
+                                  absl::Span<Workspace* const> ws);
 
 // Helpers shared by the kernels.
 
@@ -207,6 +215,14 @@ void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0,
 template <typename Fn>
 absl::Status ParallelFor(int num_threads, absl::Span<Workspace* const> ws,
                          int64_t count, const Fn& fn);
+
+// Several calls' items as one list in one ParallelFor (on calls[0]'s
+// threads): fn(call, workspace, item) for item in [0, items_of(call)) of
+// every call, the call of a global index found by binary search.
+template <typename ItemsOf, typename Fn>
+absl::Status ParallelForCalls(absl::Span<const KernelArgs> calls,
+                              absl::Span<Workspace* const> ws,
+                              const ItemsOf& items_of, const Fn& fn);
 
 }  // namespace attnserve
 

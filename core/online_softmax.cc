@@ -437,7 +437,9 @@ void PackSpan(const KernelArgs& args, const RowSet& rows, int64_t k0, int64_t n,
          ws->span_v.Get<uint16_t>(AmxPackedValuesSize(n, dv)));
     return;
   }
-  if (ws->packed_batch != rows.batch || ws->packed_kv_head != rows.kv_head) {
+  if (ws->packed_problem != &p || ws->packed_batch != rows.batch ||
+      ws->packed_kv_head != rows.kv_head) {
+    ws->packed_problem = &p;
     ws->packed_batch = rows.batch;
     ws->packed_kv_head = rows.kv_head;
     ws->packed_blocks.assign(blocks, false);

@@ -241,26 +241,12 @@ void AttentionService::RunAttendBatch(AttentionEngine& engine,
       AnswerAlone(std::move(status), stages, p->answer);
     }
   };
-  // The gathered inputs and the batch's output are memory the members'
-  // reservations do not cover.
-  MemoryBudget::Reservation reservation;
-  if (options_.budget != nullptr) {
-    absl::StatusOr<MemoryBudget::Reservation> reserved =
-        options_.budget->Reserve(AttendBatchBytes(batch));
-    if (!reserved.ok()) {
-      metrics_->RecordBatchFallback(/*memory_budget=*/true);
-      run_each_alone();
-      return;
-    }
-    reservation = *std::move(reserved);
-  }
   const absl::Time start = absl::Now();
   const absl::Status status = server::RunAttendBatch(batch, engine);
   const absl::Time end = absl::Now();
-  reservation.Release();
   if (!status.ok()) {
     // Each member gets its own result, or its own error.
-    metrics_->RecordBatchFallback(/*memory_budget=*/false);
+    metrics_->RecordBatchFallback();
     run_each_alone();
     return;
   }

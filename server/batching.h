@@ -1,12 +1,12 @@
 #ifndef ATTNSERVE_SERVER_BATCHING_H_
 #define ATTNSERVE_SERVER_BATCHING_H_
 
-// Dynamic batching of Attend requests (docs/architecture.md, "Dynamic
+// Dynamic batching of Attend requests (docs/operations.md, "Small requests and
 // batching"): which decoded requests may share one engine run, and that run.
-// The scheduler decides when a batch forms (server/scheduler.h); this file
-// decides what may be in one and computes it.
+// The scheduler decides when a batch forms (server/scheduler.h); the engine
+// runs the members' plans as one item list (AttentionEngine::RunBatch), each
+// into its own response.
 
-#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -18,15 +18,12 @@
 namespace attnserve::server {
 
 // The key under which a decoded Attend request may share an engine run;
-// requests of equal keys are compatible, "" = never batched. Compatible
-// requests use no shared memory (server/shared_memory_codec.h), have the
-// softmax method, no explicit mask tensor and no
-// block-sparse layout, dense query/key/value, a kernel other than decode
-// (whose key split depends on the batch's size), and equal: layout, dtype,
-// output dtype, return_weights, requested and chosen kernel, Hq, Hkv, Lq, Lk,
-// D, Dv, scale (given or default), causal and its alignment, window sides,
-// ALiBi slopes (their values) and whether key_lengths are given. Only the
-// batch size B may differ.
+// "" = never batched. Every request planned for the flash or materialized
+// kernel that uses no shared memory (server/shared_memory_codec.h: its
+// regions are checked after its own kernel) has the same key, whatever its
+// shape, dtypes and mask: the engine computes each member as its own run
+// would, on any number of threads. Decode, linear and LSH plans, whose
+// results depend on the thread count, run alone.
 std::string AttendBatchKey(const DecodedRequest& decoded);
 
 // One request of a batched run.
@@ -35,18 +32,11 @@ struct BatchedAttend {
   v1::AttendResponse* response = nullptr;
 };
 
-// What a batched run of `members` holds beyond the members' own requests and
-// responses (their inputs gathered, and the batch's output and weights): the
-// bytes it reserves in the memory budget.
-int64_t AttendBatchBytes(absl::Span<const BatchedAttend> members);
-
-// Computes `members` (at least one, equal non-empty AttendBatchKey) in one
-// engine run: their inputs (and key_lengths) concatenated along the batch
-// axis, one Run, then each member's rows of the output (and weights) copied
-// into its response, which PrepareResponse sizes. Each member's rows are
-// computed exactly as a run of its own would compute them (the kernels treat
-// every batch row alone), so the results are bit-identical. The engine's
-// errors; on error the responses are unspecified.
+// Computes `members` (non-empty AttendBatchKey) in one engine run
+// (AttentionEngine::RunBatch): each member's output (and weights) written
+// straight into its response, which PrepareResponse sizes, bit-identical to
+// a run of its own. The engine's errors, naming the member ("calls[2]: ...");
+// on error the responses are unspecified.
 absl::Status RunAttendBatch(absl::Span<const BatchedAttend> members,
                             AttentionEngine& engine);
 

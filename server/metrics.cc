@@ -270,7 +270,7 @@ struct Metrics::Impl {
   prometheus::Histogram* request_duration[kNumMethods] = {};
   prometheus::Histogram* queue_duration = nullptr;
   prometheus::Histogram* batch_size = nullptr;
-  prometheus::Counter* batch_fallbacks[2] = {};
+  prometheus::Counter* batch_fallbacks = nullptr;
   prometheus::Histogram* compute_duration[kNumKernels] = {};
   prometheus::Gauge* inflight = nullptr;
   prometheus::Gauge* queue_depth = nullptr;
@@ -374,12 +374,9 @@ Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
           .Name("attnserve_batch_fallbacks_total")
           .Help(
               "Batches whose members were computed one by one instead, in "
-              "batches, by reason: the batch's working bytes did not fit "
-              "--max_inflight_bytes (memory_budget), or its run failed "
-              "(error).")
+              "batches, by reason: the batched run failed (error).")
           .Register(r);
-  impl_->batch_fallbacks[0] = &fallbacks.Add({{"reason", "memory_budget"}});
-  impl_->batch_fallbacks[1] = &fallbacks.Add({{"reason", "error"}});
+  impl_->batch_fallbacks = &fallbacks.Add({{"reason", "error"}});
 
   auto& compute = prometheus::BuildHistogram()
                       .Name("attnserve_compute_duration_seconds")
@@ -574,9 +571,7 @@ void Metrics::RecordBatch(int size) {
   impl_->batch_size->Observe(static_cast<double>(size));
 }
 
-void Metrics::RecordBatchFallback(bool memory_budget) {
-  impl_->batch_fallbacks[memory_budget ? 0 : 1]->Increment();
-}
+void Metrics::RecordBatchFallback() { impl_->batch_fallbacks->Increment(); }
 
 void Metrics::RecordRejection(Rejection reason) {
   impl_->rejected[RejectionIndex(reason)]->Increment();

@@ -116,10 +116,9 @@ class Metrics {
   void RecordModelCompute(int model, double seconds, double flops);
   // attnserve_batch_size: the tasks of one scheduler run (1 = alone).
   void RecordBatch(int size);
-  // attnserve_batch_fallbacks_total{reason}: a batch computed member by
-  // member because its working bytes did not fit the memory budget
-  // (memory_budget) or its run failed (error).
-  void RecordBatchFallback(bool memory_budget);
+  // attnserve_batch_fallbacks_total{reason="error"}: a batch computed member
+  // by member because its run failed.
+  void RecordBatchFallback();
   // attnserve_rejected_total{reason}.
   void RecordRejection(Rejection reason);
   // attnserve_send_timeouts_total: calls cancelled because the client did

@@ -827,5 +827,83 @@ TEST(EngineTest, ReportsItsConfiguration) {
   EXPECT_EQ(OneDnnVersion().substr(0, 2), "2.");
 }
 
+// RunBatch computes each plan as its own Run would, whatever its kernel: a
+// flash, a materialized (weights) and a linear call of different shapes.
+TEST(EngineBatchTest, EachPlanAsItsOwnRun) {
+  auto engine = AttentionEngine::Create(EngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  struct Call {
+    TestTensor q, k, v, out, weights;
+    AttentionInputs in;
+    AttentionPlan plan;
+    bool with_weights;
+  };
+  std::vector<Call> calls(3);
+  const int64_t lens[3] = {40, 9, 33};
+  for (int c = 0; c < 3; ++c) {
+    Call& call = calls[c];
+    const int64_t l = lens[c];
+    call.q = TestTensor::Random(DType::kFloat32, {2, 2, l, 16}, 10 * c + 1);
+    call.k = TestTensor::Random(DType::kFloat32, {2, 1, l + 3, 16}, 10 * c + 2);
+    call.v = TestTensor::Random(DType::kFloat32, {2, 1, l + 3, 8}, 10 * c + 3);
+    call.in.query = call.q.view();
+    call.in.key = call.k.view();
+    call.in.value = call.v.view();
+    call.in.mask.causal = c == 0;
+    if (c == 2) call.in.method = AttentionMethod::kLinear;
+    call.with_weights = c == 1;
+    auto plan = (*engine)->Validate(call.in, call.with_weights);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    call.plan = *std::move(plan);
+    call.out = TestTensor(DType::kFloat32, {2, 2, l, 8});
+    call.weights = TestTensor(DType::kFloat32, {2, 2, l, l + 3});
+  }
+  EXPECT_EQ(calls[0].plan.kernel, KernelPath::kFlash);
+  EXPECT_EQ(calls[1].plan.kernel, KernelPath::kMaterialized);
+  EXPECT_EQ(calls[2].plan.kernel, KernelPath::kLinear);
+  auto outputs_of = [](Call& call, TestTensor* out, TestTensor* weights) {
+    AttentionOutputs o;
+    o.output = out->mutable_view();
+    if (call.with_weights) o.weights = weights->mutable_view();
+    return o;
+  };
+  std::vector<const AttentionPlan*> plans;
+  std::vector<AttentionOutputs> outputs;
+  std::vector<TestTensor> alone_out, alone_weights;
+  for (Call& call : calls) {
+    alone_out.push_back(call.out);
+    alone_weights.push_back(call.weights);
+  }
+  for (size_t c = 0; c < calls.size(); ++c) {
+    ASSERT_TRUE((*engine)
+                    ->Run(calls[c].plan, outputs_of(calls[c], &alone_out[c],
+                                                    &alone_weights[c]))
+                    .ok());
+    plans.push_back(&calls[c].plan);
+    outputs.push_back(outputs_of(calls[c], &calls[c].out, &calls[c].weights));
+  }
+  ASSERT_TRUE((*engine)->RunBatch(plans, outputs).ok());
+  for (size_t c = 0; c < calls.size(); ++c) {
+    SCOPED_TRACE(c);
+    EXPECT_EQ(std::memcmp(calls[c].out.data(), alone_out[c].data(),
+                          calls[c].out.size() * sizeof(float)),
+              0);
+    EXPECT_EQ(std::memcmp(calls[c].weights.data(), alone_weights[c].data(),
+                          calls[c].weights.size() * sizeof(float)),
+              0);
+  }
+
+  // Refused before anything runs, naming the call.
+  outputs[2].weights = calls[1].weights.mutable_view();
+  const absl::Status status = (*engine)->RunBatch(plans, outputs);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("calls[2]: weights"));
+  EXPECT_EQ((*engine)
+                ->RunBatch(plans, absl::MakeConstSpan(outputs).subspan(1))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace attnserve

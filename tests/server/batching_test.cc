@@ -175,86 +175,63 @@ TEST_F(BatchingTest, BatchedRunsAreBitIdenticalToRunsAlone) {
   }
 }
 
-TEST_F(BatchingTest, KeyIgnoresTheBatchSizeOnly) {
+// Members of every shape, dtype and mask in one run: each is computed as its
+// own run would compute it.
+TEST_F(BatchingTest, AMixedBatchIsBitIdenticalToRunsAlone) {
+  std::vector<Config> configs(3);
+  configs[0] = {"f32"};
+  configs[1] = {"bf16_causal"};
+  configs[1].dtype = DType::kBFloat16;
+  configs[1].causal = true;
+  configs[2] = {"f32_weights"};
+  configs[2].weights = true;
+  configs[2].lq = 8;
+  configs[2].lk = 24;
+  std::vector<v1::AttendRequest> requests;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    requests.push_back(MakeRequest(configs[i], 1 + i % 2, 7 * i + 3));
+  }
+  std::vector<DecodedRequest> decoded;
+  for (const v1::AttendRequest& r : requests) decoded.push_back(Decode(r));
+  std::vector<v1::AttendResponse> alone(requests.size());
+  std::vector<v1::AttendResponse> batched(requests.size());
+  std::vector<BatchedAttend> members;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_EQ(AttendBatchKey(decoded[i]), AttendBatchKey(decoded[0]));
+    const AttentionOutputs outputs = PrepareResponse(decoded[i], &alone[i]);
+    ASSERT_TRUE(alone_->Run(decoded[i].inputs, outputs).ok());
+    members.push_back(BatchedAttend{&decoded[i], &batched[i]});
+  }
+  ASSERT_TRUE(RunAttendBatch(members, *batched_).ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(configs[i].name);
+    EXPECT_TRUE(batched[i].output().data() == alone[i].output().data());
+    EXPECT_TRUE(batched[i].weights().data() == alone[i].weights().data());
+    EXPECT_EQ(batched[i].has_weights(), configs[i].weights);
+  }
+}
+
+TEST_F(BatchingTest, KeyJoinsEverySoftmaxRequest) {
   const Config base{"base"};
   const std::string key = Key(MakeRequest(base, 1, 1));
   ASSERT_FALSE(key.empty());
-  EXPECT_EQ(Key(MakeRequest(base, 5, 2)), key);
-
-  auto differs = [&](const Config& c) {
-    return Key(MakeRequest(c, 1, 1)) != key;
-  };
   Config c = base;
   c.lq = 15;
-  EXPECT_TRUE(differs(c));
-  c = base;
-  c.lk = 17;
-  EXPECT_TRUE(differs(c));
-  c = base;
   c.hq = 4;
-  EXPECT_TRUE(differs(c));
-  c = base;
   c.hkv = 2;
-  EXPECT_TRUE(differs(c));
-  c = base;
-  c.d = 32;
-  EXPECT_TRUE(differs(c));
-  c = base;
   c.dtype = DType::kBFloat16;
-  EXPECT_TRUE(differs(c));
-  c = base;
-  c.output_dtype = v1::FLOAT16;
-  EXPECT_TRUE(differs(c));
-  c = base;
-  c.layout = v1::BLHD;
-  EXPECT_TRUE(differs(c));
-  c = base;
   c.causal = true;
-  EXPECT_TRUE(differs(c));
-  Config causal = base;
-  causal.causal = true;
-  c = causal;
-  c.bottom_right = true;
-  EXPECT_NE(Key(MakeRequest(c, 1, 1)), Key(MakeRequest(causal, 1, 1)));
-  c = base;
-  c.window = true;
-  EXPECT_TRUE(differs(c));
-  c = base;
-  c.key_lengths = true;
-  EXPECT_TRUE(differs(c));
-  c = base;
   c.alibi = true;
-  EXPECT_TRUE(differs(c));
-  c = base;
   c.weights = true;
-  EXPECT_TRUE(differs(c));
-
-  v1::AttendRequest scaled = MakeRequest(base, 1, 1);
-  scaled.set_scale(0.125f);  // 1/sqrt(64), the default's value, but given
-  EXPECT_NE(Key(scaled), key);
-  v1::AttendRequest other_scale = scaled;
-  other_scale.set_scale(0.25f);
-  EXPECT_NE(Key(other_scale), Key(scaled));
-
-  v1::AttendRequest other_slopes = MakeRequest(
-      [&] {
-        Config a = base;
-        a.alibi = true;
-        return a;
-      }(),
-      1, 1);
-  const std::string alibi_key = Key(other_slopes);
-  other_slopes.mutable_mask()->set_alibi_slopes(0, 0.3f);
-  EXPECT_NE(Key(other_slopes), alibi_key);
-}
-
-TEST_F(BatchingTest, IncompatibleKindsAreNeverBatched) {
-  const Config base{"base"};
+  EXPECT_EQ(Key(MakeRequest(c, 3, 2)), key);
   v1::AttendRequest masked = MakeRequest(base, 1, 1);
   ToWire(TestTensor(DType::kBool, {16, 16}),
          masked.mutable_mask()->mutable_explicit_mask());
-  EXPECT_EQ(Key(masked), "");
+  EXPECT_EQ(Key(masked), key);
+}
 
+TEST_F(BatchingTest, OtherKernelsAreNeverBatched) {
+  const Config base{"base"};
   v1::AttendRequest linear = MakeRequest(base, 1, 1);
   linear.mutable_linear()->set_feature_map(v1::ELU_PLUS_ONE);
   EXPECT_EQ(Key(linear), "");
@@ -266,20 +243,20 @@ TEST_F(BatchingTest, IncompatibleKindsAreNeverBatched) {
   EXPECT_EQ(Key(MakeRequest(decode, 1, 1)), "");
 }
 
-TEST_F(BatchingTest, BatchBytesCountGatheredInputsAndTheBatchOutputs) {
-  Config c{"c"};
-  c.weights = true;
-  c.key_lengths = true;
-  const v1::AttendRequest r1 = MakeRequest(c, 1, 1);
-  const v1::AttendRequest r2 = MakeRequest(c, 2, 2);
+// A member the engine refuses fails the whole run with its index; the
+// service then computes each member alone.
+TEST_F(BatchingTest, AFailedRunNamesTheMember) {
+  const Config base{"base"};
+  const v1::AttendRequest r1 = MakeRequest(base, 1, 1);
+  const v1::AttendRequest r2 = MakeRequest(base, 1, 2);
   DecodedRequest d1 = Decode(r1), d2 = Decode(r2);
+  d2.plan.weights = true;  // its response will have no weights tensor
   v1::AttendResponse a, b;
   const std::vector<BatchedAttend> members = {{&d1, &a}, {&d2, &b}};
-  // B = 3: q 3*2*16*64, k and v 3*1*16*64 floats, 3 key lengths, output
-  // 3*2*16*64 and weights 3*2*16*16 floats.
-  const int64_t floats =
-      3 * (2 * 16 * 64 + 2 * 16 * 64 + 2 * 16 * 64 + 2 * 16 * 16);
-  EXPECT_EQ(AttendBatchBytes(members), floats * 4 + 3 * 4);
+  const absl::Status status = RunAttendBatch(members, *batched_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("calls[1]: weights"));
 }
 
 }  // namespace
