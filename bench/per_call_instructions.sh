@@ -7,11 +7,12 @@
 #
 #   bench/per_call_instructions.sh [--echo | --v2] [--build DIR] [--seconds N] [-- SERVER_FLAGS...]
 #
-# Starts build/server/attnserve (or, with --echo, build/bench/attnserve_echo_server)
-# under callgrind, warms it up, counts the instructions of N seconds (default 8) of
-# closed-loop load (32 calls outstanding on 4 connections; with --v2 the same calls
-# as ModelInfer) and prints one JSON line: calls, instructions per call, and the
-# inclusive instructions per call of the server's main stages (attnserve only).
+# Starts build/server/attnserve (or, with --echo,
+# build/server/bench/attnserve_echo_server) under callgrind, warms it up, counts the
+# instructions of N seconds (default 8) of closed-loop load (32 calls outstanding on
+# 4 connections; with --v2 the same calls as ModelInfer) and prints one JSON line:
+# calls, instructions per call, and the inclusive instructions per call of the
+# server's main stages (attnserve only).
 # Under valgrind the CPU has no AVX-512 or AMX: oneDNN and the kernel run their
 # AVX2 code, and `rep stos`/`rep movs` count one instruction per iteration, so
 # compare runs of this script with each other, not with native time. DIR (default build) is relative to the
@@ -45,7 +46,7 @@ for tool in valgrind callgrind_annotate callgrind_control /usr/bin/python3; do
 done
 attnctl="$build/client/attnctl"
 if $echo_server; then
-  server=("$build/bench/attnserve_echo_server")
+  server=("$build/server/bench/attnserve_echo_server")
 else
   server=("$build/server/attnserve" --metrics_listen=127.0.0.1:0)
 fi

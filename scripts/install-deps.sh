@@ -40,7 +40,7 @@ test_packages=(
   python3
   # deployment checks (tests/deploy): promtool, YAML parsing with /usr/bin/python3
   prometheus python3-yaml
-  # session routing (tests/server/e2e_session_routing_test.cc, deploy/haproxy/)
+  # session routing (tests/server/e2e/e2e_session_routing_test.cc, deploy/haproxy/)
   haproxy
   # the Python client (python/, tests/python/): /usr/bin/python3's own packages, a
   # venv with --system-site-packages, stubs from protoc + grpc_python_plugin

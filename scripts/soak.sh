@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak test of `make test` (tests/server/e2e_fault_test.cc,
+# The soak test of `make test` (tests/server/e2e/e2e_fault_test.cc,
 # E2eSoakTest): a real attnserve at 70% of the capacity measured just before,
 # over a mix of shapes, for as long as asked. It fails on any failed or changed
 # answer, a median 10 s window whose p99 is past twice the first window's (or
@@ -18,4 +18,4 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 20 ]; then
 fi
 bash "$root/scripts/build-release.sh" "$build_dir" attnserve_fault_tests
 ATTNSERVE_SOAK_SECONDS="$seconds" \
-  "$build_dir/tests/server/attnserve_fault_tests" --gtest_filter='E2eSoakTest.*'
+  "$build_dir/tests/server/e2e/attnserve_fault_tests" --gtest_filter='E2eSoakTest.*'

@@ -151,14 +151,16 @@ def program_flags(root):
     attnctl.names.add("help")
     programs["attnctl"] = attnctl
 
-    bench = os.path.join(root, "bench")
-    for name, sources in cmake_executables(
-            read(os.path.join(bench, "CMakeLists.txt"))).items():
-        flags = Flags()
-        for source in sources:
-            flags.add_absl(read(os.path.join(bench, source)))
-        flags.names |= ABSL_BUILTIN
-        programs[name] = flags
+    # The benchmarks: bench/, and server/bench/ (the RPC benchmark and its echo).
+    for folder in ("bench", os.path.join("server", "bench")):
+        bench = os.path.join(root, folder)
+        for name, sources in cmake_executables(
+                read(os.path.join(bench, "CMakeLists.txt"))).items():
+            flags = Flags()
+            for source in sources:
+                flags.add_absl(read(os.path.join(bench, source)))
+            flags.names |= ABSL_BUILTIN
+            programs[name] = flags
 
     # argparse options: python -m attnserve.<module>, and the examples' scripts.
     for folder, prefix in ((os.path.join("python", "attnserve"), "attnserve."),

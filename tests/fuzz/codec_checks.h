@@ -6,8 +6,8 @@
 // and a message saying why, or it decodes into inputs that the engine (or the
 // hosted layer) runs without error, with responses of the sizes decoded. The
 // one home of that check: the libFuzzer target (tests/fuzz/fuzz_target.cc),
-// the seeded request driver (tests/server/request_fuzz.cc) and the seeded
-// model and session suites (tests/server/*_fuzz_test.cc) all call it.
+// the seeded request driver (tests/server/unit/request_fuzz.cc) and the seeded
+// model and session suites (tests/server/unit/*_fuzz_test.cc) all call it.
 //
 // Each Check* returns what became of the message, or Internal naming the
 // broken promise (a bug in the server code, never in the message). Not

@@ -2,8 +2,8 @@
 #define ATTNSERVE_TESTS_FUZZ_SEED_REQUESTS_H_
 
 // Valid AttendRequests to start fuzzing from: the seeded driver
-// (tests/server/request_fuzz_main.cc) mutates them, and the corpus generator
-// (tests/fuzz/make_corpus.cc) writes them for libFuzzer.
+// (tests/server/unit/request_fuzz_main.cc) mutates them, and the corpus
+// generator (tests/fuzz/make_corpus.cc) writes them for libFuzzer.
 
 #include <cstddef>
 #include <cstdint>

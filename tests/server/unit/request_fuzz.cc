@@ -4,7 +4,7 @@
 // (fuzz::CheckAttendRequest, which the libFuzzer target in tests/fuzz/ calls
 // too).
 
-#include "tests/server/request_fuzz.h"
+#include "tests/server/unit/request_fuzz.h"
 
 #include <climits>
 #include <cstddef>

@@ -1,8 +1,8 @@
-// attnserve_echo_server: the RPC benchmark's no-op echo (bench/echo_service.h)
-// as a process of its own, so that attnctl bench can load it exactly as it
-// loads attnserve and show what the transport alone carries
-// (docs/benchmarks.md, "Connections per target"). Serves until SIGINT or
-// SIGTERM.
+// attnserve_echo_server: the RPC benchmark's no-op echo
+// (server/bench/echo_service.h) as a process of its own, so that attnctl bench
+// can load it exactly as it loads attnserve and show what the transport alone
+// carries (docs/benchmarks.md, "Connections per target"). Serves until SIGINT
+// or SIGTERM.
 
 #include <signal.h>
 
@@ -11,7 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "bench/echo_service.h"
+#include "server/bench/echo_service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "address to serve on; port 0 picks a free one (printed as port=N)");

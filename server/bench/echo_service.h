@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_BENCH_ECHO_SERVICE_H_
-#define ATTNSERVE_BENCH_ECHO_SERVICE_H_
+#ifndef ATTNSERVE_SERVER_BENCH_ECHO_SERVICE_H_
+#define ATTNSERVE_SERVER_BENCH_ECHO_SERVICE_H_
 
 // A no-op AttentionService for the RPC benchmark: Attend answers at once, on
 // the gRPC thread, with an output tensor of the dtype, shape and byte size
@@ -86,4 +86,4 @@ class EchoServer {
 
 }  // namespace attnserve::bench
 
-#endif  // ATTNSERVE_BENCH_ECHO_SERVICE_H_
+#endif  // ATTNSERVE_SERVER_BENCH_ECHO_SERVICE_H_

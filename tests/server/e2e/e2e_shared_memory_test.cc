@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/server/e2e/server_fixture.h"
 #include "tests/util/server_process.h"
 #include "tests/util/shm_object.h"
 #include "tests/util/test_util.h"
@@ -29,7 +30,7 @@ namespace attnserve {
 namespace {
 
 using ::attnserve::testing::AwaitMetric;
-using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::ServerTest;
 using ::attnserve::testing::ShmObject;
 using ::attnserve::testing::TestTensor;
 using ::attnserve::testing::ToWire;
@@ -109,17 +110,14 @@ void BuildRequests(const ShmObject& object, const std::string& region,
       kWeightsBytes);
 }
 
-class SharedMemoryE2eTest : public ::testing::Test {
+class SharedMemoryE2eTest : public ServerTest {
  protected:
   void Start(std::vector<std::string> args) {
-    auto server = ServerProcess::Start(std::move(args));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    attention_ = v1::AttentionService::NewStub(server_->Channel());
-    shm_ = v1::SharedMemoryService::NewStub(server_->Channel());
+    ASSERT_NO_FATAL_FAILURE(StartServer(std::move(args)));
+    attention_ = v1::AttentionService::NewStub(channel());
+    shm_ = v1::SharedMemoryService::NewStub(channel());
   }
 
-  std::unique_ptr<ServerProcess> server_;
   std::unique_ptr<v1::AttentionService::Stub> attention_;
   std::unique_ptr<v1::SharedMemoryService::Stub> shm_;
 };
@@ -179,10 +177,10 @@ TEST_F(SharedMemoryE2eTest, AttendsThroughARegionBitForBitWithTheBytesPath) {
             bytes_response.output().data());
   EXPECT_EQ(std::string(object.data() + 4 * kTensorBytes, kWeightsBytes),
             bytes_response.weights().data());
-  EXPECT_EQ(AwaitMetric(*server_, "attnserve_shared_memory_calls_total", 2), 2);
-  EXPECT_EQ(testing::MetricSample(*server_, "attnserve_shared_memory_regions"),
+  EXPECT_EQ(AwaitMetric(server(), "attnserve_shared_memory_calls_total", 2), 2);
+  EXPECT_EQ(testing::MetricSample(server(), "attnserve_shared_memory_regions"),
             1);
-  EXPECT_EQ(testing::MetricSample(*server_, "attnserve_shared_memory_bytes"),
+  EXPECT_EQ(testing::MetricSample(server(), "attnserve_shared_memory_bytes"),
             kRegionBytes);
 
   // Unregister ends the lease with OK; the name is gone.
@@ -202,7 +200,7 @@ TEST_F(SharedMemoryE2eTest, AttendsThroughARegionBitForBitWithTheBytesPath) {
   EXPECT_THAT(after.error_message(),
               HasSubstr("query.shared_memory.region: no shared memory region "
                         "\"inputs\""));
-  EXPECT_EQ(testing::MetricSample(*server_, "attnserve_shared_memory_regions"),
+  EXPECT_EQ(testing::MetricSample(server(), "attnserve_shared_memory_regions"),
             0);
 }
 
@@ -234,12 +232,12 @@ TEST_F(SharedMemoryE2eTest, ShutdownWithALeaseOpenEndsItAndExitsCleanly) {
   auto lease = Register(*shm_, "held", object.key(), 4096);
   ASSERT_TRUE(lease->registered);
   const absl::Time start = absl::Now();
-  server_->Kill(SIGTERM);
-  auto exited = server_->WaitForExit(absl::Seconds(20));
+  server().Kill(SIGTERM);
+  auto exited = server().WaitForExit(absl::Seconds(20));
   ASSERT_TRUE(exited.ok()) << exited.status();
-  EXPECT_EQ(*exited, 0) << server_->Log();
+  EXPECT_EQ(*exited, 0) << server().Log();
   // An open lease is no call in flight: no wait for the grace.
-  EXPECT_LT(absl::Now() - start, absl::Seconds(4)) << server_->Log();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4)) << server().Log();
   EXPECT_NE(lease->reader->Finish().error_code(), grpc::StatusCode::OK);
 }
 

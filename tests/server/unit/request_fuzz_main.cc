@@ -34,7 +34,7 @@
 #include "attnserve/v1/attention.pb.h"
 #include "base/random.h"
 #include "tests/fuzz/seed_requests.h"
-#include "tests/server/request_fuzz.h"
+#include "tests/server/unit/request_fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 // Present when linked with a sanitizer runtime: runs before the process dies of

@@ -15,7 +15,7 @@
 #include "core/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/util/server_process.h"
+#include "tests/server/e2e/server_fixture.h"
 #include "tests/util/test_util.h"
 #include "tests/util/wire_tensor.h"
 #include "wire/dtype.h"
@@ -23,7 +23,7 @@
 namespace attnserve {
 namespace {
 
-using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::ServerTest;
 using ::attnserve::testing::TestTensor;
 using ::attnserve::testing::ToWire;
 using ::testing::HasSubstr;
@@ -144,21 +144,14 @@ void ExpectMatches(const WireCase& c, const v1::AttendResponse& response) {
   }
 }
 
-class E2eAttendTest : public ::testing::Test {
+class E2eAttendTest : public ServerTest {
  protected:
   static void SetUpTestSuite() {
-    auto server =
-        ServerProcess::Start({"--workers=1", "--threads_per_worker=2"});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
+    StartSuiteServer({"--workers=1", "--threads_per_worker=2"});
   }
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    stub_ = v1::AttentionService::NewStub(server_->Channel());
+    ASSERT_NO_FATAL_FAILURE(ServerTest::SetUp());
+    stub_ = v1::AttentionService::NewStub(channel());
   }
 
   grpc::Status Call(const v1::AttendRequest& request,
@@ -169,11 +162,8 @@ class E2eAttendTest : public ::testing::Test {
     return stub_->Attend(&context, request, response);
   }
 
-  static ServerProcess* server_;
   std::unique_ptr<v1::AttentionService::Stub> stub_;
 };
-
-ServerProcess* E2eAttendTest::server_ = nullptr;
 
 std::vector<WireCase> SweepCases() {
   std::vector<WireCase> cases;

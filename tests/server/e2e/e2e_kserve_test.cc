@@ -23,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "tests/server/e2e/server_fixture.h"
 #include "tests/util/example_models.h"
 #include "tests/util/server_process.h"
 #include "tests/util/status_matchers.h"
@@ -34,6 +35,7 @@ namespace attnserve {
 namespace {
 
 using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::ServerTest;
 using ::attnserve::testing::StatusIs;
 using ::attnserve::testing::TempDir;
 using ::attnserve::testing::TestTensor;
@@ -169,7 +171,7 @@ void ExpectSame(const ModelInferResponse& got, int index,
       << name << " differs from the native answer";
 }
 
-class KserveE2eTest : public ::testing::Test {
+class KserveE2eTest : public ServerTest {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir;
@@ -178,24 +180,21 @@ class KserveE2eTest : public ::testing::Test {
     const ::attnserve::testing::ScriptRun run =
         ::attnserve::testing::MakeExampleModels(repo);
     ASSERT_EQ(run.exit_code, 0) << run.output;
-    auto server =
-        ServerProcess::Start({"--workers=2", "--threads_per_worker=1",
-                              absl::StrCat("--model_repository=", repo)});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
+    StartSuiteServer({"--workers=2", "--threads_per_worker=1",
+                      absl::StrCat("--model_repository=", repo)});
   }
   static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
+    StopSuiteServer();
     delete dir_;
     dir_ = nullptr;
   }
 
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    auto channel = server_->Channel();
-    v2_ = GRPCInferenceService::NewStub(channel);
-    native_ = v1::AttentionService::NewStub(channel);
+    ASSERT_NO_FATAL_FAILURE(ServerTest::SetUp());
+    // Both stubs on one channel.
+    const std::shared_ptr<grpc::Channel> shared = channel();
+    v2_ = GRPCInferenceService::NewStub(shared);
+    native_ = v1::AttentionService::NewStub(shared);
   }
 
   absl::Status Infer(const ModelInferRequest& request,
@@ -235,13 +234,11 @@ class KserveE2eTest : public ::testing::Test {
   }
 
   static TempDir* dir_;
-  static ServerProcess* server_;
   std::unique_ptr<GRPCInferenceService::Stub> v2_;
   std::unique_ptr<v1::AttentionService::Stub> native_;
 };
 
 TempDir* KserveE2eTest::dir_ = nullptr;
-ServerProcess* KserveE2eTest::server_ = nullptr;
 
 struct Case {
   int64_t b = 1, hq = 2, hkv = 1, lq = 5, lk = 7, d = 8, dv = 8;
@@ -385,7 +382,7 @@ TEST_F(KserveE2eTest, StreamAnswersInOrderAndGoesOnAfterAnError) {
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_GE(
       ::attnserve::testing::AwaitMetric(
-          *server_,
+          server(),
           R"(attnserve_requests_total{code="OK",method="ModelStreamInfer"})",
           2),
       2);
@@ -610,12 +607,12 @@ TEST_F(KserveE2eTest, MetadataConfigReadinessAndStatistics) {
   }
   EXPECT_GE(
       ::attnserve::testing::AwaitMetric(
-          *server_,
+          server(),
           R"(attnserve_requests_total{code="OK",method="ModelInfer"})", 1),
       1);
   EXPECT_GE(
       ::attnserve::testing::AwaitMetric(
-          *server_,
+          server(),
           R"(attnserve_requests_total{code="INVALID_ARGUMENT",method="ModelInfer"})",
           1),
       1);

@@ -1,5 +1,5 @@
-#ifndef ATTNSERVE_BENCH_RPC_LOAD_H_
-#define ATTNSERVE_BENCH_RPC_LOAD_H_
+#ifndef ATTNSERVE_SERVER_BENCH_RPC_LOAD_H_
+#define ATTNSERVE_SERVER_BENCH_RPC_LOAD_H_
 
 // Client side of the RPC benchmark: channels with the transport settings
 // docs/operations.md recommends, and two closed-loop drivers of Attend calls
@@ -76,4 +76,4 @@ double Median(std::vector<double> values);
 
 }  // namespace attnserve::bench
 
-#endif  // ATTNSERVE_BENCH_RPC_LOAD_H_
+#endif  // ATTNSERVE_SERVER_BENCH_RPC_LOAD_H_

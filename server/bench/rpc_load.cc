@@ -1,4 +1,4 @@
-#include "bench/rpc_load.h"
+#include "server/bench/rpc_load.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "bench/echo_service.h"
+#include "server/bench/echo_service.h"
 
 #include <utility>
 

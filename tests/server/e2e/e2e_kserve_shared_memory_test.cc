@@ -20,7 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
-#include "tests/util/server_process.h"
+#include "tests/server/e2e/server_fixture.h"
 #include "tests/util/shm_object.h"
 #include "tests/util/test_util.h"
 #include "tests/util/wire_tensor.h"
@@ -28,7 +28,7 @@
 namespace attnserve {
 namespace {
 
-using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::ServerTest;
 using ::attnserve::testing::ShmObject;
 using ::attnserve::testing::TestTensor;
 using ::attnserve::testing::ToWire;
@@ -50,14 +50,12 @@ constexpr int64_t kWeightsBytes = kB * kH * kL * kL * 4;
 constexpr int64_t kRegionOffset = 4096 + 64;
 constexpr int64_t kRegionBytes = 4 * kTensorBytes + kWeightsBytes;
 
-class KserveSharedMemoryE2eTest : public ::testing::Test {
+class KserveSharedMemoryE2eTest : public ServerTest {
  protected:
   void Start(std::vector<std::string> args) {
-    auto server = ServerProcess::Start(std::move(args));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    v2_ = GRPCInferenceService::NewStub(server_->Channel());
-    v1_ = v1::SharedMemoryService::NewStub(server_->Channel());
+    ASSERT_NO_FATAL_FAILURE(StartServer(std::move(args)));
+    v2_ = GRPCInferenceService::NewStub(channel());
+    v1_ = v1::SharedMemoryService::NewStub(channel());
   }
 
   grpc::Status Register(const std::string& name, const std::string& key,
@@ -95,7 +93,6 @@ class KserveSharedMemoryE2eTest : public ::testing::Test {
     return v2_->ModelInfer(&context, request, response);
   }
 
-  std::unique_ptr<ServerProcess> server_;
   std::unique_ptr<GRPCInferenceService::Stub> v2_;
   std::unique_ptr<v1::SharedMemoryService::Stub> v1_;
 };

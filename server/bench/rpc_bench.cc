@@ -1,13 +1,13 @@
 // attnserve_rpc_bench: attnserve over loopback against a no-op echo RPC of the
 // same payload on the same gRPC stack, in one process and one run. Starts the
-// real server (server::AttnServer) and an echo server (bench/echo_service.h)
-// in this process, times Attend on both in interleaved slices, times the
-// engine directly for the same shape, and checks the ratios against the
-// targets. See docs/benchmarks.md, "RPC benchmark".
+// real server (server::AttnServer) and an echo server
+// (server/bench/echo_service.h) in this process, times Attend on both in
+// interleaved slices, times the engine directly for the same shape, and checks
+// the ratios against the targets. See docs/benchmarks.md, "RPC benchmark".
 // Longer than the project's ~500-line guide on purpose: it is one program's
 // driver (flags, cases, the two servers, interleaved timing, the report), whose
 // parts are each used once and read in order; its reusable pieces live in
-// bench/rpc_load.h and bench/echo_service.h.
+// server/bench/rpc_load.h and server/bench/echo_service.h.
 
 #include <unistd.h>
 
@@ -39,13 +39,13 @@
 #include "base/cpu_quota.h"
 #include "base/malloc_policy.h"
 #include "bench/cases.h"
-#include "bench/echo_service.h"
 #include "bench/machine.h"
 #include "bench/report.h"
-#include "bench/rpc_load.h"
 #include "bench/timing.h"
 #include "core/attention.h"
 #include "core/status_macros.h"
+#include "server/bench/echo_service.h"
+#include "server/bench/rpc_load.h"
 #include "server/scheduler.h"
 #include "server/server.h"
 

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model_repository.h"
+#include "tests/server/e2e/server_fixture.h"
 #include "tests/util/example_models.h"
 #include "tests/util/reference_layer.h"
 #include "tests/util/server_process.h"
@@ -24,6 +25,7 @@ namespace attnserve {
 namespace {
 
 using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::ServerTest;
 using ::attnserve::testing::TempDir;
 using ::attnserve::testing::TestTensor;
 using ::testing::HasSubstr;
@@ -49,7 +51,7 @@ std::vector<float> Floats(const v1::Tensor& t) {
   return values;
 }
 
-class ModelE2eTest : public ::testing::Test {
+class ModelE2eTest : public ServerTest {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir;
@@ -59,19 +61,17 @@ class ModelE2eTest : public ::testing::Test {
     auto contents = model::LoadModelRepository(repo, false);
     ASSERT_TRUE(contents.ok()) << contents.status();
     contents_ = new model::RepositoryContents(*std::move(contents));
-    auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=2",
-                                        "--model_repository=" + repo});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
+    StartSuiteServer({"--workers=1", "--threads_per_worker=2",
+                      "--model_repository=" + repo});
   }
   static void TearDownTestSuite() {
-    delete server_;
+    StopSuiteServer();
     delete contents_;
     delete dir_;
   }
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    stub_ = v1::AttentionService::NewStub(server_->Channel());
+    ASSERT_NO_FATAL_FAILURE(ServerTest::SetUp());
+    stub_ = v1::AttentionService::NewStub(channel());
   }
 
   static const model::LoadedModel& Model(const std::string& name) {
@@ -119,13 +119,11 @@ class ModelE2eTest : public ::testing::Test {
 
   static TempDir* dir_;
   static model::RepositoryContents* contents_;
-  static ServerProcess* server_;
   std::unique_ptr<v1::AttentionService::Stub> stub_;
 };
 
 TempDir* ModelE2eTest::dir_ = nullptr;
 model::RepositoryContents* ModelE2eTest::contents_ = nullptr;
-ServerProcess* ModelE2eTest::server_ = nullptr;
 
 TEST_F(ModelE2eTest, ServerInfoListsTheModels) {
   grpc::ClientContext context;
@@ -306,7 +304,7 @@ TEST_F(ModelE2eTest, MetricsCountRequestsPerModel) {
   const std::string method_series =
       R"(attnserve_requests_total{code="OK",method="AttendModel"})";
   auto scrape = [&](const std::string& series) {
-    return ::attnserve::testing::MetricSample(*server_, series);
+    return ::attnserve::testing::MetricSample(server(), series);
   };
   const double before = scrape(ok_series);
   const double method_before = scrape(method_series);
