@@ -30,6 +30,9 @@ FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS   ?= 60
 CMAKE_FLAGS    ?=
 JOBS           ?= $(shell nproc)
+# Sanitizer builds: optimized as RelWithDebInfo, with line tables only (-g1: file
+# and line in every report, a quarter less compile time than full debug info).
+SANITIZE_FLAGS ?= -O2 -g1 -DNDEBUG
 
 .PHONY: all deps configure build run bench bench-quick test test-release test-sanitize test-tsan \
         test-fuzz test-image format format-check clean
@@ -65,6 +68,7 @@ test-release: build
 
 test-sanitize: deps
 	@cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)" \
 	  -DATTNSERVE_SANITIZE=address,undefined -DATTNSERVE_BUILD_BENCHMARKS=OFF \
 	  -DATTNSERVE_BUILD_CLIENT=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
@@ -72,6 +76,7 @@ test-sanitize: deps
 
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(SANITIZE_FLAGS)" \
 	  -DATTNSERVE_SANITIZE=thread -DATTNSERVE_BUILD_BENCHMARKS=OFF \
 	  -DATTNSERVE_BUILD_CLIENT=OFF >/dev/null
 	@cmake --build $(TSAN_BUILD_DIR) -j $(JOBS) --target attnserve_kvcache_tests
