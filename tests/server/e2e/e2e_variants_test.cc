@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "core/attention.h"
 #include "core/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/server/e2e/server_fixture.h"
 #include "tests/util/server_process.h"
 #include "tests/util/test_util.h"
 #include "tests/util/wire_tensor.h"
@@ -21,26 +23,18 @@
 namespace attnserve {
 namespace {
 
-using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::MetricSample;
 using ::attnserve::testing::TestTensor;
 using ::attnserve::testing::ToWire;
 using ::testing::HasSubstr;
 
-class VariantsE2eTest : public ::testing::Test {
+class VariantsE2eTest : public ::attnserve::testing::ServerTest {
  protected:
-  static void SetUpTestSuite() {
-    auto server = ServerProcess::Start({"--workers=1"});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
+  static void SetUpTestSuite() { StartSuiteServer({"--workers=1"}); }
 
   grpc::Status Attend(const v1::AttendRequest& request,
                       v1::AttendResponse* response) {
-    auto stub = v1::AttentionService::NewStub(server_->Channel());
+    auto stub = v1::AttentionService::NewStub(channel());
     grpc::ClientContext context;
     return stub->Attend(&context, request, response);
   }
@@ -69,11 +63,7 @@ class VariantsE2eTest : public ::testing::Test {
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(response.timing().flops(), plan->shape.flops);
   }
-
-  static ServerProcess* server_;
 };
-
-ServerProcess* VariantsE2eTest::server_ = nullptr;
 
 TEST_F(VariantsE2eTest, BlockSparseMatchesTheReferenceAndCountsKeptFlops) {
   const TestTensor q = TestTensor::Random(DType::kFloat32, {1, 2, 64, 16}, 1);
@@ -159,6 +149,48 @@ TEST_F(VariantsE2eTest, LshAttentionMatchesTheReference) {
   in.method = AttentionMethod::kLsh;
   in.lsh = {2, 4, 8, 3};
   ExpectMatchesReference(request, in, {1, 2, 50, 8});
+}
+
+// attnserve_compute_duration_seconds counts each call under the kernel that
+// ran it: flash for a block-sparse layout even at a decode shape (one query
+// row against 2048 keys), linear and lsh for those methods.
+TEST_F(VariantsE2eTest, ComputeTimeIsCountedUnderTheKernelThatRan) {
+  auto count = [&](const char* kernel) {
+    return MetricSample(
+        server(),
+        absl::StrCat(R"(attnserve_compute_duration_seconds_count{kernel=")",
+                     kernel, R"("})"));
+  };
+  const double flash = count("flash"), decode = count("decode"),
+               linear = count("linear"), lsh = count("lsh");
+  const TestTensor q = TestTensor::Random(DType::kFloat32, {1, 2, 1, 16}, 1);
+  const TestTensor kv =
+      TestTensor::Random(DType::kFloat32, {1, 2, 2048, 16}, 2);
+  v1::AttendRequest sparse;
+  ToWire(q, sparse.mutable_query());
+  ToWire(kv, sparse.mutable_key());
+  ToWire(kv, sparse.mutable_value());
+  sparse.mutable_mask()->mutable_block_sparse()->set_block_size(64);
+  sparse.mutable_mask()->mutable_block_sparse()->set_local_left(1);
+  v1::AttendRequest linear_request = sparse;
+  linear_request.mutable_mask()->clear_block_sparse();
+  linear_request.mutable_linear()->set_feature_map(v1::RELU);
+  v1::AttendRequest lsh_request = linear_request;
+  lsh_request.clear_linear();
+  lsh_request.clear_key();
+  ToWire(kv, lsh_request.mutable_query());
+  lsh_request.mutable_lsh()->set_num_hashes(1);
+  lsh_request.mutable_lsh()->set_num_buckets(2);
+  lsh_request.mutable_lsh()->set_chunk_size(64);
+  for (const v1::AttendRequest* r : {&sparse, &linear_request, &lsh_request}) {
+    v1::AttendResponse response;
+    const grpc::Status rpc = Attend(*r, &response);
+    ASSERT_TRUE(rpc.ok()) << rpc.error_message();
+  }
+  EXPECT_EQ(count("flash"), flash + 1);
+  EXPECT_EQ(count("decode"), decode);
+  EXPECT_EQ(count("linear"), linear + 1);
+  EXPECT_EQ(count("lsh"), lsh + 1);
 }
 
 TEST_F(VariantsE2eTest, ErrorsNameTheField) {
