@@ -48,6 +48,10 @@ GENERATED = sorted(
 
 GENERATORS = ("grpc_tools", "protoc")
 
+# What made the shipped modules: the test compares them byte for byte with what
+# this generator makes, and any other generator's output by content.
+SHIPPED_WITH = ("protoc", "libprotoc 3.21.12")
+
 
 def proto_root():
     """The repository's proto/ directory (ATTNSERVE_PROTO_DIR, ../proto, ./proto), or None."""
@@ -149,8 +153,11 @@ def main(argv):
               "(Debian: protobuf-compiler-grpc)", file=sys.stderr)
         return 1
     generate(PACKAGE, generator)
-    print(f"regenerated {len(GENERATED)} modules under {PACKAGE} with {generator} "
-          f"({version(generator)})")
+    made_with = (generator, version(generator))
+    print(f"regenerated {len(GENERATED)} modules under {PACKAGE} with {made_with[0]} "
+          f"({made_with[1]})")
+    if made_with != SHIPPED_WITH:
+        print(f"note: SHIPPED_WITH in {__file__} says {SHIPPED_WITH}: update it", file=sys.stderr)
     return 0
 
 
