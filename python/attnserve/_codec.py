@@ -230,8 +230,9 @@ def _fill_lsh(msg, spec, check):
         raise InvalidArgument(f"lsh.chunk_size: must be in [1, 65536], got {msg.chunk_size}")
 
 
-def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh):
-    """The engine's shape rules (core/problem.cc), in its order and words."""
+def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh, enable_gqa=True):
+    """The engine's shape rules (core/problem.cc), in its order and words, and
+    SDPA's enable_gqa=False (a client-side rule: the server groups heads)."""
     bhld = layout == pb.BHLD
     h_axis, l_axis = (1, 2) if bhld else (2, 1)
     layout_name = "BHLD" if bhld else "BLHD"
@@ -261,6 +262,10 @@ def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh):
         raise InvalidArgument(f"value: shape {shape_text(v_shape)} does not match key shape "
                               f"{shape_text(k_shape)} in layout {layout_name} (expected "
                               f"{expected(hkv, lk, dv)})")
+    if not enable_gqa and hq != hkv:
+        raise InvalidArgument(f"query heads Hq = {hq} differ from key/value heads Hkv = {hkv}, "
+                              "and enable_gqa is False: pass enable_gqa=True for grouped-query "
+                              "attention (as in torch's scaled_dot_product_attention)")
     if hq % hkv:
         raise InvalidArgument(f"query heads Hq = {hq} is not a multiple of key/value heads "
                               f"Hkv = {hkv} (Hq % Hkv must be 0)")
@@ -293,11 +298,25 @@ def output_dtype_wire(output_dtype):
     return pb.DATA_TYPE_UNSPECIFIED if d is None else d.wire
 
 
-def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=None,
-                   key_lengths=None, window=None, alibi_slopes=None, alignment="top_left",
-                   layout="BHLD", return_weights=False, output_dtype=None,
-                   block_sparse=None, linear=None, lsh=None, request_id="", check=True):
+def check_dropout(dropout_p):
+    """SDPA's dropout_p: only 0 (attention here is inference-only)."""
+    try:
+        p = float(dropout_p)
+    except (TypeError, ValueError):
+        raise TypeError(f"dropout_p: expected a number, got {type(dropout_p).__name__}") from None
+    if p != 0.0:
+        raise InvalidArgument(
+            f"dropout_p: must be 0, got {dropout_p}: attention here is inference-only and "
+            "applies no dropout (pass dropout_p=0.0, e.g. `p if self.training else 0.0`)")
+
+
+def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causal=False,
+                   scale=None, enable_gqa=True, key_lengths=None, window=None,
+                   alibi_slopes=None, alignment="top_left", layout="BHLD",
+                   return_weights=False, output_dtype=None, block_sparse=None, linear=None,
+                   lsh=None, request_id="", check=True):
     """(AttendRequest, kind of the query)."""
+    check_dropout(dropout_p)
     req = pb.AttendRequest(request_id=request_id)
     req.layout = _choice(_LAYOUTS, layout, "layout", "'BHLD' or 'BLHD'")
     if linear is not None and lsh is not None:
@@ -345,7 +364,7 @@ def attend_request(query, key, value, *, attn_mask=None, is_causal=False, scale=
         q_shape = T.shape_of(q)
         k_shape = q_shape if lsh is not None else T.shape_of(key)
         _check_attend_shapes(req, q_shape, k_shape, T.shape_of(value), req.layout,
-                             lsh is not None)
+                             lsh is not None, bool(enable_gqa))
     return req, (q.kind if isinstance(q, S.SharedTensor) else T.kind_of(q))
 
 

@@ -6,9 +6,13 @@ them after. With glibc's defaults those buffers come from fresh mmap()s or are
 trimmed back to the system on free, and each call page-faults them in again:
 at B1 H8 L128 D64 f32 that doubled a call's round trip (1.7 ms against 0.85 ms
 on the benchmark machine, docs/benchmarks.md). Raising the mmap and trim
-thresholds makes buffers under 32 MiB come from the heap and stay there. It is
-a process-wide setting: Client(..., retain_heap=False) leaves the allocator
-alone, and so does setting MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_.
+thresholds makes buffers under 32 MiB come from the heap and stay there.
+
+It is a process-wide setting, so it is opt-in: only Client(...,
+retain_heap=True) (or AsyncClient) applies it; importing the package or making
+a client with the default changes nothing. MALLOC_MMAP_THRESHOLD_ or
+MALLOC_TRIM_THRESHOLD_ in the environment (the host's own tuning) wins: then
+nothing is changed either.
 """
 
 import ctypes

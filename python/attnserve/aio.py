@@ -84,7 +84,7 @@ class AsyncClient(_Base):
     _region_class = AsyncSharedMemoryRegion
 
     def __init__(self, target, *, tls=None, token=None, timeout=None, connections="auto",
-                 retries=4, retain_heap=True):
+                 retries=4, retain_heap=False):
         super().__init__(target, tls=tls, token=token, timeout=timeout,
                          connections=connections, retries=retries, retain_heap=retain_heap,
                          grpc_module=grpc.aio)
@@ -135,10 +135,12 @@ class AsyncClient(_Base):
     async def __aexit__(self, *exc):
         await self.close()
 
-    async def attend(self, query, key, value, *, return_weights=False, timeout=None, **kw):
-        """As Client.attend (shared_memory= and out= included)."""
-        req, kind, placed = C.shared_attend_request(query, key, value,
-                                                    return_weights=return_weights, **kw)
+    async def attend(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                     *, return_weights=False, timeout=None, **kw):
+        """As Client.attend (SDPA's arguments, shared_memory= and out= included)."""
+        req, kind, placed = C.shared_attend_request(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+            return_weights=return_weights, **kw)
         error = None
         try:
             with await self._data() as (stub, _):

@@ -65,7 +65,7 @@ def main(argv=None):
     q, k, v = (rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(3))
     rounds = []
     try:
-        with Client(target, timeout=120) as client, \
+        with Client(target, timeout=120, retain_heap=True) as client, \
                 client.shared_memory(None, 8 * q.nbytes) as region:
             ref = client.attend(q, k, v)
             qt, kt, vt = region.put(q), region.put(k), region.put(v)

@@ -54,7 +54,7 @@ class _Base:
     """What Client and AsyncClient share: settings, channels, metadata."""
 
     def __init__(self, target, *, tls=None, token=None, timeout=None, connections="auto",
-                 retries=4, retain_heap=True, grpc_module=grpc):
+                 retries=4, retain_heap=False, grpc_module=grpc):
         if not isinstance(target, str) or not target:
             raise TypeError(f"target: expected 'host:port', got {target!r}")
         fixed = X.connection_count(connections)
@@ -212,9 +212,10 @@ class Client(_Base):
       busy, up to 8) or a count in [1, 256]; each call goes to the connection
       with the fewest calls in flight (a stream stays on one). retries: retries of
       idempotent calls that fail with UNAVAILABLE, with exponential backoff.
-      retain_heap: keep freed heap memory for the next call's tensors
-      (process-wide glibc thresholds, attnserve/_memory.py; halves the round
-      trip of MB-sized calls); False leaves the allocator alone.
+      retain_heap: opt-in (default False: the allocator is left alone). True
+      raises glibc's mmap and trim thresholds for the whole process, once, so
+      that the MB-sized buffers of each call are reused instead of page-faulted
+      in again (about half the round trip of MB-sized calls; attnserve/_memory.py).
 
     Thread-safe. The first data call reads the server's limits (GetServerInfo)
     and opens the data channels with matching message limits.
@@ -223,7 +224,7 @@ class Client(_Base):
     _region_class = SharedMemoryRegion
 
     def __init__(self, target, *, tls=None, token=None, timeout=None, connections="auto",
-                 retries=4, retain_heap=True):
+                 retries=4, retain_heap=False):
         super().__init__(target, tls=tls, token=token, timeout=timeout,
                          connections=connections, retries=retries, retain_heap=retain_heap)
         self._lock = threading.Lock()
@@ -270,12 +271,19 @@ class Client(_Base):
         self.close()
 
     # -- AttentionService -----------------------------------------------------------
-    def attend(self, query, key, value, *, attn_mask=None, is_causal=False, scale=None,
-               key_lengths=None, window=None, alibi_slopes=None, alignment="top_left",
-               layout="BHLD", return_weights=False, output_dtype=None,
-               block_sparse=None, linear=None, lsh=None, shared_memory=None, out=None,
-               timeout=None):
+    def attend(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
+               scale=None, enable_gqa=True, key_lengths=None, window=None,
+               alibi_slopes=None, alignment="top_left", layout="BHLD",
+               return_weights=False, output_dtype=None, block_sparse=None, linear=None,
+               lsh=None, shared_memory=None, out=None, timeout=None):
         """Scaled dot-product attention on the server; docs/python.md has every argument.
+
+        The first arguments are torch's scaled_dot_product_attention(query, key,
+        value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+        enable_gqa=False), so a call written for it runs here. dropout_p must be
+        0 (inference only: no dropout). enable_gqa defaults to True: Hq a
+        multiple of Hkv is grouped-query attention; False refuses Hq != Hkv, as
+        torch does.
 
         shared_memory: a region of shared_memory(): the tensors go through it
         (arrays are copied in for the call; SharedTensors of region.put are
@@ -283,11 +291,12 @@ class Client(_Base):
         SharedTensor (region.empty) the output is written to; the call then
         returns a view of it instead of a copy."""
         req, kind, placed = C.shared_attend_request(
-            query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-            key_lengths=key_lengths, window=window, alibi_slopes=alibi_slopes,
-            alignment=alignment, layout=layout, return_weights=return_weights,
-            output_dtype=output_dtype, block_sparse=block_sparse, linear=linear, lsh=lsh,
-            shared_memory=shared_memory, out=out)
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+            scale=scale, enable_gqa=enable_gqa, key_lengths=key_lengths, window=window,
+            alibi_slopes=alibi_slopes, alignment=alignment, layout=layout,
+            return_weights=return_weights, output_dtype=output_dtype,
+            block_sparse=block_sparse, linear=linear, lsh=lsh, shared_memory=shared_memory,
+            out=out)
         error = None
         try:
             with self._data() as (stub, _):

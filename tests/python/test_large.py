@@ -35,9 +35,3 @@ def test_stream_of_large_messages(client):
     for out in outs:
         assert_close(out, want, 1e-5)
 
-
-def test_freed_heap_is_kept_for_the_next_call():
-    # glibc (Debian): the thresholds of attnserve/_memory.py are in effect once a
-    # Client exists (the fixtures made one).
-    from attnserve import _memory
-    assert _memory.retain_heap() is True

@@ -1,1 +1,1 @@
-"""The generated attnserve.v1 wire messages and stubs (made at build time from proto/)."""
+"""The attnserve.v1 wire messages and stubs, generated from proto/attnserve/v1 (shipped; see _stubgen.py)."""
