@@ -257,9 +257,9 @@ class AttentionEngine {
   // FLOPs together are below EngineOptions::serial_below_flops), the others
   // one after another. For a server's dynamic batching: many small calls
   // for the cost of one, with no copy of their inputs or outputs.
-  // InvalidArgument "calls[i]: ..." for a plan or outputs Run would refuse
-  // (then nothing has run), or when the spans' sizes differ; Internal if
-  // oneDNN fails.
+  // InvalidArgument "calls[i]: ..." for a null plan, a plan or outputs Run
+  // would refuse (then nothing has run), or when the spans' sizes differ;
+  // Internal if oneDNN fails.
   virtual absl::Status RunBatch(absl::Span<const AttentionPlan* const> plans,
                                 absl::Span<const AttentionOutputs> outputs) = 0;
 

@@ -135,6 +135,9 @@ class Engine final : public AttentionEngine {
     }
     double flops = 0;
     for (size_t i = 0; i < plans.size(); ++i) {
+      if (plans[i] == nullptr) {
+        return PrefixedCall(i, absl::InvalidArgumentError("plan: null"));
+      }
       RETURN_IF_ERROR(PrefixedCall(i, CheckPlan(*plans[i], outputs[i])));
       flops += plans[i]->shape.flops;
     }
