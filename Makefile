@@ -20,9 +20,11 @@
 # make bench runs the full kernel and layer benchmarks (one JSON object per case) and
 # the session benchmark (a table);
 # make bench-quick runs its quick subset;
-# make test-image builds the Dockerfile with podman (a local Debian 12 base made with
-# debootstrap on first use), runs the image read-only and checks it from outside with
-# the build's attnctl (tests/deploy/image_test.sh; CI runs it after make test).
+# make test-image builds the Dockerfile with podman on a local Debian 12 base (made with
+# debootstrap on first use, passed as --build-arg BASE_IMAGE: no image registry is
+# needed), runs the image read-only and checks it from outside with the build's
+# attnctl, the only target it builds (tests/deploy/image_test.sh; CI runs it after
+# make test).
 
 BUILD_DIR      ?= build
 ASAN_BUILD_DIR ?= build-asan
@@ -104,7 +106,8 @@ test-fuzz: deps
 
 # Separate from `make test`: it needs root (or sudo) and podman, which a developer's
 # machine or a container may not offer. Fails, never skips, where podman cannot run.
-test-image: build
+test-image: deps
+	@CMAKE_FLAGS="$(CMAKE_FLAGS)" JOBS=$(JOBS) bash scripts/build-release.sh $(BUILD_DIR) attnctl
 	bash tests/deploy/image_test.sh $(BUILD_DIR)/client/attnctl $(BUILD_DIR)/image-test
 
 format:
