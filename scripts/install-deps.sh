@@ -23,7 +23,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-mode=test
+mode="test"
 case "${1:-}" in
   "" | --test) ;;
   --run) mode=run ;;
