@@ -1,14 +1,16 @@
 # syntax=docker/dockerfile:1
 # attnserve image: the gRPC attention server and the attnctl client.
 #
-#   scripts/podman-base.sh       # once: the Debian 12 minbase base, imported locally
-#   podman --runtime runc build --format docker --network=host -t attnserve:0.1.0 .
-#   podman run --rm -p 50051:50051 -p 9464:9464 --cpus=4 attnserve:0.1.0 --workers=1
+#   docker build -t attnserve:0.1.0 .        (or: podman build --format docker ...)
+#   docker run --rm -p 50051:50051 -p 9464:9464 --cpus=4 attnserve:0.1.0 --workers=1
 #
-# Where Docker Hub is reachable: docker build --build-arg BASE_IMAGE=debian:bookworm-slim
-# (BASE_IMAGE is any Debian 12 image with apt; the default is the one
-# scripts/podman-base.sh makes from Debian's apt mirror, for hosts that reach no
-# image registry).
+# BASE_IMAGE, the FROM of both stages, is any Debian 12 image with apt; the default is
+# Docker Hub's debian:bookworm-slim. Where no image registry is reachable (only an apt
+# mirror), scripts/podman-base.sh makes one with debootstrap and podman, and
+#   podman build --format docker --build-arg BASE_IMAGE=localhost/attnserve-base:bookworm .
+# builds on it (as `make test-image` does). Nothing here names an architecture (Debian
+# packages by name, no target-triplet paths), so the image builds for the platform of
+# the build, or for each of `docker buildx build --platform=...`.
 #
 # The build stage runs the same scripts as `make build` (scripts/install-deps.sh,
 # then scripts/build-release.sh), in their build-only
@@ -16,7 +18,7 @@
 # tests or benchmarks). The test deploy_image_build_steps runs these RUN lines outside
 # Docker on every `make test`, so keep this stage to FROM, WORKDIR, COPY and RUN; the
 # ccache cache mount makes a rebuild after a source change mostly cache hits.
-ARG BASE_IMAGE=localhost/attnserve-base:bookworm
+ARG BASE_IMAGE=docker.io/library/debian:bookworm-slim
 FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/install-deps.sh

@@ -1,8 +1,9 @@
 # The README's two commands, each doing the whole set-up on a fresh Debian 12 machine:
-#   make run   deps -> configure -> build -> the example models (examples/) ->
-#              attnserve in the foreground with defaults and those models
-#              (gRPC on :50051, metrics on :9464; Ctrl-C drains and stops it)
-#   make test  deps -> the format check (clang-format --dry-run -Werror over every
+#   make run   deps-run (the build packages, python3 and curl: no test tools) ->
+#              configure -> build attnserve and attnctl only -> the example models
+#              (examples/) -> attnserve in the foreground with defaults and those
+#              models (gRPC on :50051, metrics on :9464; Ctrl-C drains and stops it)
+#   make test  deps (every package) -> the format check (clang-format --dry-run -Werror over every
 #              tracked .cc/.h) -> configure -> build -> every test through ctest, then
 #              the core, wire, server (unit, fuzz, end-to-end) tests again under
 #              ASan+UBSan in their own build directory (the client's suite runs in the
@@ -19,9 +20,11 @@
 # make bench runs the full kernel and layer benchmarks (one JSON object per case) and
 # the session benchmark (a table);
 # make bench-quick runs its quick subset;
-# make test-image builds the Dockerfile with podman (a local Debian 12 base made with
-# debootstrap on first use), runs the image read-only and checks it from outside with
-# the build's attnctl (tests/deploy/image_test.sh; CI runs it after make test).
+# make test-image builds the Dockerfile with podman on a local Debian 12 base (made with
+# debootstrap on first use, passed as --build-arg BASE_IMAGE: no image registry is
+# needed), runs the image read-only and checks it from outside with the build's
+# attnctl, the only target it builds (tests/deploy/image_test.sh; CI runs it after
+# make test).
 
 BUILD_DIR      ?= build
 ASAN_BUILD_DIR ?= build-asan
@@ -34,13 +37,16 @@ JOBS           ?= $(shell nproc)
 # and line in every report, a quarter less compile time than full debug info).
 SANITIZE_FLAGS ?= -O2 -g1 -DNDEBUG
 
-.PHONY: all deps configure build run bench bench-quick test test-release test-sanitize test-tsan \
+.PHONY: all deps deps-run configure build run bench bench-quick test test-release test-sanitize test-tsan \
         test-fuzz test-image format format-check clean
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
+
+deps-run:
+	@bash scripts/install-deps.sh --run
 
 # scripts/build-release.sh is the one Release recipe; the Dockerfile runs it too.
 configure: deps
@@ -49,7 +55,11 @@ configure: deps
 build: deps
 	@CMAKE_FLAGS="$(CMAKE_FLAGS)" JOBS=$(JOBS) bash scripts/build-release.sh $(BUILD_DIR)
 
-run: build
+# Only the server and attnctl: a new BUILD_DIR is configured without tests and
+# benchmarks (whose packages deps-run does not install); one that `make build` or
+# `make test` configured keeps them, and only the two targets are brought up to date.
+run: deps-run
+	@CMAKE_FLAGS="$(CMAKE_FLAGS)" JOBS=$(JOBS) bash scripts/build-release.sh --binaries-only $(BUILD_DIR)
 	@python3 examples/make_model_repository $(BUILD_DIR)/models >/dev/null
 	$(BUILD_DIR)/server/attnserve --model_repository=$(BUILD_DIR)/models $(ARGS)
 
@@ -96,7 +106,8 @@ test-fuzz: deps
 
 # Separate from `make test`: it needs root (or sudo) and podman, which a developer's
 # machine or a container may not offer. Fails, never skips, where podman cannot run.
-test-image: build
+test-image: deps
+	@CMAKE_FLAGS="$(CMAKE_FLAGS)" JOBS=$(JOBS) bash scripts/build-release.sh $(BUILD_DIR) attnctl
 	bash tests/deploy/image_test.sh $(BUILD_DIR)/client/attnctl $(BUILD_DIR)/image-test
 
 format:

@@ -6,11 +6,13 @@
 #
 # Configures BUILD_DIR with CMake + Ninja in Release mode (extra -D flags from the
 # CMAKE_FLAGS environment variable), then builds TARGETs, or everything when none is
-# given, with JOBS parallel jobs (default: nproc). --binaries-only (the Dockerfile)
-# configures without tests and benchmarks, so that neither they nor their packages
-# are needed (`scripts/install-deps.sh --build` suffices), and builds the two shipped
-# executables, attnserve and attnctl, when no TARGET is given. No -march flags: the
-# binaries run on any x86-64 host and pick their ISA at run time.
+# given, with JOBS parallel jobs (default: nproc); tests and benchmarks are on.
+# --binaries-only (`make run`, the Dockerfile) builds the two shipped executables,
+# attnserve and attnctl, when no TARGET is given, and configures a new BUILD_DIR
+# without tests and benchmarks, so that neither they nor their packages are needed
+# (`scripts/install-deps.sh --build` suffices); a BUILD_DIR already configured with
+# tests (by a full build) keeps them, so that `make run` after `make test` rebuilds
+# nothing. No -march flags: the binaries pick their ISA at run time.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,8 +34,13 @@ build_dir="$1"
 shift
 options=()
 if [ "$binaries_only" -eq 1 ]; then
-  options=(-DATTNSERVE_BUILD_TESTS=OFF -DATTNSERVE_BUILD_BENCHMARKS=OFF)
+  if ! grep -qs '^ATTNSERVE_BUILD_TESTS:BOOL=ON$' "$build_dir/CMakeCache.txt"; then
+    options=(-DATTNSERVE_BUILD_TESTS=OFF -DATTNSERVE_BUILD_BENCHMARKS=OFF)
+  fi
   [ $# -eq 0 ] && set -- attnserve attnctl
+else
+  # Explicit: a BUILD_DIR that `make run` configured without them gets them back.
+  options=(-DATTNSERVE_BUILD_TESTS=ON -DATTNSERVE_BUILD_BENCHMARKS=ON)
 fi
 
 # ccache keys on the compiler's arguments, which name the source and build

@@ -1,21 +1,20 @@
 #!/usr/bin/env bash
-# Prepares this machine for building the Dockerfile with podman when no image
-# registry is reachable (only Debian's apt mirror is):
+# Makes a Debian 12 base image for building the Dockerfile with podman where no image
+# registry is reachable, only Debian's apt mirror (as `make test-image` does):
 #
 #   scripts/podman-base.sh [IMAGE]     (default IMAGE: localhost/attnserve-base:bookworm)
 #
-# 1. /etc/containers/containers.conf gets `default_ulimits = []` under [containers]
-#    if it sets no default_ulimits: podman's default raises RLIMIT_NOFILE beyond what
-#    an unprivileged sandbox allows, and every container then fails to start.
-# 2. IMAGE, unless podman already has it: Debian 12 made with
-#    `debootstrap --variant=minbase bookworm` from the apt mirror this machine uses
-#    (read from /etc/apt/sources.list*), slimmed as debian:bookworm-slim is (no docs,
-#    man pages or locales; apt keeps no package lists or .debs), with this machine's
-#    bookworm, bookworm-updates and bookworm-security sources, imported with
-#    `podman import`. It is the FROM of both Dockerfile stages (BASE_IMAGE).
+# IMAGE, unless podman already has it: Debian 12 made with
+# `debootstrap --variant=minbase bookworm` from the apt mirror this machine uses (read
+# from /etc/apt/sources.list*), slimmed as debian:bookworm-slim is (no docs, man pages
+# or locales; apt keeps no package lists or .debs), with this machine's bookworm,
+# bookworm-updates and bookworm-security sources, imported with `podman import`. Build
+# the Dockerfile on it with `--build-arg BASE_IMAGE=IMAGE` (its default base,
+# debian:bookworm-slim, comes from Docker Hub).
 #
-# Idempotent; `podman rmi IMAGE` makes the next run debootstrap a fresh base (e.g. for
-# security updates). Needs root (through sudo when not root), podman and debootstrap
+# It changes nothing on the host but podman's image store. Idempotent; `podman rmi
+# IMAGE` makes the next run debootstrap a fresh base (e.g. for security updates).
+# Needs root (through sudo when not root), podman and debootstrap
 # (scripts/install-deps.sh installs them). Each step is bounded in time.
 set -euo pipefail
 
@@ -34,16 +33,6 @@ for tool in podman debootstrap python3; do
   command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
     die "$tool is not installed (scripts/install-deps.sh installs it)"
 done
-
-conf=/etc/containers/containers.conf
-if ! grep -qs '^[[:space:]]*default_ulimits[[:space:]]*=' "$conf"; then
-  say "setting default_ulimits = [] in $conf"
-  if grep -qs '^\[containers\]' "$conf"; then
-    $sudo sed -i '/^\[containers\]/a default_ulimits = []' "$conf"
-  else
-    printf '[containers]\ndefault_ulimits = []\n' | $sudo tee -a "$conf" >/dev/null
-  fi
-fi
 
 if $sudo timeout 60 podman image exists "$image"; then
   exit 0

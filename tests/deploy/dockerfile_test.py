@@ -2,8 +2,13 @@
 - the runtime stage's apt packages cover `ldd` of attnserve and attnctl (each library
   mapped to its Debian package with dpkg -S; libc6 comes with the base image), and
   it installs no package that neither binary needs;
+- both stages start from BASE_IMAGE, by default a public Debian 12 image (so that a
+  plain `docker build .` or `podman build .` works); the offline image test passes
+  the base scripts/podman-base.sh makes as --build-arg;
+- no architecture in any instruction (no amd64/x86_64 paths or package qualifiers),
+  so that the image builds for any platform;
 - non-root numeric USER, EXPOSE 50051 9464, ENTRYPOINT ["attnserve"], OCI labels,
-  no -march=native, a .dockerignore that keeps .git and build trees out;
+  no -march=native, a .dockerignore that keeps .git, build trees and .deps out;
 - its HEALTHCHECK command succeeds against a live server (and fails against a
   stopped one).
 
@@ -18,9 +23,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from deploy_lib import (SOURCE_DIR, Server, apt_install_packages,  # noqa: E402
-                        dockerfile_global_args, dockerfile_stages, fail, run)
+                        dockerfile_global_args, dockerfile_instructions,
+                        dockerfile_stages, fail, run)
 
 BASE_IMAGE_PACKAGES = {"libc6"}
+# Docker Hub's Debian 12 images, short or fully qualified.
+PUBLIC_BASE = re.compile(r"(docker\.io/(library/)?)?debian:bookworm(-slim)?")
+# Words that tie an instruction to one architecture.
+ARCH_SPECIFIC = re.compile(
+    r"x86_64|x86-64|amd64|i386|i686|aarch64|arm64|armhf|ppc64|s390x|/lib64\b|-linux-gnu")
 
 
 def library_packages(binary):
@@ -68,18 +79,38 @@ def main():
     runtime = stages["runtime"]
     if list(stages)[-1] != "runtime":
         fail("Dockerfile: the runtime stage must be the last one (the default target)")
-    # Both stages start from BASE_IMAGE, whose default is the Debian 12 minbase image
-    # scripts/podman-base.sh makes (debian:bookworm-slim's equivalent; the Docker Hub
-    # image itself where a registry is reachable).
+    # Both stages start from BASE_IMAGE, by default a public Debian 12 image; the
+    # image test, which reaches no registry, passes the local base of
+    # scripts/podman-base.sh instead.
     base_arg = dockerfile_global_args(dockerfile).get("BASE_IMAGE")
-    with open(os.path.join(SOURCE_DIR, "scripts", "podman-base.sh")) as f:
-        made = re.search(r'image="\$\{1:-([^}]+)\}"', f.read())
-    if not made or base_arg != made.group(1):
-        fail(f"Dockerfile ARG BASE_IMAGE={base_arg}: expected the default of "
-             f"scripts/podman-base.sh ({made.group(1) if made else 'not found'})")
+    if not base_arg or not PUBLIC_BASE.fullmatch(base_arg):
+        fail(f"Dockerfile ARG BASE_IMAGE={base_arg}: the default must be a public Debian "
+             "12 image (docker.io/library/debian:bookworm-slim), so that `docker build .` "
+             "works with no arguments")
     for stage in ("build", "runtime"):
         if stages[stage][0][1].split()[0] != "${BASE_IMAGE}":
             fail(f"{stage} stage FROM {stages[stage][0][1]}, expected ${{BASE_IMAGE}}")
+    with open(os.path.join(SOURCE_DIR, "scripts", "podman-base.sh")) as f:
+        made = re.search(r'image="\$\{1:-([^}]+)\}"', f.read())
+    with open(os.path.join(SOURCE_DIR, "tests", "deploy", "image_test.sh")) as f:
+        image_test = f.read()
+    tested = re.search(r'base_image="\$\{BASE_IMAGE:-([^}]+)\}"', image_test)
+    if not made or not tested or made.group(1) != tested.group(1):
+        fail("tests/deploy/image_test.sh must build on the base scripts/podman-base.sh "
+             f"makes ({made.group(1) if made else 'not found'}), got "
+             f"{tested.group(1) if tested else 'none'}")
+    commands = image_test.replace("\\\n", " ").splitlines()
+    podman_builds = [c for c in commands if " build " in c and "Dockerfile" in c
+                     and not c.lstrip().startswith("#")]
+    if not podman_builds or not all('--build-arg BASE_IMAGE="$base_image"' in b
+                                    for b in podman_builds):
+        fail("every podman build in tests/deploy/image_test.sh must pass "
+             '--build-arg BASE_IMAGE="$base_image" (the Dockerfile\'s default base is '
+             "on Docker Hub)")
+    for ins, args in dockerfile_instructions(dockerfile):
+        if ARCH_SPECIFIC.search(args):
+            fail(f"Dockerfile: {ins} {args}: names an architecture "
+                 f"({ARCH_SPECIFIC.search(args).group(0)}); the image must build for any")
 
     # Shared libraries.
     installed = []
@@ -139,7 +170,7 @@ def main():
                 fail(f"{script} sets -march")
     with open(os.path.join(SOURCE_DIR, ".dockerignore")) as f:
         ignored = {line.strip() for line in f if line.strip() and not line.startswith("#")}
-    for pattern in (".git", "build*"):
+    for pattern in (".git", "build*", ".deps"):
         if pattern not in ignored:
             fail(f".dockerignore lacks {pattern}")
 

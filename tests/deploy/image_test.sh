@@ -5,9 +5,11 @@
 #   tests/deploy/image_test.sh ATTNCTL WORK_DIR
 #
 #   1. podman runs here (else FAIL: this test never passes without running)
-#   2. the base image exists (scripts/podman-base.sh makes it once, with debootstrap)
-#   3. podman build of the Dockerfile (layers and the ccache cache mount are kept
-#      between runs, so a rebuild after a source change is mostly cache hits)
+#   2. the base image exists (scripts/podman-base.sh makes it once, with debootstrap:
+#      no image registry is needed)
+#   3. podman build of the Dockerfile with --build-arg BASE_IMAGE=that base (layers
+#      and the ccache cache mount are kept between runs, so a rebuild after a source
+#      change is mostly cache hits)
 #   4. the image's configuration: USER 10001:10001, the HEALTHCHECK (kept by
 #      --format docker), ENTRYPOINT attnserve, ports 50051 and 9464
 #   5. a container with a read-only root filesystem and no tmpfs at all
@@ -27,7 +29,13 @@
 #
 # The container is always removed; the base, the built image and its build stage
 # (IMAGE-build) stay cached, so the next run's build reuses their layers (and the
-# ccache cache mount); dangling images of earlier builds are pruned. Every step is bounded in time. Needs root (through sudo when not root).
+# ccache cache mount); dangling images of earlier builds are pruned. Every step is
+# bounded in time. Needs root (through sudo when not root).
+#
+# Every podman command reads WORK_DIR/containers.conf (CONTAINERS_CONF), written here,
+# instead of the host's containers.conf files, which the test leaves alone: its one
+# setting, `default_ulimits = []`, keeps containers at the host's open-files limit
+# (podman's default raises it, which fails where the hard limit is lower).
 # Environment: IMAGE (default localhost/attnserve:test), BASE_IMAGE (default
 # localhost/attnserve-base:bookworm), BUILD_TIMEOUT seconds (default 1800).
 set -euo pipefail
@@ -63,13 +71,16 @@ fail() {
   echo "image-test: FAIL in step $step: $*" >&2
   exit 1
 }
-# podman with the runtime that works here (crun is not installed; runc is).
-pm() { $sudo podman --runtime runc "$@"; }
+conf="$work/containers.conf"
+# podman with the private containers.conf (through env: sudo resets the environment)
+# and the runtime install-deps.sh installs (runc; crun is not installed).
+pm() { $sudo env CONTAINERS_CONF="$conf" podman --runtime runc "$@"; }
 # pm bounded by SECONDS.
 pmt() {
   local seconds="$1"
   shift
-  $sudo timeout --kill-after=10 "$seconds" podman --runtime runc "$@"
+  $sudo timeout --kill-after=10 "$seconds" env CONTAINERS_CONF="$conf" \
+    podman --runtime runc "$@"
 }
 
 created=0
@@ -80,6 +91,11 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$work"
+cat >"$conf" <<'EOF'
+# Written by tests/deploy/image_test.sh; podman reads only this file (CONTAINERS_CONF).
+[containers]
+default_ulimits = []
+EOF
 
 begin "podman runs here"
 command -v podman >/dev/null ||

@@ -1,6 +1,8 @@
 """Every YAML file under deploy/ parses, and the Compose stack and the Kubernetes base
 say what docs/operations.md promises:
-- Kubernetes: the kustomization lists every manifest and only existing ones; the
+- Kubernetes: the kustomization lists every manifest and only existing ones, and
+  names every container's image in `images:` with an explicit tag (where a user
+  points it at the image they built and pushed); the
   Deployment derives --threads_per_worker from limits.cpu (downward API), sets
   requests = limits, native gRPC probes on 50051, a preStop hook, a
   terminationGracePeriodSeconds above preStop + --shutdown_grace, non-root and a
@@ -11,7 +13,8 @@ say what docs/operations.md promises:
   memory-backed emptyDir (medium Memory, with a sizeLimit) mounted at /dev/shm in
   attnserve and in a sidecar, and --shared_memory, without --max_connection_age
   (which would end every registration with its connection); the patched flags start
-  a live attnserve.
+  a live attnserve; its own `images:` names the image of every container it adds
+  as the base does (the base's entry does not reach them).
 - Compose: three attnserve replicas, Prometheus and Grafana; every mounted path exists;
   the stop grace exceeds --shutdown_grace.
 - The flags in both are real: a live attnserve starts with each set of arguments
@@ -116,6 +119,19 @@ def check_kubernetes(docs, attnserve):
         fail("no container named attnserve in the Deployment")
     c = containers[0]
     args = c.get("args", [])
+
+    images = {e.get("name"): e for e in kust[0].get("images", [])}
+    for container in pod["containers"] + pod.get("initContainers", []):
+        image = container.get("image", "")
+        name = image.split("@")[0].rsplit(":", 1)[0] if ":" in image.split("/")[-1] \
+            else image.split("@")[0]
+        entry = images.get(name)
+        if not entry or not entry.get("newName") or not str(entry.get("newTag", "")):
+            fail(f"container {container['name']}: image {image!r} needs an entry in "
+                 f"{base}/kustomization.yaml images: (name {name}, newName, newTag), "
+                 "where users name the image they built")
+        if str(entry["newTag"]) == "latest":
+            fail(f"{base}/kustomization.yaml: image {name} tagged latest; name a version")
 
     res = c.get("resources", {})
     if "cpu" not in res.get("limits", {}) or res.get("requests", {}).get("cpu") != res["limits"]["cpu"]:
@@ -273,6 +289,20 @@ def check_shm_overlay(docs, attnserve):
     if "attnserve" not in mounted or len(mounted) < 2:
         fail(f"{base}: /dev/shm must be the emptyDir in attnserve and a sidecar; "
              f"mounted in {mounted}")
+    base_images = docs["deploy/k8s/kustomization.yaml"][0].get("images", [])
+    base_names = {c["name"] for d in docs["deploy/k8s/deployment.yaml"]
+                  if d["kind"] == "Deployment"
+                  for c in d["spec"]["template"]["spec"]["containers"]}
+    overlay_images = {e.get("name"): e for e in kust.get("images", [])}
+    for c in pod["containers"]:
+        if c["name"] in base_names:
+            continue
+        entry = overlay_images.get(c.get("image"))
+        same = [e for e in base_images if e.get("name") == c.get("image")]
+        if not entry or not same or entry != same[0]:
+            fail(f"{base}: the added container {c['name']} (image {c.get('image')!r}) "
+                 "needs the base's images: entry for it in this overlay's images: (the "
+                 "base's entry retags the base's containers only)")
     server = [c for c in pod["containers"] if c["name"] == "attnserve"][0]
     if "--shared_memory" not in server["args"]:
         fail(f"{base}: attnserve needs --shared_memory, args {server['args']}")

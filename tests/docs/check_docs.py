@@ -66,6 +66,7 @@ def split_markdown(text):
 EXTERNAL_FLAGS = {
     # podman / docker (operations.md "In a container", the README's deploy step)
     "build-arg": "docker/podman build: the Dockerfile's BASE_IMAGE argument",
+    "platform": "docker buildx build --platform (operations.md: a multi-platform image)",
     "cap-drop": "podman run: the image test's capability drop",
     "cpus": "docker/podman run: a CPU limit for the container",
     "format": "podman build --format docker (keeps HEALTHCHECK)",
