@@ -62,7 +62,8 @@ test_packages=(
   # haproxy.service is masked before the package goes in (below)
   haproxy
   # the Python client (python/, tests/python/): /usr/bin/python3's own packages, a
-  # venv with --system-site-packages, stubs from protoc + grpc_python_plugin
+  # venv with --system-site-packages (the package ships its generated stubs; a
+  # test checks them against proto/ with protoc + grpc_python_plugin)
   python3-venv python3-pip python3-setuptools python3-wheel
   python3-grpcio python3-protobuf python3-numpy python3-pytest python3-matplotlib
   python3-torch
