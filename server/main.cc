@@ -117,6 +117,12 @@ ABSL_FLAG(int, shared_memory_max_regions, 64,
           "regions registered at once, 1..1024");
 ABSL_FLAG(attnserve::base::ByteSize, shared_memory_max_bytes,
           {int64_t{64} << 30}, "bytes of all registered regions together");
+ABSL_FLAG(int, step_channels, 0,
+          "same-host step channels open at once (session steps through a "
+          "ring in a shared-memory region; needs --shared_memory); 0 = off");
+ABSL_FLAG(absl::Duration, step_channel_spin, absl::Microseconds(200),
+          "how long a step channel's thread polls for the next step before "
+          "it sleeps (a CPU busy meanwhile; 0 = sleep at once)");
 
 namespace {
 
@@ -216,6 +222,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_shared_memory_max_regions);
   options.shared_memory.max_bytes =
       absl::GetFlag(FLAGS_shared_memory_max_bytes).bytes;
+  options.step_channels = absl::GetFlag(FLAGS_step_channels);
+  options.step_channel_spin = absl::GetFlag(FLAGS_step_channel_spin);
   const std::string eviction = absl::GetFlag(FLAGS_kv_eviction);
   if (eviction == "lru") {
     options.sessions.evict_lru = true;

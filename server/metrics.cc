@@ -44,6 +44,7 @@ constexpr const char* kMethodNames[] = {"Attend",
                                         "TruncateSession",
                                         "CloseSession",
                                         "GetSession",
+                                        "StepChannel",
                                         "ServerLive",
                                         "ServerReady",
                                         "ModelReady",
@@ -261,6 +262,10 @@ std::vector<prometheus::MetricFamily> RenderSharedMemory(
 
 }  // namespace
 
+const char* MethodName(Method method) {
+  return kMethodNames[static_cast<int>(method)];
+}
+
 struct Metrics::Impl {
   // Shared because Exposer holds the registry by weak_ptr.
   std::shared_ptr<prometheus::Registry> registry =
@@ -273,6 +278,7 @@ struct Metrics::Impl {
   prometheus::Counter* batch_fallbacks = nullptr;
   prometheus::Histogram* compute_duration[kNumKernels] = {};
   prometheus::Gauge* inflight = nullptr;
+  prometheus::Gauge* step_channels = nullptr;
   prometheus::Gauge* queue_depth = nullptr;
   prometheus::Counter* request_bytes = nullptr;
   prometheus::Counter* response_bytes = nullptr;
@@ -397,6 +403,11 @@ Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
                              "(queued or computing), in requests.")
                          .Register(r)
                          .Add({});
+  impl_->step_channels = &prometheus::BuildGauge()
+                              .Name("attnserve_step_channels")
+                              .Help("Same-host step channels open, in channels.")
+                              .Register(r)
+                              .Add({});
   impl_->queue_depth = &prometheus::BuildGauge()
                             .Name("attnserve_queue_depth")
                             .Help(
@@ -585,6 +596,10 @@ void Metrics::SetQueueDepth(int64_t depth) {
 
 void Metrics::AddInflight(int64_t delta) {
   impl_->inflight->Increment(static_cast<double>(delta));
+}
+
+void Metrics::AddStepChannels(int64_t delta) {
+  impl_->step_channels->Increment(static_cast<double>(delta));
 }
 
 prometheus::Registry& Metrics::registry() { return *impl_->registry; }

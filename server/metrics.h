@@ -45,6 +45,8 @@ enum class Method {
   kTruncateSession,
   kCloseSession,
   kGetSession,
+  // Steps of a same-host step channel (one per step).
+  kStepChannel,
   // inference.GRPCInferenceService (the Open Inference Protocol,
   // server/kserve/).
   kServerLive,
@@ -67,6 +69,8 @@ enum class Method {
 };
 inline constexpr int kNumMethods =
     static_cast<int>(Method::kSystemSharedMemoryUnregister) + 1;
+// The method's name: its label in the metrics and its name in the logs.
+const char* MethodName(Method method);
 
 // Why a task never reached a kernel.
 enum class Rejection {
@@ -129,6 +133,8 @@ class Metrics {
   // attnserve_queue_depth, attnserve_inflight_requests.
   void SetQueueDepth(int64_t depth);
   void AddInflight(int64_t delta);
+  // attnserve_step_channels: same-host step channels open.
+  void AddStepChannels(int64_t delta);
   // attnserve_kv_bytes{state="used"|"free"}, attnserve_kv_sessions,
   // attnserve_kv_tokens_appended_total and
   // attnserve_kv_sessions_ended_total{reason="closed"|"expired"|"evicted"},

@@ -164,6 +164,22 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
         "--max_inflight_bytes), got ",
         options.max_streams_per_connection));
   }
+  if (options.step_channels < 0 || options.step_channels > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--step_channels must be between 0 (off) and 1024, got ",
+        options.step_channels));
+  }
+  if (options.step_channels > 0 && !options.shared_memory.enabled) {
+    return absl::InvalidArgumentError(
+        "--step_channels needs --shared_memory (a channel's ring is a "
+        "registered region)");
+  }
+  if (options.step_channel_spin < absl::ZeroDuration() ||
+      options.step_channel_spin > absl::Seconds(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--step_channel_spin must be between 0 and 1s, got ",
+                     absl::FormatDuration(options.step_channel_spin)));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
@@ -307,6 +323,11 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   session_options.small_request_flops = options.small_request_flops;
   session_options.budget = budget;
   session_options.watchdog = impl->watchdog.get();
+  session_options.max_step_channels = options.step_channels;
+  session_options.step_channel_spin = options.step_channel_spin;
+  if (options.shared_memory.enabled) {
+    session_options.shared_memory = shared_memory;
+  }
   impl->session_service = std::make_unique<SessionService>(
       session_options, impl->admission.get(), store, impl->scheduler.get(),
       impl->metrics.get());
@@ -426,6 +447,11 @@ std::string AttnServer::ConfigSummary() const {
       o.shared_memory.enabled
           ? absl::StrCat("on prefix=", o.shared_memory.prefix)
           : std::string("off"),
+      " step_channels=", o.step_channels,
+      o.step_channels > 0
+          ? absl::StrCat(" step_channel_spin=",
+                         absl::FormatDuration(o.step_channel_spin))
+          : std::string(),
       " models=",
       impl_->models->models().empty()
           ? std::string("none")

@@ -78,6 +78,12 @@ struct ServerOptions {
   // Same-host tensors in POSIX shared memory (SharedMemoryService); off by
   // default.
   SharedMemoryOptions shared_memory;
+  // Same-host step channels (SessionService.StepChannel) open at once; they
+  // need shared_memory. 0 (default) = off.
+  int step_channels = 0;
+  // How long a channel's thread polls for the next step before it sleeps;
+  // not negative.
+  absl::Duration step_channel_spin = absl::Microseconds(200);
 };
 
 class AttnServer {

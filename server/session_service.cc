@@ -11,6 +11,7 @@
 #include "server/rpc/status_util.h"
 #include "server/rpc/stream_reactor.h"
 #include "server/session_codec.h"
+#include "server/step_channel.h"
 #include "server/tracked_unary_reactor.h"
 
 namespace attnserve::server {
@@ -20,14 +21,15 @@ int64_t Micros(absl::Duration d) { return absl::ToInt64Microseconds(d); }
 
 }  // namespace
 
-// The StreamProcessor (server/rpc/stream_reactor.h) of AttendSessionsStream:
-// each message is a Step, counted as one. Stateless beyond the service, so
-// one serves every stream.
+// The StreamProcessor (server/rpc/stream_reactor.h) of AttendSessionsStream
+// and of StepChannel: each message is a Step, counted under `method`.
+// Stateless beyond the service, so one serves every stream of its method.
 class SessionService::Steps final
     : public StreamProcessor<v1::AttendSessionsRequest,
                              v1::AttendSessionsResponse> {
  public:
-  explicit Steps(SessionService* service) : service_(service) {}
+  Steps(SessionService* service, Method method)
+      : service_(service), method_(method) {}
 
   void Submit(const v1::AttendSessionsRequest& request,
               v1::AttendSessionsResponse* response,
@@ -48,12 +50,12 @@ class SessionService::Steps final
                 const v1::AttendSessionsResponse& response,
                 const StreamMessage& message, grpc::StatusCode code) override {
     service_->metrics_->RecordRequest(
-        Method::kAttendSessionsStream, code,
+        method_, code,
         absl::ToDoubleSeconds(absl::Now() - message.received),
         message.request_bytes, static_cast<int64_t>(response.ByteSizeLong()));
     service_->work_.Answered();
-    ATTNSERVE_LOG(LogLevel::kDebug,
-                  "AttendSessionsStream id=", request.request_id(),
+    ATTNSERVE_LOG(LogLevel::kDebug, MethodName(method_),
+                  " id=", request.request_id(),
                   " code=", code, " sessions=", request.sessions_size(), " ",
                   response.error_message());
   }
@@ -62,6 +64,7 @@ class SessionService::Steps final
 
  private:
   SessionService* const service_;
+  const Method method_;
 };
 
 SessionService::SessionService(const SessionServiceOptions& options,
@@ -74,7 +77,9 @@ SessionService::SessionService(const SessionServiceOptions& options,
       metrics_(metrics),
       admission_(admission),
       work_(metrics),
-      steps_(std::make_unique<Steps>(this)) {}
+      stream_steps_(
+          std::make_unique<Steps>(this, Method::kAttendSessionsStream)),
+      channel_steps_(std::make_unique<Steps>(this, Method::kStepChannel)) {}
 
 SessionService::~SessionService() = default;
 
@@ -304,8 +309,57 @@ grpc::ServerBidiReactor<v1::AttendSessionsRequest, v1::AttendSessionsResponse>*
 SessionService::AttendSessionsStream(grpc::CallbackServerContext* context) {
   return new OrderedStreamReactor<v1::AttendSessionsRequest,
                                   v1::AttendSessionsResponse>(
-      context, steps_.get(), options_.max_stream_inflight,
+      context, stream_steps_.get(), options_.max_stream_inflight,
       admission_->Admit(*context), options_.watchdog);
+}
+
+absl::StatusOr<wire::StepRing> SessionService::OpenRing(
+    const std::string& name, std::shared_ptr<SharedRegion>* region) {
+  if (options_.max_step_channels == 0 || options_.shared_memory == nullptr) {
+    return absl::FailedPreconditionError(
+        "step channels are off: start attnserve with --shared_memory and "
+        "--step_channels=N");
+  }
+  ASSIGN_OR_RETURN(*region, options_.shared_memory->Find(name));
+  RETURN_IF_ERROR((*region)->Check());
+  absl::MutexLock lock(&channels_mu_);
+  if (static_cast<int>(channel_regions_.size()) >=
+      options_.max_step_channels) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("step channels: ", options_.max_step_channels,
+                     " are open (--step_channels)"));
+  }
+  if (channel_regions_.contains(region->get())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "region: \"", name, "\" already holds an open step channel"));
+  }
+  ASSIGN_OR_RETURN(wire::StepRing ring,
+                   wire::StepRing::Create((*region)->data(), (*region)->size()));
+  channel_regions_.insert(region->get());
+  metrics_->AddStepChannels(1);
+  return ring;
+}
+
+void SessionService::CloseRing(const SharedRegion* region) {
+  absl::MutexLock lock(&channels_mu_);
+  if (channel_regions_.erase(region) > 0) metrics_->AddStepChannels(-1);
+}
+
+grpc::ServerWriteReactor<v1::StepChannelInfo>* SessionService::StepChannel(
+    grpc::CallbackServerContext* context,
+    const v1::OpenStepChannelRequest* request) {
+  std::shared_ptr<SharedRegion> region;
+  const absl::Status admitted = admission_->Admit(*context);
+  absl::StatusOr<wire::StepRing> ring =
+      admitted.ok() ? OpenRing(request->region(), &region)
+                    : absl::StatusOr<wire::StepRing>(admitted);
+  const SharedRegion* key = ring.ok() ? region.get() : nullptr;
+  return new StepChannelReactor(
+      std::move(ring), std::move(region), options_.step_channel_spin,
+      channel_steps_.get(), [this] { return admission_->draining(); },
+      [this, key] {
+        if (key != nullptr) CloseRing(key);
+      });
 }
 
 grpc::ServerUnaryReactor* SessionService::ForkSession(

@@ -7,13 +7,17 @@
 // receives them: they are bookkeeping and memory copies of the bytes that
 // just arrived. The attention of AttendSessions (and of each message of
 // AttendSessionsStream) runs on the scheduler, over the layers pinned on
-// receipt.
+// receipt. StepChannel serves the same steps through a ring in shared
+// memory (server/step_channel.h).
 
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/sessions.grpc.pb.h"
 #include "kvcache/session_store.h"
@@ -23,7 +27,9 @@
 #include "server/rpc/memory_budget.h"
 #include "server/rpc/send_watchdog.h"
 #include "server/scheduler.h"
+#include "server/shm/shared_memory_registry.h"
 #include "server/work_tracker.h"
+#include "wire/step_ring.h"
 
 namespace attnserve::server {
 
@@ -41,6 +47,14 @@ struct SessionServiceOptions {
   MemoryBudget* budget = nullptr;
   // When not null: --send_timeout. Must outlive the service.
   SendWatchdog* watchdog = nullptr;
+  // Same-host step channels (StepChannel) open at once; 0 (default) = off.
+  // They need `shared_memory` (their rings are registered regions).
+  int max_step_channels = 0;
+  // How long a channel's thread polls for the next step before it sleeps.
+  absl::Duration step_channel_spin = absl::Microseconds(200);
+  // The registered regions; null = shared memory off. Must outlive the
+  // service.
+  SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 class SessionService final : public v1::SessionService::CallbackService {
@@ -72,6 +86,9 @@ class SessionService final : public v1::SessionService::CallbackService {
   grpc::ServerBidiReactor<v1::AttendSessionsRequest,
                           v1::AttendSessionsResponse>*
   AttendSessionsStream(grpc::CallbackServerContext* context) override;
+  grpc::ServerWriteReactor<v1::StepChannelInfo>* StepChannel(
+      grpc::CallbackServerContext* context,
+      const v1::OpenStepChannelRequest* request) override;
   grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
                                         const v1::ForkSessionRequest* request,
                                         v1::SessionInfo* response) override;
@@ -98,6 +115,12 @@ class SessionService final : public v1::SessionService::CallbackService {
   // `bytes` of the budget (an empty reservation without one); a refusal is
   // counted.
   absl::StatusOr<MemoryBudget::Reservation> Reserve(int64_t bytes);
+  // A ring laid out over the region `name` (the channel's checks: on, under
+  // the limit, the region registered, usable and not another channel's),
+  // counted as open from here; `region` gets the region.
+  absl::StatusOr<wire::StepRing> OpenRing(const std::string& name,
+                                          std::shared_ptr<SharedRegion>* region);
+  void CloseRing(const SharedRegion* region);
   // One AttendSessions step, unary or on a stream, from decoding to the
   // answer: everything up to the pins happens here, in arrival order
   // (decode, the store's plan, limits, the budget into `held`, the appends),
@@ -115,7 +138,13 @@ class SessionService final : public v1::SessionService::CallbackService {
   Metrics* const metrics_;
   const Admission* const admission_;
   WorkTracker work_;
-  std::unique_ptr<Steps> steps_;
+  // The processors of AttendSessionsStream and StepChannel steps.
+  std::unique_ptr<Steps> stream_steps_;
+  std::unique_ptr<Steps> channel_steps_;
+  absl::Mutex channels_mu_;
+  // The regions holding an open channel's ring.
+  absl::flat_hash_set<const SharedRegion*> channel_regions_
+      ABSL_GUARDED_BY(channels_mu_);
 };
 
 }  // namespace attnserve::server
