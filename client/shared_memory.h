@@ -3,12 +3,8 @@
 
 // attnctl's --shm: one POSIX shared-memory region that holds an Attend
 // request's query, key and value and receives its output (and weights), so
-// that the call carries references instead of tensor bytes. The region is
-// created under the server's prefix (SharedMemoryService.Status), registered
-// (its Register call is held open as the lease), and its name unlinked as
-// soon as the server has mapped it: whatever happens to attnctl afterwards,
-// nothing is left in /dev/shm, and the server drops the registration when
-// attnctl's connection goes.
+// that the call carries references instead of tensor bytes. The region is a
+// RegisteredRegion (client/shared_region.h).
 
 #include <cstdint>
 #include <memory>
@@ -18,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.pb.h"
-#include "attnserve/v1/shared_memory.grpc.pb.h"
 #include "client/connection.h"
+#include "client/shared_region.h"
 #include "grpcpp/channel.h"
 
 namespace attnserve::client {
@@ -37,14 +33,12 @@ class SharedMemoryPlacement {
       const std::shared_ptr<grpc::Channel>& channel,
       const ConnectionOptions& connection, v1::AttendRequest* request);
 
-  // Unregisters (ending the lease) and unmaps.
-  ~SharedMemoryPlacement();
   SharedMemoryPlacement(const SharedMemoryPlacement&) = delete;
   SharedMemoryPlacement& operator=(const SharedMemoryPlacement&) = delete;
 
   // The region's registered name and its size.
-  const std::string& name() const { return name_; }
-  int64_t size() const { return size_; }
+  const std::string& name() const { return region_->name(); }
+  int64_t size() const { return region_->size(); }
 
   // Copies the output and weights the server wrote into the region into
   // `response`'s data, so that it reads as an ordinary response.
@@ -57,13 +51,7 @@ class SharedMemoryPlacement {
   SharedMemoryPlacement() = default;
   absl::Status CopyOut(absl::string_view name, v1::Tensor* tensor) const;
 
-  std::string name_;
-  char* data_ = nullptr;
-  int64_t size_ = 0;
-  ConnectionOptions connection_;
-  std::unique_ptr<v1::SharedMemoryService::Stub> stub_;
-  std::unique_ptr<grpc::ClientContext> lease_context_;
-  std::unique_ptr<grpc::ClientReader<v1::SharedMemoryLease>> lease_;
+  std::unique_ptr<RegisteredRegion> region_;
 };
 
 }  // namespace attnserve::client

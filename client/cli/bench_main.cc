@@ -87,6 +87,7 @@ ExitCode DecodeMain(const ParsedFlags& parsed, ConnectionOptions connection,
           : std::min(absl::GetFlag(FLAGS_stateless_steps), o.steps);
   o.layers = absl::GetFlag(FLAGS_layers);
   o.stream = absl::GetFlag(FLAGS_stream);
+  o.same_host = absl::GetFlag(FLAGS_shm);
   // The random-input flags' defaults are Attend's; decode's are a GQA 32/8,
   // D128 model unless given.
   o.heads = parsed.Specified("heads") ? spec.random.heads : 32;

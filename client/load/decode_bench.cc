@@ -19,6 +19,7 @@
 #include "client/request_builder.h"
 #include "client/rpc_status.h"
 #include "client/session.h"
+#include "client/step_channel.h"
 #include "nlohmann/json.hpp"
 #include "wire/dtype.h"
 
@@ -46,11 +47,18 @@ struct Phase {
   }
 };
 
+// How the session steps travel, by its method's name.
+const char* StepMethod(const DecodeBenchOptions& o) {
+  if (o.same_host) return "StepChannel";
+  return o.stream ? "AttendSessionsStream" : "AttendSessions";
+}
+
 class Sequence {
  public:
   Sequence(const DecodeBenchOptions& o, std::shared_ptr<grpc::Channel> channel,
            int index)
       : o_(o),
+        channel_(channel),
         sessions_(v1::SessionService::NewStub(channel)),
         attention_(v1::AttentionService::NewStub(channel)),
         id_(absl::StrCat("decode-bench-", getpid(), "-", index)),
@@ -122,8 +130,7 @@ class Sequence {
       q->set_position(o_.prefill + step);
       bytes += static_cast<int64_t>(r.ByteSizeLong());
       v1::AttendSessionsResponse response;
-      if (!Check(phase, o_.stream ? "AttendSessionsStream" : "AttendSessions",
-                 Send(r, &response))) {
+      if (!Check(phase, StepMethod(o_), Send(r, &response))) {
         return false;
       }
       server_us += response.timing().total_us();
@@ -134,9 +141,10 @@ class Sequence {
     return true;
   }
 
-  // Ends the step stream, if one is open; false (and the phase's error) when
-  // it does not end OK.
+  // Ends the step stream or channel, if one is open; false (and the phase's
+  // error) when a stream does not end OK.
   bool EndStream(Phase& phase) {
+    step_channel_.reset();
     if (stream_ == nullptr) return true;
     stream_->WritesDone();
     const grpc::Status st = stream_->Finish();
@@ -203,6 +211,7 @@ class Sequence {
   // at its first step); a message's error becomes its status.
   grpc::Status Send(const v1::AttendSessionsRequest& r,
                     v1::AttendSessionsResponse* response) {
+    if (o_.same_host) return SendSameHost(r, response);
     if (!o_.stream) {
       grpc::ClientContext context;
       Prepare(&context);
@@ -227,6 +236,25 @@ class Sequence {
     return grpc::Status::OK;
   }
 
+  // The step through the sequence's step channel (opened at its first step).
+  grpc::Status SendSameHost(const v1::AttendSessionsRequest& r,
+                            v1::AttendSessionsResponse* response) {
+    absl::Status status;
+    if (step_channel_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<StepChannel>> opened =
+          StepChannel::Open(channel_, o_.connection);
+      status = opened.status();
+      if (opened.ok()) step_channel_ = *std::move(opened);
+    }
+    if (status.ok()) status = step_channel_->Step(r, response);
+    if (status.ok() && response->error_code() != 0) {
+      status = absl::Status(static_cast<absl::StatusCode>(response->error_code()),
+                            response->error_message());
+    }
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                        std::string(status.message()));
+  }
+
   bool Check(Phase& phase, const char* method, const grpc::Status& st) {
     if (st.ok()) return true;
     phase.Fail(absl::StrCat(method, " of ", id_, ": ", RpcErrorLine(st)));
@@ -247,6 +275,7 @@ class Sequence {
   }
 
   const DecodeBenchOptions& o_;
+  const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::SessionService::Stub> sessions_;
   std::unique_ptr<v1::AttentionService::Stub> attention_;
   const std::string id_;
@@ -256,6 +285,7 @@ class Sequence {
   std::unique_ptr<grpc::ClientReaderWriter<v1::AttendSessionsRequest,
                                            v1::AttendSessionsResponse>>
       stream_;
+  std::unique_ptr<StepChannel> step_channel_;
 };
 
 // Runs `body(sequence)` on one thread per sequence and times the whole.
@@ -287,10 +317,12 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
                         std::ostream& err) {
   if (o.sequences < 1 || o.prefill < 0 || o.steps < 1 || o.layers < 1 ||
       o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 ||
-      o.head_dim < 1 || o.stateless_steps < 0 || o.stateless_steps > o.steps) {
+      o.head_dim < 1 || o.stateless_steps < 0 || o.stateless_steps > o.steps ||
+      (o.stream && o.same_host)) {
     err << "error: --decode needs --sequences >= 1, --prefill >= 0, "
            "--steps >= 1, --layers >= 1, --heads a multiple of --kv_heads, "
-           "--dim >= 1 and 0 <= --stateless_steps <= --steps\n";
+           "--dim >= 1, 0 <= --stateless_steps <= --steps, and at most one "
+           "of --stream and --same_host\n";
     return kExitUsage;
   }
   const int connections = ConnectionsFor(o.connections, o.sequences);
@@ -345,6 +377,7 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
       {"storage_dtype", wire::ShortDataTypeName(o.storage_dtype)},
       {"kv_bytes", kv_bytes},
       {"stream", o.stream},
+      {"same_host", o.same_host},
       {"sessions", PhaseJson(sessions)}};
   j["sessions"]["server_p50_us"] = Micros(sessions.server.Percentile(50));
   j["sessions"]["compute_p50_us"] = Micros(sessions.compute.Percentile(50));
@@ -384,7 +417,7 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
   out << absl::StrFormat(
       "session step p50 %.0f us (%s): kernel %.0f, rest of the server %.0f, "
       "client and transport %.0f\n",
-      step_p50, o.stream ? "AttendSessionsStream" : "unary AttendSessions",
+      step_p50, StepMethod(o),
       compute_p50, std::max(0.0, server_p50 - compute_p50),
       std::max(0.0, step_p50 - server_p50));
   if (o.stateless_steps > 0) {

@@ -5,7 +5,8 @@
 // N sequences at once, each a session prefilled with P tokens per layer, then
 // S steps; a step is one AttendSessions call per layer with the new token's
 // query, key and value (or, with `stream`, one message per layer on the
-// sequence's AttendSessionsStream). Then the same decoding through stateless
+// sequence's AttendSessionsStream, or with `same_host` through its step
+// channel in shared memory). Then the same decoding through stateless
 // Attend calls that resend the whole cache every step, for comparison.
 
 #include <cstdint>
@@ -39,6 +40,9 @@ struct DecodeBenchOptions {
   int64_t stateless_steps = 8;
   // Session steps as messages of one AttendSessionsStream per sequence.
   bool stream = false;
+  // Session steps through one same-host step channel per sequence
+  // (client/step_channel.h); not with `stream`.
+  bool same_host = false;
   bool json = false;
 };
 
