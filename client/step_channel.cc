@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "core/status_macros.h"
 
 namespace attnserve::client {
@@ -11,6 +12,7 @@ absl::StatusOr<std::unique_ptr<StepChannel>> StepChannel::Open(
     const ConnectionOptions& connection, int64_t size, absl::Duration spin) {
   std::unique_ptr<StepChannel> c(new StepChannel());
   c->spin_ = spin;
+  c->timeout_ = connection.timeout;
   ASSIGN_OR_RETURN(c->region_,
                    RegisteredRegion::Create(channel, connection, size));
   c->stub_ = v1::SessionService::NewStub(channel);
@@ -43,7 +45,8 @@ StepChannel::~StepChannel() {
 absl::Status StepChannel::Step(const v1::AttendSessionsRequest& request,
                                v1::AttendSessionsResponse* response) {
   request.SerializeToString(&request_bytes_);
-  RETURN_IF_ERROR(ring_->Call(request_bytes_, &response_bytes_, spin_));
+  RETURN_IF_ERROR(ring_->Call(request_bytes_, &response_bytes_, spin_,
+                              absl::Now() + timeout_));
   if (!response->ParseFromString(response_bytes_)) {
     return absl::InternalError(
         "the step channel's answer is not an AttendSessionsResponse");

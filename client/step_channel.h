@@ -40,7 +40,8 @@ class StepChannel {
   // One step, answered as on AttendSessionsStream: a step the server refuses
   // comes back OK with error_code and error_message set. Errors here are the
   // channel's own (the request too large for the slot, the server closed
-  // the channel, an answer that does not parse).
+  // the channel, no answer within the connection's timeout, an answer that
+  // does not parse).
   absl::Status Step(const v1::AttendSessionsRequest& request,
                     v1::AttendSessionsResponse* response);
 
@@ -53,6 +54,8 @@ class StepChannel {
   std::unique_ptr<grpc::ClientReader<v1::StepChannelInfo>> call_;
   std::optional<wire::StepRing> ring_;
   absl::Duration spin_;
+  // Each step's deadline from its start: the connection's timeout.
+  absl::Duration timeout_;
   std::string request_bytes_;
   std::string response_bytes_;
 };

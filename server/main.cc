@@ -120,7 +120,7 @@ ABSL_FLAG(attnserve::base::ByteSize, shared_memory_max_bytes,
 ABSL_FLAG(int, step_channels, 0,
           "same-host step channels open at once (session steps through a "
           "ring in a shared-memory region; needs --shared_memory); 0 = off");
-ABSL_FLAG(absl::Duration, step_channel_spin, absl::Microseconds(200),
+ABSL_FLAG(absl::Duration, step_channel_spin, absl::Milliseconds(1),
           "how long a step channel's thread polls for the next step before "
           "it sleeps (a CPU busy meanwhile; 0 = sleep at once)");
 

@@ -83,7 +83,7 @@ struct ServerOptions {
   int step_channels = 0;
   // How long a channel's thread polls for the next step before it sleeps;
   // not negative.
-  absl::Duration step_channel_spin = absl::Microseconds(200);
+  absl::Duration step_channel_spin = absl::Milliseconds(1);
 };
 
 class AttnServer {

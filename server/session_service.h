@@ -51,7 +51,7 @@ struct SessionServiceOptions {
   // They need `shared_memory` (their rings are registered regions).
   int max_step_channels = 0;
   // How long a channel's thread polls for the next step before it sleeps.
-  absl::Duration step_channel_spin = absl::Microseconds(200);
+  absl::Duration step_channel_spin = absl::Milliseconds(1);
   // The registered regions; null = shared memory off. Must outlive the
   // service.
   SharedMemoryRegistry* shared_memory = nullptr;

@@ -1,0 +1,268 @@
+// Same-host step channels through a real attnserve process, with attnctl's
+// client (client/step_channel.h): steps answered bit-identical to unary
+// AttendSessions on twin sessions; per-step errors (an unknown session, bytes
+// that are no request) answered in the ring with the channel going on; the
+// flags, the channel limit and the region rules; a cancelled channel freed;
+// draining closes open channels; metrics.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "attnserve/v1/sessions.grpc.pb.h"
+#include "client/connection.h"
+#include "client/shared_region.h"
+#include "client/step_channel.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/e2e/server_fixture.h"
+#include "tests/util/session_mirror.h"
+#include "wire/step_ring.h"
+
+namespace attnserve {
+namespace {
+
+using ::attnserve::testing::MetricSample;
+using ::attnserve::testing::RandomValues;
+using ::attnserve::testing::ServerTest;
+using ::attnserve::testing::WireRows;
+using ::testing::HasSubstr;
+
+constexpr int kHeads = 4;
+constexpr int kKvHeads = 1;
+constexpr int kDim = 64;
+
+class StepChannelE2eTest : public ServerTest {
+ protected:
+  static void SetUpTestSuite() {
+    StartSuiteServer({"--workers=1", "--threads_per_worker=1",
+                      "--shared_memory", "--step_channels=2"});
+  }
+
+  client::ConnectionOptions Connection() const {
+    client::ConnectionOptions o;
+    o.targets = {server().target()};
+    o.timeout = absl::Seconds(30);
+    return o;
+  }
+
+  absl::StatusOr<std::unique_ptr<client::StepChannel>> Open(
+      int64_t size = int64_t{1} << 20) {
+    return client::StepChannel::Open(channel(), Connection(), size);
+  }
+
+  void Create(const std::string& id) {
+    auto stub = v1::SessionService::NewStub(channel());
+    v1::CreateSessionRequest r;
+    r.set_session_id(id);
+    v1::SessionShape* shape = r.mutable_shape();
+    shape->set_num_layers(1);
+    shape->set_num_kv_heads(kKvHeads);
+    shape->set_head_dim(kDim);
+    shape->set_storage_dtype(v1::FLOAT32);
+    shape->set_max_tokens(4096);
+    v1::SessionInfo info;
+    grpc::ClientContext context;
+    const grpc::Status status = stub->CreateSession(&context, r, &info);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+
+  // Step `step` of a session: one new token's q, k, v.
+  static v1::AttendSessionsRequest StepRequest(const std::string& id,
+                                               int step) {
+    v1::AttendSessionsRequest r;
+    r.set_request_id(absl::StrCat("step-", step));
+    v1::SessionQuery* q = r.add_sessions();
+    q->set_session_id(id);
+    *q->mutable_query() = WireRows(DType::kFloat32, 1, kHeads, kDim,
+                                   RandomValues(3 * step, kHeads * kDim));
+    *q->mutable_key() = WireRows(DType::kFloat32, 1, kKvHeads, kDim,
+                                 RandomValues(3 * step + 1, kKvHeads * kDim));
+    *q->mutable_value() = WireRows(DType::kFloat32, 1, kKvHeads, kDim,
+                                   RandomValues(3 * step + 2, kKvHeads * kDim));
+    return r;
+  }
+
+  double OpenChannels() {
+    return MetricSample(server(), "attnserve_step_channels");
+  }
+};
+
+TEST_F(StepChannelE2eTest, StepsAreBitIdenticalToUnaryCalls) {
+  Create("channel-twin");
+  Create("unary-twin");
+  auto channel_steps = Open();
+  ASSERT_TRUE(channel_steps.ok()) << channel_steps.status();
+  auto stub = v1::SessionService::NewStub(channel());
+  for (int step = 0; step < 300; ++step) {
+    v1::AttendSessionsResponse through_ring, unary;
+    ASSERT_TRUE(
+        (*channel_steps)->Step(StepRequest("channel-twin", step), &through_ring).ok());
+    ASSERT_EQ(through_ring.error_code(), 0) << through_ring.error_message();
+    grpc::ClientContext context;
+    ASSERT_TRUE(
+        stub->AttendSessions(&context, StepRequest("unary-twin", step), &unary).ok());
+    EXPECT_EQ(through_ring.request_id(), absl::StrCat("step-", step));
+    ASSERT_EQ(through_ring.results_size(), 1);
+    EXPECT_EQ(through_ring.results(0).output().data(),
+              unary.results(0).output().data())
+        << "step " << step;
+    EXPECT_EQ(through_ring.results(0).tokens(), step + 1);
+  }
+  EXPECT_GE(MetricSample(server(), "attnserve_requests_total{code=\"OK\",method=\"StepChannel\"}"), 300);
+}
+
+TEST_F(StepChannelE2eTest, AFailedStepIsAnsweredAndTheChannelGoesOn) {
+  Create("goes-on");
+  auto steps = Open();
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  v1::AttendSessionsResponse response;
+  ASSERT_TRUE((*steps)->Step(StepRequest("no-such-session", 0), &response).ok());
+  EXPECT_EQ(response.error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  EXPECT_THAT(response.error_message(), HasSubstr("no-such-session"));
+  EXPECT_EQ(response.request_id(), "step-0");
+  ASSERT_TRUE((*steps)->Step(StepRequest("goes-on", 0), &response).ok());
+  EXPECT_EQ(response.error_code(), 0) << response.error_message();
+  EXPECT_EQ(response.results(0).tokens(), 1);
+}
+
+TEST_F(StepChannelE2eTest, BytesThatAreNoRequestGetInvalidArgument) {
+  Create("after-garbage");
+  // The ring driven by hand, as a client of another language would.
+  auto region = client::RegisteredRegion::Create(channel(), Connection(),
+                                                 64 * 1024);
+  ASSERT_TRUE(region.ok()) << region.status();
+  auto stub = v1::SessionService::NewStub(channel());
+  grpc::ClientContext context;
+  v1::OpenStepChannelRequest open;
+  open.set_region((*region)->name());
+  auto call = stub->StepChannel(&context, open);
+  v1::StepChannelInfo info;
+  ASSERT_TRUE(call->Read(&info));
+  EXPECT_EQ(info.request_capacity() + info.response_capacity(),
+            64 * 1024 - wire::kStepRingHeaderBytes);
+  EXPECT_EQ(info.spin_us(), 1000);
+  auto ring = wire::StepRing::Attach((*region)->data(), (*region)->size());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::string answer;
+  ASSERT_TRUE(ring->Call("\xff\xff\xff garbage", &answer, absl::Milliseconds(1)).ok());
+  v1::AttendSessionsResponse response;
+  ASSERT_TRUE(response.ParseFromString(answer));
+  EXPECT_EQ(response.error_code(),
+            static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(response.error_message(), HasSubstr("not an AttendSessionsRequest"));
+  // A length past the slot, written by hand.
+  uint32_t seq, bytes = 1u << 30;
+  std::memcpy(&seq, (*region)->data() + 128, 4);
+  ++seq;
+  std::memcpy((*region)->data() + 68, &bytes, 4);
+  __atomic_store_n(reinterpret_cast<uint32_t*>((*region)->data() + 64), seq,
+                   __ATOMIC_SEQ_CST);
+  for (int i = 0; i < 10000 && __atomic_load_n(reinterpret_cast<uint32_t*>(
+                                   (*region)->data() + 128),
+                               __ATOMIC_SEQ_CST) != seq;
+       ++i) {
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  uint32_t answered_bytes;
+  std::memcpy(&answered_bytes, (*region)->data() + 132, 4);
+  const int64_t response_offset = wire::kStepRingHeaderBytes + info.request_capacity();
+  ASSERT_TRUE(response.ParseFromArray((*region)->data() + response_offset,
+                                      static_cast<int>(answered_bytes)));
+  EXPECT_THAT(response.error_message(), HasSubstr("request_bytes"));
+  // And a real step after both.
+  std::string request = StepRequest("after-garbage", 0).SerializeAsString();
+  ASSERT_TRUE(ring->Call(request, &answer, absl::Milliseconds(1)).ok());
+  ASSERT_TRUE(response.ParseFromString(answer));
+  EXPECT_EQ(response.error_code(), 0) << response.error_message();
+  context.TryCancel();
+  call->Finish();
+}
+
+TEST_F(StepChannelE2eTest, TheLimitHoldsAndAClosedChannelIsFreed) {
+  const double before = OpenChannels();
+  {
+    auto first = Open();
+    ASSERT_TRUE(first.ok()) << first.status();
+    auto second = Open();
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_EQ(OpenChannels(), before + 2);
+    auto third = Open();
+    EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(third.status().message(), HasSubstr("--step_channels"));
+  }
+  // Cancelled by the destructors: the server frees both.
+  EXPECT_LE(testing::AwaitMetricAtMost(server(), "attnserve_step_channels", before),
+            before);
+  auto again = Open();
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
+TEST_F(StepChannelE2eTest, RegionRules) {
+  auto small = Open(wire::kStepRingMinBytes - 64);
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(small.status().message(), HasSubstr("at least 16384"));
+
+  auto stub = v1::SessionService::NewStub(channel());
+  v1::OpenStepChannelRequest open;
+  open.set_region("never-registered");
+  grpc::ClientContext context;
+  auto call = stub->StepChannel(&context, open);
+  v1::StepChannelInfo info;
+  EXPECT_FALSE(call->Read(&info));
+  EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // One channel per region.
+  auto region = client::RegisteredRegion::Create(channel(), Connection(),
+                                                 64 * 1024);
+  ASSERT_TRUE(region.ok()) << region.status();
+  open.set_region((*region)->name());
+  grpc::ClientContext first_context, second_context;
+  auto first = stub->StepChannel(&first_context, open);
+  ASSERT_TRUE(first->Read(&info));
+  auto second = stub->StepChannel(&second_context, open);
+  EXPECT_FALSE(second->Read(&info));
+  const grpc::Status refused = second->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("already holds"));
+  first_context.TryCancel();
+  first->Finish();
+}
+
+TEST_F(StepChannelE2eTest, OffUnlessTheFlagIsGiven) {
+  StartServer({"--shared_memory"});
+  auto steps = Open();
+  EXPECT_EQ(steps.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(steps.status().message(), HasSubstr("--step_channels"));
+}
+
+TEST_F(StepChannelE2eTest, DrainingClosesOpenChannels) {
+  StartServer({"--shared_memory", "--step_channels=1", "--shutdown_grace=5s"});
+  Create("drained");
+  auto steps = Open();
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  v1::AttendSessionsResponse response;
+  ASSERT_TRUE((*steps)->Step(StepRequest("drained", 0), &response).ok());
+  EXPECT_EQ(response.error_code(), 0);
+  server().Kill(SIGTERM);
+  absl::Status status;
+  for (int i = 0; i < 200 && status.ok(); ++i) {
+    status = (*steps)->Step(StepRequest("drained", i + 1), &response);
+    if (status.ok() && response.error_code() != 0) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // Either the channel closed, or a step that raced the close was refused.
+  if (status.ok()) {
+    EXPECT_EQ(response.error_code(), static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+  } else {
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  }
+  steps->reset();
+  absl::StatusOr<int> exit = server().WaitForExit(absl::Seconds(20));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(*exit, 0);
+}
+
+}  // namespace
+}  // namespace attnserve
