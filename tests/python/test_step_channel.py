@@ -163,7 +163,19 @@ def test_a_server_without_step_channels_refuses(start_server):
         with pytest.raises(attnserve.FailedPrecondition, match="--step_channels"):
             c.step_channel()
         assert c.shared_memory_status().regions == ()  # the channel's region went too
+    plain = start_server()
+    with attnserve.Client(plain.target, timeout=60) as c:
+        with pytest.raises(attnserve.FailedPrecondition, match="--shared_memory"):
+            c.step_channel()
     assert leftovers() == []
+
+
+def test_a_region_too_small_for_a_ring(client):
+    with pytest.raises(attnserve.InvalidArgument, match="16384"):
+        client.step_channel(size=8 << 10)
+    assert client.shared_memory_status().regions == ()
+    with client.step_channel(size=16 << 10) as channel:  # the least: slots of ~8 KiB
+        assert 0 < channel.request_capacity < 8 << 10
 
 
 def test_past_the_servers_limit_then_freed_by_close(start_server):
