@@ -710,7 +710,28 @@ class _StepStream:
             self.client._release(self._index)
 
 
-class SessionStream(_StepStream):
+class _BlockingSteps(_StepStream):
+    """What SessionStream and StepChannel share: the `with` block and
+    attend_sessions around one step's exchange (_exchange: a request in, its
+    AttendSessionsResponse out)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
+                        alibi_slopes=None, scale=None, return_weights=False,
+                        output_dtype=None, route_key=None, timeout=None):
+        """As Client.attend_sessions; route_key and timeout are the stream's or
+        channel's (given when it was opened) and are ignored here."""
+        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
+                                   return_weights, output_dtype)
+        return self._answer(self._exchange(req), kinds, return_weights)
+
+
+class SessionStream(_BlockingSteps):
     """Steps over one AttendSessionsStream (Client.session_stream).
 
     attend_sessions takes and returns what Client.attend_sessions does; a step
@@ -729,19 +750,7 @@ class SessionStream(_StepStream):
             iter(self._requests.get, _END_OF_STEPS), timeout=timeout,
             metadata=client._md(route_key)))
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
-                        alibi_slopes=None, scale=None, return_weights=False,
-                        output_dtype=None, route_key=None, timeout=None):
-        """As Client.attend_sessions; route_key and timeout are the stream's
-        (given to session_stream) and are ignored here."""
-        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   return_weights, output_dtype)
+    def _exchange(self, req):
         with self._lock:
             self._check_open()
             self._requests.put(req)
@@ -753,7 +762,7 @@ class SessionStream(_StepStream):
             except StopIteration:
                 self._end()
                 raise Internal("the stream ended before answering the step") from None
-        return self._answer(resp, kinds, return_weights)
+        return resp
 
     def close(self):
         """Ends the stream (its steps are all answered by then)."""
@@ -775,7 +784,7 @@ class SessionStream(_StepStream):
         super()._end()
 
 
-class StepChannel(_StepStream):
+class StepChannel(_BlockingSteps):
     """Steps through a same-host step channel (Client.step_channel): each step's
     request and answer go through a ring in a shared-memory region of the
     channel's own, the StepChannel call staying open beside it.
@@ -813,21 +822,8 @@ class StepChannel(_StepStream):
         self.response_capacity = self._ring.response_capacity
         self.server_spin = info.spin_us / 1e6  # seconds the server polls before sleeping
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
-                        alibi_slopes=None, scale=None, return_weights=False,
-                        output_dtype=None, route_key=None, timeout=None):
-        """As Client.attend_sessions; route_key and timeout are the channel's
-        (given to step_channel) and are ignored here."""
-        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   return_weights, output_dtype)
-        resp = spb.AttendSessionsResponse.FromString(self.step_bytes(req.SerializeToString()))
-        return self._answer(resp, kinds, return_weights)
+    def _exchange(self, req):
+        return spb.AttendSessionsResponse.FromString(self.step_bytes(req.SerializeToString()))
 
     def step_bytes(self, request):
         """One step of a serialized AttendSessionsRequest (any bytes: the server
