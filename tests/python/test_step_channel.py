@@ -104,6 +104,23 @@ def test_steps_are_bit_identical_to_unary_calls(client, channel_server):
     unary.close()
 
 
+def test_steps_that_sleep_on_the_futex_are_woken(client):
+    # spin=0: every step sleeps on response_seq's futex at once. The server must
+    # wake it; a missed wake would show as steps of the 10 ms futex slice.
+    through, unary = twin_sessions(client, "sc-sleep")
+    times = []
+    with client.step_channel(spin=0) as channel:
+        for t in range(100):
+            q, k, v = step_inputs(t, 0)
+            start = time.perf_counter()
+            (got,) = channel.attend_sessions(0, [(through, q, k, v)])
+            times.append(time.perf_counter() - start)
+            assert np.array_equal(got, client.attend_sessions(0, [(unary, q, k, v)])[0])
+    assert sorted(times)[len(times) // 2] < 0.005, sorted(times)
+    through.close()
+    unary.close()
+
+
 def test_refused_steps_raise_and_the_channel_goes_on(client):
     s, twin = twin_sessions(client, "sc-errors", prefill=3)
     with client.step_channel(size=64 << 10) as channel:
