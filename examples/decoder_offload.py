@@ -8,7 +8,9 @@ downloaded. It generates greedily from a random prompt twice:
   local      attention in PyTorch over its own KV cache (float32, the math of
              scaled_dot_product_attention, causal with bottom-right alignment);
   offloaded  attention on the server through attnserve.torch.KVCache: one
-             session per sequence, one call per layer for the whole batch.
+             session per sequence, one call per layer for the whole batch
+             (unary calls; --stream: a step stream; --same-host: a step
+             channel in shared memory).
 
 and prints whether the tokens are identical, the largest logit difference, the
 time per generated token of each (one step of the whole batch; in brackets the
@@ -263,9 +265,14 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest logit difference allowed")
-    p.add_argument("--stream", action="store_true",
-                   help="send the layer calls over one step stream "
-                        "(client.session_stream())")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--stream", action="store_true",
+                     help="send the layer calls over one step stream "
+                          "(client.session_stream())")
+    how.add_argument("--same-host", action="store_true",
+                     help="send the layer calls through a step channel in shared memory "
+                          "(client.step_channel(); the server runs on this host with "
+                          "--shared_memory --step_channels=N)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
@@ -289,14 +296,16 @@ def run(args, client=None):
     own_client = client is None
     if own_client:
         client = attnserve.Client(args.target, timeout=args.timeout)
-    stream = None
+    steps = None
     try:
-        # The sessions' names and routing key: the whole batch, and the stream, go to
-        # one replica behind a load balancer.
+        # The sessions' names and routing key: the whole batch, and the stream or
+        # channel, go to one replica behind a load balancer.
         prefix = f"decoder-{uuid.uuid4().hex[:12]}"
         transport = client
         if args.stream:
-            transport = stream = client.session_stream(route_key=prefix)
+            transport = steps = client.session_stream(route_key=prefix)
+        elif args.same_host:
+            transport = steps = client.step_channel(route_key=prefix)
         remote = KVCache(client, num_layers=cfg.layers, num_kv_heads=cfg.kv_heads,
                          head_dim=cfg.head_dim, storage_dtype="float32",
                          prefill_chunk=args.prefill_chunk, transport=transport,
@@ -312,8 +321,8 @@ def run(args, client=None):
             remote_tokens, remote_logits, remote_prefill, remote_decode, remote_attn = \
                 generate(model, remote, prompt, args.new_tokens)
     finally:
-        if stream is not None:
-            stream.close()
+        if steps is not None:
+            steps.close()
         if own_client:
             client.close()
 

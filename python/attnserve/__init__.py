@@ -9,7 +9,7 @@ docs/python.md has the whole API with a worked example.
 
 from .aio import AsyncClient, AsyncModel, AsyncSession, AsyncSharedMemoryRegion
 from ._shared_memory import SharedTensor
-from .client import Client, Model, Session, SharedMemoryRegion
+from .client import Client, Model, Session, SharedMemoryRegion, StepChannel
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, Error,
                      FailedPrecondition, Internal, InvalidArgument, NotFound, OutOfRange,
                      PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable,
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "AsyncModel", "AsyncSession", "Client", "Model", "Session",
-    "SharedMemoryRegion", "AsyncSharedMemoryRegion", "SharedTensor",
+    "SharedMemoryRegion", "AsyncSharedMemoryRegion", "SharedTensor", "StepChannel",
     "Error", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
     "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",
     "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable",

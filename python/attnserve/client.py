@@ -11,9 +11,11 @@ import grpc
 from . import _codec as C
 from . import _memory
 from . import _shared_memory as S
+from . import _step_channel as R
 from . import _health_pb2 as health_pb
 from . import _transport as X
-from .errors import Error, Internal, NotFound, error_for_code, from_rpc_error
+from .errors import (Error, Internal, InvalidArgument, NotFound, Unavailable, error_for_code,
+                     from_rpc_error)
 from .types import ServerInfo, SharedMemoryStatus
 from .v1 import attention_pb2 as pb
 from .v1 import attention_pb2_grpc as pb_grpc
@@ -507,6 +509,28 @@ class Client(_Base):
         self._open()
         return SessionStream(self, route_key, timeout)
 
+    def step_channel(self, *, size=1 << 20, route_key=None, timeout=None,
+                     spin=R.DEFAULT_SPIN):
+        """A StepChannel: attend_sessions steps through a ring in a shared-memory
+        region instead of messages (docs/python.md "Through a step channel"). The
+        server needs --shared_memory and --step_channels, and this process must
+        run on its host; x86-64 only (Unimplemented elsewhere).
+
+        size: the region's bytes (at least 16 KiB; a 256-byte header, then the
+        request and the response slot). route_key: the routing header of the
+        channel's call. timeout: the whole channel's deadline in seconds; None
+        (default) = none. spin: seconds a step polls for its answer before it
+        sleeps on the futex.
+        """
+        R.check_machine()
+        self._open()
+        region = self.shared_memory(size=size, timeout=timeout)
+        try:
+            return StepChannel(self, region, route_key, timeout, spin)
+        except BaseException:
+            region.close()
+            raise
+
     def _session_call(self, name, request, session, *, idempotent, timeout):
         with self._data() as (_, stub):
             info = self._call(getattr(stub, name), request, timeout=timeout,
@@ -673,9 +697,11 @@ class _StepStream:
             raise error_for_code(resp.error_code, resp.error_message)
         return C.decode_session_results(resp, kinds, return_weights)
 
+    _kind = "stream"
+
     def _check_open(self):
         if self._closed:
-            raise ValueError("attend_sessions: the stream is closed")
+            raise ValueError(f"attend_sessions: the {self._kind} is closed")
 
     def _end(self):
         if not self._closed:
@@ -684,7 +710,28 @@ class _StepStream:
             self.client._release(self._index)
 
 
-class SessionStream(_StepStream):
+class _BlockingSteps(_StepStream):
+    """What SessionStream and StepChannel share: the `with` block and
+    attend_sessions around one step's exchange (_exchange: a request in, its
+    AttendSessionsResponse out)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
+                        alibi_slopes=None, scale=None, return_weights=False,
+                        output_dtype=None, route_key=None, timeout=None):
+        """As Client.attend_sessions; route_key and timeout are the stream's or
+        channel's (given when it was opened) and are ignored here."""
+        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
+                                   return_weights, output_dtype)
+        return self._answer(self._exchange(req), kinds, return_weights)
+
+
+class SessionStream(_BlockingSteps):
     """Steps over one AttendSessionsStream (Client.session_stream).
 
     attend_sessions takes and returns what Client.attend_sessions does; a step
@@ -703,19 +750,7 @@ class SessionStream(_StepStream):
             iter(self._requests.get, _END_OF_STEPS), timeout=timeout,
             metadata=client._md(route_key)))
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
-                        alibi_slopes=None, scale=None, return_weights=False,
-                        output_dtype=None, route_key=None, timeout=None):
-        """As Client.attend_sessions; route_key and timeout are the stream's
-        (given to session_stream) and are ignored here."""
-        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   return_weights, output_dtype)
+    def _exchange(self, req):
         with self._lock:
             self._check_open()
             self._requests.put(req)
@@ -727,7 +762,7 @@ class SessionStream(_StepStream):
             except StopIteration:
                 self._end()
                 raise Internal("the stream ended before answering the step") from None
-        return self._answer(resp, kinds, return_weights)
+        return resp
 
     def close(self):
         """Ends the stream (its steps are all answered by then)."""
@@ -747,6 +782,82 @@ class SessionStream(_StepStream):
         # gRPC's thread that reads the steps waits on the queue until its end.
         self._requests.put(_END_OF_STEPS)
         super()._end()
+
+
+class StepChannel(_BlockingSteps):
+    """Steps through a same-host step channel (Client.step_channel): each step's
+    request and answer go through a ring in a shared-memory region of the
+    channel's own, the StepChannel call staying open beside it.
+
+    attend_sessions takes and returns what Client.attend_sessions does; a step
+    the server refuses raises its error and the channel goes on. When the
+    server ends the channel (it drains) or its call ends, the step raises
+    (Unavailable, or the call's error) and the channel is closed. One step at
+    a time (calls from several threads take turns). close() cancels the call
+    and closes the region; so does leaving a `with` block.
+    """
+
+    _kind = "step channel"
+
+    def __init__(self, client, region, route_key, timeout, spin):
+        self._lock = threading.Lock()
+        self._ring = None
+        self.region = region
+        super().__init__(client, lambda stub: stub.StepChannel(
+            spb.OpenStepChannelRequest(region=region.name), timeout=timeout,
+            metadata=client._md(route_key)))
+        try:
+            info = next(self._call)
+            self._ring = R.Ring(region._map, region.size, spin)
+        except grpc.RpcError as e:
+            self._end()
+            raise from_rpc_error(e) from None
+        except StopIteration:
+            self._end()
+            raise Internal("the step channel's call ended before the ring was ready") from None
+        except BaseException:
+            self._end()
+            raise
+        self.request_capacity = self._ring.request_capacity
+        self.response_capacity = self._ring.response_capacity
+        self.server_spin = info.spin_us / 1e6  # seconds the server polls before sleeping
+
+    def _exchange(self, req):
+        return spb.AttendSessionsResponse.FromString(self.step_bytes(req.SerializeToString()))
+
+    def step_bytes(self, request):
+        """One step of a serialized AttendSessionsRequest (any bytes: the server
+        answers what it cannot parse with INVALID_ARGUMENT); the serialized
+        AttendSessionsResponse. InvalidArgument, the channel going on, for bytes
+        larger than the request slot."""
+        with self._lock:
+            self._check_open()
+            try:
+                return self._ring.call(request, self._alive)
+            except InvalidArgument:
+                raise  # nothing was written
+            except BaseException:
+                self._shut()  # the server may still answer: the ring is no one's now
+                raise
+
+    def _alive(self):
+        if self._call.done():
+            code = self._call.code()
+            if code == grpc.StatusCode.OK:
+                raise Unavailable("the step channel's call ended")
+            raise error_for_code(code, self._call.details() or "")
+
+    def close(self):
+        """Cancels the channel's call and closes its region; idempotent."""
+        with self._lock:
+            self._shut()
+
+    def _shut(self):
+        if self._ring is not None:
+            self._ring.release()
+            self._ring = None
+        self._end()
+        self.region.close()
 
 
 class Model:

@@ -117,6 +117,19 @@ def test_example_generates_the_same_tokens(server, extra):
     assert len(r["tokens"]) == 2 and len(r["tokens"][0]) == 8
 
 
+def test_example_through_a_step_channel(start_server):
+    srv = start_server("--shared_memory", "--step_channels=1",
+                       "--metrics_listen=127.0.0.1:0")
+    example = load_example()
+    r = example.run(example.parse_args([f"--target={srv.target}", *TINY, "--same-host"]))
+    assert r["tokens_identical"] and r["max_logit_diff"] <= 1e-4 and r["ok"], r
+    assert len(r["tokens"]) == 2 and len(r["tokens"][0]) == 8
+    # Every layer call went through the channel: warm-up (prefill, one step) and run
+    # (prefill, 7 steps), 2 layers each.
+    steps = srv.metric('attnserve_requests_total{code="OK",method="StepChannel"}')
+    assert steps == 2 * (2 + 8), srv.log()
+
+
 def test_example_command_line_json(server):
     done = subprocess.run([sys.executable, str(EXAMPLE), f"--target={server.target}",
                            *TINY, "--threads=1", "--json"],

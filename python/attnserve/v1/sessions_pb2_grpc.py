@@ -63,6 +63,11 @@ class SessionServiceStub(object):
                 request_serializer=attnserve_dot_v1_dot_sessions__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=attnserve_dot_v1_dot_sessions__pb2.SessionInfo.FromString,
                 )
+        self.StepChannel = channel.unary_stream(
+                '/attnserve.v1.SessionService/StepChannel',
+                request_serializer=attnserve_dot_v1_dot_sessions__pb2.OpenStepChannelRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_sessions__pb2.StepChannelInfo.FromString,
+                )
 
 
 class SessionServiceServicer(object):
@@ -138,6 +143,21 @@ class SessionServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StepChannel(self, request, context):
+        """A same-host step channel: AttendSessions steps written into a ring in a
+        registered shared-memory region and answered there, with no message per
+        step (docs/api.md "Step channels"). Off unless the server runs with
+        --step_channels=N (and --shared_memory). The server answers one
+        StepChannelInfo once the ring is ready and serves steps while the call
+        stays open; the client ends the channel by cancelling the call (so does
+        its process dying or its connection dropping); the server ends it
+        UNAVAILABLE when it drains. Steps are checked, limited, budgeted and
+        counted as AttendSessionsStream messages are (method StepChannel).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +205,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.GetSession,
                     request_deserializer=attnserve_dot_v1_dot_sessions__pb2.GetSessionRequest.FromString,
                     response_serializer=attnserve_dot_v1_dot_sessions__pb2.SessionInfo.SerializeToString,
+            ),
+            'StepChannel': grpc.unary_stream_rpc_method_handler(
+                    servicer.StepChannel,
+                    request_deserializer=attnserve_dot_v1_dot_sessions__pb2.OpenStepChannelRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_sessions__pb2.StepChannelInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,5 +375,22 @@ class SessionService(object):
         return grpc.experimental.unary_unary(request, target, '/attnserve.v1.SessionService/GetSession',
             attnserve_dot_v1_dot_sessions__pb2.GetSessionRequest.SerializeToString,
             attnserve_dot_v1_dot_sessions__pb2.SessionInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def StepChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/attnserve.v1.SessionService/StepChannel',
+            attnserve_dot_v1_dot_sessions__pb2.OpenStepChannelRequest.SerializeToString,
+            attnserve_dot_v1_dot_sessions__pb2.StepChannelInfo.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
