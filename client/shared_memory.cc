@@ -106,14 +106,16 @@ absl::Status SharedMemoryPlacement::CopyOut(absl::string_view name,
         "'s bytes instead of a reference to region \"", region_->name(), "\""));
   }
   const v1::SharedMemoryRef& ref = tensor->shared_memory();
-  if (ref.region() != region_->name() || ref.offset() < 0 || ref.byte_size() < 0 ||
-      ref.offset() > region_->size() || ref.byte_size() > region_->size() - ref.offset()) {
+  if (ref.region() != region_->name() || ref.offset() < 0 ||
+      ref.byte_size() < 0 || ref.offset() > region_->size() ||
+      ref.byte_size() > region_->size() - ref.offset()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shared memory: the response refers to bytes [", ref.offset(), ", +",
         ref.byte_size(), ") of region \"", ref.region(),
         "\", not a span of attnctl's \"", region_->name(), "\""));
   }
-  tensor->set_data(region_->data() + ref.offset(), static_cast<size_t>(ref.byte_size()));
+  tensor->set_data(region_->data() + ref.offset(),
+                   static_cast<size_t>(ref.byte_size()));
   tensor->clear_shared_memory();
   return absl::OkStatus();
 }

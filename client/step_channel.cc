@@ -30,8 +30,8 @@ absl::StatusOr<std::unique_ptr<StepChannel>> StepChannel::Open(
     c->call_.reset();
     return SharedMemoryRpcError("StepChannel", status);
   }
-  ASSIGN_OR_RETURN(c->ring_, wire::StepRing::Attach(c->region_->data(),
-                                                    c->region_->size()));
+  ASSIGN_OR_RETURN(
+      c->ring_, wire::StepRing::Attach(c->region_->data(), c->region_->size()));
   return c;
 }
 

@@ -403,11 +403,12 @@ Metrics::Metrics(const BuildInfo& info, const std::vector<std::string>& models)
                              "(queued or computing), in requests.")
                          .Register(r)
                          .Add({});
-  impl_->step_channels = &prometheus::BuildGauge()
-                              .Name("attnserve_step_channels")
-                              .Help("Same-host step channels open, in channels.")
-                              .Register(r)
-                              .Add({});
+  impl_->step_channels =
+      &prometheus::BuildGauge()
+           .Name("attnserve_step_channels")
+           .Help("Same-host step channels open, in channels.")
+           .Register(r)
+           .Add({});
   impl_->queue_depth = &prometheus::BuildGauge()
                             .Name("attnserve_queue_depth")
                             .Help(

@@ -165,9 +165,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
         options.max_streams_per_connection));
   }
   if (options.step_channels < 0 || options.step_channels > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--step_channels must be between 0 (off) and 1024, got ",
-        options.step_channels));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--step_channels must be between 0 (off) and 1024, got ",
+                     options.step_channels));
   }
   if (options.step_channels > 0 && !options.shared_memory.enabled) {
     return absl::InvalidArgumentError(

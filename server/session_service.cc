@@ -50,13 +50,12 @@ class SessionService::Steps final
                 const v1::AttendSessionsResponse& response,
                 const StreamMessage& message, grpc::StatusCode code) override {
     service_->metrics_->RecordRequest(
-        method_, code,
-        absl::ToDoubleSeconds(absl::Now() - message.received),
+        method_, code, absl::ToDoubleSeconds(absl::Now() - message.received),
         message.request_bytes, static_cast<int64_t>(response.ByteSizeLong()));
     service_->work_.Answered();
     ATTNSERVE_LOG(LogLevel::kDebug, MethodName(method_),
-                  " id=", request.request_id(),
-                  " code=", code, " sessions=", request.sessions_size(), " ",
+                  " id=", request.request_id(), " code=", code,
+                  " sessions=", request.sessions_size(), " ",
                   response.error_message());
   }
 
@@ -323,8 +322,7 @@ absl::StatusOr<wire::StepRing> SessionService::OpenRing(
   ASSIGN_OR_RETURN(*region, options_.shared_memory->Find(name));
   RETURN_IF_ERROR((*region)->Check());
   absl::MutexLock lock(&channels_mu_);
-  if (static_cast<int>(channel_regions_.size()) >=
-      options_.max_step_channels) {
+  if (static_cast<int>(channel_regions_.size()) >= options_.max_step_channels) {
     return absl::ResourceExhaustedError(
         absl::StrCat("step channels: ", options_.max_step_channels,
                      " are open (--step_channels)"));
@@ -333,8 +331,9 @@ absl::StatusOr<wire::StepRing> SessionService::OpenRing(
     return absl::FailedPreconditionError(absl::StrCat(
         "region: \"", name, "\" already holds an open step channel"));
   }
-  ASSIGN_OR_RETURN(wire::StepRing ring,
-                   wire::StepRing::Create((*region)->data(), (*region)->size()));
+  ASSIGN_OR_RETURN(
+      wire::StepRing ring,
+      wire::StepRing::Create((*region)->data(), (*region)->size()));
   channel_regions_.insert(region->get());
   metrics_->AddStepChannels(1);
   return ring;

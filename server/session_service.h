@@ -118,8 +118,8 @@ class SessionService final : public v1::SessionService::CallbackService {
   // A ring laid out over the region `name` (the channel's checks: on, under
   // the limit, the region registered, usable and not another channel's),
   // counted as open from here; `region` gets the region.
-  absl::StatusOr<wire::StepRing> OpenRing(const std::string& name,
-                                          std::shared_ptr<SharedRegion>* region);
+  absl::StatusOr<wire::StepRing> OpenRing(
+      const std::string& name, std::shared_ptr<SharedRegion>* region);
   void CloseRing(const SharedRegion* region);
   // One AttendSessions step, unary or on a stream, from decoding to the
   // answer: everything up to the pins happens here, in arrival order

@@ -11,7 +11,8 @@
 namespace attnserve::server {
 namespace {
 
-void SetError(const absl::Status& status, v1::AttendSessionsResponse* response) {
+void SetError(const absl::Status& status,
+              v1::AttendSessionsResponse* response) {
   response->Clear();
   response->set_error_code(static_cast<int32_t>(status.code()));
   response->set_error_message(std::string(status.message()));
@@ -102,9 +103,9 @@ absl::Status StepChannelReactor::ServeStep(
   response->Clear();
   absl::Status status = ring_->TakeRequest(bytes);
   if (status.ok() && !request->ParseFromString(*bytes)) {
-    status = absl::InvalidArgumentError(absl::StrCat(
-        "the request slot's ", bytes->size(),
-        " bytes are not an AttendSessionsRequest"));
+    status = absl::InvalidArgumentError(
+        absl::StrCat("the request slot's ", bytes->size(),
+                     " bytes are not an AttendSessionsRequest"));
   }
   if (!status.ok()) {
     SetError(status, response);

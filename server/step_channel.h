@@ -45,9 +45,8 @@ class StepChannelReactor final
   // reactor; `draining` is polled between steps; `on_end` runs once, when
   // gRPC is done with the call.
   StepChannelReactor(absl::StatusOr<wire::StepRing> ring,
-                     std::shared_ptr<SharedRegion> region,
-                     absl::Duration spin, StepProcessor* processor,
-                     std::function<bool()> draining,
+                     std::shared_ptr<SharedRegion> region, absl::Duration spin,
+                     StepProcessor* processor, std::function<bool()> draining,
                      absl::AnyInvocable<void()> on_end);
 
   void OnWriteDone(bool ok) override;

@@ -153,8 +153,8 @@ absl::StatusOr<StepRing> StepRing::Attach(char* base, int64_t size) {
       response_offset != kStepRingHeaderBytes + request ||
       response_offset + response > size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "not a step channel's ring of version ", kStepRingVersion,
-        " (magic 0x", absl::Hex(magic), ", version ", version, ")"));
+        "not a step channel's ring of version ", kStepRingVersion, " (magic 0x",
+        absl::Hex(magic), ", version ", version, ")"));
   }
   return StepRing(base, request, response);
 }
@@ -229,9 +229,9 @@ absl::Status StepRing::Call(absl::string_view request, std::string* response,
   }
   const int64_t bytes = Load(Field(kResponseBytes));
   if (bytes > response_capacity_) {
-    return absl::InternalError(absl::StrCat(
-        "response_bytes: ", bytes, " exceed the response slot's ",
-        response_capacity_));
+    return absl::InternalError(absl::StrCat("response_bytes: ", bytes,
+                                            " exceed the response slot's ",
+                                            response_capacity_));
   }
   response->assign(base_ + response_offset_, bytes);
   return absl::OkStatus();

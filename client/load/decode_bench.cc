@@ -248,8 +248,9 @@ class Sequence {
     }
     if (status.ok()) status = step_channel_->Step(r, response);
     if (status.ok() && response->error_code() != 0) {
-      status = absl::Status(static_cast<absl::StatusCode>(response->error_code()),
-                            response->error_message());
+      status =
+          absl::Status(static_cast<absl::StatusCode>(response->error_code()),
+                       response->error_message());
     }
     return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                         std::string(status.message()));
@@ -417,8 +418,8 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
   out << absl::StrFormat(
       "session step p50 %.0f us (%s): kernel %.0f, rest of the server %.0f, "
       "client and transport %.0f\n",
-      step_p50, StepMethod(o),
-      compute_p50, std::max(0.0, server_p50 - compute_p50),
+      step_p50, StepMethod(o), compute_p50,
+      std::max(0.0, server_p50 - compute_p50),
       std::max(0.0, step_p50 - server_p50));
   if (o.stateless_steps > 0) {
     out << absl::StrFormat("step p50 speedup of sessions: %.1fx\n",

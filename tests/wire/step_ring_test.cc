@@ -33,12 +33,14 @@ struct Region {
 
 TEST(StepRingTest, LaysOutHalvesAndTheClientReadsTheSameLayout) {
   Region region(64 * 1024);
-  absl::StatusOr<StepRing> server = StepRing::Create(region.bytes.get(), region.size);
+  absl::StatusOr<StepRing> server =
+      StepRing::Create(region.bytes.get(), region.size);
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_EQ(server->request_capacity(), (64 * 1024 - 256) / 2 / 64 * 64);
   EXPECT_EQ(server->request_capacity() + server->response_capacity(),
             64 * 1024 - 256);
-  absl::StatusOr<StepRing> client = StepRing::Attach(region.bytes.get(), region.size);
+  absl::StatusOr<StepRing> client =
+      StepRing::Attach(region.bytes.get(), region.size);
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_EQ(client->request_capacity(), server->request_capacity());
   EXPECT_EQ(client->response_capacity(), server->response_capacity());
@@ -96,7 +98,9 @@ void RoundTrips(absl::Duration spin) {
   EXPECT_EQ(served.load(), 2000);
 }
 
-TEST(StepRingTest, RoundTripsWhilePolling) { RoundTrips(absl::Milliseconds(5)); }
+TEST(StepRingTest, RoundTripsWhilePolling) {
+  RoundTrips(absl::Milliseconds(5));
+}
 
 TEST(StepRingTest, RoundTripsThroughTheFutexAlone) {
   RoundTrips(absl::ZeroDuration());
@@ -116,7 +120,8 @@ TEST(StepRingTest, RequestsLargerThanTheSlotAreRefusedOnBothSides) {
   uint32_t seq = 1, bytes = static_cast<uint32_t>(region.size);
   std::memcpy(region.bytes.get() + 68, &bytes, 4);
   std::memcpy(region.bytes.get() + 64, &seq, 4);
-  ASSERT_TRUE(server.WaitForRequest(absl::ZeroDuration(), [] { return false; }));
+  ASSERT_TRUE(
+      server.WaitForRequest(absl::ZeroDuration(), [] { return false; }));
   std::string request;
   const absl::Status taken = server.TakeRequest(&request);
   EXPECT_EQ(taken.code(), absl::StatusCode::kInvalidArgument);
@@ -128,7 +133,8 @@ TEST(StepRingTest, CloseWakesAWaitingClient) {
   StepRing server = *StepRing::Create(region.bytes.get(), region.size);
   StepRing client = *StepRing::Attach(region.bytes.get(), region.size);
   std::thread closer([&] {
-    ASSERT_TRUE(server.WaitForRequest(absl::ZeroDuration(), [] { return false; }));
+    ASSERT_TRUE(
+        server.WaitForRequest(absl::ZeroDuration(), [] { return false; }));
     server.Close();  // never answers
   });
   std::string response;
@@ -164,9 +170,8 @@ TEST(StepRingTest, AClientGivesUpAtItsDeadline) {
   ASSERT_TRUE(StepRing::Create(region.bytes.get(), region.size).ok());
   StepRing client = *StepRing::Attach(region.bytes.get(), region.size);
   std::string response;
-  const absl::Status status =
-      client.Call("x", &response, absl::ZeroDuration(),
-                  absl::Now() + absl::Milliseconds(30));
+  const absl::Status status = client.Call("x", &response, absl::ZeroDuration(),
+                                          absl::Now() + absl::Milliseconds(30));
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
 }
 

@@ -97,12 +97,14 @@ TEST_F(StepChannelE2eTest, StepsAreBitIdenticalToUnaryCalls) {
   auto stub = v1::SessionService::NewStub(channel());
   for (int step = 0; step < 300; ++step) {
     v1::AttendSessionsResponse through_ring, unary;
-    ASSERT_TRUE(
-        (*channel_steps)->Step(StepRequest("channel-twin", step), &through_ring).ok());
+    ASSERT_TRUE((*channel_steps)
+                    ->Step(StepRequest("channel-twin", step), &through_ring)
+                    .ok());
     ASSERT_EQ(through_ring.error_code(), 0) << through_ring.error_message();
     grpc::ClientContext context;
     ASSERT_TRUE(
-        stub->AttendSessions(&context, StepRequest("unary-twin", step), &unary).ok());
+        stub->AttendSessions(&context, StepRequest("unary-twin", step), &unary)
+            .ok());
     EXPECT_EQ(through_ring.request_id(), absl::StrCat("step-", step));
     ASSERT_EQ(through_ring.results_size(), 1);
     EXPECT_EQ(through_ring.results(0).output().data(),
@@ -110,7 +112,10 @@ TEST_F(StepChannelE2eTest, StepsAreBitIdenticalToUnaryCalls) {
         << "step " << step;
     EXPECT_EQ(through_ring.results(0).tokens(), step + 1);
   }
-  EXPECT_GE(MetricSample(server(), "attnserve_requests_total{code=\"OK\",method=\"StepChannel\"}"), 300);
+  EXPECT_GE(MetricSample(
+                server(),
+                "attnserve_requests_total{code=\"OK\",method=\"StepChannel\"}"),
+            300);
 }
 
 TEST_F(StepChannelE2eTest, AFailedStepIsAnsweredAndTheChannelGoesOn) {
@@ -118,8 +123,10 @@ TEST_F(StepChannelE2eTest, AFailedStepIsAnsweredAndTheChannelGoesOn) {
   auto steps = Open();
   ASSERT_TRUE(steps.ok()) << steps.status();
   v1::AttendSessionsResponse response;
-  ASSERT_TRUE((*steps)->Step(StepRequest("no-such-session", 0), &response).ok());
-  EXPECT_EQ(response.error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  ASSERT_TRUE(
+      (*steps)->Step(StepRequest("no-such-session", 0), &response).ok());
+  EXPECT_EQ(response.error_code(),
+            static_cast<int>(grpc::StatusCode::NOT_FOUND));
   EXPECT_THAT(response.error_message(), HasSubstr("no-such-session"));
   EXPECT_EQ(response.request_id(), "step-0");
   ASSERT_TRUE((*steps)->Step(StepRequest("goes-on", 0), &response).ok());
@@ -130,8 +137,8 @@ TEST_F(StepChannelE2eTest, AFailedStepIsAnsweredAndTheChannelGoesOn) {
 TEST_F(StepChannelE2eTest, BytesThatAreNoRequestGetInvalidArgument) {
   Create("after-garbage");
   // The ring driven by hand, as a client of another language would.
-  auto region = client::RegisteredRegion::Create(channel(), Connection(),
-                                                 64 * 1024);
+  auto region =
+      client::RegisteredRegion::Create(channel(), Connection(), 64 * 1024);
   ASSERT_TRUE(region.ok()) << region.status();
   auto stub = v1::SessionService::NewStub(channel());
   grpc::ClientContext context;
@@ -146,12 +153,14 @@ TEST_F(StepChannelE2eTest, BytesThatAreNoRequestGetInvalidArgument) {
   auto ring = wire::StepRing::Attach((*region)->data(), (*region)->size());
   ASSERT_TRUE(ring.ok()) << ring.status();
   std::string answer;
-  ASSERT_TRUE(ring->Call("\xff\xff\xff garbage", &answer, absl::Milliseconds(1)).ok());
+  ASSERT_TRUE(
+      ring->Call("\xff\xff\xff garbage", &answer, absl::Milliseconds(1)).ok());
   v1::AttendSessionsResponse response;
   ASSERT_TRUE(response.ParseFromString(answer));
   EXPECT_EQ(response.error_code(),
             static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
-  EXPECT_THAT(response.error_message(), HasSubstr("not an AttendSessionsRequest"));
+  EXPECT_THAT(response.error_message(),
+              HasSubstr("not an AttendSessionsRequest"));
   // A length past the slot, written by hand.
   uint32_t seq, bytes = 1u << 30;
   std::memcpy(&seq, (*region)->data() + 128, 4);
@@ -159,15 +168,17 @@ TEST_F(StepChannelE2eTest, BytesThatAreNoRequestGetInvalidArgument) {
   std::memcpy((*region)->data() + 68, &bytes, 4);
   __atomic_store_n(reinterpret_cast<uint32_t*>((*region)->data() + 64), seq,
                    __ATOMIC_SEQ_CST);
-  for (int i = 0; i < 10000 && __atomic_load_n(reinterpret_cast<uint32_t*>(
-                                   (*region)->data() + 128),
-                               __ATOMIC_SEQ_CST) != seq;
+  for (int i = 0;
+       i < 10000 &&
+       __atomic_load_n(reinterpret_cast<uint32_t*>((*region)->data() + 128),
+                       __ATOMIC_SEQ_CST) != seq;
        ++i) {
     absl::SleepFor(absl::Microseconds(100));
   }
   uint32_t answered_bytes;
   std::memcpy(&answered_bytes, (*region)->data() + 132, 4);
-  const int64_t response_offset = wire::kStepRingHeaderBytes + info.request_capacity();
+  const int64_t response_offset =
+      wire::kStepRingHeaderBytes + info.request_capacity();
   ASSERT_TRUE(response.ParseFromArray((*region)->data() + response_offset,
                                       static_cast<int>(answered_bytes)));
   EXPECT_THAT(response.error_message(), HasSubstr("request_bytes"));
@@ -193,8 +204,9 @@ TEST_F(StepChannelE2eTest, TheLimitHoldsAndAClosedChannelIsFreed) {
     EXPECT_THAT(third.status().message(), HasSubstr("--step_channels"));
   }
   // Cancelled by the destructors: the server frees both.
-  EXPECT_LE(testing::AwaitMetricAtMost(server(), "attnserve_step_channels", before),
-            before);
+  EXPECT_LE(
+      testing::AwaitMetricAtMost(server(), "attnserve_step_channels", before),
+      before);
   auto again = Open();
   EXPECT_TRUE(again.ok()) << again.status();
 }
@@ -214,8 +226,8 @@ TEST_F(StepChannelE2eTest, RegionRules) {
   EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
 
   // One channel per region.
-  auto region = client::RegisteredRegion::Create(channel(), Connection(),
-                                                 64 * 1024);
+  auto region =
+      client::RegisteredRegion::Create(channel(), Connection(), 64 * 1024);
   ASSERT_TRUE(region.ok()) << region.status();
   open.set_region((*region)->name());
   grpc::ClientContext first_context, second_context;
@@ -254,7 +266,8 @@ TEST_F(StepChannelE2eTest, DrainingClosesOpenChannels) {
   }
   // Either the channel closed, or a step that raced the close was refused.
   if (status.ok()) {
-    EXPECT_EQ(response.error_code(), static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+    EXPECT_EQ(response.error_code(),
+              static_cast<int>(grpc::StatusCode::UNAVAILABLE));
   } else {
     EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   }
