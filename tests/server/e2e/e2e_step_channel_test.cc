@@ -1,23 +1,25 @@
-// Same-host step channels through a real attnserve process, with attnctl's
-// client (client/step_channel.h): steps answered bit-identical to unary
+// Same-host step channels through a real attnserve process, driven as a
+// client does (a registered shared-memory object, the StepChannel call, the
+// ring of wire/step_ring.h): steps answered bit-identical to unary
 // AttendSessions on twin sessions; per-step errors (an unknown session, bytes
 // that are no request) answered in the ring with the channel going on; the
 // flags, the channel limit and the region rules; a cancelled channel freed;
 // draining closes open channels; metrics.
 
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/sessions.grpc.pb.h"
-#include "client/connection.h"
-#include "client/shared_region.h"
-#include "client/step_channel.h"
+#include "attnserve/v1/shared_memory.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/e2e/server_fixture.h"
 #include "tests/util/session_mirror.h"
+#include "tests/util/shm_object.h"
 #include "wire/step_ring.h"
 
 namespace attnserve {
@@ -26,12 +28,99 @@ namespace {
 using ::attnserve::testing::MetricSample;
 using ::attnserve::testing::RandomValues;
 using ::attnserve::testing::ServerTest;
+using ::attnserve::testing::ShmObject;
 using ::attnserve::testing::WireRows;
 using ::testing::HasSubstr;
 
 constexpr int kHeads = 4;
 constexpr int kKvHeads = 1;
 constexpr int kDim = 64;
+
+// A shared-memory object of this process's, registered while it lives.
+class Region {
+ public:
+  Region(const std::shared_ptr<grpc::Channel>& channel, int64_t size)
+      : object_(size), stub_(v1::SharedMemoryService::NewStub(channel)) {
+    v1::RegisterSharedMemoryRequest request;
+    request.set_name(object_.key());
+    request.set_key(object_.key());
+    request.set_byte_size(size);
+    lease_ = stub_->Register(&context_, request);
+    v1::SharedMemoryLease first;
+    EXPECT_TRUE(lease_->Read(&first)) << "Register " << object_.key();
+  }
+  ~Region() {
+    context_.TryCancel();
+    lease_->Finish();
+  }
+  const std::string& name() const { return object_.key(); }
+  char* data() const { return object_.data(); }
+
+ private:
+  ShmObject object_;
+  std::unique_ptr<v1::SharedMemoryService::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::SharedMemoryLease>> lease_;
+};
+
+// A step channel over a Region of its own, open while it lives.
+class Channel {
+ public:
+  // The open call's status when it was refused (then Step must not be
+  // called).
+  static absl::StatusOr<std::unique_ptr<Channel>> Open(
+      const std::shared_ptr<grpc::Channel>& channel, int64_t size) {
+    std::unique_ptr<Channel> c(new Channel(channel, size));
+    v1::OpenStepChannelRequest open;
+    open.set_region(c->region_.name());
+    c->call_ = c->stub_->StepChannel(&c->context_, open);
+    if (!c->call_->Read(&c->info_)) {
+      const grpc::Status status = c->call_->Finish();
+      c->call_.reset();
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    absl::StatusOr<wire::StepRing> ring =
+        wire::StepRing::Attach(c->region_.data(), size);
+    if (!ring.ok()) return ring.status();
+    c->ring_.emplace(*ring);
+    return c;
+  }
+  ~Channel() {
+    if (call_ != nullptr) {
+      context_.TryCancel();
+      call_->Finish();
+    }
+  }
+
+  absl::Status Step(const v1::AttendSessionsRequest& request,
+                    v1::AttendSessionsResponse* response) {
+    std::string answer;
+    const absl::Status status =
+        ring_->Call(request.SerializeAsString(), &answer, absl::Milliseconds(1),
+                    absl::Now() + absl::Seconds(30));
+    if (!status.ok()) return status;
+    if (!response->ParseFromString(answer)) {
+      return absl::InternalError("the answer is not an AttendSessionsResponse");
+    }
+    return absl::OkStatus();
+  }
+
+  const v1::StepChannelInfo& info() const { return info_; }
+  wire::StepRing& ring() { return *ring_; }
+  char* data() const { return region_.data(); }
+
+ private:
+  Channel(const std::shared_ptr<grpc::Channel>& channel, int64_t size)
+      : region_(channel, size), stub_(v1::SessionService::NewStub(channel)) {}
+
+  Region region_;
+  std::unique_ptr<v1::SessionService::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::StepChannelInfo>> call_;
+  v1::StepChannelInfo info_;
+  std::optional<wire::StepRing> ring_;
+};
 
 class StepChannelE2eTest : public ServerTest {
  protected:
@@ -40,16 +129,9 @@ class StepChannelE2eTest : public ServerTest {
                       "--shared_memory", "--step_channels=2"});
   }
 
-  client::ConnectionOptions Connection() const {
-    client::ConnectionOptions o;
-    o.targets = {server().target()};
-    o.timeout = absl::Seconds(30);
-    return o;
-  }
-
-  absl::StatusOr<std::unique_ptr<client::StepChannel>> Open(
-      int64_t size = int64_t{1} << 20) {
-    return client::StepChannel::Open(channel(), Connection(), size);
+  absl::StatusOr<std::unique_ptr<Channel>> Open(int64_t size = int64_t{1}
+                                                               << 20) {
+    return Channel::Open(channel(), size);
   }
 
   void Create(const std::string& id) {
@@ -136,25 +218,16 @@ TEST_F(StepChannelE2eTest, AFailedStepIsAnsweredAndTheChannelGoesOn) {
 
 TEST_F(StepChannelE2eTest, BytesThatAreNoRequestGetInvalidArgument) {
   Create("after-garbage");
-  // The ring driven by hand, as a client of another language would.
-  auto region =
-      client::RegisteredRegion::Create(channel(), Connection(), 64 * 1024);
-  ASSERT_TRUE(region.ok()) << region.status();
-  auto stub = v1::SessionService::NewStub(channel());
-  grpc::ClientContext context;
-  v1::OpenStepChannelRequest open;
-  open.set_region((*region)->name());
-  auto call = stub->StepChannel(&context, open);
-  v1::StepChannelInfo info;
-  ASSERT_TRUE(call->Read(&info));
-  EXPECT_EQ(info.request_capacity() + info.response_capacity(),
+  auto steps = Open(64 * 1024);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  Channel& c = **steps;
+  EXPECT_EQ(c.info().request_capacity() + c.info().response_capacity(),
             64 * 1024 - wire::kStepRingHeaderBytes);
-  EXPECT_EQ(info.spin_us(), 1000);
-  auto ring = wire::StepRing::Attach((*region)->data(), (*region)->size());
-  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ(c.info().spin_us(), 1000);
   std::string answer;
-  ASSERT_TRUE(
-      ring->Call("\xff\xff\xff garbage", &answer, absl::Milliseconds(1)).ok());
+  ASSERT_TRUE(c.ring()
+                  .Call("\xff\xff\xff garbage", &answer, absl::Milliseconds(1))
+                  .ok());
   v1::AttendSessionsResponse response;
   ASSERT_TRUE(response.ParseFromString(answer));
   EXPECT_EQ(response.error_code(),
@@ -163,32 +236,27 @@ TEST_F(StepChannelE2eTest, BytesThatAreNoRequestGetInvalidArgument) {
               HasSubstr("not an AttendSessionsRequest"));
   // A length past the slot, written by hand.
   uint32_t seq, bytes = 1u << 30;
-  std::memcpy(&seq, (*region)->data() + 128, 4);
+  std::memcpy(&seq, c.data() + 128, 4);
   ++seq;
-  std::memcpy((*region)->data() + 68, &bytes, 4);
-  __atomic_store_n(reinterpret_cast<uint32_t*>((*region)->data() + 64), seq,
+  std::memcpy(c.data() + 68, &bytes, 4);
+  __atomic_store_n(reinterpret_cast<uint32_t*>(c.data() + 64), seq,
                    __ATOMIC_SEQ_CST);
   for (int i = 0;
-       i < 10000 &&
-       __atomic_load_n(reinterpret_cast<uint32_t*>((*region)->data() + 128),
-                       __ATOMIC_SEQ_CST) != seq;
+       i < 10000 && __atomic_load_n(reinterpret_cast<uint32_t*>(c.data() + 128),
+                                    __ATOMIC_SEQ_CST) != seq;
        ++i) {
     absl::SleepFor(absl::Microseconds(100));
   }
   uint32_t answered_bytes;
-  std::memcpy(&answered_bytes, (*region)->data() + 132, 4);
+  std::memcpy(&answered_bytes, c.data() + 132, 4);
   const int64_t response_offset =
-      wire::kStepRingHeaderBytes + info.request_capacity();
-  ASSERT_TRUE(response.ParseFromArray((*region)->data() + response_offset,
+      wire::kStepRingHeaderBytes + c.info().request_capacity();
+  ASSERT_TRUE(response.ParseFromArray(c.data() + response_offset,
                                       static_cast<int>(answered_bytes)));
   EXPECT_THAT(response.error_message(), HasSubstr("request_bytes"));
   // And a real step after both.
-  std::string request = StepRequest("after-garbage", 0).SerializeAsString();
-  ASSERT_TRUE(ring->Call(request, &answer, absl::Milliseconds(1)).ok());
-  ASSERT_TRUE(response.ParseFromString(answer));
+  ASSERT_TRUE(c.Step(StepRequest("after-garbage", 0), &response).ok());
   EXPECT_EQ(response.error_code(), 0) << response.error_message();
-  context.TryCancel();
-  call->Finish();
 }
 
 TEST_F(StepChannelE2eTest, TheLimitHoldsAndAClosedChannelIsFreed) {
@@ -226,10 +294,8 @@ TEST_F(StepChannelE2eTest, RegionRules) {
   EXPECT_EQ(call->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
 
   // One channel per region.
-  auto region =
-      client::RegisteredRegion::Create(channel(), Connection(), 64 * 1024);
-  ASSERT_TRUE(region.ok()) << region.status();
-  open.set_region((*region)->name());
+  Region region(channel(), 64 * 1024);
+  open.set_region(region.name());
   grpc::ClientContext first_context, second_context;
   auto first = stub->StepChannel(&first_context, open);
   ASSERT_TRUE(first->Read(&info));
