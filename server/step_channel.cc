@@ -109,8 +109,7 @@ absl::Status StepChannelReactor::ServeStep(
   }
   if (!status.ok()) {
     SetError(status, response);
-    ring_->Respond(response->SerializeAsString());
-    return region_->Check();
+    return Answer(*response, bytes);
   }
 
   MemoryBudget::Reservation held;
@@ -139,13 +138,19 @@ absl::Status StepChannelReactor::ServeStep(
   }
   processor_->Answered(*request, *response, message,
                        static_cast<grpc::StatusCode>(status.code()));
-  response->SerializeToString(bytes);
-  // A region that shrank during the step is not written to.
-  const absl::Status usable = region_->Check();
-  if (usable.ok()) ring_->Respond(*bytes);
+  const absl::Status usable = Answer(*response, bytes);
   held.Release();
   processor_->Release();
   return usable;
+}
+
+absl::Status StepChannelReactor::Answer(
+    const v1::AttendSessionsResponse& response, std::string* bytes) {
+  response.SerializeToString(bytes);
+  // A region that shrank during the step is not written to.
+  RETURN_IF_ERROR(region_->Check());
+  ring_->Respond(*bytes);
+  return absl::OkStatus();
 }
 
 }  // namespace attnserve::server

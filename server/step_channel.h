@@ -61,6 +61,10 @@ class StepChannelReactor final
   // channel (the region is unusable).
   absl::Status ServeStep(std::string* bytes, v1::AttendSessionsRequest* request,
                          v1::AttendSessionsResponse* response);
+  // Writes `response` into the ring through `bytes`, unless the region
+  // shrank (that status ends the channel).
+  absl::Status Answer(const v1::AttendSessionsResponse& response,
+                      std::string* bytes);
   bool Stopping() const;
 
   std::optional<wire::StepRing> ring_;

@@ -229,11 +229,7 @@ class Sequence {
       stream_context_.reset();
       return status;
     }
-    if (response->error_code() != 0) {
-      return grpc::Status(static_cast<grpc::StatusCode>(response->error_code()),
-                          response->error_message());
-    }
-    return grpc::Status::OK;
+    return StepStatus(*response);
   }
 
   // The step through the sequence's step channel (opened at its first step).
@@ -247,13 +243,18 @@ class Sequence {
       if (opened.ok()) step_channel_ = *std::move(opened);
     }
     if (status.ok()) status = step_channel_->Step(r, response);
-    if (status.ok() && response->error_code() != 0) {
-      status =
-          absl::Status(static_cast<absl::StatusCode>(response->error_code()),
-                       response->error_message());
+    if (!status.ok()) {
+      return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                          std::string(status.message()));
     }
-    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                        std::string(status.message()));
+    return StepStatus(*response);
+  }
+
+  // A step answered on a stream or a channel: its error fields as a status.
+  static grpc::Status StepStatus(const v1::AttendSessionsResponse& response) {
+    if (response.error_code() == 0) return grpc::Status::OK;
+    return grpc::Status(static_cast<grpc::StatusCode>(response.error_code()),
+                        response.error_message());
   }
 
   bool Check(Phase& phase, const char* method, const grpc::Status& st) {
