@@ -36,17 +36,24 @@ absl::StatusOr<std::unique_ptr<StepChannel>> StepChannel::Open(
 }
 
 StepChannel::~StepChannel() {
-  if (call_ != nullptr) {
+  if (call_ == nullptr) return;
+  // A clean hang-up lets the server free the channel before the call ends;
+  // after a step that got no answer the server may still be on it: cancel.
+  if (ring_.has_value() && !unanswered_) {
+    ring_->Hangup();
+  } else {
     context_->TryCancel();
-    call_->Finish();
   }
+  call_->Finish();
 }
 
 absl::Status StepChannel::Step(const v1::AttendSessionsRequest& request,
                                v1::AttendSessionsResponse* response) {
   request.SerializeToString(&request_bytes_);
-  RETURN_IF_ERROR(ring_->Call(request_bytes_, &response_bytes_, spin_,
-                              absl::Now() + timeout_));
+  const absl::Status called = ring_->Call(request_bytes_, &response_bytes_,
+                                         spin_, absl::Now() + timeout_);
+  if (absl::IsDeadlineExceeded(called)) unanswered_ = true;
+  RETURN_IF_ERROR(called);
   if (!response->ParseFromString(response_bytes_)) {
     return absl::InternalError(
         "the step channel's answer is not an AttendSessionsResponse");

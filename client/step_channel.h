@@ -32,7 +32,8 @@ class StepChannel {
       const ConnectionOptions& connection, int64_t size = int64_t{1} << 20,
       absl::Duration spin = absl::Milliseconds(2));
 
-  // Ends the call, then unregisters the region.
+  // Hangs up (the server frees the channel and ends the call), then
+  // unregisters the region.
   ~StepChannel();
   StepChannel(const StepChannel&) = delete;
   StepChannel& operator=(const StepChannel&) = delete;
@@ -58,6 +59,9 @@ class StepChannel {
   absl::Duration timeout_;
   std::string request_bytes_;
   std::string response_bytes_;
+  // A step went unanswered in time: the ring is no one's, the call is
+  // cancelled instead of hung up.
+  bool unanswered_ = false;
 };
 
 }  // namespace attnserve::client

@@ -32,6 +32,7 @@ StepChannelReactor::StepChannelReactor(absl::StatusOr<wire::StepRing> ring,
       draining_(std::move(draining)),
       on_end_(std::move(on_end)) {
   if (!ring.ok()) {
+    Release();
     Finish(ToGrpcStatus(ring.status()));
     return;
   }
@@ -45,6 +46,7 @@ StepChannelReactor::StepChannelReactor(absl::StatusOr<wire::StepRing> ring,
 void StepChannelReactor::OnWriteDone(bool ok) {
   if (!ok) {
     ring_->Close();
+    Release();
     Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                         "the step channel's client is gone"));
     return;
@@ -66,8 +68,12 @@ void StepChannelReactor::OnDone() {
       thread_.join();
     }
   }
-  on_end_();
+  Release();
   delete this;
+}
+
+void StepChannelReactor::Release() {
+  if (!released_.exchange(true)) on_end_();
 }
 
 bool StepChannelReactor::Stopping() const {
@@ -83,8 +89,11 @@ void StepChannelReactor::Serve() {
     ended = ServeStep(&bytes, &request, &response);
     if (!ended.ok()) break;
   }
+  const bool hung_up = ring_->hung_up();
   ring_->Close();
-  if (ended.ok()) {
+  // Freed before the call ends: a client that saw the end may open another.
+  Release();
+  if (ended.ok() && !hung_up) {
     ended = cancelled_.load()
                 ? absl::CancelledError("the client ended the step channel")
                 : absl::UnavailableError("server is shutting down");

@@ -8,11 +8,12 @@
 // step to the same StreamProcessor an AttendSessionsStream uses, one at a
 // time, answering in the ring; the call stays open as the channel's lease.
 //
-// The channel ends when the client cancels the call (or vanishes), when the
-// server drains (UNAVAILABLE), or when the region shrank under it
-// (FAILED_PRECONDITION); the ring is marked closed first, so a client waiting
-// for an answer is woken. The step being computed then finishes before the
-// call does, so nothing stays pinned.
+// The channel ends when the client hangs up in the ring (OK), cancels the
+// call (or vanishes), when the server drains (UNAVAILABLE), or when the
+// region shrank under it (FAILED_PRECONDITION); the ring is marked closed
+// first, so a client waiting for an answer is woken. The step being computed
+// then finishes, and the channel is freed, before the call ends, so nothing
+// stays pinned and a client that saw the end can open another at once.
 
 #include <atomic>
 #include <functional>
@@ -43,7 +44,8 @@ class StepChannelReactor final
   // call at once with its status. Otherwise `ring` lies in `region`, which
   // the reactor holds until it is done. `processor` must outlive the
   // reactor; `draining` is polled between steps; `on_end` runs once, when
-  // gRPC is done with the call.
+  // the channel is freed (before the call's status is sent, or when gRPC is
+  // done with a call that never served).
   StepChannelReactor(absl::StatusOr<wire::StepRing> ring,
                      std::shared_ptr<SharedRegion> region, absl::Duration spin,
                      StepProcessor* processor, std::function<bool()> draining,
@@ -66,6 +68,8 @@ class StepChannelReactor final
   absl::Status Answer(const v1::AttendSessionsResponse& response,
                       std::string* bytes);
   bool Stopping() const;
+  // Runs on_end_ the first time.
+  void Release();
 
   std::optional<wire::StepRing> ring_;
   std::shared_ptr<SharedRegion> region_;
@@ -75,6 +79,7 @@ class StepChannelReactor final
   absl::AnyInvocable<void()> on_end_;
   v1::StepChannelInfo info_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> released_{false};
   std::thread thread_;
 };
 

@@ -26,6 +26,7 @@ constexpr int64_t kResponseOffset = 20;
 constexpr int64_t kRequestSeq = 64;
 constexpr int64_t kRequestBytes = 68;
 constexpr int64_t kServerSleeping = 72;
+constexpr int64_t kHangup = 76;
 constexpr int64_t kResponseSeq = 128;
 constexpr int64_t kResponseBytes = 132;
 constexpr int64_t kClientSleeping = 136;
@@ -165,8 +166,11 @@ bool StepRing::WaitForRequest(absl::Duration spin,
   uint32_t* request_seq = Field(kRequestSeq);
   return Await(
       request_seq, Field(kServerSleeping), spin,
-      [&] { return Load(request_seq) != answered; }, stop);
+      [&] { return Load(request_seq) != answered; },
+      [&] { return hung_up() || stop(); });
 }
+
+bool StepRing::hung_up() const { return Load(Field(kHangup)) != 0; }
 
 absl::Status StepRing::TakeRequest(std::string* request) {
   const int64_t bytes = Load(Field(kRequestBytes));
@@ -195,6 +199,12 @@ void StepRing::Close() {
 }
 
 void StepRing::Interrupt() { FutexWake(Field(kRequestSeq)); }
+
+void StepRing::Hangup() {
+  Store(Field(kHangup), 1);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  FutexWake(Field(kRequestSeq));
+}
 
 absl::Status StepRing::Call(absl::string_view request, std::string* response,
                             absl::Duration spin, absl::Time deadline) {

@@ -51,8 +51,9 @@ class StepRing {
 
   // --- server ---
   // Waits for a request after the last one answered: polls for `spin`, then
-  // sleeps on the doorbell. False once `stop()` is true (it is polled while
-  // spinning and after every wake-up; Interrupt wakes a sleeper).
+  // sleeps on the doorbell. False once the client hung up or `stop()` is
+  // true (both are polled while spinning and after every wake-up; Interrupt
+  // and Hangup wake a sleeper).
   bool WaitForRequest(absl::Duration spin, const std::function<bool()>& stop);
   // Copies the waiting request out (WaitForRequest returned true).
   // InvalidArgument when its length exceeds the request slot.
@@ -63,6 +64,8 @@ class StepRing {
   void Close();
   // Wakes WaitForRequest (from another thread) so that it polls `stop`.
   void Interrupt();
+  // Whether the client hung up (no further steps).
+  bool hung_up() const;
 
   // --- client ---
   // One step: writes `request`, rings, and waits (polling for `spin`, then
@@ -73,6 +76,9 @@ class StepRing {
   absl::Status Call(absl::string_view request, std::string* response,
                     absl::Duration spin,
                     absl::Time deadline = absl::InfiniteFuture());
+  // No further steps: sets `hangup` and wakes the server, which then frees
+  // the channel and ends its call OK.
+  void Hangup();
 
  private:
   StepRing(char* base, int64_t request_capacity, int64_t response_capacity);

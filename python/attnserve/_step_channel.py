@@ -29,7 +29,7 @@ HEADER_BYTES = 256
 # Byte offsets of the header's uint32 fields.
 _MAGIC, _VERSION, _REQUEST_CAPACITY, _RESPONSE_CAPACITY = 0, 4, 8, 12
 _REQUEST_OFFSET, _RESPONSE_OFFSET = 16, 20
-_REQUEST_SEQ, _REQUEST_BYTES, _SERVER_SLEEPING = 64, 68, 72
+_REQUEST_SEQ, _REQUEST_BYTES, _SERVER_SLEEPING, _HANGUP = 64, 68, 72, 76
 _RESPONSE_SEQ, _RESPONSE_BYTES, _CLIENT_SLEEPING, _CLOSED = 128, 132, 136, 140
 
 _SEQ_MASK = 0xFFFFFFFF
@@ -195,6 +195,11 @@ class Ring:
     def call(self, payload, alive):
         """One step of serialized bytes: the serialized answer."""
         return self.wait(self.write(payload), alive)
+
+    def hangup(self):
+        """No further steps: the server frees the channel and ends its call OK."""
+        self._header[_HANGUP // 4] = 1
+        self._doorbell.wake()
 
     def release(self):
         """Lets go of every view of the mapping (the ring is unusable after)."""

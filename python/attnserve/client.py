@@ -793,7 +793,8 @@ class StepChannel(_BlockingSteps):
     the server refuses raises its error and the channel goes on. When the
     server ends the channel (it drains) or its call ends, the step raises
     (Unavailable, or the call's error) and the channel is closed. One step at
-    a time (calls from several threads take turns). close() cancels the call
+    a time (calls from several threads take turns). close() hangs up, waits
+    for the server to free the channel (so another may be opened at once),
     and closes the region; so does leaving a `with` block.
     """
 
@@ -847,9 +848,18 @@ class StepChannel(_BlockingSteps):
                 raise Unavailable("the step channel's call ended")
             raise error_for_code(code, self._call.details() or "")
 
+    # How long close() waits for the server to end the call after hanging up.
+    _HANGUP_WAIT = 5.0
+
     def close(self):
-        """Cancels the channel's call and closes its region; idempotent."""
+        """Hangs up, waits until the server has freed the channel and ended its
+        call (up to 5 s, then cancels it), and closes the region; idempotent."""
         with self._lock:
+            if self._ring is not None and not self._call.done():
+                ended = threading.Event()
+                self._call.add_done_callback(lambda _: ended.set())
+                self._ring.hangup()
+                ended.wait(self._HANGUP_WAIT)
             self._shut()
 
     def _shut(self):

@@ -165,6 +165,23 @@ TEST(StepRingTest, InterruptWakesASleepingServerToStop) {
   EXPECT_FALSE(got_request);
 }
 
+TEST(StepRingTest, AHangUpWakesASleepingServerToStop) {
+  Region region(kStepRingMinBytes);
+  StepRing server = *StepRing::Create(region.bytes.get(), region.size);
+  StepRing client = *StepRing::Attach(region.bytes.get(), region.size);
+  EXPECT_FALSE(server.hung_up());
+  bool got_request = true;
+  std::thread waiter([&] {
+    got_request =
+        server.WaitForRequest(absl::ZeroDuration(), [] { return false; });
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  client.Hangup();
+  waiter.join();
+  EXPECT_FALSE(got_request);
+  EXPECT_TRUE(server.hung_up());
+}
+
 TEST(StepRingTest, AClientGivesUpAtItsDeadline) {
   Region region(kStepRingMinBytes);
   ASSERT_TRUE(StepRing::Create(region.bytes.get(), region.size).ok());

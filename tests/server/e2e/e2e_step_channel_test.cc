@@ -106,6 +106,14 @@ class Channel {
     return absl::OkStatus();
   }
 
+  // Hangs up in the ring; the call's status once the server ended it.
+  grpc::Status HangUp() {
+    ring_->Hangup();
+    const grpc::Status status = call_->Finish();
+    call_.reset();
+    return status;
+  }
+
   const v1::StepChannelInfo& info() const { return info_; }
   wire::StepRing& ring() { return *ring_; }
   char* data() const { return region_.data(); }
@@ -277,6 +285,23 @@ TEST_F(StepChannelE2eTest, TheLimitHoldsAndAClosedChannelIsFreed) {
       before);
   auto again = Open();
   EXPECT_TRUE(again.ok()) << again.status();
+}
+
+TEST_F(StepChannelE2eTest, AHangUpEndsTheCallOkWithTheChannelAlreadyFreed) {
+  Create("channel-hangup");
+  auto first = Open();
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = Open();
+  ASSERT_TRUE(second.ok()) << second.status();
+  v1::AttendSessionsResponse response;
+  ASSERT_TRUE((*first)->Step(StepRequest("channel-hangup", 0), &response).ok());
+  EXPECT_EQ(response.error_code(), 0) << response.error_message();
+
+  const grpc::Status ended = (*first)->HangUp();
+  EXPECT_TRUE(ended.ok()) << ended.error_message();
+  // No waiting: the server freed the channel before the call ended.
+  auto third = Open();
+  EXPECT_TRUE(third.ok()) << third.status();
 }
 
 TEST_F(StepChannelE2eTest, RegionRules) {
