@@ -51,7 +51,7 @@ absl::Status StepChannel::Step(const v1::AttendSessionsRequest& request,
                                v1::AttendSessionsResponse* response) {
   request.SerializeToString(&request_bytes_);
   const absl::Status called = ring_->Call(request_bytes_, &response_bytes_,
-                                         spin_, absl::Now() + timeout_);
+                                          spin_, absl::Now() + timeout_);
   if (absl::IsDeadlineExceeded(called)) unanswered_ = true;
   RETURN_IF_ERROR(called);
   if (!response->ParseFromString(response_bytes_)) {
