@@ -199,6 +199,9 @@ class Engine final : public AttentionEngine {
       problems[i] = *std::move(problem);
       problems[i].kv_blocks = seq.kv.blocks.data();
       problems[i].block_tokens = inputs.block_tokens;
+      problems[i].kv_layout =
+          PagedBlockLayout(inputs.kv_heads, inputs.head_dim, inputs.value_dim,
+                           inputs.block_tokens, inputs.kv_dtype);
       const AttentionOutputs outputs = PagedOutputs(seq);
       absl::StatusOr<Strides4> out_strides =
           ResolveOutput(problems[i], outputs);
@@ -217,7 +220,7 @@ class Engine final : public AttentionEngine {
     // Weights need the materialized kernel, which reads a contiguous cache.
     for (size_t i : with_weights) {
       const PagedSequence& seq = inputs.sequences[i];
-      const size_t es = DTypeSize(inputs.kv_dtype);
+      const size_t es = DTypeSize(PagedOperandDType(inputs.kv_dtype));
       std::vector<char> keys(
           static_cast<size_t>(seq.kv.tokens * inputs.kv_heads *
                               inputs.head_dim) *

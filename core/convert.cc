@@ -1,6 +1,7 @@
 #include "core/convert.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace attnserve {
@@ -70,6 +71,8 @@ float LoadAsFloat(const void* data, DType dtype, int64_t i) {
     }
     case DType::kBool:
       return *p != 0 ? 1.0f : 0.0f;
+    case DType::kInt8:
+      return static_cast<float>(static_cast<signed char>(*p));
   }
   return 0.0f;
 }
@@ -89,6 +92,9 @@ void StoreFromFloat(void* data, DType dtype, int64_t i, float value) {
     }
     case DType::kBool:
       *p = value != 0.0f;
+      return;
+    case DType::kInt8:
+      *p = static_cast<char>(static_cast<signed char>(value));
       return;
   }
 }
@@ -127,6 +133,27 @@ void ConvertDType(const void* src, DType from, void* dst, DType to, size_t n) {
     ConvertToFloat(s + i * DTypeSize(from), from, buffer, m);
     ConvertFromFloat(buffer, d + i * DTypeSize(to), to, m);
   }
+}
+
+float QuantizeInt8(const float* src, int64_t n, int8_t* dst) {
+  float largest = 0.0f;
+  for (int64_t c = 0; c < n; ++c)
+    largest = std::max(largest, std::fabs(src[c]));
+  if (largest == 0.0f) {
+    std::memset(dst, 0, static_cast<size_t>(n));
+    return 0.0f;
+  }
+  const float scale = largest / 127.0f;
+  const float inverse = 127.0f / largest;
+  for (int64_t c = 0; c < n; ++c) {
+    const float q = std::nearbyint(src[c] * inverse);
+    dst[c] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+  }
+  return scale;
+}
+
+void DequantizeInt8(const int8_t* src, int64_t n, float scale, float* dst) {
+  for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<float>(src[c]) * scale;
 }
 
 }  // namespace attnserve

@@ -45,6 +45,16 @@ void ConvertToFloat(const void* src, DType dtype, float* dst, size_t n);
 // they are the same); both buffers may be unaligned and must not overlap.
 void ConvertDType(const void* src, DType from, void* dst, DType to, size_t n);
 
+// Symmetric int8 quantization of one row of n finite floats (an int8 paged
+// cache's rows, core/paged.h): scale = max |x| / 127, dst[c] = x[c] / scale
+// rounded to nearest (even), in [-127, 127]. Returns the scale (0 for a row of
+// zeros, all of whose elements are then 0). dst[c] · scale is within about
+// scale / 2 of x[c] (float rounding adds a few ulp): an error of at most
+// 1/254 of the row's largest magnitude.
+float QuantizeInt8(const float* src, int64_t n, int8_t* dst);
+// dst[c] = src[c] * scale.
+void DequantizeInt8(const int8_t* src, int64_t n, float scale, float* dst);
+
 }  // namespace attnserve
 
 #endif  // ATTNSERVE_CORE_CONVERT_H_

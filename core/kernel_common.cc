@@ -26,6 +26,17 @@ const void* OperandRows(const KernelArgs& args, const void* src, int64_t ld,
   return dst;
 }
 
+const void* DequantizedRows(const KernelArgs& args, const void* src,
+                            const float* scales, int64_t rows, int64_t cols,
+                            ScratchBuffer* buffer) {
+  float* dst = buffer->Get<float>(rows * cols);
+  const int8_t* q = static_cast<const int8_t*>(src);
+  for (int64_t r = 0; r < rows; ++r) {
+    args.ops->dequant_int8(q + r * cols, cols, scales[r], dst + r * cols);
+  }
+  return dst;
+}
+
 const void* PaddedCopy(const void* src, int64_t ld, int64_t rows,
                        int64_t padded, int64_t cols, size_t es,
                        ScratchBuffer* buffer) {

@@ -120,6 +120,13 @@ inline const char* ElementPtr(const void* base, int64_t offset, DType dtype) {
          offset * static_cast<int64_t>(DTypeSize(dtype));
 }
 
+// `rows` int8 rows of `cols` elements at `src` (dense) with a scale each
+// (core/paged.h), dequantized into `buffer` as the product operand type (f32:
+// an int8 cache's queries are f32), dense.
+const void* DequantizedRows(const KernelArgs& args, const void* src,
+                            const float* scales, int64_t rows, int64_t cols,
+                            ScratchBuffer* buffer);
+
 // `rows` rows of `cols` elements at `src` (row stride `ld`, in `src_dtype`) as
 // the product operand type: returns src itself with *ld_out = ld when no
 // conversion is needed, else converts into `buffer` (dense, *ld_out = cols).

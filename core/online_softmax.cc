@@ -494,16 +494,28 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
   const Strides4& vs = p.v_strides;
   SpanOperands op;
   const bool paged = p.kv_blocks != nullptr;
-  op.kp = OperandRows(
-      args,
-      paged ? p.PagedKeys(rows.kv_head, k0)
+  if (paged && p.kv_layout.dtype() == DType::kInt8) {
+    op.kp = DequantizedRows(args, p.PagedKeys(rows.kv_head, k0),
+                            p.PagedKeyScales(rows.kv_head, k0), n, dim, &ws->k);
+    op.ldk = dim;
+    op.vp =
+        DequantizedRows(args, p.PagedValues(rows.kv_head, k0),
+                        p.PagedValueScales(rows.kv_head, k0), n, dv, &ws->v);
+    op.ldv = dv;
+  } else {
+    op.kp = OperandRows(
+        args,
+        paged
+            ? p.PagedKeys(rows.kv_head, k0)
             : ElementPtr(p.k, ks.offset(rows.batch, rows.kv_head, k0), p.dtype),
-      paged ? dim : ks.row, n, dim, &ws->k, &op.ldk);
-  op.vp = OperandRows(
-      args,
-      paged ? p.PagedValues(rows.kv_head, k0)
+        paged ? dim : ks.row, n, dim, &ws->k, &op.ldk);
+    op.vp = OperandRows(
+        args,
+        paged
+            ? p.PagedValues(rows.kv_head, k0)
             : ElementPtr(p.v, vs.offset(rows.batch, rows.kv_head, k0), p.dtype),
-      paged ? dv : vs.row, n, dv, &ws->v, &op.ldv);
+        paged ? dv : vs.row, n, dv, &ws->v, &op.ldv);
+  }
   op.n_full = n;
   if (c.amx) {
     // The span packed once for all of its row groups (and, when it is a

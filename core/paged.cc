@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/convert.h"
 #include "core/limits.h"
 #include "core/problem.h"
 #include "core/status_macros.h"
@@ -27,20 +28,63 @@ View AddBatch(const View& v) {
 
 }  // namespace
 
+PagedBlockLayout::PagedBlockLayout(int64_t kv_heads, int64_t head_dim,
+                                   int64_t value_dim, int64_t block_tokens,
+                                   DType kv_dtype)
+    : dtype_(kv_dtype), tokens_(block_tokens) {
+  const int64_t es = static_cast<int64_t>(DTypeSize(kv_dtype));
+  key_row_ = head_dim * es;
+  value_row_ = value_dim * es;
+  values_ = kv_heads * block_tokens * key_row_;
+  key_scales_ = values_ + kv_heads * block_tokens * value_row_;
+  const int64_t scales = kv_dtype == DType::kInt8
+                             ? kv_heads * block_tokens * int64_t{sizeof(float)}
+                             : 0;
+  value_scales_ = key_scales_ + scales;
+  bytes_ = value_scales_ + scales;
+}
+
+int64_t PagedBlockLayout::BytesPerToken(int64_t kv_heads, int64_t head_dim,
+                                        int64_t value_dim, DType kv_dtype) {
+  return PagedBlockLayout(kv_heads, head_dim, value_dim, 1, kv_dtype).bytes();
+}
+
+namespace {
+
+// One stored row as dtype `to` (an int8 row dequantized to f32).
+void CopyRow(const char* block, int64_t row_at, int64_t scale_at, int64_t n,
+             DType from, char* dst) {
+  if (from != DType::kInt8) {
+    std::memcpy(dst, block + row_at, static_cast<size_t>(n) * DTypeSize(from));
+    return;
+  }
+  float scale;
+  std::memcpy(&scale, block + scale_at, sizeof scale);
+  DequantizeInt8(reinterpret_cast<const int8_t*>(block + row_at), n, scale,
+                 reinterpret_cast<float*>(dst));
+}
+
+}  // namespace
+
 void GatherPagedKv(const PagedAttentionInputs& in, const PagedKv& kv,
                    void* keys, void* values) {
   const int64_t bt = in.block_tokens;
   const int64_t hkv = in.kv_heads;
-  const int64_t es = static_cast<int64_t>(DTypeSize(in.kv_dtype));
+  const PagedBlockLayout layout(hkv, in.head_dim, in.value_dim, bt,
+                                in.kv_dtype);
+  const int64_t es =
+      static_cast<int64_t>(DTypeSize(PagedOperandDType(in.kv_dtype)));
   const int64_t k_row = in.head_dim * es;
   const int64_t v_row = in.value_dim * es;
   for (int64_t t = 0; t < kv.tokens; ++t) {
     const char* block = static_cast<const char*>(kv.blocks[t / bt]);
+    const int64_t row = t % bt;
     for (int64_t h = 0; h < hkv; ++h) {
-      std::memcpy(static_cast<char*>(keys) + (t * hkv + h) * k_row,
-                  block + (h * bt + t % bt) * k_row, k_row);
-      std::memcpy(static_cast<char*>(values) + (t * hkv + h) * v_row,
-                  block + hkv * bt * k_row + (h * bt + t % bt) * v_row, v_row);
+      CopyRow(block, layout.key(h, row), layout.key_scale(h, row), in.head_dim,
+              in.kv_dtype, static_cast<char*>(keys) + (t * hkv + h) * k_row);
+      CopyRow(block, layout.value(h, row), layout.value_scale(h, row),
+              in.value_dim, in.kv_dtype,
+              static_cast<char*>(values) + (t * hkv + h) * v_row);
     }
   }
 }
@@ -56,10 +100,12 @@ absl::Status CheckPagedInputs(const PagedAttentionInputs& in) {
   RETURN_IF_ERROR(CheckRange("head_dim", in.head_dim, 1, kMaxHeadDim));
   RETURN_IF_ERROR(CheckRange("value_dim", in.value_dim, 1, kMaxHeadDim));
   RETURN_IF_ERROR(CheckRange("block_tokens", in.block_tokens, 1, 1 << 16));
-  if (!IsFloatDType(in.kv_dtype)) {
+  if (!IsFloatDType(in.kv_dtype) && in.kv_dtype != DType::kInt8) {
     return absl::InvalidArgumentError(
-        "kv_dtype: bool is not supported (expected f32, bf16 or f16)");
+        absl::StrCat("kv_dtype: ", DTypeName(in.kv_dtype),
+                     " is not supported (expected f32, bf16, f16 or int8)"));
   }
+  const DType operands = PagedOperandDType(in.kv_dtype);
   for (size_t s = 0; s < in.sequences.size(); ++s) {
     const PagedSequence& seq = in.sequences[s];
     const std::string at = absl::StrCat("sequences[", s, "].");
@@ -70,10 +116,11 @@ absl::Status CheckPagedInputs(const PagedAttentionInputs& in) {
           at, "query: expected [Lnew >= 1, Hq = ", in.q_heads,
           ", D = ", in.head_dim, "], got ", ShapeString(q.dims())));
     }
-    if (q.dtype != in.kv_dtype) {
+    if (q.dtype != operands) {
       return absl::InvalidArgumentError(
-          absl::StrCat(at, "query: dtype ", DTypeName(q.dtype),
-                       " differs from the cache's ", DTypeName(in.kv_dtype)));
+          absl::StrCat(at, "query: dtype ", DTypeName(q.dtype), " is not ",
+                       DTypeName(operands), ", which a cache of ",
+                       DTypeName(in.kv_dtype), " takes"));
     }
     const MutableTensorView& o = seq.output;
     if (o.rank != 3 || o.shape[0] != q.shape[0] || o.shape[1] != in.q_heads ||
@@ -114,11 +161,11 @@ AttentionInputs PagedAsStateless(const PagedAttentionInputs& in,
   AttentionInputs a;
   a.layout = Layout::kBLHD;
   a.query = AddBatch(seq.query);
-  a.key = MakeTensorView(keys != nullptr ? keys : &kPlaceholder, in.kv_dtype,
+  const DType dtype = PagedOperandDType(in.kv_dtype);
+  a.key = MakeTensorView(keys != nullptr ? keys : &kPlaceholder, dtype,
                          {1, seq.kv.tokens, in.kv_heads, in.head_dim});
-  a.value =
-      MakeTensorView(values != nullptr ? values : &kPlaceholder, in.kv_dtype,
-                     {1, seq.kv.tokens, in.kv_heads, in.value_dim});
+  a.value = MakeTensorView(values != nullptr ? values : &kPlaceholder, dtype,
+                           {1, seq.kv.tokens, in.kv_heads, in.value_dim});
   a.mask.causal = in.causal;
   a.mask.alignment = CausalAlignment::kBottomRight;
   a.mask.window_left = in.window_left;

@@ -14,12 +14,63 @@
 
 namespace attnserve {
 
-// One sequence's cache. Block i holds tokens [i·T, (i+1)·T) (T =
-// PagedAttentionInputs::block_tokens) of every kv head, laid out as
+// The dtype of a paged call's queries, and of the keys and values of its
+// stateless equivalent: the cache's own, f32 for an int8 cache.
+inline DType PagedOperandDType(DType kv_dtype) {
+  return kv_dtype == DType::kInt8 ? DType::kFloat32 : kv_dtype;
+}
+
+// Where a block's rows lie, in bytes from the block's start. A block of T
+// tokens holds, dense,
 //   keys   [Hkv][T][D]  from the block's start,
 //   values [Hkv][T][Dv] right after the keys,
-// dense, in PagedAttentionInputs::kv_dtype. Only the first `tokens` tokens are
-// read; `blocks` must hold at least ceil(tokens / T) pointers.
+// in the cache's dtype (f32, bf16, f16 or int8). An int8 cache then holds
+// one f32 scale per stored row,
+//   key scales   [Hkv][T]  after the values,
+//   value scales [Hkv][T]  after the key scales,
+// and an element q of a row reads as q · the row's scale (QuantizeInt8 in
+// core/convert.h writes them).
+class PagedBlockLayout {
+ public:
+  PagedBlockLayout() = default;
+  PagedBlockLayout(int64_t kv_heads, int64_t head_dim, int64_t value_dim,
+                   int64_t block_tokens, DType kv_dtype);
+
+  // Bytes one token takes in a block (all kv heads, scales included).
+  static int64_t BytesPerToken(int64_t kv_heads, int64_t head_dim,
+                               int64_t value_dim, DType kv_dtype);
+
+  DType dtype() const { return dtype_; }
+  int64_t bytes() const { return bytes_; }
+  int64_t key(int64_t h, int64_t row) const {
+    return (h * tokens_ + row) * key_row_;
+  }
+  int64_t value(int64_t h, int64_t row) const {
+    return values_ + (h * tokens_ + row) * value_row_;
+  }
+  // Int8 only: the f32 scale of a key's or a value's row.
+  int64_t key_scale(int64_t h, int64_t row) const {
+    return key_scales_ + (h * tokens_ + row) * int64_t{sizeof(float)};
+  }
+  int64_t value_scale(int64_t h, int64_t row) const {
+    return value_scales_ + (h * tokens_ + row) * int64_t{sizeof(float)};
+  }
+
+ private:
+  DType dtype_ = DType::kFloat32;
+  int64_t tokens_ = 0;
+  int64_t key_row_ = 0;
+  int64_t value_row_ = 0;
+  int64_t values_ = 0;
+  int64_t key_scales_ = 0;
+  int64_t value_scales_ = 0;
+  int64_t bytes_ = 0;
+};
+
+// One sequence's cache: block i holds tokens [i·T, (i+1)·T) (T =
+// PagedAttentionInputs::block_tokens) as PagedBlockLayout lays them out. Only
+// the first `tokens` tokens are read; `blocks` must hold at least
+// ceil(tokens / T) pointers.
 struct PagedKv {
   absl::Span<const void* const> blocks;
   int64_t tokens = 0;
@@ -27,7 +78,8 @@ struct PagedKv {
 
 // One sequence of a paged call: its new queries against its cache.
 struct PagedSequence {
-  // [Lnew, Hq, D] in kv_dtype, last dimension dense, Lnew >= 1.
+  // [Lnew, Hq, D] in PagedOperandDType(kv_dtype), last dimension dense,
+  // Lnew >= 1.
   TensorView query;
   PagedKv kv;
   // [Lnew, Hq, Dv] in any float dtype, last dimension dense.
@@ -49,6 +101,7 @@ struct PagedAttentionInputs {
   int64_t head_dim = 0;
   int64_t value_dim = 0;
   int64_t block_tokens = 0;
+  // f32, bf16, f16 or int8.
   DType kv_dtype = DType::kFloat32;
   // Causal with bottom-right alignment (default): new query i of Lnew sits at
   // position tokens - Lnew + i and sees the keys up to it.
@@ -64,8 +117,9 @@ struct PagedAttentionInputs {
 };
 
 // Copies a sequence's first kv.tokens tokens into dense `keys`
-// [tokens, Hkv, D] and `values` [tokens, Hkv, Dv] (kv_dtype), i.e. the BLHD
-// key and value of the equivalent stateless call (batch 1).
+// [tokens, Hkv, D] and `values` [tokens, Hkv, Dv] (in
+// PagedOperandDType(kv_dtype): an int8 cache's rows are dequantized), i.e. the
+// BLHD key and value of the equivalent stateless call (batch 1).
 void GatherPagedKv(const PagedAttentionInputs& inputs, const PagedKv& kv,
                    void* keys, void* values);
 

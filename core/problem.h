@@ -58,24 +58,30 @@ struct Problem {
 
   // Paged keys and values (AttentionEngine::RunPaged; core/paged.h's block
   // layout): when kv_blocks is set, k and v are unused and the rows of kv
-  // head h at tokens [t, block end) start at PagedKeys / PagedValues. The
-  // kernels then take key blocks of block_tokens keys, so none crosses a
-  // block.
+  // head h at tokens [t, block end) start at PagedKeys / PagedValues, in
+  // kv_layout's dtype (`dtype` is the queries'; an int8 cache's rows have
+  // scales, PagedKeyScales / PagedValueScales). The kernels then take key
+  // blocks of block_tokens keys, so none crosses a block.
   const void* const* kv_blocks = nullptr;
   int64_t block_tokens = 0;
+  PagedBlockLayout kv_layout;
 
   const void* PagedKeys(int64_t h, int64_t t) const {
-    const int64_t bt = block_tokens;
-    return static_cast<const char*>(kv_blocks[t / bt]) +
-           (h * bt + t % bt) * shape.head_dim *
-               static_cast<int64_t>(DTypeSize(dtype));
+    return PagedAt(t, kv_layout.key(h, t % block_tokens));
   }
   const void* PagedValues(int64_t h, int64_t t) const {
-    const int64_t bt = block_tokens;
-    return static_cast<const char*>(kv_blocks[t / bt]) +
-           (shape.kv_heads * bt * shape.head_dim +
-            (h * bt + t % bt) * shape.value_dim) *
-               static_cast<int64_t>(DTypeSize(dtype));
+    return PagedAt(t, kv_layout.value(h, t % block_tokens));
+  }
+  const float* PagedKeyScales(int64_t h, int64_t t) const {
+    return static_cast<const float*>(
+        PagedAt(t, kv_layout.key_scale(h, t % block_tokens)));
+  }
+  const float* PagedValueScales(int64_t h, int64_t t) const {
+    return static_cast<const float*>(
+        PagedAt(t, kv_layout.value_scale(h, t % block_tokens)));
+  }
+  const void* PagedAt(int64_t t, int64_t offset) const {
+    return static_cast<const char*>(kv_blocks[t / block_tokens]) + offset;
   }
 
   // True when some part of the mask is decided per element (explicit, ALiBi,

@@ -16,6 +16,7 @@ size_t DTypeSize(DType dtype) {
     case DType::kFloat16:
       return 2;
     case DType::kBool:
+    case DType::kInt8:
       return 1;
   }
   return 0;
@@ -36,6 +37,8 @@ absl::string_view DTypeName(DType dtype) {
       return "f16";
     case DType::kBool:
       return "bool";
+    case DType::kInt8:
+      return "int8";
   }
   return "?";
 }

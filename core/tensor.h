@@ -13,12 +13,14 @@
 namespace attnserve {
 
 // Element types of tensors that cross the core's boundary. kBool is one byte
-// per element (0 = false) and is accepted only for explicit masks.
-enum class DType { kFloat32, kBFloat16, kFloat16, kBool };
+// per element (0 = false) and is accepted only for explicit masks. kInt8 is
+// only a paged cache's storage (core/paged.h: quantized rows with a scale
+// each), never a tensor's.
+enum class DType { kFloat32, kBFloat16, kFloat16, kBool, kInt8 };
 
 // Bytes per element.
 size_t DTypeSize(DType dtype);
-// "f32", "bf16", "f16", "bool".
+// "f32", "bf16", "f16", "bool", "int8".
 absl::string_view DTypeName(DType dtype);
 // True for kFloat32, kBFloat16 and kFloat16: the dtypes of attention operands.
 bool IsFloatDType(DType dtype);

@@ -54,6 +54,9 @@ struct VecOps {
                        DType dtype);
   // dst[c] = src[c] widened from dtype (a float dtype); src may be unaligned.
   void (*load)(const void* src, DType dtype, int64_t n, float* dst);
+  // dst[c] = src[c] * scale (an int8 row of a paged cache); both may be
+  // unaligned.
+  void (*dequant_int8)(const int8_t* src, int64_t n, float scale, float* dst);
   // dst[c] = src[c] rounded to bf16; dst may be unaligned.
   void (*to_bf16)(const float* src, int64_t n, uint16_t* dst);
   // Sum over c in [0, n) of v[c] * tanh(a[c] + b[c]) (additive scoring);

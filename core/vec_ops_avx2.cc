@@ -322,6 +322,19 @@ float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
   return ReduceAdd(acc);
 }
 
+void DequantInt8(const int8_t* src, int64_t n, float scale, float* dst) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    const __m128i q =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + c));
+    _mm256_storeu_ps(
+        dst + c,
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), vs));
+  }
+  for (; c < n; ++c) dst[c] = static_cast<float>(src[c]) * scale;
+}
+
 }  // namespace
 
 #if defined(__clang__)
@@ -333,10 +346,10 @@ float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx2VecOps() {
-  static const VecOps ops = {ScaleMaskMax,  ExpSumF32,       ExpSumBFloat16,
-                             ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
-                             Scale,         StoreScaled,     LoadRow,
-                             ToBFloat16Row, TanhDot};
+  static const VecOps ops = {ScaleMaskMax, ExpSumF32,       ExpSumBFloat16,
+                             ScaledMax,    ScaledExpSumF32, ScaledExpSumBf16,
+                             Scale,        StoreScaled,     LoadRow,
+                             DequantInt8,  ToBFloat16Row,   TanhDot};
   return ops;
 }
 

@@ -179,6 +179,19 @@ float ScaledExpSumBf16(const float* s, int64_t n, float scale, int64_t lo,
                                                             bias, row_max, dst);
 }
 
+void DequantInt8(const int8_t* src, int64_t n, float scale, float* dst) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    const __m128i q =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c));
+    _mm512_storeu_ps(
+        dst + c,
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), vs));
+  }
+  for (; c < n; ++c) dst[c] = static_cast<float>(src[c]) * scale;
+}
+
 }  // namespace
 
 #if defined(__clang__)
@@ -190,10 +203,10 @@ float ScaledExpSumBf16(const float* s, int64_t n, float scale, int64_t lo,
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx512FVecOps() {
-  static const VecOps ops = {ScaleMaskMax,  ExpSumF32,       ExpSumBFloat16,
-                             ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
-                             Scale,         StoreScaled,     LoadRow,
-                             ToBFloat16Row, TanhDot};
+  static const VecOps ops = {ScaleMaskMax, ExpSumF32,       ExpSumBFloat16,
+                             ScaledMax,    ScaledExpSumF32, ScaledExpSumBf16,
+                             Scale,        StoreScaled,     LoadRow,
+                             DequantInt8,  ToBFloat16Row,   TanhDot};
   return ops;
 }
 

@@ -1,6 +1,7 @@
 #include "kvcache/session_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -25,17 +26,17 @@ absl::Status ValidateShape(const SessionShape& s) {
   RETURN_IF_ERROR(CheckRange("shape.value_dim", s.value_dim, 1, kMaxHeadDim));
   RETURN_IF_ERROR(
       CheckRange("shape.max_tokens", s.max_tokens, 1, kMaxSessionTokens));
-  if (!IsFloatDType(s.dtype)) {
+  if (!IsFloatDType(s.dtype) && s.dtype != DType::kInt8) {
     return absl::InvalidArgumentError(
         absl::StrCat("shape.storage_dtype: ", DTypeName(s.dtype),
-                     " is not supported (expected f32, bf16 or f16)"));
+                     " is not supported (expected f32, bf16, f16 or int8)"));
   }
   return absl::OkStatus();
 }
 
 int64_t BytesPerToken(const SessionShape& s) {
-  return int64_t{s.num_kv_heads} * (s.head_dim + s.value_dim) *
-         static_cast<int64_t>(DTypeSize(s.dtype));
+  return PagedBlockLayout::BytesPerToken(s.num_kv_heads, s.head_dim,
+                                         s.value_dim, s.dtype);
 }
 
 int64_t BlockBytes(const SessionShape& s, int block_tokens) {
@@ -46,7 +47,39 @@ SessionCache::SessionCache(const SessionShape& shape, int block_tokens)
     : shape_(shape),
       block_tokens_(block_tokens),
       block_bytes_(BlockBytes(shape, block_tokens)),
+      layout_(shape.num_kv_heads, shape.head_dim, shape.value_dim, block_tokens,
+              shape.dtype),
       layers_(static_cast<size_t>(shape.num_layers)) {}
+
+namespace {
+
+// The index of a non-finite element of t ([Lnew, Hkv, dim], last dimension
+// dense), or -1.
+int64_t FirstNonFinite(const TensorView& t) {
+  for (int64_t r = 0; r < t.shape[0]; ++r) {
+    for (int64_t h = 0; h < t.shape[1]; ++h) {
+      const int64_t at = r * t.strides[0] + h * t.strides[1];
+      for (int64_t c = 0; c < t.shape[2]; ++c) {
+        if (!std::isfinite(LoadAsFloat(t.data, t.dtype, at + c))) {
+          return (r * t.shape[1] + h) * t.shape[2] + c;
+        }
+      }
+    }
+  }
+  return -1;
+}
+
+// One row of n elements of `dtype` quantized into `row` and its scale.
+void Quantize(const char* src, DType dtype, int64_t n, char* row, char* scale,
+              std::vector<float>* buffer) {
+  buffer->resize(static_cast<size_t>(n));
+  ConvertToFloat(src, dtype, buffer->data(), static_cast<size_t>(n));
+  const float s =
+      QuantizeInt8(buffer->data(), n, reinterpret_cast<int8_t*>(row));
+  std::memcpy(scale, &s, sizeof s);
+}
+
+}  // namespace
 
 absl::Status SessionCache::CheckAppend(int layer,
                                        std::optional<int64_t> position,
@@ -88,6 +121,16 @@ absl::Status SessionCache::CheckAppend(int layer,
   if (n < 1) {
     return absl::InvalidArgumentError(
         "key.shape: no tokens (Lnew must be >= 1)");
+  }
+  if (shape_.dtype == DType::kInt8) {
+    const int64_t bad_key = FirstNonFinite(keys);
+    const int64_t bad_value = bad_key < 0 ? FirstNonFinite(values) : -1;
+    if (bad_key >= 0 || bad_value >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          bad_key >= 0 ? "key" : "value", ": element ",
+          bad_key >= 0 ? bad_key : bad_value,
+          " is not finite (int8 storage holds finite values only)"));
+    }
   }
   const Layer& l = layers_[static_cast<size_t>(layer)];
   if (position && *position != l.tokens) {
@@ -143,9 +186,9 @@ void SessionCache::WriteRows(Layer& l, int64_t t0, const TensorView& keys,
   const int64_t hkv = shape_.num_kv_heads;
   const int64_t d = shape_.head_dim;
   const int64_t dv = shape_.value_dim;
-  const int64_t es = static_cast<int64_t>(DTypeSize(shape_.dtype));
   const int64_t ks = static_cast<int64_t>(DTypeSize(keys.dtype));
   const int64_t vs = static_cast<int64_t>(DTypeSize(values.dtype));
+  std::vector<float> row_buffer;
   for (int64_t r = 0; r < keys.shape[0]; ++r) {
     const int64_t t = t0 + r;
     char* base =
@@ -156,10 +199,17 @@ void SessionCache::WriteRows(Layer& l, int64_t t0, const TensorView& keys,
                       (r * keys.strides[0] + h * keys.strides[1]) * ks;
       const char* v = static_cast<const char*>(values.data) +
                       (r * values.strides[0] + h * values.strides[1]) * vs;
-      char* kd = base + ((h * bt + row) * d) * es;
-      char* vd = base + (hkv * bt * d + (h * bt + row) * dv) * es;
-      ConvertDType(k, keys.dtype, kd, shape_.dtype, static_cast<size_t>(d));
-      ConvertDType(v, values.dtype, vd, shape_.dtype, static_cast<size_t>(dv));
+      if (shape_.dtype == DType::kInt8) {
+        Quantize(k, keys.dtype, d, base + layout_.key(h, row),
+                 base + layout_.key_scale(h, row), &row_buffer);
+        Quantize(v, values.dtype, dv, base + layout_.value(h, row),
+                 base + layout_.value_scale(h, row), &row_buffer);
+        continue;
+      }
+      ConvertDType(k, keys.dtype, base + layout_.key(h, row), shape_.dtype,
+                   static_cast<size_t>(d));
+      ConvertDType(v, values.dtype, base + layout_.value(h, row), shape_.dtype,
+                   static_cast<size_t>(dv));
     }
   }
 }

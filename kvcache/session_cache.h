@@ -4,12 +4,10 @@
 // The KV cache of one sequence: per layer, the tokens appended so far in
 // fixed-size blocks. Block i of a layer holds tokens [i·T, (i+1)·T) (T =
 // block_tokens) of every kv head, laid out as core's PagedKv reads them in
-// place:
-//   keys   [Hkv][T][D]  from the block's start,
-//   values [Hkv][T][Dv] after the keys,
-// in the session's storage dtype. Blocks are shared after a fork and copied
-// before a write when shared (copy-on-write), so a pinned layer never changes
-// under an attention call.
+// place (core/paged.h's PagedBlockLayout), in the session's storage dtype
+// (int8 rows quantized when appended, with a scale each). Blocks are shared
+// after a fork and copied before a write when shared (copy-on-write), so a
+// pinned layer never changes under an attention call.
 
 #include <cstdint>
 #include <memory>
@@ -21,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/limits.h"
+#include "core/paged.h"
 #include "core/tensor.h"
 #include "kvcache/block_pool.h"
 
@@ -36,7 +35,7 @@ struct SessionShape {
   int num_kv_heads = 0;
   int head_dim = 0;
   int value_dim = 0;
-  // kFloat32, kBFloat16 or kFloat16.
+  // kFloat32, kBFloat16, kFloat16 or kInt8.
   DType dtype = DType::kFloat32;
   // Tokens one layer may hold.
   int64_t max_tokens = 0;
@@ -84,7 +83,9 @@ class SessionCache {
   // dtype, at `position` (must equal the layer's tokens when set). Blocks come
   // from `allocate`; a shared last block is copied first. InvalidArgument
   // naming the argument ("key.shape", "position", ...) with the expected and
-  // actual values; OutOfRange beyond max_tokens; `allocate`'s errors. On error
+  // actual values (and a non-finite key or value for int8 storage, which
+  // cannot hold one); OutOfRange beyond max_tokens; `allocate`'s errors. On
+  // error
   // nothing changes. Returns the layer's new token count.
   absl::StatusOr<int64_t> Append(int layer, std::optional<int64_t> position,
                                  const TensorView& keys,
@@ -127,6 +128,7 @@ class SessionCache {
   SessionShape shape_;
   int block_tokens_;
   int64_t block_bytes_;
+  PagedBlockLayout layout_;
   std::vector<Layer> layers_;
 };
 

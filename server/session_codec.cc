@@ -69,6 +69,8 @@ absl::StatusOr<kvcache::SessionShape> DecodeShape(
   shape.max_tokens = wire.max_tokens();
   if (wire.storage_dtype() == v1::DATA_TYPE_UNSPECIFIED) {
     shape.dtype = DType::kFloat32;
+  } else if (wire.storage_dtype() == v1::INT8) {
+    shape.dtype = DType::kInt8;
   } else {
     ASSIGN_OR_RETURN(shape.dtype, wire::DTypeFromWire(wire.storage_dtype(),
                                                       "shape.storage_dtype"));
@@ -277,15 +279,16 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
     const TensorView& q = d.queries[i];
     const int64_t lnew = q.shape[0];
     PagedSequence& seq = call->sequences[i];
-    if (q.dtype == shape.dtype) {
+    const DType operands = PagedOperandDType(shape.dtype);
+    if (q.dtype == operands) {
       seq.query = q;
     } else {
-      // The engine's operands share the cache's dtype.
+      // The engine's queries share the cache's dtype (f32 for int8).
       const size_t elements = static_cast<size_t>(q.num_elements());
       std::vector<char>& bytes = call->converted_queries[i];
-      bytes.resize(elements * DTypeSize(shape.dtype));
-      ConvertDType(q.data, q.dtype, bytes.data(), shape.dtype, elements);
-      seq.query = MakeTensorView(bytes.data(), shape.dtype,
+      bytes.resize(elements * DTypeSize(operands));
+      ConvertDType(q.data, q.dtype, bytes.data(), operands, elements);
+      seq.query = MakeTensorView(bytes.data(), operands,
                                  {lnew, hq, int64_t{shape.head_dim}});
     }
     seq.kv.blocks = layer.data;

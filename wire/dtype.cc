@@ -48,6 +48,11 @@ absl::StatusOr<DType> DTypeFromWire(v1::DataType dtype,
           field,
           ": INT32 is only for ModelRequest.positions (expected FLOAT32, "
           "BFLOAT16, FLOAT16 or BOOL)"));
+    case v1::INT8:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field,
+          ": INT8 is only for SessionShape.storage_dtype (expected FLOAT32, "
+          "BFLOAT16, FLOAT16 or BOOL)"));
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": unknown value ", static_cast<int>(dtype),
@@ -66,6 +71,8 @@ v1::DataType DTypeToWire(DType dtype) {
       return v1::FLOAT16;
     case DType::kBool:
       return v1::BOOL;
+    case DType::kInt8:
+      return v1::INT8;
   }
   return v1::DATA_TYPE_UNSPECIFIED;
 }
@@ -80,6 +87,7 @@ std::string DataTypeName(v1::DataType dtype) {
 
 std::string ShortDataTypeName(v1::DataType dtype) {
   if (dtype == v1::INT32) return "i32";
+  if (dtype == v1::INT8) return "int8";
   if (dtype == v1::DATA_TYPE_UNSPECIFIED) return "unspecified";
   const absl::StatusOr<DType> core = DTypeFromWire(dtype, "");
   if (!core.ok())

@@ -465,5 +465,26 @@ TEST(ConvertTest, ConvertDTypeMatchesElementwiseRoundingAcrossChunks) {
   }
 }
 
+TEST(ConvertTest, QuantizeInt8KeepsEachElementWithinHalfAStep) {
+  std::vector<float> row = {0.0f, 1.0f, -2.54f, 0.3f, 2.54f, -0.01f, 1e-3f};
+  std::vector<int8_t> q(row.size());
+  const float scale =
+      QuantizeInt8(row.data(), static_cast<int64_t>(row.size()), q.data());
+  EXPECT_FLOAT_EQ(scale, 2.54f / 127.0f);
+  EXPECT_EQ(q[2], -127);
+  EXPECT_EQ(q[4], 127);
+  EXPECT_EQ(q[1], 50);
+  std::vector<float> back(row.size());
+  DequantizeInt8(q.data(), static_cast<int64_t>(q.size()), scale, back.data());
+  for (size_t i = 0; i < row.size(); ++i) {
+    EXPECT_NEAR(back[i], row[i], 0.5001f * scale) << "element " << i;
+  }
+  // A row of zeros: scale 0, every element 0.
+  std::vector<float> zeros(5, 0.0f);
+  std::vector<int8_t> qz(5, 9);
+  EXPECT_EQ(QuantizeInt8(zeros.data(), 5, qz.data()), 0.0f);
+  EXPECT_EQ(qz, std::vector<int8_t>(5, 0));
+}
+
 }  // namespace
 }  // namespace attnserve

@@ -265,6 +265,8 @@ std::string DTypeLabel(DType d) {
       return "F16";
     case DType::kBool:
       return "Bool";
+    case DType::kInt8:
+      return "Int8";
   }
   return "?";
 }

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/attention.h"
+#include "core/convert.h"
 #include "core/reference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,7 +30,9 @@ using ::attnserve::testing::TestTensor;
 using ::testing::HasSubstr;
 
 // A sequence's cache in both forms: contiguous [T, Hkv, D] / [T, Hkv, Dv]
-// tensors, and blocks in core/paged.h's layout holding the same values.
+// tensors, and blocks in core/paged.h's layout holding the same values. An
+// int8 cache quantizes random f32 rows, and its tensors hold what the blocks
+// read back as (each row's int8 elements times its scale).
 struct Cache {
   TestTensor keys, values;
   std::vector<std::vector<char>> blocks;
@@ -37,30 +40,45 @@ struct Cache {
 
   Cache(DType dtype, int64_t tokens, int64_t hkv, int64_t d, int64_t dv,
         int64_t bt, uint64_t seed)
-      : keys(TestTensor::Random(dtype, {tokens, hkv, d}, seed)),
-        values(TestTensor::Random(dtype, {tokens, hkv, dv}, seed + 1)) {
-    const int64_t es = static_cast<int64_t>(DTypeSize(dtype));
+      : keys(TestTensor::Random(PagedOperandDType(dtype), {tokens, hkv, d},
+                                seed)),
+        values(TestTensor::Random(PagedOperandDType(dtype), {tokens, hkv, dv},
+                                  seed + 1)) {
+    const PagedBlockLayout layout(hkv, d, dv, bt, dtype);
     const int64_t n = (tokens + bt - 1) / bt;
     // Every byte the tokens do not fill, and one spare block past the end,
-    // holds 0x7f (about 3e38 in f32/bf16, NaN in f16): reading any shows.
-    blocks.assign(
-        static_cast<size_t>(n + 1),
-        std::vector<char>(static_cast<size_t>(hkv * bt * (d + dv) * es),
-                          static_cast<char>(0x7f)));
+    // holds 0x7f (about 3e38 in f32/bf16, NaN in f16, 127 in int8 with a
+    // scale of 3e38): reading any shows.
+    blocks.assign(static_cast<size_t>(n + 1),
+                  std::vector<char>(static_cast<size_t>(layout.bytes()),
+                                    static_cast<char>(0x7f)));
     for (int64_t t = 0; t < tokens; ++t) {
       char* block = blocks[static_cast<size_t>(t / bt)].data();
       for (int64_t h = 0; h < hkv; ++h) {
-        std::memcpy(
-            block + (h * bt + t % bt) * d * es,
-            static_cast<const char*>(keys.data()) + (t * hkv + h) * d * es,
-            d * es);
-        std::memcpy(
-            block + (hkv * bt * d + (h * bt + t % bt) * dv) * es,
-            static_cast<const char*>(values.data()) + (t * hkv + h) * dv * es,
-            dv * es);
+        Store(dtype, &keys, (t * hkv + h) * d, d, block + layout.key(h, t % bt),
+              block + layout.key_scale(h, t % bt));
+        Store(dtype, &values, (t * hkv + h) * dv, dv,
+              block + layout.value(h, t % bt),
+              block + layout.value_scale(h, t % bt));
       }
     }
     for (auto& b : blocks) pointers.push_back(b.data());
+  }
+
+  // Row [at, at + n) of `from` into the block (quantized for int8, `from`
+  // then rewritten with what the block holds).
+  static void Store(DType dtype, TestTensor* from, int64_t at, int64_t n,
+                    char* row, char* scale) {
+    if (dtype != DType::kInt8) {
+      const size_t es = DTypeSize(dtype);
+      std::memcpy(row, static_cast<const char*>(from->data()) + at * es,
+                  n * es);
+      return;
+    }
+    float* x = static_cast<float*>(from->data()) + at;
+    const float s = QuantizeInt8(x, n, reinterpret_cast<int8_t*>(row));
+    std::memcpy(scale, &s, sizeof s);
+    DequantizeInt8(reinterpret_cast<const int8_t*>(row), n, s, x);
   }
 };
 
@@ -100,8 +118,8 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
   for (size_t i = 0; i < n; ++i) {
     caches.push_back(std::make_unique<Cache>(c.dtype, c.tokens[i], c.hkv, c.d,
                                              c.dv, c.bt, 10 + 3 * i));
-    queries.push_back(
-        TestTensor::Random(c.dtype, {c.lnew[i], c.hq, c.d}, 100 + i));
+    queries.push_back(TestTensor::Random(PagedOperandDType(c.dtype),
+                                         {c.lnew[i], c.hq, c.d}, 100 + i));
     outputs.emplace_back(DType::kFloat32,
                          std::vector<int64_t>{c.lnew[i], c.hq, c.dv});
     outputs.back().Fill(NAN);
@@ -133,7 +151,9 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
   const absl::Status st = (*engine)->RunPaged(in);
   ASSERT_TRUE(st.ok()) << st;
 
-  const float tol = c.dtype == DType::kFloat32 ? 1e-5f : 2e-2f;
+  // An int8 cache computes in f32 over the values its blocks hold.
+  const DType operands = PagedOperandDType(c.dtype);
+  const float tol = operands == DType::kFloat32 ? 1e-5f : 2e-2f;
   for (size_t i = 0; i < n; ++i) {
     SCOPED_TRACE(absl::StrCat("sequence ", i, " tokens ", c.tokens[i], " lnew ",
                               c.lnew[i]));
@@ -141,10 +161,10 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
     AttentionInputs ref_in;
     ref_in.layout = Layout::kBLHD;
     const TensorView q = queries[i].view();
-    ref_in.query = MakeTensorView(q.data, c.dtype, {1, c.lnew[i], c.hq, c.d});
-    ref_in.key = MakeTensorView(caches[i]->keys.data(), c.dtype,
+    ref_in.query = MakeTensorView(q.data, operands, {1, c.lnew[i], c.hq, c.d});
+    ref_in.key = MakeTensorView(caches[i]->keys.data(), operands,
                                 {1, c.tokens[i], c.hkv, c.d});
-    ref_in.value = MakeTensorView(caches[i]->values.data(), c.dtype,
+    ref_in.value = MakeTensorView(caches[i]->values.data(), operands,
                                   {1, c.tokens[i], c.hkv, c.dv});
     ref_in.mask.causal = c.causal;
     ref_in.mask.alignment = CausalAlignment::kBottomRight;
@@ -174,7 +194,8 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
 class PagedTest : public ::testing::TestWithParam<Isa> {};
 
 TEST_P(PagedTest, DecodeStepsOverEveryDTypeAndHeadGrouping) {
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+  for (DType dtype :
+       {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt8}) {
     for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {4, 1}}) {
       PagedCase c;
       c.isa = GetParam();
@@ -234,6 +255,26 @@ TEST_P(PagedTest, EmptyCachesAndWeights) {
   ExpectPagedMatchesReference(c);
 }
 
+TEST_P(PagedTest, Int8CachesInEveryPath) {
+  // Chunked prefill, masks and weights read int8 rows as the decode does.
+  PagedCase c;
+  c.isa = GetParam();
+  c.dtype = DType::kInt8;
+  c.d = 32;
+  c.dv = 24;
+  c.hq = 6;
+  c.hkv = 3;
+  c.tokens = {130, 64, 5, 0};
+  c.lnew = {17, 64, 7, 1};
+  ExpectPagedMatchesReference(c);
+  c.tokens = {200, 33};
+  c.lnew = {3, 2};
+  c.window_left = 20;
+  c.alibi = true;
+  c.weights = {true, false};
+  ExpectPagedMatchesReference(c);
+}
+
 TEST_P(PagedTest, ABatchOfManySequencesInOneCall) {
   PagedCase c;
   c.isa = GetParam();
@@ -288,8 +329,15 @@ TEST(PagedValidationTest, NamesTheSequenceAndTheField) {
   seqs[1].kv.blocks = cache.pointers;
   TestTensor q16 = TestTensor::Random(DType::kFloat16, {1, 4, 8}, 2);
   seqs[1].query = q16.view();
-  EXPECT_THAT(message(), HasSubstr("sequences[1].query: dtype f16 differs "
-                                   "from the cache's f32"));
+  EXPECT_THAT(message(), HasSubstr("sequences[1].query: dtype f16 is not "
+                                   "f32, which a cache of f32 takes"));
+  in.kv_dtype = DType::kInt8;
+  EXPECT_THAT(message(), HasSubstr("sequences[1].query: dtype f16 is not "
+                                   "f32, which a cache of int8 takes"));
+  in.kv_dtype = DType::kBool;
+  EXPECT_THAT(message(), HasSubstr("kv_dtype: bool is not supported "
+                                   "(expected f32, bf16, f16 or int8)"));
+  in.kv_dtype = DType::kFloat32;
   TestTensor q3 = TestTensor::Random(DType::kFloat32, {1, 3, 8}, 2);
   seqs[1].query = q3.view();
   EXPECT_THAT(message(), HasSubstr("sequences[1].query: expected [Lnew >= 1, "

@@ -5,9 +5,11 @@
 // came from, so a read-back names the token, head and element.
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/convert.h"
+#include "core/paged.h"
 #include "core/tensor.h"
 #include "kvcache/session_cache.h"
 
@@ -39,17 +41,25 @@ inline Rows MakeRows(int64_t t0, int64_t n, int64_t hkv, int64_t dim,
   return r;
 }
 
-// Reads key (or value) element (t, h, e) of a pinned layer back as a float.
+// Reads key (or value) element (t, h, e) of a pinned layer back as a float
+// (an int8 element times its row's scale).
 inline float ReadPinned(const PinnedLayer& layer, const SessionShape& s,
                         int block_tokens, bool value, int64_t t, int64_t h,
                         int64_t e) {
-  const int64_t bt = block_tokens;
-  const void* base = layer.data[static_cast<size_t>(t / bt)];
-  const int64_t row = t % bt;
-  const int64_t index = value ? s.num_kv_heads * bt * s.head_dim +
-                                    (h * bt + row) * s.value_dim + e
-                              : (h * bt + row) * s.head_dim + e;
-  return LoadAsFloat(base, s.dtype, index);
+  const PagedBlockLayout layout(s.num_kv_heads, s.head_dim, s.value_dim,
+                                block_tokens, s.dtype);
+  const char* base = static_cast<const char*>(
+      layer.data[static_cast<size_t>(t / block_tokens)]);
+  const int64_t row = t % block_tokens;
+  const char* at = base + (value ? layout.value(h, row) : layout.key(h, row));
+  const float element = LoadAsFloat(at, s.dtype, e);
+  if (s.dtype != DType::kInt8) return element;
+  float scale;
+  std::memcpy(
+      &scale,
+      base + (value ? layout.value_scale(h, row) : layout.key_scale(h, row)),
+      sizeof scale);
+  return element * scale;
 }
 
 }  // namespace attnserve::kvcache::testing

@@ -5,6 +5,8 @@
 
 #include "kvcache/session_cache.h"
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,6 +84,54 @@ TEST_F(SessionCacheTest, AppendsInChunksIntoTheBlockLayoutOfEveryDType) {
     EXPECT_EQ(cache.Bytes(), 4 * block);
     EXPECT_EQ(pool_.used_bytes(), 4 * block);
   }
+  EXPECT_EQ(pool_.used_bytes(), 0);
+}
+
+TEST_F(SessionCacheTest, Int8StorageQuantizesEachRowWithAScale) {
+  SessionCache cache(Shape(DType::kInt8), kBlock);
+  const SessionShape& s = cache.shape();
+  ASSERT_EQ(*Append(cache, 0, 0, 3, 0), 3);
+  ASSERT_EQ(*Append(cache, 0, 3, 6, std::nullopt), 9);
+  // 4 tokens × 2 heads × (8 + 4) int8 elements, then a f32 scale per row.
+  EXPECT_EQ(BlockBytes(s, kBlock), 4 * 2 * 12 + 4 * 2 * 2 * 4);
+  EXPECT_EQ(cache.Bytes(), 3 * BlockBytes(s, kBlock));
+  const PinnedLayer pinned = cache.Pin(0);
+  for (int64_t t = 0; t < 9; ++t) {
+    for (int64_t h = 0; h < s.num_kv_heads; ++h) {
+      for (const bool value : {false, true}) {
+        const int64_t dim = value ? s.value_dim : s.head_dim;
+        const float sign = value ? -1.0f : 1.0f;
+        float largest = 0.0f;
+        for (int64_t e = 0; e < dim; ++e) {
+          largest = std::max(largest, std::fabs(RowValue(t, h, e, sign)));
+        }
+        // Within half a step of the row's scale, max |x| / 127.
+        const float step = largest / 127.0f;
+        for (int64_t e = 0; e < dim; ++e) {
+          ASSERT_NEAR(ReadPinned(pinned, s, kBlock, value, t, h, e),
+                      RowValue(t, h, e, sign), 0.5001f * step)
+              << (value ? "value" : "key") << " t " << t << " h " << h << " e "
+              << e;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(SessionCacheTest, Int8StorageRefusesNonFiniteValues) {
+  SessionCache cache(Shape(DType::kInt8), kBlock);
+  const SessionShape& s = cache.shape();
+  Rows k = MakeRows(0, 2, s.num_kv_heads, s.head_dim);
+  Rows v = MakeRows(0, 2, s.num_kv_heads, s.value_dim);
+  v.data[5] = INFINITY;
+  const auto allocate = [&](int64_t b) { return pool_.Allocate(b); };
+  EXPECT_THAT(cache.Append(0, 0, k.view, v.view, allocate).status().message(),
+              HasSubstr("value: element 5 is not finite (int8 storage holds "
+                        "finite values only)"));
+  k.data[17] = NAN;
+  EXPECT_THAT(cache.Append(0, 0, k.view, v.view, allocate).status().message(),
+              HasSubstr("key: element 17 is not finite"));
+  EXPECT_EQ(cache.Tokens(0), 0);
   EXPECT_EQ(pool_.used_bytes(), 0);
 }
 
@@ -242,7 +292,8 @@ TEST(SessionShapeTest, ValidateNamesTheField) {
   s = Shape();
   s.dtype = DType::kBool;
   EXPECT_THAT(ValidateShape(s).message(),
-              HasSubstr("shape.storage_dtype: bool is not supported"));
+              HasSubstr("shape.storage_dtype: bool is not supported "
+                        "(expected f32, bf16, f16 or int8)"));
   s = Shape();
   s.max_tokens = 0;
   EXPECT_THAT(ValidateShape(s).message(), HasSubstr("shape.max_tokens: 0"));
