@@ -96,7 +96,7 @@ ExitCode DecodeMain(const ParsedFlags& parsed, ConnectionOptions connection,
                                             : 8;
   o.head_dim = parsed.Specified("dim") ? spec.random.head_dim : 128;
   absl::StatusOr<v1::DataType> storage =
-      ParseFloatDataType("storage_dtype", absl::GetFlag(FLAGS_storage_dtype));
+      ParseStorageDataType("storage_dtype", absl::GetFlag(FLAGS_storage_dtype));
   if (!storage.ok()) return UsageError(std::cerr, "bench", storage.status());
   o.storage_dtype = *storage;
   const std::string format = absl::GetFlag(FLAGS_output_format);

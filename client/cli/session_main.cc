@@ -18,7 +18,7 @@ ABSL_FLAG(std::string, route_key, "",
           "value of the attnserve-session routing header; empty = the first "
           "--session");
 ABSL_FLAG(int, layers, 1, "create: layers of the cache");
-ABSL_FLAG(std::string, storage_dtype, "f32", "create: f32, bf16 or f16");
+ABSL_FLAG(std::string, storage_dtype, "f32", "create: f32, bf16, f16 or int8");
 ABSL_FLAG(int64_t, max_tokens, 8192, "create: tokens one layer may hold");
 ABSL_FLAG(absl::Duration, ttl, absl::ZeroDuration(),
           "create, fork: idle TTL; 0 = the server's (fork: the parent's)");
@@ -90,7 +90,7 @@ int SessionMain(absl::Span<char* const> args) {
   c.head_dim = static_cast<int>(spec->random.head_dim);
   c.value_dim = static_cast<int>(spec->random.value_dim);
   absl::StatusOr<v1::DataType> storage =
-      ParseFloatDataType("storage_dtype", absl::GetFlag(FLAGS_storage_dtype));
+      ParseStorageDataType("storage_dtype", absl::GetFlag(FLAGS_storage_dtype));
   if (!storage.ok()) return UsageError(std::cerr, "session", storage.status());
   c.storage_dtype = *storage;
   c.max_tokens = absl::GetFlag(FLAGS_max_tokens);

@@ -62,7 +62,10 @@ class Sequence {
         sessions_(v1::SessionService::NewStub(channel)),
         attention_(v1::AttentionService::NewStub(channel)),
         id_(absl::StrCat("decode-bench-", getpid(), "-", index)),
-        seed_(1000 + index) {}
+        seed_(1000 + index),
+        // An int8 cache takes float keys and values: f32 ones.
+        tensor_dtype_(o.storage_dtype == v1::INT8 ? v1::FLOAT32
+                                                  : o.storage_dtype) {}
 
   const std::string& id() const { return id_; }
 
@@ -100,9 +103,9 @@ class Sequence {
         r.set_layer(layer);
         r.set_position(t);
         *r.mutable_key() = RandomTensor(
-            o_.storage_dtype, {n, o_.kv_heads, o_.head_dim}, seed_, 2 * t);
+            tensor_dtype_, {n, o_.kv_heads, o_.head_dim}, seed_, 2 * t);
         *r.mutable_value() = RandomTensor(
-            o_.storage_dtype, {n, o_.kv_heads, o_.head_dim}, seed_, 2 * t + 1);
+            tensor_dtype_, {n, o_.kv_heads, o_.head_dim}, seed_, 2 * t + 1);
         if (!writer->Write(r)) break;
       }
       writer->WritesDone();
@@ -122,11 +125,11 @@ class Sequence {
       v1::SessionQuery* q = r.add_sessions();
       q->set_session_id(id_);
       *q->mutable_query() = RandomTensor(
-          o_.storage_dtype, {1, o_.heads, o_.head_dim}, seed_, 7 * step);
+          tensor_dtype_, {1, o_.heads, o_.head_dim}, seed_, 7 * step);
       *q->mutable_key() = RandomTensor(
-          o_.storage_dtype, {1, o_.kv_heads, o_.head_dim}, seed_, 7 * step + 1);
+          tensor_dtype_, {1, o_.kv_heads, o_.head_dim}, seed_, 7 * step + 1);
       *q->mutable_value() = RandomTensor(
-          o_.storage_dtype, {1, o_.kv_heads, o_.head_dim}, seed_, 7 * step + 2);
+          tensor_dtype_, {1, o_.kv_heads, o_.head_dim}, seed_, 7 * step + 2);
       q->set_position(o_.prefill + step);
       bytes += static_cast<int64_t>(r.ByteSizeLong());
       v1::AttendSessionsResponse response;
@@ -159,21 +162,20 @@ class Sequence {
     const int64_t tokens = o_.prefill + step + 1;
     if (cache_.empty()) {
       cache_ = UniformBytes(
-          o_.storage_dtype,
+          tensor_dtype_,
           (o_.prefill + o_.steps + 1) * o_.kv_heads * o_.head_dim, seed_, 99);
     }
-    const size_t used =
-        static_cast<size_t>(tokens * o_.kv_heads * o_.head_dim *
-                            wire::ElementSize(o_.storage_dtype));
+    const size_t used = static_cast<size_t>(tokens * o_.kv_heads * o_.head_dim *
+                                            wire::ElementSize(tensor_dtype_));
     const absl::Time start = absl::Now();
     int64_t bytes = 0;
     for (int layer = 0; layer < o_.layers; ++layer) {
       v1::AttendRequest r;
       r.set_layout(v1::BLHD);
       *r.mutable_query() = RandomTensor(
-          o_.storage_dtype, {1, 1, o_.heads, o_.head_dim}, seed_, 7 * step);
+          tensor_dtype_, {1, 1, o_.heads, o_.head_dim}, seed_, 7 * step);
       for (v1::Tensor* t : {r.mutable_key(), r.mutable_value()}) {
-        t->set_dtype(o_.storage_dtype);
+        t->set_dtype(tensor_dtype_);
         for (int64_t d : {int64_t{1}, tokens, o_.kv_heads, o_.head_dim}) {
           t->add_shape(d);
         }
@@ -282,6 +284,7 @@ class Sequence {
   std::unique_ptr<v1::AttentionService::Stub> attention_;
   const std::string id_;
   const uint64_t seed_;
+  const v1::DataType tensor_dtype_;
   std::string cache_;
   std::unique_ptr<grpc::ClientContext> stream_context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::AttendSessionsRequest,

@@ -23,6 +23,14 @@ absl::StatusOr<v1::DataType> ParseFloatDataType(absl::string_view flag,
   return BadValue(flag, text, "f32, bf16 or f16");
 }
 
+absl::StatusOr<v1::DataType> ParseStorageDataType(absl::string_view flag,
+                                                  absl::string_view text) {
+  if (absl::AsciiStrToLower(text) == "int8") return v1::INT8;
+  absl::StatusOr<v1::DataType> dtype = ParseFloatDataType(flag, text);
+  if (!dtype.ok()) return BadValue(flag, text, "f32, bf16, f16 or int8");
+  return dtype;
+}
+
 absl::StatusOr<v1::Layout> ParseLayout(absl::string_view flag,
                                        absl::string_view text) {
   const std::string lower = absl::AsciiStrToLower(text);

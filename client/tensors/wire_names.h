@@ -15,6 +15,9 @@ namespace attnserve::client {
 // InvalidArgument naming `flag` otherwise.
 absl::StatusOr<v1::DataType> ParseFloatDataType(absl::string_view flag,
                                                 absl::string_view text);
+// As ParseFloatDataType, and "int8": a session's storage dtype.
+absl::StatusOr<v1::DataType> ParseStorageDataType(absl::string_view flag,
+                                                  absl::string_view text);
 // The names of dtypes are wire::ShortDataTypeName's (wire/dtype.h).
 
 // "bhld" or "blhd" (case-insensitive).

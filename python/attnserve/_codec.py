@@ -475,12 +475,43 @@ def model_request(model, hidden, memory=None, *, attn_mask=None, is_causal=False
 
 # --- sessions ------------------------------------------------------------------------
 
+def _storage_is_int8(spec):
+    if isinstance(spec, str):
+        return spec.lower() == "int8"
+    if T.torch is not None and isinstance(spec, T.torch.dtype):
+        return spec == T.torch.int8
+    try:
+        return np.dtype(spec) == np.int8
+    except TypeError:
+        return False
+
+
+def storage_dtype_wire(spec):
+    """A session's storage dtype: a float dtype as dtype_named takes, or int8
+    ("int8", np.int8, torch.int8)."""
+    if _storage_is_int8(spec):
+        return pb.INT8
+    try:
+        return T.dtype_named(spec, "shape.storage_dtype").wire
+    except InvalidArgument:
+        raise InvalidArgument(f"shape.storage_dtype: {spec} is not supported (expected "
+                              "float32, bfloat16, float16 or int8)") from None
+
+
+def storage_dtype_name(wire):
+    """The Python name of a SessionShape.storage_dtype ("float32", ..., "int8")."""
+    if wire == pb.INT8:
+        return "int8"
+    return T.dtype_named(pb.DataType.Name(wire).lower() if wire else "float32",
+                         "storage_dtype").name
+
+
 def session_shape(num_kv_heads, head_dim, *, num_layers=1, value_dim=0,
                   storage_dtype="float32", max_tokens=1 << 24):
-    d = T.dtype_named(storage_dtype, "shape.storage_dtype")
     return spb.SessionShape(num_layers=int(num_layers), num_kv_heads=int(num_kv_heads),
                             head_dim=int(head_dim), value_dim=int(value_dim),
-                            storage_dtype=d.wire, max_tokens=int(max_tokens))
+                            storage_dtype=storage_dtype_wire(storage_dtype),
+                            max_tokens=int(max_tokens))
 
 
 def ttl_ms(ttl):
@@ -493,10 +524,7 @@ def session_info(msg):
     return SessionInfo(
         session_id=msg.session_id,
         shape=SessionShape(s.num_layers, s.num_kv_heads, s.head_dim, s.value_dim,
-                           T.dtype_named(pb.DataType.Name(s.storage_dtype).lower()
-                                         if s.storage_dtype else "float32",
-                                         "storage_dtype").name,
-                           s.max_tokens),
+                           storage_dtype_name(s.storage_dtype), s.max_tokens),
         layer_tokens=tuple(msg.layer_tokens), kv_bytes=msg.kv_bytes, ttl_ms=msg.ttl_ms,
         idle_ms=msg.idle_ms, created=msg.created, parent_id=msg.parent_id)
 

@@ -109,6 +109,44 @@ def test_storage_dtypes_and_torch(client, storage, atol):
         assert_close(out, want, atol)
 
 
+def quantized(rows):
+    """Rows [..., dim] as an int8 cache holds them: symmetric int8 with a
+    scale of max |x| / 127 per row (docs/sessions.md)."""
+    rows = np.asarray(rows, np.float32)
+    scale = np.abs(rows).max(axis=-1, keepdims=True) / np.float32(127)
+    q = np.clip(np.rint(rows * np.where(scale > 0, np.float32(1) / scale, 0)), -127, 127)
+    return (q * scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("name,spec", [("str", "int8"), ("np", np.int8), ("torch", torch.int8)])
+def test_int8_storage_attends_over_the_quantized_rows(client, name, spec):
+    keys, values = random((40, HKV, D), seed=19), random((40, HKV, D), seed=20)
+    q = random((3, HQ, D), seed=21)
+    with client.create_session(f"py-int8-{name}", num_kv_heads=HKV, head_dim=D,
+                               storage_dtype=spec) as s:
+        assert s.created_info.shape.storage_dtype == "int8"
+        s.append(0, keys, values)
+        # 40 tokens in the server's blocks: each token and kv head holds D + D
+        # bytes and two f32 scales.
+        assert s.info().kv_bytes % (HKV * (2 * D + 8)) == 0
+        out = s.attend(0, q)
+        # Computed in f32 over what the cache holds...
+        want = step_reference(q, quantized(keys), quantized(values), is_causal=True)[0]
+        assert_close(out, want, 1e-5)
+        # ...which is close to the unquantized attention.
+        exact = np.asarray(step_reference(q, keys, values, is_causal=True)[0])
+        assert np.abs(out - exact).max() < 0.02
+        with pytest.raises(attnserve.InvalidArgument, match="not finite"):
+            s.append(0, np.full((1, HKV, D), np.inf, np.float32),
+                     np.zeros((1, HKV, D), np.float32))
+
+
+def test_int8_is_only_a_storage_dtype(client):
+    with pytest.raises(attnserve.InvalidArgument, match="expected float32, bfloat16, "
+                       "float16 or int8"):
+        client.create_session("py-int4", num_kv_heads=HKV, head_dim=D, storage_dtype="int4")
+
+
 def test_session_errors_carry_the_servers_message(client):
     s = client.create_session("py-errors", num_kv_heads=HKV, head_dim=D)
     again = client.create_session("py-errors", num_kv_heads=HKV, head_dim=D)

@@ -71,11 +71,23 @@ int64_t SessionMirror::tokens(int layer) const {
 
 void SessionMirror::Append(int layer, absl::Span<const float> keys,
                            absl::Span<const float> values) {
-  for (float k : keys) {
-    keys_[static_cast<size_t>(layer)].push_back(Round(k, shape_.dtype));
+  StoreRows(keys, shape_.head_dim, &keys_[static_cast<size_t>(layer)]);
+  StoreRows(values, shape_.value_dim, &values_[static_cast<size_t>(layer)]);
+}
+
+void SessionMirror::StoreRows(absl::Span<const float> rows, int64_t dim,
+                              std::vector<float>* to) const {
+  if (shape_.dtype != DType::kInt8) {
+    for (float x : rows) to->push_back(Round(x, shape_.dtype));
+    return;
   }
-  for (float v : values) {
-    values_[static_cast<size_t>(layer)].push_back(Round(v, shape_.dtype));
+  // Each row (one token of one kv head) as the server quantizes it.
+  std::vector<int8_t> q(static_cast<size_t>(dim));
+  std::vector<float> back(static_cast<size_t>(dim));
+  for (size_t at = 0; at + dim <= rows.size(); at += dim) {
+    const float scale = QuantizeInt8(rows.data() + at, dim, q.data());
+    DequantizeInt8(q.data(), dim, scale, back.data());
+    to->insert(to->end(), back.begin(), back.end());
   }
 }
 

@@ -65,6 +65,11 @@ class SessionMirror {
 
  private:
   MirrorShape shape_;
+  // Appends rows of `dim` floats to `to` as the storage dtype holds them
+  // (rounded; an int8 row quantized with its scale and read back).
+  void StoreRows(absl::Span<const float> rows, int64_t dim,
+                 std::vector<float>* to) const;
+
   // Per layer: rows [tokens][kv_heads][dim], rounded to the storage dtype.
   std::vector<std::vector<float>> keys_, values_;
 };

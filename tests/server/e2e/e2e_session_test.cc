@@ -2,11 +2,11 @@
 // sequences (create, chunked and streamed appends, steps with new keys and
 // mixed Lnew, fork, truncate, close) checked after every step against the
 // stateless reference over a client-side copy of the cache, for every storage
-// dtype, GQA and MQA, windows and ALiBi; a batch of many sessions in one call;
-// every error with its message; the budget, LRU eviction and TTL expiry;
-// a fork's memory; metrics and server info; SIGTERM during decode steps.
-// One file, past 500 lines, because every test here drives the same checked
-// session client (Client, below), which no other suite uses.
+// dtype (int8 too), GQA and MQA, windows and ALiBi; a batch of many sessions in
+// one call; every error with its message; the budget, LRU eviction and TTL
+// expiry; a fork's memory; metrics and server info; SIGTERM during decode
+// steps. One file, past 500 lines, because every test here drives the same
+// checked session client (Client, below), which no other suite uses.
 
 #include <signal.h>
 
@@ -224,7 +224,10 @@ class Client {
         ADD_FAILURE() << "output size " << got.size() << " vs " << ref->size();
         continue;
       }
-      const float tol = m.shape().dtype == DType::kFloat32 ? 2e-5f : 2e-2f;
+      // An int8 cache computes in f32 over the values it holds.
+      const DType computed =
+          m.shape().dtype == DType::kInt8 ? DType::kFloat32 : m.shape().dtype;
+      const float tol = computed == DType::kFloat32 ? 2e-5f : 2e-2f;
       for (size_t e = 0; e < got.size(); ++e) {
         if (!(std::fabs(got[e] - (*ref)[e]) <=
               tol * (1 + std::fabs((*ref)[e])))) {
@@ -379,9 +382,10 @@ void RandomOperations(const ServerProcess& server, bool stream) {
   Client c(server);
   c.UseStream(stream);
   base::SplitMix64 rng(stream ? 2027 : 2026);
-  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
-  const int kv_heads[] = {2, 1, 4};  // GQA 4/2, MQA 4/1, MHA 4/4
-  for (int round = 0; round < 3; ++round) {
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
+                          DType::kInt8};
+  const int kv_heads[] = {2, 1, 4, 2};  // GQA 4/2, MQA 4/1, MHA 4/4
+  for (int round = 0; round < 4; ++round) {
     MirrorShape shape;
     shape.layers = 2;
     shape.kv_heads = kv_heads[round];
@@ -560,6 +564,36 @@ TEST_F(E2eSessionTest, ErrorsNameTheFieldAndTheValues) {
   ASSERT_TRUE(c.Create("err", shape, &again).ok());  // an idempotent retry
   EXPECT_FALSE(again.created());
   EXPECT_EQ(again.layer_tokens(0), 8);
+
+  // Int8 storage: quantized rows and their scales; keys and values finite,
+  // and INT8 is no tensor's dtype.
+  MirrorShape int8 = shape;
+  int8.dtype = DType::kInt8;
+  v1::SessionInfo created;
+  ASSERT_TRUE(c.Create("int8", int8, &created).ok());
+  EXPECT_EQ(created.shape().storage_dtype(), v1::INT8);
+  ASSERT_TRUE(c.Append("int8", 0, 16, 3).ok());
+  ASSERT_TRUE(Get(c, "int8", &info).ok());
+  // One block of 16 tokens × 2 kv heads × (16 + 16) int8 + 2 scales of f32.
+  EXPECT_EQ(info.kv_bytes(), 16 * 2 * (32 + 8));
+  append.set_session_id("int8");
+  append.set_layer(0);
+  *append.mutable_key() =
+      WireRows(DType::kFloat32, 1, 2, 16, RandomValues(1, 32));
+  std::vector<float> inf = RandomValues(2, 32);
+  inf[7] = std::numeric_limits<float>::infinity();
+  *append.mutable_value() = WireRows(DType::kFloat32, 1, 2, 16, inf);
+  expect(c.Call(&v1::SessionService::Stub::AppendKv, append, &info),
+         grpc::StatusCode::INVALID_ARGUMENT,
+         "value: element 7 is not finite (int8 storage holds finite values "
+         "only)");
+  append.mutable_value()->set_dtype(v1::INT8);
+  expect(c.Call(&v1::SessionService::Stub::AppendKv, append, &info),
+         grpc::StatusCode::INVALID_ARGUMENT,
+         "value.dtype: INT8 is only for SessionShape.storage_dtype");
+  ASSERT_TRUE(Get(c, "int8", &info).ok());
+  EXPECT_EQ(info.layer_tokens(0), 16);
+  ASSERT_TRUE(Close(c, "int8").ok());
 
   // Attention.
   MirrorShape wide = shape;
