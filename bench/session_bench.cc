@@ -80,17 +80,19 @@ absl::Status Fill(const SessionCase& c, int block_tokens, Caches* out) {
   }
   out->kv_bytes =
       int64_t{c.sessions} * c.tokens * kvcache::BytesPerToken(shape);
-  const size_t es = DTypeSize(c.dtype);
+  // An int8 cache takes f32 queries.
+  const DType qtype = PagedOperandDType(c.dtype);
+  const size_t es = DTypeSize(qtype);
   out->queries.resize(c.sessions);
   out->outputs.resize(c.sessions);
   out->sequences.resize(c.sessions);
   for (int s = 0; s < c.sessions; ++s) {
     std::vector<float> q(static_cast<size_t>(c.hq * c.d), 0.01f * s);
     out->queries[s].resize(q.size() * es);
-    ConvertFromFloat(q.data(), out->queries[s].data(), c.dtype, q.size());
+    ConvertFromFloat(q.data(), out->queries[s].data(), qtype, q.size());
     out->outputs[s].resize(static_cast<size_t>(c.hq * c.d));
     PagedSequence& seq = out->sequences[s];
-    seq.query = MakeTensorView(out->queries[s].data(), c.dtype, {1, c.hq, c.d});
+    seq.query = MakeTensorView(out->queries[s].data(), qtype, {1, c.hq, c.d});
     seq.kv.blocks = out->pinned[s].data;
     seq.kv.tokens = out->pinned[s].tokens;
     seq.output = MakeMutableTensorView(out->outputs[s].data(), DType::kFloat32,
@@ -136,6 +138,8 @@ int Run() {
        1},
       {"decode_1x8192_h32kv8_d128_bf16", 1, 8192, 32, 8, 128, DType::kBFloat16,
        2},
+      {"decode_1x8192_h32kv8_d128_int8", 1, 8192, 32, 8, 128, DType::kInt8, 1},
+      {"decode_1x8192_h32kv8_d128_int8", 1, 8192, 32, 8, 128, DType::kInt8, 2},
       {"decode_64x2048_h32kv8_d128_f32", 64, 2048, 32, 8, 128, DType::kFloat32,
        1},
       {"decode_64x2048_h32kv8_d128_f32", 64, 2048, 32, 8, 128, DType::kFloat32,
