@@ -210,6 +210,11 @@ class Engine final : public AttentionEngine {
                                 KernelPath::kDecode, threads_);
       // Key tiles are whole blocks, so that no tile crosses one.
       args.k_block = inputs.block_tokens;
+      if (seq.query.shape[0] * problems[i].group <= kMaxKvRowsRows) {
+        args.kv_rows = true;
+        args.gemm_dtype = DType::kFloat32;
+        args.amx = false;
+      }
       calls.push_back(args);
     }
     if (!calls.empty()) {

@@ -82,7 +82,17 @@ struct KernelArgs {
   // kernel's tiles allow it (dense layout, q_block a multiple of 16, head
   // dims multiples of 32 and 16, k_block of 32); else oneDNN's.
   bool amx = false;
+  // A paged decode of few rows (at most kMaxKvRowsRows per item): its
+  // products read the cache's rows in their stored dtype
+  // (VecOps::kv_scores, kv_accumulate) instead of GEMMs over converted
+  // copies; queries and probabilities are f32 (gemm_dtype kFloat32, no AMX).
+  bool kv_rows = false;
 };
+
+// The most query rows (new queries × the heads of a GQA group) a paged item
+// may have for KernelArgs::kv_rows: the products then stay bound by reading
+// the cache; more rows run as GEMMs.
+inline constexpr int64_t kMaxKvRowsRows = 16;
 
 // What a variant kernel (core/variants/) gets from the engine: its vectorized
 // code, one workspace per thread of the call (each with a runner of the

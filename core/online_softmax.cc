@@ -84,6 +84,11 @@ struct SpanOperands {
   const uint16_t* packed_k = nullptr;
   const uint16_t* packed_v = nullptr;
   int64_t packed_n = 0;
+  // KernelArgs::kv_rows: kp and vp are the cache's rows (ld = D, Dv) in its
+  // stored dtype, with a scale per row for int8 (else null).
+  bool kv_rows = false;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
 };
 
 // A span this small (K and V bytes) is copied whole when it needs padding:
@@ -368,6 +373,19 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
                     all_allowed);
     return absl::OkStatus();
   }
+  if (op.kv_rows) {
+    const VecOps& ops = *args.ops;
+    const DType kv = p.kv_layout.dtype();
+    float* scores = c.scores + r0 * c.lds;
+    ops.kv_scores(reinterpret_cast<const float*>(q), ldq, m, dim, op.kp, kv,
+                  op.k_scales, n, scores, c.lds);
+    for (int64_t r = r0; r < r1; ++r) {
+      SoftmaxRow(c, r, k0, n, n, use_bias, all_allowed);
+    }
+    ops.kv_accumulate(scores, c.lds, m, op.vp, kv, op.v_scales, n, dv,
+                      c.acc + r0 * dv, dv);
+    return absl::OkStatus();
+  }
   // Keys in place, then the padded tail when this block reaches it.
   const bool tail = op.k_tail != nullptr && n > op.n_full;
   const int64_t full = tail ? op.n_full : (op.whole_copy ? PaddedKeys(n) : n);
@@ -493,7 +511,30 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
   const Strides4& ks = p.k_strides;
   const Strides4& vs = p.v_strides;
   SpanOperands op;
+  const auto Multiply = [&]() -> absl::Status {
+    if (!ragged) return ProcessBlock(c, 0, m, k0, n, op, use_bias);
+    for (int64_t g = 0; g < groups; ++g) {
+      if (group_n[g] == 0) continue;
+      RETURN_IF_ERROR(ProcessBlock(c, g * kRowGranule,
+                                   std::min(m, (g + 1) * kRowGranule), k0,
+                                   group_n[g], op, use_bias));
+    }
+    return absl::OkStatus();
+  };
   const bool paged = p.kv_blocks != nullptr;
+  if (args.kv_rows) {
+    // The cache's rows as they are stored; ProcessBlock reads them.
+    const bool int8 = p.kv_layout.dtype() == DType::kInt8;
+    op.kp = p.PagedKeys(rows.kv_head, k0);
+    op.vp = p.PagedValues(rows.kv_head, k0);
+    op.ldk = dim;
+    op.ldv = dv;
+    op.k_scales = int8 ? p.PagedKeyScales(rows.kv_head, k0) : nullptr;
+    op.v_scales = int8 ? p.PagedValueScales(rows.kv_head, k0) : nullptr;
+    op.kv_rows = true;
+    op.n_full = n;
+    return Multiply();
+  }
   if (paged && p.kv_layout.dtype() == DType::kInt8) {
     op.kp = DequantizedRows(args, p.PagedKeys(rows.kv_head, k0),
                             p.PagedKeyScales(rows.kv_head, k0), n, dim, &ws->k);
@@ -525,16 +566,6 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
              &op.packed_k, &op.packed_v);
     op.packed_n = n;
   }
-  const auto Multiply = [&]() -> absl::Status {
-    if (!ragged) return ProcessBlock(c, 0, m, k0, n, op, use_bias);
-    for (int64_t g = 0; g < groups; ++g) {
-      if (group_n[g] == 0) continue;
-      RETURN_IF_ERROR(ProcessBlock(c, g * kRowGranule,
-                                   std::min(m, (g + 1) * kRowGranule), k0,
-                                   group_n[g], op, use_bias));
-    }
-    return absl::OkStatus();
-  };
   // A span that ends off the key granule (at Lk or a split's end): its last
   // keys from padded copies, so that the products keep granule shapes, where
   // PadsKeys allows.

@@ -57,6 +57,18 @@ struct VecOps {
   // dst[c] = src[c] * scale (an int8 row of a paged cache); both may be
   // unaligned.
   void (*dequant_int8)(const int8_t* src, int64_t n, float scale, float* dst);
+  // The products of the paged decode with few rows, reading a cache's rows
+  // in their stored dtype (f32, bf16, f16, or int8 with `scales`, one per
+  // row; null for the float dtypes). kv_scores: s[r·lds + t] = q_r · k_t ·
+  // scale_t for r < m, t < n (q f32, ld ldq; k n dense rows of d).
+  void (*kv_scores)(const float* q, int64_t ldq, int64_t m, int64_t d,
+                    const void* k, DType kd, const float* scales, int64_t n,
+                    float* s, int64_t lds);
+  // kv_accumulate: acc[r·ldacc + c] += Σ_{t < n} p[r·ldp + t] · scale_t ·
+  // v_t[c] for r < m, c < dv (v n dense rows of dv).
+  void (*kv_accumulate)(const float* p, int64_t ldp, int64_t m, const void* v,
+                        DType vd, const float* scales, int64_t n, int64_t dv,
+                        float* acc, int64_t ldacc);
   // dst[c] = src[c] rounded to bf16; dst may be unaligned.
   void (*to_bf16)(const float* src, int64_t n, uint16_t* dst);
   // Sum over c in [0, n) of v[c] * tanh(a[c] + b[c]) (additive scoring);

@@ -16,6 +16,8 @@
 #pragma GCC target("avx2,fma,f16c")
 #endif
 
+#include "core/kv_rows_inl.h"
+
 namespace attnserve {
 namespace {
 
@@ -335,6 +337,61 @@ void DequantInt8(const int8_t* src, int64_t n, float scale, float* dst) {
   for (; c < n; ++c) dst[c] = static_cast<float>(src[c]) * scale;
 }
 
+// The vector traits of core/kv_rows_inl.h.
+struct Avx2Vec {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr int kChunks = 2;
+  static constexpr int kScoreRows = 2;
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Set1(float x) { return _mm256_set1_ps(x); }
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static V LoadPartial(const float* p, int64_t count) {
+    return attnserve::LoadPartial(p, count, 0.0f);
+  }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void StorePartial(float* p, V v, int64_t count) {
+    attnserve::StorePartial(p, v, count);
+  }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float Sum(V v) { return ReduceAdd(v); }
+  static void Sum4(V a, V b, V c, V d, float* out) {
+    const __m256 z = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(z),
+                                  _mm256_extractf128_ps(z, 1)));
+  }
+  template <DType kD>
+  static V LoadKv(const char* row, int64_t c) {
+    if constexpr (kD == DType::kBFloat16) {
+      const __m128i h =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c));
+      return _mm256_castsi256_ps(
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else if constexpr (kD == DType::kFloat16) {
+      return _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+    } else if constexpr (kD == DType::kInt8) {
+      const __m128i q =
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c));
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+    } else {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
+    }
+  }
+};
+
+void KvScoresAvx2(const float* q, int64_t ldq, int64_t m, int64_t d,
+                  const void* k, DType kd, const float* scales, int64_t n,
+                  float* s, int64_t lds) {
+  KvScores<Avx2Vec>(q, ldq, m, d, k, kd, scales, n, s, lds);
+}
+
+void KvAccumulateAvx2(const float* p, int64_t ldp, int64_t m, const void* v,
+                      DType vd, const float* scales, int64_t n, int64_t dv,
+                      float* acc, int64_t ldacc) {
+  KvAccumulate<Avx2Vec>(p, ldp, m, v, vd, scales, n, dv, acc, ldacc);
+}
+
 }  // namespace
 
 #if defined(__clang__)
@@ -346,10 +403,11 @@ void DequantInt8(const int8_t* src, int64_t n, float scale, float* dst) {
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx2VecOps() {
-  static const VecOps ops = {ScaleMaskMax, ExpSumF32,       ExpSumBFloat16,
-                             ScaledMax,    ScaledExpSumF32, ScaledExpSumBf16,
-                             Scale,        StoreScaled,     LoadRow,
-                             DequantInt8,  ToBFloat16Row,   TanhDot};
+  static const VecOps ops = {ScaleMaskMax,  ExpSumF32,       ExpSumBFloat16,
+                             ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
+                             Scale,         StoreScaled,     LoadRow,
+                             DequantInt8,   KvScoresAvx2,    KvAccumulateAvx2,
+                             ToBFloat16Row, TanhDot};
   return ops;
 }
 

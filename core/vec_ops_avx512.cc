@@ -15,6 +15,7 @@
 #pragma GCC target("avx512f,fma")
 #endif
 
+#include "core/kv_rows_inl.h"
 #include "core/vec_ops_avx512_inl.h"
 
 namespace attnserve {
@@ -192,6 +193,70 @@ void DequantInt8(const int8_t* src, int64_t n, float scale, float* dst) {
   for (; c < n; ++c) dst[c] = static_cast<float>(src[c]) * scale;
 }
 
+// The vector traits of core/kv_rows_inl.h.
+struct Avx512Vec {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr int kChunks = 4;
+  static constexpr int kScoreRows = 4;
+  static V Zero() { return _mm512_setzero_ps(); }
+  static V Set1(float x) { return _mm512_set1_ps(x); }
+  static V Load(const float* p) { return _mm512_loadu_ps(p); }
+  static V LoadPartial(const float* p, int64_t count) {
+    return _mm512_maskz_loadu_ps(TailMask(count), p);
+  }
+  static void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void StorePartial(float* p, V v, int64_t count) {
+    _mm512_mask_storeu_ps(p, TailMask(count), v);
+  }
+  static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static float Sum(V v) { return _mm512_reduce_add_ps(v); }
+  static void Sum4(V a, V b, V c, V d, float* out) {
+    // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3], then [a, b, c, d].
+    const __m512d x = _mm512_castps_pd(
+        _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b)));
+    const __m512d y = _mm512_castps_pd(
+        _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d)));
+    const __m512 z = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                                   _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    const __m256 w = _mm256_add_ps(
+        _mm512_castps512_ps256(z),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(w),
+                                  _mm256_extractf128_ps(w, 1)));
+  }
+  template <DType kD>
+  static V LoadKv(const char* row, int64_t c) {
+    if constexpr (kD == DType::kBFloat16) {
+      const __m256i h =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c));
+      return _mm512_castsi512_ps(
+          _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else if constexpr (kD == DType::kFloat16) {
+      return _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
+    } else if constexpr (kD == DType::kInt8) {
+      const __m128i q =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c));
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+    } else {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + c);
+    }
+  }
+};
+
+void KvScoresAvx512(const float* q, int64_t ldq, int64_t m, int64_t d,
+                    const void* k, DType kd, const float* scales, int64_t n,
+                    float* s, int64_t lds) {
+  KvScores<Avx512Vec>(q, ldq, m, d, k, kd, scales, n, s, lds);
+}
+
+void KvAccumulateAvx512(const float* p, int64_t ldp, int64_t m, const void* v,
+                        DType vd, const float* scales, int64_t n, int64_t dv,
+                        float* acc, int64_t ldacc) {
+  KvAccumulate<Avx512Vec>(p, ldp, m, v, vd, scales, n, dv, acc, ldacc);
+}
+
 }  // namespace
 
 #if defined(__clang__)
@@ -203,10 +268,11 @@ void DequantInt8(const int8_t* src, int64_t n, float scale, float* dst) {
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx512FVecOps() {
-  static const VecOps ops = {ScaleMaskMax, ExpSumF32,       ExpSumBFloat16,
-                             ScaledMax,    ScaledExpSumF32, ScaledExpSumBf16,
-                             Scale,        StoreScaled,     LoadRow,
-                             DequantInt8,  ToBFloat16Row,   TanhDot};
+  static const VecOps ops = {ScaleMaskMax,  ExpSumF32,       ExpSumBFloat16,
+                             ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
+                             Scale,         StoreScaled,     LoadRow,
+                             DequantInt8,   KvScoresAvx512,  KvAccumulateAvx512,
+                             ToBFloat16Row, TanhDot};
   return ops;
 }
 

@@ -1,8 +1,9 @@
 // The flash kernels' softmax passes (VecOps::scaled_max, scaled_exp_sum_f32,
-// scaled_exp_sum_bf16) of every table this CPU can run, against double
-// arithmetic: row lengths around the vector widths, intervals empty, clipped
-// and partial, with and without a bias (holding -inf), positive, negative and
-// zero scales.
+// scaled_exp_sum_bf16) and the paged decode's products over stored rows
+// (kv_scores, kv_accumulate, dequant_int8) of every table this CPU can run,
+// against double arithmetic: row lengths around the vector widths, intervals
+// empty, clipped and partial, with and without a bias (holding -inf), positive,
+// negative and zero scales.
 
 #include "core/vec_ops.h"
 
@@ -239,6 +240,111 @@ TEST(VecOpsTest, NaNScoresGiveNaNProbabilities) {
         s.data(), 20, 1.0f, 0, 20, nullptr, 1.0f, p32.data())))
         << t.name;
     EXPECT_TRUE(std::isnan(p32[17])) << t.name;
+  }
+}
+
+// Rows of `n` × `dim` random values stored as `dtype` (int8: quantized, with
+// a scale per row), and the values they read back as.
+struct StoredRows {
+  std::vector<char> bytes;
+  std::vector<float> scales;  // int8 only
+  std::vector<double> values;
+
+  StoredRows(DType dtype, int64_t n, int64_t dim, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    const size_t es = DTypeSize(dtype);
+    bytes.resize(static_cast<size_t>(n * dim) * es);
+    values.resize(static_cast<size_t>(n * dim));
+    std::vector<float> row(static_cast<size_t>(dim));
+    for (int64_t t = 0; t < n; ++t) {
+      for (float& x : row) x = u(rng);
+      char* at = bytes.data() + t * dim * es;
+      if (dtype == DType::kInt8) {
+        int8_t* q = reinterpret_cast<int8_t*>(at);
+        scales.push_back(QuantizeInt8(row.data(), dim, q));
+        for (int64_t c = 0; c < dim; ++c) {
+          values[t * dim + c] = double{q[c]} * scales.back();
+        }
+      } else {
+        ConvertFromFloat(row.data(), at, dtype, static_cast<size_t>(dim));
+        for (int64_t c = 0; c < dim; ++c) {
+          values[t * dim + c] = LoadAsFloat(at, dtype, c);
+        }
+      }
+    }
+  }
+  const float* scale_ptr() const {
+    return scales.empty() ? nullptr : scales.data();
+  }
+};
+
+TEST(VecOpsTest, KvProductsReadEveryStoredDTypeAsItsValues) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const Table& table : MachineTables()) {
+    for (DType dtype :
+         {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt8}) {
+      // Dims around the vector widths and the accumulators' column groups;
+      // row counts around the row groups; key counts around the 4-key tiles.
+      for (const int64_t dim : {1, 7, 16, 20, 64, 72, 128, 136}) {
+        for (const int64_t m : {1, 3, 4, 5, 9}) {
+          for (const int64_t n : {1, 3, 4, 7, 33}) {
+            SCOPED_TRACE(table.name + " " + std::string(DTypeName(dtype)) +
+                         " dim " + std::to_string(dim) + " m " +
+                         std::to_string(m) + " n " + std::to_string(n));
+            const StoredRows kv(dtype, n, dim, rng);
+            const int64_t ldq = dim + 3, lds = n + 2, ldacc = dim + 1;
+            std::vector<float> q(static_cast<size_t>(m * ldq));
+            for (float& x : q) x = u(rng);
+            std::vector<float> s(static_cast<size_t>(m * lds), -7.0f);
+            table.ops->kv_scores(q.data(), ldq, m, dim, kv.bytes.data(), dtype,
+                                 kv.scale_ptr(), n, s.data(), lds);
+            std::vector<float> acc(static_cast<size_t>(m * ldacc));
+            for (float& x : acc) x = u(rng);
+            const std::vector<float> before = acc;
+            table.ops->kv_accumulate(s.data(), lds, m, kv.bytes.data(), dtype,
+                                     kv.scale_ptr(), n, dim, acc.data(), ldacc);
+            for (int64_t r = 0; r < m; ++r) {
+              for (int64_t t = 0; t < n; ++t) {
+                double want = 0;
+                for (int64_t c = 0; c < dim; ++c) {
+                  want += double{q[r * ldq + c]} * kv.values[t * dim + c];
+                }
+                ASSERT_NEAR(s[r * lds + t], want, 1e-5 * (1 + dim))
+                    << "score r " << r << " t " << t;
+              }
+              // Past n the scores' row is untouched.
+              ASSERT_EQ(s[r * lds + n], -7.0f);
+              for (int64_t c = 0; c < dim; ++c) {
+                double want = before[r * ldacc + c];
+                for (int64_t t = 0; t < n; ++t) {
+                  want += double{s[r * lds + t]} * kv.values[t * dim + c];
+                }
+                ASSERT_NEAR(acc[r * ldacc + c], want, 1e-4 * (1 + n))
+                    << "acc r " << r << " c " << c;
+              }
+              // Past dim the row's padding is untouched.
+              ASSERT_EQ(acc[r * ldacc + dim], before[r * ldacc + dim]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(VecOpsTest, DequantInt8IsEachElementTimesTheScale) {
+  for (const Table& table : MachineTables()) {
+    for (const int64_t n : {1, 7, 8, 16, 17, 40}) {
+      std::vector<int8_t> q(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(i * 37 - 127);
+      std::vector<float> out(static_cast<size_t>(n + 1), 5.0f);
+      table.ops->dequant_int8(q.data(), n, 0.25f, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[i], 0.25f * q[i]) << table.name << " element " << i;
+      }
+      ASSERT_EQ(out[n], 5.0f) << table.name;
+    }
   }
 }
 
