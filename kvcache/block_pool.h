@@ -58,6 +58,11 @@ class Block {
   const void* data() const { return data_; }
   int64_t bytes() const { return bytes_; }
 
+  // A frozen block is never written again: its owners copy it before they
+  // write (BlockIndex freezes the blocks other sessions may come to share).
+  void Freeze() { frozen_.store(true); }
+  bool frozen() const { return frozen_.load(); }
+
  private:
   friend class BlockPool;
   Block(std::shared_ptr<BlockPool::State> pool, void* data, int64_t bytes)
@@ -66,6 +71,7 @@ class Block {
   const std::shared_ptr<BlockPool::State> pool_;
   void* const data_;
   const int64_t bytes_;
+  std::atomic<bool> frozen_{false};
 };
 
 }  // namespace attnserve::kvcache

@@ -148,11 +148,9 @@ absl::Status SessionCache::CheckAppend(int layer,
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> SessionCache::Append(int layer,
-                                             std::optional<int64_t> position,
-                                             const TensorView& keys,
-                                             const TensorView& values,
-                                             AllocateFn allocate) {
+absl::StatusOr<int64_t> SessionCache::Append(
+    int layer, std::optional<int64_t> position, const TensorView& keys,
+    const TensorView& values, AllocateFn allocate, BlockIndex* index) {
   RETURN_IF_ERROR(CheckAppend(layer, position, keys, values));
   Layer& l = layers_[static_cast<size_t>(layer)];
   const int64_t t0 = l.tokens;
@@ -161,7 +159,8 @@ absl::StatusOr<int64_t> SessionCache::Append(int layer,
   // Every block this append needs, allocated before anything changes.
   std::shared_ptr<Block> copy;
   const size_t partial = static_cast<size_t>(t0 / bt);
-  if (t0 % bt != 0 && l.blocks[partial].use_count() > 1) {
+  if (t0 % bt != 0 &&
+      (l.blocks[partial].use_count() > 1 || l.blocks[partial]->frozen())) {
     ASSIGN_OR_RETURN(copy, allocate(block_bytes_));
     std::memcpy(copy->data(), l.blocks[partial]->data(),
                 static_cast<size_t>(block_bytes_));
@@ -177,6 +176,12 @@ absl::StatusOr<int64_t> SessionCache::Append(int layer,
   }
   WriteRows(l, t0, keys, values);
   l.tokens = t1;
+  if (index != nullptr) {
+    for (int64_t i = t0 / bt; (i + 1) * bt <= t1; ++i) {
+      std::shared_ptr<Block>& full = l.blocks[static_cast<size_t>(i)];
+      full = index->Share(std::move(full));
+    }
+  }
   return t1;
 }
 

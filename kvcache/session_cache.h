@@ -21,6 +21,7 @@
 #include "core/limits.h"
 #include "core/paged.h"
 #include "core/tensor.h"
+#include "kvcache/block_index.h"
 #include "kvcache/block_pool.h"
 
 namespace attnserve::kvcache {
@@ -81,7 +82,9 @@ class SessionCache {
   // Appends keys [Lnew, Hkv, D] and values [Lnew, Hkv, Dv] (float dtypes,
   // dense last dimension, Lnew >= 1) to `layer`, converted to the storage
   // dtype, at `position` (must equal the layer's tokens when set). Blocks come
-  // from `allocate`; a shared last block is copied first. InvalidArgument
+  // from `allocate`; a shared or frozen last block is copied first. With an
+  // `index`, each block this append fills is swapped for an indexed block of
+  // the same bytes when there is one (BlockIndex::Share). InvalidArgument
   // naming the argument ("key.shape", "position", ...) with the expected and
   // actual values (and a non-finite key or value for int8 storage, which
   // cannot hold one); OutOfRange beyond max_tokens; `allocate`'s errors. On
@@ -89,7 +92,8 @@ class SessionCache {
   // nothing changes. Returns the layer's new token count.
   absl::StatusOr<int64_t> Append(int layer, std::optional<int64_t> position,
                                  const TensorView& keys,
-                                 const TensorView& values, AllocateFn allocate);
+                                 const TensorView& values, AllocateFn allocate,
+                                 BlockIndex* index = nullptr);
 
   // Checks what Append would check, without appending.
   absl::Status CheckAppend(int layer, std::optional<int64_t> position,

@@ -308,7 +308,8 @@ absl::StatusOr<SessionInfo> SessionStore::Append(
   std::lock_guard<std::mutex> lock(s->mu);
   auto allocate = [&](int64_t bytes) { return Allocate(bytes, *s, layer); };
   RETURN_IF_ERROR(
-      s->cache.Append(layer, position, keys, values, allocate).status());
+      s->cache.Append(layer, position, keys, values, allocate, Index())
+          .status());
   tokens_appended_.fetch_add(keys.shape[0]);
   Touch(*s);
   return InfoOf(*s);
@@ -380,7 +381,7 @@ absl::StatusOr<std::vector<PinnedPart>> SessionStore::CommitAppend(
     if (part.keys) {
       auto allocate = [&](int64_t bytes) { return Allocate(bytes, s, layer); };
       absl::StatusOr<int64_t> appended = s.cache.Append(
-          layer, part.position, *part.keys, *part.values, allocate);
+          layer, part.position, *part.keys, *part.values, allocate, Index());
       if (!appended.ok()) return PartError(i, appended.status());
       tokens_appended_.fetch_add(part.keys->shape[0]);
     }
@@ -503,6 +504,7 @@ StoreStats SessionStore::Stats() const {
   stats.budget_bytes = pool_.budget_bytes();
   stats.used_bytes = pool_.used_bytes();
   stats.tokens_appended = tokens_appended_.load();
+  stats.blocks_shared = index_.shared();
   std::lock_guard<std::mutex> lock(mu_);
   stats.sessions = static_cast<int64_t>(sessions_.size());
   stats.ended_closed = ended_[0];

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/tensor.h"
+#include "kvcache/block_index.h"
 #include "kvcache/block_pool.h"
 #include "kvcache/session_cache.h"
 
@@ -56,6 +57,9 @@ struct StoreOptions {
   absl::Duration sweep_interval = absl::Seconds(1);
   // How many ended sessions are remembered for NOT_FOUND messages.
   int64_t remembered_endings = 65536;
+  // Sessions hold one copy of the full blocks whose bytes are equal
+  // (--kv_share_blocks; default true; BlockIndex).
+  bool share_blocks = true;
 };
 
 // Why a session is no longer there.
@@ -84,6 +88,8 @@ struct StoreStats {
   int64_t used_bytes = 0;
   int64_t sessions = 0;
   int64_t tokens_appended = 0;
+  // Full blocks swapped for an equal one another session holds.
+  int64_t blocks_shared = 0;
   int64_t ended_closed = 0;
   int64_t ended_expired = 0;
   int64_t ended_evicted = 0;
@@ -246,6 +252,8 @@ class SessionStore {
                                                   const Session& requester,
                                                   int layer);
   bool EvictOne(const Session& requester);
+  // The index appends share full blocks through, or null.
+  BlockIndex* Index() { return options_.share_blocks ? &index_ : nullptr; }
   // s.mu held, or s not yet shared.
   static SessionInfo InfoOf(const Session& s);
   static void Touch(Session& s);
@@ -253,6 +261,7 @@ class SessionStore {
 
   const StoreOptions options_;
   BlockPool pool_;
+  BlockIndex index_;
   std::atomic<int64_t> tokens_appended_{0};
 
   // Guards everything below but the sweeper thread itself. A session is in

@@ -105,6 +105,9 @@ ABSL_FLAG(absl::Duration, kv_session_ttl, absl::Minutes(10),
 ABSL_FLAG(absl::Duration, kv_max_session_ttl, absl::Hours(24),
           "the longest idle TTL a session may ask for");
 ABSL_FLAG(int64_t, kv_max_sessions, 65536, "live sessions at most");
+ABSL_FLAG(bool, kv_share_blocks, true,
+          "sessions hold one copy of the full blocks whose keys and values are "
+          "equal (a shared prompt): memory only, results are the same");
 
 ABSL_FLAG(bool, shared_memory, false,
           "same-host clients may register POSIX shared-memory regions and "
@@ -216,6 +219,7 @@ int main(int argc, char** argv) {
   options.sessions.default_ttl = absl::GetFlag(FLAGS_kv_session_ttl);
   options.sessions.max_ttl = absl::GetFlag(FLAGS_kv_max_session_ttl);
   options.sessions.max_sessions = absl::GetFlag(FLAGS_kv_max_sessions);
+  options.sessions.share_blocks = absl::GetFlag(FLAGS_kv_share_blocks);
   options.shared_memory.enabled = absl::GetFlag(FLAGS_shared_memory);
   options.shared_memory.prefix = absl::GetFlag(FLAGS_shared_memory_prefix);
   options.shared_memory.max_regions =

@@ -210,6 +210,11 @@ std::vector<prometheus::MetricFamily> RenderSessions(
                        "Tokens appended to sessions (per layer), in tokens.",
                        MetricType::Counter));
   AddSample(&out.back(), static_cast<double>(s.tokens_appended));
+  out.push_back(Family("attnserve_kv_blocks_shared_total",
+                       "Full KV-cache blocks replaced by an equal block "
+                       "another session holds (--kv_share_blocks), in blocks.",
+                       MetricType::Counter));
+  AddSample(&out.back(), static_cast<double>(s.blocks_shared));
   out.push_back(Family("attnserve_kv_sessions_ended_total",
                        "Sessions ended, by reason: closed by a client, "
                        "expired past their idle TTL, evicted for memory.",

@@ -434,6 +434,7 @@ std::string AttnServer::ConfigSummary() const {
       " kv_cache_bytes=", o.sessions.budget_bytes,
       " kv_block_tokens=", o.sessions.block_tokens,
       " kv_eviction=", o.sessions.evict_lru ? "lru" : "none",
+      " kv_share_blocks=", o.sessions.share_blocks ? "true" : "false",
       " kv_session_ttl=", absl::FormatDuration(o.sessions.default_ttl),
       " shutdown_grace=", absl::FormatDuration(o.shutdown_grace),
       " max_connection_age=",

@@ -17,7 +17,9 @@ namespace attnserve::kvcache {
 namespace {
 
 using ::attnserve::kvcache::testing::MakeRows;
+using ::attnserve::kvcache::testing::ReadPinned;
 using ::attnserve::kvcache::testing::Rows;
+using ::attnserve::kvcache::testing::RowValue;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 
@@ -36,11 +38,16 @@ constexpr int kBlock = 16;
 // One block of Shape(): 16 tokens × 2 heads × 16 elements × 4 bytes.
 constexpr int64_t kBlockBytes = 16 * 2 * 16 * 4;
 
-std::unique_ptr<SessionStore> MakeStore(int64_t budget_blocks, bool lru) {
+// AppendTokens writes the same rows into every session and layer, which
+// would share their full blocks: the store tests count blocks as if unshared
+// (`share` for the test of sharing).
+std::unique_ptr<SessionStore> MakeStore(int64_t budget_blocks, bool lru,
+                                        bool share = false) {
   StoreOptions o;
   o.budget_bytes = budget_blocks * kBlockBytes;
   o.block_tokens = kBlock;
   o.evict_lru = lru;
+  o.share_blocks = share;
   o.sweep_interval = absl::ZeroDuration();
   o.default_ttl = absl::Seconds(30);
   return *SessionStore::Create(o);
@@ -171,6 +178,32 @@ TEST(SessionStoreTest, LruEvictsTheLeastRecentlyUsedIdleSession) {
   EXPECT_TRUE(store->Get("new").ok());
   EXPECT_EQ(store->Stats().ended_evicted, 1);
   EXPECT_EQ(store->Stats().used_bytes, 3 * kBlockBytes);
+}
+
+TEST(SessionStoreTest, SessionsOfTheSameRowsShareTheirFullBlocks) {
+  auto store = MakeStore(8, false, /*share=*/true);
+  for (const char* id : {"a", "b", "c"}) {
+    ASSERT_TRUE(store->CreateSession(id, Shape(), {}).ok());
+    ASSERT_TRUE(AppendTokens(*store, id, 0, 0, 40).ok());  // 2 full + 1
+  }
+  // Two full blocks held once, three partial ones: what 3 × 3 blocks
+  // unshared would not fit.
+  EXPECT_EQ(store->Stats().used_bytes, 5 * kBlockBytes);
+  EXPECT_EQ(store->Stats().blocks_shared, 4);
+  EXPECT_EQ(store->Get("c")->bytes, 3 * kBlockBytes);
+  // Through AppendAndPin too, and the pinned rows are the session's.
+  ASSERT_TRUE(store->CreateSession("d", Shape(), {}).ok());
+  Rows k = MakeRows(0, 32, 2, 8);
+  Rows v = MakeRows(0, 32, 2, 8, -1.0f);
+  AttendPart part{"d", 0, k.view, v.view};
+  auto pinned = store->AppendAndPin(0, {part});
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  EXPECT_EQ(store->Stats().blocks_shared, 6);
+  EXPECT_EQ(store->Stats().used_bytes, 5 * kBlockBytes);
+  for (int64_t t = 0; t < 32; ++t) {
+    ASSERT_EQ(ReadPinned((*pinned)[0].layer, Shape(), kBlock, false, t, 1, 3),
+              RowValue(t, 1, 3, 1.0f));
+  }
 }
 
 TEST(SessionStoreTest, EvictionThatFreesNothingEndsWithAClearRefusal) {

@@ -4,9 +4,10 @@
 // stateless reference over a client-side copy of the cache, for every storage
 // dtype (int8 too), GQA and MQA, windows and ALiBi; a batch of many sessions in
 // one call; every error with its message; the budget, LRU eviction and TTL
-// expiry; a fork's memory; metrics and server info; SIGTERM during decode
-// steps. One file, past 500 lines, because every test here drives the same
-// checked session client (Client, below), which no other suite uses.
+// expiry; a fork's memory; full blocks shared by sessions of one prompt;
+// metrics and server info; SIGTERM during decode steps. One file, past 500
+// lines, because every test here drives the same checked session client
+// (Client, below), which no other suite uses.
 
 #include <signal.h>
 
@@ -837,6 +838,47 @@ TEST_F(E2eSessionTest, AForkCostsNoKvMemoryUntilItDiverges) {
   ASSERT_TRUE(c.AttendAndCheck({{"parent", 1, 0}}, o, 99).ok());  // unchanged
   ASSERT_TRUE(Close(c, "parent").ok());
   ASSERT_TRUE(Close(c, "child").ok());
+}
+
+TEST_F(E2eSessionTest, SessionsWithTheSamePromptHoldOneCopyOfItsFullBlocks) {
+  ASSERT_NE(server_, nullptr);
+  Client c(*server_);
+  MirrorShape shape;
+  shape.kv_heads = 2;
+  shape.head_dim = 32;
+  shape.value_dim = 32;
+  const auto used = [&] {
+    return testing::MetricSample(*server_,
+                                 "attnserve_kv_bytes{state=\"used\"}");
+  };
+  const double shared =
+      testing::MetricSample(*server_, "attnserve_kv_blocks_shared_total");
+  ASSERT_TRUE(c.Create("prompt-a", shape).ok());
+  ASSERT_TRUE(c.Create("prompt-b", shape).ok());
+  ASSERT_TRUE(c.Append("prompt-a", 0, 40, 4242).ok());
+  const double one = used();
+  // The same 40 tokens (2 full blocks of 16 and a partial one): b holds the
+  // two full blocks a holds, and its own partial block.
+  ASSERT_TRUE(c.Append("prompt-b", 0, 40, 4242).ok());
+  const int64_t block = 16 * 2 * 64 * 4;
+  EXPECT_EQ(used() - one, block);
+  EXPECT_EQ(testing::MetricSample(*server_, "attnserve_kv_blocks_shared_total"),
+            shared + 2);
+  v1::SessionInfo info;
+  ASSERT_TRUE(Get(c, "prompt-b", &info).ok());
+  EXPECT_EQ(info.kv_bytes(), 3 * block);  // what the session references
+  // Each continues on its own; the shared blocks stay as they were.
+  Client::StepOptions o;
+  for (int step = 0; step < 30; ++step) {
+    ASSERT_TRUE(c.AttendAndCheck({{"prompt-a", 1, 1}, {"prompt-b", 1, 1}}, o,
+                                 300 + step)
+                    .ok());
+  }
+  ASSERT_TRUE(Truncate(c, "prompt-b", 20).ok());
+  ASSERT_TRUE(c.AttendAndCheck({{"prompt-b", 2, 2}}, o, 400).ok());
+  ASSERT_TRUE(c.AttendAndCheck({{"prompt-a", 1, 0}}, o, 401).ok());
+  ASSERT_TRUE(Close(c, "prompt-a").ok());
+  ASSERT_TRUE(Close(c, "prompt-b").ok());
 }
 
 TEST_F(E2eSessionTest, ServerInfoAndMetricsCountSessions) {

@@ -469,6 +469,7 @@ TEST_F(MetricsTest, SessionFiguresAreReadAtEachScrape) {
   stats.used_bytes = 300;
   stats.sessions = 2;
   stats.tokens_appended = 40;
+  stats.blocks_shared = 6;
   stats.ended_closed = 3;
   stats.ended_expired = 4;
   stats.ended_evicted = 5;
@@ -478,6 +479,7 @@ TEST_F(MetricsTest, SessionFiguresAreReadAtEachScrape) {
   EXPECT_EQ(Value(scrape, "attnserve_kv_bytes", {{"state", "free"}}), 700);
   EXPECT_EQ(Value(scrape, "attnserve_kv_sessions", {}), 2);
   EXPECT_EQ(Value(scrape, "attnserve_kv_tokens_appended_total", {}), 40);
+  EXPECT_EQ(Value(scrape, "attnserve_kv_blocks_shared_total", {}), 6);
   EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_ended_total",
                   {{"reason", "closed"}}),
             3);
