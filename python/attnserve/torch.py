@@ -48,6 +48,14 @@ class KVCache:
         It is also their routing key, so that every sequence of the batch lives
         on the same replica behind a load balancer.
     ttl: the sessions' idle time-out in seconds (None = the server's default).
+    on_lost: None (default), or on_lost(index, tokens) -> [(k, v) per layer],
+        k [Hkv, >= n, D] and v [Hkv, >= n, Dv] (SDPA's layout for one sequence)
+        holding at least the first n tokens of each layer, n <= tokens. When a
+        layer call finds sessions gone from the server (NotFound: the replica
+        was restarted, killed or replaced, or the session expired), the cache
+        asks it for the lost sequences' keys and values, creates their sessions
+        again with the first n tokens of each layer (n as the cache counted
+        them), and retries the call once. Without it the NotFound is raised.
 
     Sequences are numbered 0 .. batch_size - 1 in the order of the batch
     dimension. The cache is not thread-safe: use it from one thread.
@@ -56,7 +64,7 @@ class KVCache:
     def __init__(self, client, *, num_layers, num_kv_heads, head_dim, value_dim=0,
                  storage_dtype="float32", batch_size=None, prefill_chunk=512,
                  transport=None, scale=None, output_dtype=None, timeout=None,
-                 session_prefix=None, ttl=None):
+                 session_prefix=None, ttl=None, on_lost=None):
         if isinstance(client, str):
             from .client import Client
             client = Client(client)
@@ -75,6 +83,10 @@ class KVCache:
         self.storage_dtype = storage_dtype
         self.prefill_chunk = _positive("prefill_chunk", prefill_chunk)
         self.ttl = ttl
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost: expected a callable, got {type(on_lost).__name__}")
+        self.on_lost = on_lost
+        self.recovered = 0      # sequences created again through on_lost
         self.session_prefix = session_prefix or f"kv-{uuid.uuid4().hex[:16]}"
         self._counter = itertools.count()
         self._step_kw = {"causal": True}
@@ -180,20 +192,27 @@ class KVCache:
         qs = q.detach().transpose(1, 2).contiguous()
         ks = None if k is None else k.detach().transpose(1, 2).contiguous()
         vs = None if v is None else v.detach().transpose(1, 2).contiguous()
-        sessions = [self._session(i) for i in range(b)]
         outs = []
         for start in range(0, t, self.prefill_chunk):
             stop = min(t, start + self.prefill_chunk)
-            if ks is None:
-                parts = [(s, qs[i, start:stop]) for i, s in enumerate(sessions)]
-            else:
-                parts = [(s, qs[i, start:stop], ks[i, start:stop], vs[i, start:stop],
-                          self._lengths[i][layer]) for i, s in enumerate(sessions)]
+
+            def parts():
+                sessions = [self._session(i) for i in range(b)]
+                if ks is None:
+                    return [(s, qs[i, start:stop]) for i, s in enumerate(sessions)]
+                return [(s, qs[i, start:stop], ks[i, start:stop], vs[i, start:stop],
+                         self._lengths[i][layer]) for i, s in enumerate(sessions)]
+
             try:
-                results = self._step(layer, parts)
+                try:
+                    results = self._step(layer, parts())
+                except NotFound:
+                    if self.on_lost is None or not self._recover():
+                        raise
+                    results = self._step(layer, parts())  # once; its errors are raised
             except Exception:
                 if ks is not None:
-                    self._resync(sessions, layer)
+                    self._resync(layer)
                 raise
             if ks is not None:
                 for i in range(b):
@@ -206,17 +225,53 @@ class KVCache:
 
     __call__ = attend
 
-    def _resync(self, sessions, layer):
+    def _resync(self, layer):
         """After a failed call with new keys: the tokens each session's layer
         holds, as the server says (a call that failed after its appends, on a
         full queue or its deadline, kept them), so that the next call's
         positions follow them. Best effort: a session that cannot be asked keeps
         the count it had."""
-        for i, s in enumerate(sessions):
+        for i, s in enumerate(self._sessions):
+            if s is None:
+                continue
             try:
                 self._lengths[i][layer] = s.info().layer_tokens[layer]
             except Exception:  # the call's own error is the one to report
                 pass
+
+    def _recover(self):
+        """The sequences whose sessions the server no longer has, created again
+        through on_lost with the tokens the cache counted; True when there were
+        any."""
+        timeout = self._step_kw.get("timeout")
+        lost = []
+        for i, s in enumerate(self._sessions):
+            if s is None:
+                continue
+            try:
+                s.info(timeout=timeout)
+            except NotFound:
+                lost.append(i)
+        for i in lost:
+            counts = self._lengths[i]
+            layers = list(self.on_lost(i, max(counts)))
+            if len(layers) != self.num_layers:
+                raise ValueError(f"on_lost: returned {len(layers)} layers, the cache has "
+                                 f"{self.num_layers}")
+            self._sessions[i] = None
+            s = self._session(i)
+            for layer, ((k, v), n) in enumerate(zip(layers, counts)):
+                if n == 0:
+                    continue
+                k, v = torch.as_tensor(k), torch.as_tensor(v)
+                if k.shape[1] < n or v.shape[1] < n:
+                    raise ValueError(f"on_lost: layer {layer} of sequence {i} holds "
+                                     f"{min(k.shape[1], v.shape[1])} tokens, the cache "
+                                     f"had {n}")
+                s.append(layer, k[:, :n].transpose(0, 1), v[:, :n].transpose(0, 1),
+                         position=0, chunk_tokens=self.prefill_chunk, timeout=timeout)
+            self.recovered += 1
+        return bool(lost)
 
     def _step(self, layer, parts):
         """One call for the whole batch: parts are (session, q [T, Hq, D], k, v

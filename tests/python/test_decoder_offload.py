@@ -4,8 +4,10 @@
 import importlib.util
 import json
 import math
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -13,7 +15,7 @@ import torch.nn.functional as F
 
 import attnserve
 from attnserve.torch import KVCache
-from conftest import SOURCE_DIR
+from conftest import SOURCE_DIR, free_port
 
 EXAMPLE = SOURCE_DIR / "examples" / "decoder_offload.py"
 TINY = ["--layers=2", "--hidden=64", "--heads=4", "--kv-heads=2", "--prompt=16",
@@ -315,3 +317,79 @@ def test_a_call_that_failed_after_its_appends_leaves_the_cache_in_step(client):
         q2, k2, v2 = qkv(2, 1, seed=8)
         torch.testing.assert_close(cache.attend(0, q2, k2, v2),
                                    mirror.attend(0, q2, k2, v2), rtol=1e-5, atol=1e-5)
+
+
+def _wait_serving(client, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if client.health() == "SERVING":
+                return
+        except attnserve.Error:
+            pass
+        assert time.monotonic() < deadline, "the restarted server never answered"
+        time.sleep(0.1)
+
+
+def test_sessions_lost_with_their_server_are_created_again_through_on_lost(start_server):
+    port = free_port()
+    first = start_server(port=port)
+    client = attnserve.Client(f"127.0.0.1:{port}", timeout=30)
+    mirror = Mirror(2)
+    asked = []
+
+    def on_lost(index, tokens):  # what a model recomputes from its token ids
+        asked.append((index, tokens))
+        return [(mirror.k[index][layer][0], mirror.v[index][layer][0])
+                for layer in range(LAYERS)]
+
+    with new_cache(client, on_lost=on_lost) as cache:
+        step(cache, mirror, 5, seed=1)
+        step(cache, mirror, 1, seed=11)
+        # Layer 0 of the next token reaches the server; then it dies (kill -9)
+        # and a new one takes its address, holding no session.
+        q, k, v = qkv(2, 1, seed=21)
+        torch.testing.assert_close(cache.attend(0, q, k, v), mirror.attend(0, q, k, v),
+                                   rtol=1e-5, atol=1e-5)
+        first.signal(signal.SIGKILL)
+        first.proc.wait(30)
+        start_server(port=port)
+        _wait_serving(client)
+        q, k, v = qkv(2, 1, seed=22)
+        torch.testing.assert_close(cache.attend(1, q, k, v), mirror.attend(1, q, k, v),
+                                   rtol=1e-5, atol=1e-5)
+        # Both sequences asked once, with the most tokens a layer held (layer 0's
+        # 7; layer 1 was re-sent its 6, then took the new token).
+        assert sorted(asked) == [(0, 7), (1, 7)]
+        assert cache.recovered == 2
+        assert cache.lengths(0) == [7, 7] and cache.lengths(1) == [7, 7]
+        step(cache, mirror, 1, seed=31)
+    client.close()
+
+
+def test_without_on_lost_a_lost_session_raises_not_found(client):
+    with new_cache(client) as cache:
+        mirror = Mirror(1)
+        step(cache, mirror, 3, seed=1)
+        cache.sessions[0].close()  # gone behind the cache's back
+        q, k, v = qkv(1, 1, seed=2)
+        with pytest.raises(attnserve.NotFound, match="was closed"):
+            cache.attend(0, q, k, v)
+        assert cache.recovered == 0
+
+
+def test_on_lost_must_return_every_layer_and_enough_tokens(client):
+    with new_cache(client, on_lost=lambda i, n: []) as cache:
+        step(cache, Mirror(1), 3, seed=1)
+        cache.sessions[0].close()
+        q, k, v = qkv(1, 1, seed=2)
+        with pytest.raises(ValueError, match="on_lost: returned 0 layers"):
+            cache.attend(0, q, k, v)
+    short = [(torch.zeros(HKV, 1, D), torch.zeros(HKV, 1, D))] * LAYERS
+    with new_cache(client, on_lost=lambda i, n: short) as cache:
+        step(cache, Mirror(1), 3, seed=1)
+        cache.sessions[0].close()
+        with pytest.raises(ValueError, match="holds 1 tokens, the cache had 3"):
+            cache.attend(0, q, k, v)
+    with pytest.raises(TypeError, match="on_lost: expected a callable"):
+        new_cache(client, on_lost=3)
