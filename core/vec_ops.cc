@@ -19,7 +19,8 @@ bool HasAvx512Bf16() {
   unsigned eax, ebx, ecx, edx;
   // CPUID leaf 7 subleaf 1, EAX bit 5: AVX512_BF16.
   return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
-         (eax & (1u << 5)) != 0 && __builtin_cpu_supports("avx512f");
+         (eax & (1u << 5)) != 0 && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw");
 }
 
 Isa DetectIsa() {

@@ -60,12 +60,14 @@ struct VecOps {
   // The products of the paged decode with few rows, reading a cache's rows
   // in their stored dtype (f32, bf16, f16, or int8 with `scales`, one per
   // row; null for the float dtypes). kv_scores: s[r·lds + t] = q_r · k_t ·
-  // scale_t for r < m, t < n (q f32, ld ldq; k n dense rows of d).
+  // scale_t for r < m, t < n (q f32, ld ldq; k n dense rows of d); with bf16
+  // keys the queries may be rounded to bf16 (a bf16 cache's queries are).
   void (*kv_scores)(const float* q, int64_t ldq, int64_t m, int64_t d,
                     const void* k, DType kd, const float* scales, int64_t n,
                     float* s, int64_t lds);
   // kv_accumulate: acc[r·ldacc + c] += Σ_{t < n} p[r·ldp + t] · scale_t ·
-  // v_t[c] for r < m, c < dv (v n dense rows of dv).
+  // v_t[c] for r < m, c < dv (v n dense rows of dv); with bf16 values the
+  // probabilities may be rounded to bf16 (as the bf16 GEMMs round them).
   void (*kv_accumulate)(const float* p, int64_t ldp, int64_t m, const void* v,
                         DType vd, const float* scales, int64_t n, int64_t dv,
                         float* acc, int64_t ldacc);
@@ -84,8 +86,21 @@ const VecOps& Avx512VecOps();
 const VecOps& Avx512FVecOps();
 const VecOps& Avx2VecOps();
 
-// True when the CPU has AVX512-BF16 (vcvtneps2bf16).
+// True when the CPU has AVX512-BF16 (vcvtneps2bf16, vdpbf16ps) and AVX512BW.
 bool HasAvx512Bf16();
+
+// kv_scores with AVX512-BF16's dot product for bf16 keys (queries rounded to
+// bf16; other dtypes go to Avx512FVecOps()'s); needs HasAvx512Bf16().
+void KvScoresAvx512Bf16(const float* q, int64_t ldq, int64_t m, int64_t d,
+                        const void* k, DType kd, const float* scales, int64_t n,
+                        float* s, int64_t lds);
+
+// kv_accumulate with AVX512-BF16's dot product for bf16 values (two tokens
+// per product, the probabilities rounded to bf16 as the bf16 GEMMs round
+// them; other dtypes go to Avx512FVecOps()'s); needs HasAvx512Bf16().
+void KvAccumulateAvx512Bf16(const float* p, int64_t ldp, int64_t m,
+                            const void* v, DType vd, const float* scales,
+                            int64_t n, int64_t dv, float* acc, int64_t ldacc);
 
 // scaled_exp_sum_bf16 with AVX512-BF16's rounding (vec_ops_avx512_bf16.cc);
 // needs HasAvx512Bf16().

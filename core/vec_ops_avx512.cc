@@ -212,18 +212,7 @@ struct Avx512Vec {
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static float Sum(V v) { return _mm512_reduce_add_ps(v); }
   static void Sum4(V a, V b, V c, V d, float* out) {
-    // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3], then [a, b, c, d].
-    const __m512d x = _mm512_castps_pd(
-        _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b)));
-    const __m512d y = _mm512_castps_pd(
-        _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d)));
-    const __m512 z = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                                   _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    const __m256 w = _mm256_add_ps(
-        _mm512_castps512_ps256(z),
-        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(w),
-                                  _mm256_extractf128_ps(w, 1)));
+    ReduceAdd4(a, b, c, d, out);
   }
   template <DType kD>
   static V LoadKv(const char* row, int64_t c) {
@@ -279,7 +268,11 @@ const VecOps& Avx512FVecOps() {
 const VecOps& Avx512VecOps() {
   static const VecOps ops = [] {
     VecOps best = Avx512FVecOps();
-    if (HasAvx512Bf16()) best.scaled_exp_sum_bf16 = ScaledExpSumBf16Avx512Bf16;
+    if (HasAvx512Bf16()) {
+      best.scaled_exp_sum_bf16 = ScaledExpSumBf16Avx512Bf16;
+      best.kv_scores = KvScoresAvx512Bf16;
+      best.kv_accumulate = KvAccumulateAvx512Bf16;
+    }
     return best;
   }();
   return ops;

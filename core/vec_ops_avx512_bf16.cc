@@ -1,21 +1,28 @@
-// The AVX-512 table's bf16 exp pass with AVX512-BF16's rounding instruction:
-// one vcvtneps2bf16 for 16 values instead of eight integer operations. Runs
-// only where HasAvx512Bf16() (Avx512VecOps() picks it).
+// The AVX-512 table's operations that AVX512-BF16 makes cheaper: the bf16 exp
+// pass with its rounding instruction (one vcvtneps2bf16 for 16 values instead
+// of eight integer operations), and the paged decode's scores over bf16 keys
+// with its dot product (vdpbf16ps: 32 products per instruction, no widening).
+// Runs only where HasAvx512Bf16() (Avx512VecOps() picks them).
 
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
+#include "core/convert.h"
 #include "core/vec_ops.h"
 
 #if defined(__clang__)
-#pragma clang attribute push( \
-    __attribute__((target("avx512f,avx512bf16,fma"))), apply_to = function)
+#pragma clang attribute push(                                   \
+    __attribute__((target("avx512f,avx512bw,avx512bf16,fma"))), \
+    apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bf16,fma")
+#pragma GCC target("avx512f,avx512bw,avx512bf16,fma")
 #endif
 
+#include "core/kv_rows_inl.h"
 #include "core/vec_ops_avx512_inl.h"
 
 namespace attnserve {
@@ -26,7 +33,216 @@ inline void StoreBf16Native(__m512 p, uint16_t* dst, int64_t count) {
   StoreHalves(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p)), dst, count);
 }
 
+// Scores of R bf16 query rows (ld d) against n bf16 key rows of d elements,
+// d a multiple of 32, four keys at a time.
+template <int R>
+void DotRowsBf16(const uint16_t* q, int64_t d, const uint16_t* k, int64_t n,
+                 float* s, int64_t lds) {
+  const int64_t row_bytes = d * int64_t{sizeof(uint16_t)};
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    const uint16_t* rows = k + t * d;
+    for (int i = 0; i < 4; ++i) {
+      PrefetchRow(reinterpret_cast<const char*>(rows + i * d), row_bytes, t + i,
+                  n);
+    }
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_ps();
+    }
+    for (int64_t c = 0; c < d; c += 32) {
+      __m512bh kv[4];
+      for (int i = 0; i < 4; ++i) {
+        kv[i] =
+            reinterpret_cast<__m512bh>(_mm512_loadu_si512(rows + i * d + c));
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512bh qv =
+            reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * d + c));
+        for (int i = 0; i < 4; ++i) {
+          acc[r][i] = _mm512_dpbf16_ps(acc[r][i], qv, kv[i]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      ReduceAdd4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], s + r * lds + t);
+    }
+  }
+  for (; t < n; ++t) {
+    for (int r = 0; r < R; ++r) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t c = 0; c < d; c += 32) {
+        acc = _mm512_dpbf16_ps(
+            acc, reinterpret_cast<__m512bh>(_mm512_loadu_si512(q + r * d + c)),
+            reinterpret_cast<__m512bh>(_mm512_loadu_si512(k + t * d + c)));
+      }
+      s[r * lds + t] = _mm512_reduce_add_ps(acc);
+    }
+  }
+}
+
+// Accumulators of 32 value columns [c, c + 32) in the order vdpbf16ps over
+// interleaved rows (_mm512_unpacklo/hi_epi16) produces them: `lo` holds
+// columns 0-3, 8-11, 16-19, 24-27 (one group of four per 128-bit lane), `hi`
+// columns 4-7, 12-15, 20-23, 28-31.
+inline void ToPairOrder(__m512 a0, __m512 a1, __m512* lo, __m512* hi) {
+  *lo = _mm512_shuffle_f32x4(a0, a1, 0x88);
+  *hi = _mm512_shuffle_f32x4(a0, a1, 0xDD);
+}
+
+inline void FromPairOrder(__m512 lo, __m512 hi, __m512* a0, __m512* a1) {
+  const __m512 t0 = _mm512_shuffle_f32x4(lo, hi, 0x44);
+  const __m512 t1 = _mm512_shuffle_f32x4(lo, hi, 0xEE);
+  *a0 = _mm512_shuffle_f32x4(t0, t0, 0xD8);
+  *a1 = _mm512_shuffle_f32x4(t1, t1, 0xD8);
+}
+
+// acc[r][c0, c0 + 32·C) += Σ_t p[r][t] · v_t for R rows: two tokens per
+// vdpbf16ps, their probabilities a bf16 pair at pb[r·ldpb + t] (ldpb even,
+// zero past n).
+template <int R, int C>
+void AccumulateRowsBf16(const uint16_t* pb, int64_t ldpb, const uint16_t* v,
+                        int64_t n, int64_t dv, int64_t c0, float* acc,
+                        int64_t ldacc) {
+  __m512 lo[R][C], hi[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) {
+      const float* at = acc + r * ldacc + c0 + 32 * j;
+      ToPairOrder(_mm512_loadu_ps(at), _mm512_loadu_ps(at + 16), &lo[r][j],
+                  &hi[r][j]);
+    }
+  }
+  const int64_t row_bytes = dv * int64_t{sizeof(uint16_t)};
+  for (int64_t t = 0; t < n; t += 2) {
+    const uint16_t* row = v + t * dv;
+    if (c0 == 0) {
+      PrefetchRow(reinterpret_cast<const char*>(row), row_bytes, t, n);
+      PrefetchRow(reinterpret_cast<const char*>(row + dv), row_bytes, t + 1, n);
+    }
+    __m512bh even[C], odd[C];
+    for (int j = 0; j < C; ++j) {
+      const __m512i x0 = _mm512_loadu_si512(row + c0 + 32 * j);
+      // The last token of an odd n pairs with zeros, not with the block's
+      // next row (unwritten memory).
+      const __m512i x1 = t + 1 < n ? _mm512_loadu_si512(row + dv + c0 + 32 * j)
+                                   : _mm512_setzero_si512();
+      even[j] = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(x0, x1));
+      odd[j] = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(x0, x1));
+    }
+    for (int r = 0; r < R; ++r) {
+      uint32_t pair;
+      std::memcpy(&pair, pb + r * ldpb + t, sizeof pair);
+      const __m512bh w =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+      for (int j = 0; j < C; ++j) {
+        lo[r][j] = _mm512_dpbf16_ps(lo[r][j], w, even[j]);
+        hi[r][j] = _mm512_dpbf16_ps(hi[r][j], w, odd[j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < C; ++j) {
+      float* at = acc + r * ldacc + c0 + 32 * j;
+      __m512 a0, a1;
+      FromPairOrder(lo[r][j], hi[r][j], &a0, &a1);
+      _mm512_storeu_ps(at, a0);
+      _mm512_storeu_ps(at + 16, a1);
+    }
+  }
+}
+
+template <int R>
+void AccumulateColumnsBf16(const uint16_t* pb, int64_t ldpb, const uint16_t* v,
+                           int64_t n, int64_t dv, float* acc, int64_t ldacc) {
+  int64_t c0 = 0;
+  for (; c0 + 64 <= dv; c0 += 64) {
+    AccumulateRowsBf16<R, 2>(pb, ldpb, v, n, dv, c0, acc, ldacc);
+  }
+  if (c0 < dv) AccumulateRowsBf16<R, 1>(pb, ldpb, v, n, dv, c0, acc, ldacc);
+}
+
 }  // namespace
+
+void KvAccumulateAvx512Bf16(const float* p, int64_t ldp, int64_t m,
+                            const void* v, DType vd, const float* scales,
+                            int64_t n, int64_t dv, float* acc, int64_t ldacc) {
+  constexpr int64_t kMaxRows = 16;
+  if (vd != DType::kBFloat16 || dv % 32 != 0 || m > kMaxRows) {
+    Avx512FVecOps().kv_accumulate(p, ldp, m, v, vd, scales, n, dv, acc, ldacc);
+    return;
+  }
+  // The probabilities rounded to bf16, in pairs of tokens (zero-padded to an
+  // even count).
+  const int64_t ldpb = (n + 1) / 2 * 2;
+  thread_local std::vector<uint16_t> pb;
+  pb.resize(static_cast<size_t>(m * ldpb));
+  for (int64_t r = 0; r < m; ++r) {
+    uint16_t* out = pb.data() + r * ldpb;
+    int64_t t = 0;
+    for (; t + 16 <= n; t += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + t),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
+                              _mm512_loadu_ps(p + r * ldp + t))));
+    }
+    for (; t < n; ++t) out[t] = FloatToBFloat16(p[r * ldp + t]);
+    if (ldpb > n) out[n] = 0;
+  }
+  const uint16_t* vp = static_cast<const uint16_t*>(v);
+  for (int64_t r0 = 0; r0 < m; r0 += 4) {
+    const uint16_t* pr = pb.data() + r0 * ldpb;
+    float* ar = acc + r0 * ldacc;
+    switch (std::min<int64_t>(4, m - r0)) {
+      case 1:
+        AccumulateColumnsBf16<1>(pr, ldpb, vp, n, dv, ar, ldacc);
+        break;
+      case 2:
+        AccumulateColumnsBf16<2>(pr, ldpb, vp, n, dv, ar, ldacc);
+        break;
+      case 3:
+        AccumulateColumnsBf16<3>(pr, ldpb, vp, n, dv, ar, ldacc);
+        break;
+      default:
+        AccumulateColumnsBf16<4>(pr, ldpb, vp, n, dv, ar, ldacc);
+        break;
+    }
+  }
+}
+
+void KvScoresAvx512Bf16(const float* q, int64_t ldq, int64_t m, int64_t d,
+                        const void* k, DType kd, const float* scales, int64_t n,
+                        float* s, int64_t lds) {
+  constexpr int64_t kMaxRows = 16, kMaxDim = 256;
+  if (kd != DType::kBFloat16 || d % 32 != 0 || m > kMaxRows || d > kMaxDim) {
+    Avx512FVecOps().kv_scores(q, ldq, m, d, k, kd, scales, n, s, lds);
+    return;
+  }
+  // The queries rounded to bf16 (a bf16 cache's queries are bf16 already).
+  alignas(64) uint16_t qb[kMaxRows * kMaxDim];
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < d; c += 16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + r * d + c),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
+                              _mm512_loadu_ps(q + r * ldq + c))));
+    }
+  }
+  const uint16_t* kp = static_cast<const uint16_t*>(k);
+  for (int64_t r0 = 0; r0 < m; r0 += 4) {
+    switch (std::min<int64_t>(4, m - r0)) {
+      case 1:
+        DotRowsBf16<1>(qb + r0 * d, d, kp, n, s + r0 * lds, lds);
+        break;
+      case 2:
+        DotRowsBf16<2>(qb + r0 * d, d, kp, n, s + r0 * lds, lds);
+        break;
+      case 3:
+        DotRowsBf16<3>(qb + r0 * d, d, kp, n, s + r0 * lds, lds);
+        break;
+      default:
+        DotRowsBf16<4>(qb + r0 * d, d, kp, n, s + r0 * lds, lds);
+        break;
+    }
+  }
+}
 
 float ScaledExpSumBf16Avx512Bf16(const float* s, int64_t n, float scale,
                                  int64_t lo, int64_t hi, const float* bias,

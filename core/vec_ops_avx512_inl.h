@@ -214,6 +214,22 @@ inline void StoreHalves(__m256i h, uint16_t* dst, int64_t count) {
   }
 }
 
+// The sums of a, b, c and d into out[0..3]: per 128-bit lane [a0+a2, b0+b2,
+// a1+a3, b1+b3], then [a, b, c, d] per lane, then the four lanes added.
+inline void ReduceAdd4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
+  const __m512d x = _mm512_castps_pd(
+      _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b)));
+  const __m512d y = _mm512_castps_pd(
+      _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d)));
+  const __m512 z = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  const __m256 w = _mm256_add_ps(
+      _mm512_castps512_ps256(z),
+      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
+  _mm_storeu_ps(
+      out, _mm_add_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1)));
+}
+
 }  // namespace
 }  // namespace attnserve
 

@@ -275,6 +275,27 @@ TEST_P(PagedTest, Int8CachesInEveryPath) {
   ExpectPagedMatchesReference(c);
 }
 
+TEST_P(PagedTest, HeadDimsOfModelsInEveryDType) {
+  // The widths the decode's vectorized products take whole (multiples of 32)
+  // and in parts, odd token counts, and a few new queries.
+  for (DType dtype :
+       {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt8}) {
+    for (const int64_t d : {96, 128, 80}) {
+      PagedCase c;
+      c.isa = GetParam();
+      c.dtype = dtype;
+      c.hq = 8;
+      c.hkv = 2;
+      c.d = d;
+      c.dv = d;
+      c.bt = 32;
+      c.tokens = {1, 33, 301};
+      c.lnew = {1, 1, 2};
+      ExpectPagedMatchesReference(c);
+    }
+  }
+}
+
 TEST_P(PagedTest, ABatchOfManySequencesInOneCall) {
   PagedCase c;
   c.isa = GetParam();
