@@ -281,6 +281,15 @@ def parse_args(argv=None):
     return args
 
 
+def channel_bytes(cfg, batch, chunk):
+    """A step channel's region that holds the largest layer call (a prefill chunk
+    of the whole batch, f32): the ring gives each way about half of it."""
+    rows = batch * chunk
+    request = rows * (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim * 4
+    response = rows * cfg.heads * cfg.head_dim * 4
+    return max(1 << 20, 2 * max(request, response) + (64 << 10))
+
+
 def run(args, client=None):
     """Both generations; a dict of the results (what --json prints)."""
     if args.threads:
@@ -305,7 +314,9 @@ def run(args, client=None):
         if args.stream:
             transport = steps = client.session_stream(route_key=prefix)
         elif args.same_host:
-            transport = steps = client.step_channel(route_key=prefix)
+            transport = steps = client.step_channel(
+                size=channel_bytes(cfg, args.batch, min(args.prompt, args.prefill_chunk)),
+                route_key=prefix)
         remote = KVCache(client, num_layers=cfg.layers, num_kv_heads=cfg.kv_heads,
                          head_dim=cfg.head_dim, storage_dtype="float32",
                          prefill_chunk=args.prefill_chunk, transport=transport,

@@ -132,6 +132,17 @@ def test_example_through_a_step_channel(start_server):
     assert steps == 2 * (2 + 8), srv.log()
 
 
+def test_the_examples_channel_holds_a_batchs_whole_prefill(start_server):
+    # 8 sequences × 160 prompt tokens: a prefill call of about 640 KiB each way,
+    # past the slots of the default 1 MiB region; the example sizes its own.
+    srv = start_server("--shared_memory", "--step_channels=1")
+    example = load_example()
+    args = [a for a in TINY if not a.startswith(("--prompt", "--batch", "--new-tokens"))]
+    r = example.run(example.parse_args([f"--target={srv.target}", *args, "--prompt=160",
+                                        "--batch=8", "--new-tokens=2", "--same-host"]))
+    assert r["tokens_identical"] and r["ok"], r
+
+
 def test_example_command_line_json(server):
     done = subprocess.run([sys.executable, str(EXAMPLE), f"--target={server.target}",
                            *TINY, "--threads=1", "--json"],
