@@ -140,6 +140,13 @@ TEST(WireNamesTest, ParsesAndPrintsTheEnums) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--output_dtype: unknown value \"bool\" "
                                  "(expected f32, bf16 or f16)")));
+  EXPECT_FALSE(ParseFloatDataType("dtype", "int8").ok());
+  EXPECT_EQ(*ParseStorageDataType("storage_dtype", "INT8"), v1::INT8);
+  EXPECT_EQ(*ParseStorageDataType("storage_dtype", "bf16"), v1::BFLOAT16);
+  EXPECT_THAT(ParseStorageDataType("storage_dtype", "int4").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--storage_dtype: unknown value \"int4\" "
+                                 "(expected f32, bf16, f16 or int8)")));
   EXPECT_EQ(*ParseLayout("layout", "BLHD"), v1::BLHD);
   EXPECT_FALSE(ParseLayout("layout", "bhdl").ok());
   EXPECT_EQ(*ParseAlignment("alignment", "bottom_right"), v1::BOTTOM_RIGHT);
