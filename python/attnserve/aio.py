@@ -5,6 +5,7 @@ AsyncClient per loop. `attend_many` and `Model.many` are async generators.
 """
 
 import asyncio
+import threading
 
 import grpc
 import grpc.aio
@@ -12,10 +13,12 @@ import grpc.aio
 from . import _codec as C
 from . import _health_pb2 as health_pb
 from . import _shared_memory as S
+from . import _step_channel as R
 from . import _transport as X
 from .client import (_Base, _SessionHandle, _StepStream, _append_chunks, _find_model,
                      _sessions_call, model_item, stream_item)
-from .errors import Error, Internal, error_for_code, from_rpc_error
+from .errors import (Error, Internal, InvalidArgument, Unavailable, error_for_code,
+                     from_rpc_error)
 from .types import ServerInfo, SharedMemoryStatus
 from .v1 import attention_pb2 as pb
 from .v1 import sessions_pb2 as spb
@@ -314,6 +317,21 @@ class AsyncClient(_Base):
         await self._open()
         return AsyncSessionStream(self, route_key, timeout)
 
+    async def step_channel(self, *, size=1 << 20, route_key=None, timeout=None,
+                           spin=R.DEFAULT_SPIN):
+        """As Client.step_channel: an AsyncStepChannel (`async with await
+        client.step_channel() as steps:`)."""
+        R.check_machine()
+        await self._open()
+        region = await self.shared_memory(size=size, timeout=timeout)
+        try:
+            channel = AsyncStepChannel(self, region, route_key, timeout, spin)
+        except BaseException:
+            await region.close()
+            raise
+        await channel._start()
+        return channel
+
     async def _session_call(self, name, request, session, *, idempotent, timeout):
         with await self._data() as (_, stub):
             info = await self._call(getattr(stub, name), request, timeout=timeout,
@@ -389,6 +407,120 @@ class AsyncSessionStream(_StepStream):
                 raise from_rpc_error(e) from None
             finally:
                 self._end()
+
+
+class _CallEnded(Exception):
+    """Raised in the executor thread of a step when the channel's call ended."""
+
+
+class AsyncStepChannel(_StepStream):
+    """As StepChannel, with coroutines: `async with await client.step_channel() as
+    steps: out = await steps.attend_sessions(...)`. A step's wait for its answer
+    (polling, then the futex) runs on a thread of the event loop's default
+    executor, so the loop goes on meanwhile. A step cancelled while it waits (a
+    task's cancel, asyncio.wait_for) ends the channel: the server may still
+    answer it, so the ring is no one's any more."""
+
+    _kind = "step channel"
+    _HANGUP_WAIT = 5.0
+
+    def __init__(self, client, region, route_key, timeout, spin):
+        self._lock = asyncio.Lock()
+        self._ring = None
+        self._ended = threading.Event()  # the call is done (set on the loop)
+        self.region = region
+        self._spin = spin
+        super().__init__(client, lambda stub: stub.StepChannel(
+            spb.OpenStepChannelRequest(region=region.name), timeout=timeout,
+            metadata=client._md(route_key)))
+        self._call.add_done_callback(lambda _: self._ended.set())
+
+    async def _start(self):
+        try:
+            try:
+                info = await self._call.read()
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+            if info is grpc.aio.EOF:
+                raise await self._call_error()
+            self._ring = R.Ring(self.region._map, self.region.size, self._spin)
+        except BaseException:
+            await self._shut()
+            raise
+        self.request_capacity = self._ring.request_capacity
+        self.response_capacity = self._ring.response_capacity
+        self.server_spin = info.spin_us / 1e6
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
+                              alibi_slopes=None, scale=None, return_weights=False,
+                              output_dtype=None, route_key=None, timeout=None):
+        """As StepChannel.attend_sessions."""
+        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
+                                   return_weights, output_dtype)
+        answer = await self.step_bytes(req.SerializeToString())
+        return self._answer(spb.AttendSessionsResponse.FromString(answer), kinds,
+                            return_weights)
+
+    async def step_bytes(self, request):
+        """As StepChannel.step_bytes."""
+        async with self._lock:
+            self._check_open()
+            step = asyncio.get_running_loop().run_in_executor(
+                None, self._ring.call, request, self._alive)
+            try:
+                return await asyncio.shield(step)
+            except InvalidArgument:
+                raise  # nothing was written
+            except _CallEnded:
+                error = await self._call_error()
+                await self._shut()
+                raise error from None
+            except asyncio.CancelledError:
+                # The thread still waits on the ring: end the call, so that the
+                # server closes the ring and the thread returns, before the
+                # region goes.
+                self._call.cancel()
+                await asyncio.gather(step, return_exceptions=True)
+                await self._shut()
+                raise
+            except BaseException:
+                await self._shut()
+                raise
+
+    def _alive(self):
+        if self._ended.is_set():
+            raise _CallEnded()
+
+    async def _call_error(self):
+        code = await self._call.code()
+        if code == grpc.StatusCode.OK:
+            return Unavailable("the step channel's call ended")
+        return error_for_code(code, await self._call.details() or "")
+
+    async def close(self):
+        """As StepChannel.close: hangs up, waits (up to 5 s) for the server to free
+        the channel, and closes the region; idempotent."""
+        async with self._lock:
+            if self._ring is not None and not self._ended.is_set():
+                self._ring.hangup()
+                try:
+                    await asyncio.wait_for(self._call.code(), self._HANGUP_WAIT)
+                except (asyncio.TimeoutError, grpc.RpcError):
+                    pass
+            await self._shut()
+
+    async def _shut(self):
+        if self._ring is not None:
+            self._ring.release()
+            self._ring = None
+        self._end()
+        await self.region.close()
 
 
 class AsyncSession(_SessionHandle):

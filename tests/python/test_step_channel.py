@@ -265,3 +265,92 @@ def test_kvcache_over_a_step_channel_generates_as_over_unary_calls(client):
         got = generate(cache)
         assert cache.lengths() == [13, 13]
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_async_steps_are_bit_identical_to_unary_calls_and_close_frees_at_once(
+        start_server):
+    import asyncio
+    srv = start_server("--shared_memory", "--step_channels=1")
+
+    async def main():
+        async with attnserve.AsyncClient(srv.target, timeout=60) as c:
+            sessions = []
+            for i in range(2):
+                s = await c.create_session(f"async-{i}", num_kv_heads=HKV, head_dim=D,
+                                           num_layers=LAYERS)
+                for layer in range(LAYERS):
+                    await s.append(layer, random((5, HKV, D), seed=layer),
+                                   random((5, HKV, D), seed=9 + layer), position=0)
+                sessions.append(s)
+            ticks = 0
+
+            async def ticker():  # the loop runs while a step waits
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0)
+
+            tick = asyncio.ensure_future(ticker())
+            async with await c.step_channel() as steps:
+                assert steps.request_capacity > 0
+                for t in range(20):
+                    for layer in range(LAYERS):
+                        q, k, v = step_inputs(t, layer)
+                        (got,) = await steps.attend_sessions(layer, [(sessions[0], q, k, v)])
+                        (want,) = await c.attend_sessions(layer, [(sessions[1], q, k, v)])
+                        assert np.array_equal(got, want), (t, layer)
+                # A refused step raises; the channel goes on.
+                with pytest.raises(attnserve.NotFound):
+                    await steps.attend_sessions(0, [(c.session("nobody"), q)])
+                (again,) = await steps.attend_sessions(0, [(sessions[0], q)])
+                assert again.shape == (1, HQ, D)
+            tick.cancel()
+            assert ticks > 0
+            # Closed: the server's only channel is free again at once.
+            async with await c.step_channel() as second:
+                (out,) = await second.attend_sessions(0, [(sessions[0], q)])
+                assert np.array_equal(out, again)
+            with pytest.raises(ValueError, match="step channel is closed"):
+                await second.attend_sessions(0, [(sessions[0], q)])
+            assert (await c.shared_memory_status()).regions == ()
+
+    asyncio.run(main())
+    assert leftovers() == []
+
+
+def test_an_async_step_cancelled_while_it_waits_ends_the_channel(start_server):
+    import asyncio
+    srv = start_server("--shared_memory", "--step_channels=1", "--workers=1",
+                       "--threads_per_worker=1")
+
+    async def main():
+        async with attnserve.AsyncClient(srv.target, timeout=60) as c:
+            s = await c.create_session("async-long", num_kv_heads=HKV, head_dim=D,
+                                       max_tokens=1 << 17)
+            k, v = random((1 << 16, HKV, D), seed=1), random((1 << 16, HKV, D), seed=2)
+            await s.append(0, k, v, chunk_tokens=8192)
+            steps = await c.step_channel(size=8 << 20, spin=0)
+            q = random((256, HQ, D), seed=3)  # 256 queries over 65536 tokens
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(steps.attend_sessions(0, [(s, q)], causal=False),
+                                       0.001)
+            with pytest.raises(ValueError, match="step channel is closed"):
+                await steps.attend_sessions(0, [(s, q)])
+            await steps.close()  # idempotent
+            assert (await c.shared_memory_status()).regions == ()  # the region is gone
+            # The server frees the channel once the step it was computing ends
+            # (a cancel, unlike close(), does not wait for that).
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    again = await c.step_channel()
+                    break
+                except attnserve.ResourceExhausted:
+                    assert time.monotonic() < deadline, "the channel was never freed"
+                    await asyncio.sleep(0.05)
+            async with again:
+                (out,) = await again.attend_sessions(0, [(s, q[:1])])
+                assert out.shape == (1, HQ, D)
+
+    asyncio.run(main())
+    assert leftovers() == []
