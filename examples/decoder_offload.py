@@ -265,6 +265,11 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest logit difference allowed")
+    p.add_argument("--storage-dtype", default="float32",
+                   choices=["float32", "bfloat16", "float16", "int8"],
+                   help="the sessions' KV storage (the local model keeps float32; "
+                        "bfloat16, float16 and int8 round or quantize the cache, so "
+                        "raise --tolerance for them)")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--stream", action="store_true",
                      help="send the layer calls over one step stream "
@@ -318,7 +323,7 @@ def run(args, client=None):
                 size=channel_bytes(cfg, args.batch, min(args.prompt, args.prefill_chunk)),
                 route_key=prefix)
         remote = KVCache(client, num_layers=cfg.layers, num_kv_heads=cfg.kv_heads,
-                         head_dim=cfg.head_dim, storage_dtype="float32",
+                         head_dim=cfg.head_dim, storage_dtype=args.storage_dtype,
                          prefill_chunk=args.prefill_chunk, transport=transport,
                          timeout=args.timeout, session_prefix=prefix)
         local = LocalKVCache(cfg.layers)
@@ -345,6 +350,7 @@ def run(args, client=None):
         "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads,
         "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "vocab": cfg.vocab,
         "batch": args.batch, "prompt": args.prompt, "new_tokens": args.new_tokens,
+        "storage_dtype": args.storage_dtype,
         "threads": torch.get_num_threads(),
         "tokens_identical": same, "max_logit_diff": diff,
         "local_prefill_ms": 1e3 * local_prefill, "offloaded_prefill_ms": 1e3 * remote_prefill,

@@ -119,6 +119,17 @@ def test_example_generates_the_same_tokens(server, extra):
     assert len(r["tokens"]) == 2 and len(r["tokens"][0]) == 8
 
 
+def test_example_with_an_int8_cache_stays_close(server):
+    # Quantized keys and values: the logits move by about 1e-3, not more, and this
+    # model's greedy tokens stay the same.
+    example = load_example()
+    r = example.run(example.parse_args([f"--target={server.target}", *TINY,
+                                        "--storage-dtype=int8", "--tolerance=0.02"]))
+    assert r["storage_dtype"] == "int8"
+    assert r["tokens_identical"] and r["ok"], r
+    assert 1e-6 < r["max_logit_diff"] <= 0.02, r
+
+
 def test_example_through_a_step_channel(start_server):
     srv = start_server("--shared_memory", "--step_channels=1",
                        "--metrics_listen=127.0.0.1:0")
