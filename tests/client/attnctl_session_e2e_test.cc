@@ -24,7 +24,8 @@ class AttnctlSessionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     auto server = ServerProcess::Start(
-        {"--workers=1", "--threads_per_worker=1", "--kv_block_tokens=16"});
+        {"--workers=1", "--threads_per_worker=1", "--kv_block_tokens=16",
+         "--shared_memory", "--step_channels=2"});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }
@@ -182,6 +183,35 @@ TEST_F(AttnctlSessionTest, BenchDecodeOverAStepStream) {
                   "--target=" + server_->target()});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(r.out, HasSubstr("(AttendSessionsStream): kernel "));
+}
+
+// --shm: each sequence's steps go through a step channel of its own (same
+// host), int8 sessions; attnctl hangs up, so the server has freed its
+// channels by the time attnctl exits.
+TEST_F(AttnctlSessionTest, BenchDecodeThroughStepChannelsOfInt8Sessions) {
+  const std::string channel =
+      R"(attnserve_requests_total{code="OK",method="StepChannel"})";
+  const double before = ::attnserve::testing::MetricSample(*server_, channel);
+  CommandResult r =
+      RunAttnctl({"bench", "--decode", "--shm", "--sequences=2", "--prefill=40",
+                  "--steps=4", "--layers=2", "--heads=4", "--kv_heads=2",
+                  "--dim=16", "--stateless_steps=0", "--storage_dtype=int8",
+                  "--output_format=json", "--target=" + server_->target()});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const nlohmann::json j = ::attnserve::testing::ParseJson(r);
+  EXPECT_EQ(j["same_host"], true);
+  EXPECT_EQ(j["storage_dtype"], "int8");
+  EXPECT_EQ(j["sessions"]["tokens"], 2 * 4);
+  // 44 tokens per layer in blocks of 16: 3 blocks of 16 × 2 heads × (16 + 16
+  // int8 + 8 bytes of scales), per layer and sequence.
+  EXPECT_EQ(j["kv_bytes"], 2 * 2 * 3 * 16 * 2 * 40);
+  EXPECT_EQ(::attnserve::testing::AwaitMetric(
+                *server_, channel, before + 2 * 4 * 2, absl::Seconds(5)) -
+                before,
+            2 * 4 * 2);
+  EXPECT_EQ(
+      ::attnserve::testing::MetricSample(*server_, "attnserve_step_channels"),
+      0);
 }
 
 }  // namespace
