@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/tensor.h"
 
@@ -43,6 +44,30 @@ inline void PrefetchRow(const char* row, int64_t row_bytes, int64_t t,
   const char* next = row + ahead * row_bytes;
   for (int64_t b = 0; b < row_bytes; b += 64) {
     __builtin_prefetch(next + b);
+  }
+}
+
+// f(std::integral_constant<int, R>{}, r0) for each group [r0, r0 + R) of m
+// rows, R = kMax but for the last group: the row count a constant, so that a
+// group's accumulators stay in registers.
+template <int kMax, class F>
+inline void ForRowGroups(int64_t m, F&& f) {
+  static_assert(kMax >= 1 && kMax <= 4);
+  for (int64_t r0 = 0; r0 < m; r0 += kMax) {
+    switch (std::min<int64_t>(kMax, m - r0)) {
+      case 1:
+        f(std::integral_constant<int, 1>{}, r0);
+        break;
+      case 2:
+        if constexpr (kMax >= 2) f(std::integral_constant<int, 2>{}, r0);
+        break;
+      case 3:
+        if constexpr (kMax >= 3) f(std::integral_constant<int, 3>{}, r0);
+        break;
+      default:
+        if constexpr (kMax >= 4) f(std::integral_constant<int, 4>{}, r0);
+        break;
+    }
   }
 }
 
@@ -129,24 +154,10 @@ template <class A, DType kD>
 void KvScoresOf(const float* q, int64_t ldq, int64_t m, int64_t d,
                 const char* k, const float* k_scales, int64_t n, float* s,
                 int64_t lds) {
-  for (int64_t r0 = 0; r0 < m; r0 += A::kScoreRows) {
-    const float* qr = q + r0 * ldq;
-    float* sr = s + r0 * lds;
-    switch (std::min<int64_t>(A::kScoreRows, m - r0)) {
-      case 1:
-        KvScoresRows<A, kD, 1>(qr, ldq, d, k, k_scales, n, sr, lds);
-        break;
-      case 2:
-        KvScoresRows<A, kD, 2>(qr, ldq, d, k, k_scales, n, sr, lds);
-        break;
-      case 3:
-        KvScoresRows<A, kD, 3>(qr, ldq, d, k, k_scales, n, sr, lds);
-        break;
-      default:
-        KvScoresRows<A, kD, 4>(qr, ldq, d, k, k_scales, n, sr, lds);
-        break;
-    }
-  }
+  ForRowGroups<A::kScoreRows>(m, [&](auto rows, int64_t r0) {
+    KvScoresRows<A, kD, decltype(rows)::value>(q + r0 * ldq, ldq, d, k,
+                                               k_scales, n, s + r0 * lds, lds);
+  });
 }
 
 // s[r·lds + t] = q_r · k_t (times k_scales[t] when given) for r < m, t < n.
@@ -238,24 +249,10 @@ template <class A, DType kD>
 void KvAccumulateOf(const float* p, int64_t ldp, int64_t m, const char* v,
                     const float* v_scales, int64_t n, int64_t dv, float* acc,
                     int64_t ldacc) {
-  for (int64_t r0 = 0; r0 < m; r0 += 4) {
-    const float* pr = p + r0 * ldp;
-    float* ar = acc + r0 * ldacc;
-    switch (std::min<int64_t>(4, m - r0)) {
-      case 1:
-        KvAccumulateColumns<A, kD, 1>(pr, ldp, v, v_scales, n, dv, ar, ldacc);
-        break;
-      case 2:
-        KvAccumulateColumns<A, kD, 2>(pr, ldp, v, v_scales, n, dv, ar, ldacc);
-        break;
-      case 3:
-        KvAccumulateColumns<A, kD, 3>(pr, ldp, v, v_scales, n, dv, ar, ldacc);
-        break;
-      default:
-        KvAccumulateColumns<A, kD, 4>(pr, ldp, v, v_scales, n, dv, ar, ldacc);
-        break;
-    }
-  }
+  ForRowGroups<4>(m, [&](auto rows, int64_t r0) {
+    KvAccumulateColumns<A, kD, decltype(rows)::value>(
+        p + r0 * ldp, ldp, v, v_scales, n, dv, acc + r0 * ldacc, ldacc);
+  });
 }
 
 // acc[r·ldacc + c] += Σ_{t < n} p[r·ldp + t] · v_t[c] (times v_scales[t]

@@ -188,24 +188,10 @@ void KvAccumulateAvx512Bf16(const float* p, int64_t ldp, int64_t m,
     if (ldpb > n) out[n] = 0;
   }
   const uint16_t* vp = static_cast<const uint16_t*>(v);
-  for (int64_t r0 = 0; r0 < m; r0 += 4) {
-    const uint16_t* pr = pb.data() + r0 * ldpb;
-    float* ar = acc + r0 * ldacc;
-    switch (std::min<int64_t>(4, m - r0)) {
-      case 1:
-        AccumulateColumnsBf16<1>(pr, ldpb, vp, n, dv, ar, ldacc);
-        break;
-      case 2:
-        AccumulateColumnsBf16<2>(pr, ldpb, vp, n, dv, ar, ldacc);
-        break;
-      case 3:
-        AccumulateColumnsBf16<3>(pr, ldpb, vp, n, dv, ar, ldacc);
-        break;
-      default:
-        AccumulateColumnsBf16<4>(pr, ldpb, vp, n, dv, ar, ldacc);
-        break;
-    }
-  }
+  ForRowGroups<4>(m, [&](auto rows, int64_t r0) {
+    AccumulateColumnsBf16<decltype(rows)::value>(
+        pb.data() + r0 * ldpb, ldpb, vp, n, dv, acc + r0 * ldacc, ldacc);
+  });
 }
 
 void KvScoresAvx512Bf16(const float* q, int64_t ldq, int64_t m, int64_t d,
@@ -226,22 +212,10 @@ void KvScoresAvx512Bf16(const float* q, int64_t ldq, int64_t m, int64_t d,
     }
   }
   const uint16_t* kp = static_cast<const uint16_t*>(k);
-  for (int64_t r0 = 0; r0 < m; r0 += 4) {
-    switch (std::min<int64_t>(4, m - r0)) {
-      case 1:
-        DotRowsBf16<1>(qb + r0 * d, d, kp, n, s + r0 * lds, lds);
-        break;
-      case 2:
-        DotRowsBf16<2>(qb + r0 * d, d, kp, n, s + r0 * lds, lds);
-        break;
-      case 3:
-        DotRowsBf16<3>(qb + r0 * d, d, kp, n, s + r0 * lds, lds);
-        break;
-      default:
-        DotRowsBf16<4>(qb + r0 * d, d, kp, n, s + r0 * lds, lds);
-        break;
-    }
-  }
+  ForRowGroups<4>(m, [&](auto rows, int64_t r0) {
+    DotRowsBf16<decltype(rows)::value>(qb + r0 * d, d, kp, n, s + r0 * lds,
+                                       lds);
+  });
 }
 
 float ScaledExpSumBf16Avx512Bf16(const float* s, int64_t n, float scale,
