@@ -352,7 +352,18 @@ class AsyncClient(_Base):
         return C.session_info(info)
 
 
-class AsyncSessionStream(_StepStream):
+class _AsyncSteps(_StepStream):
+    """What AsyncSessionStream and AsyncStepChannel share: `async with`, which
+    ends in close()."""
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+
+class AsyncSessionStream(_AsyncSteps):
     """As SessionStream, with coroutines: `async with await
     client.session_stream() as steps: out = await steps.attend_sessions(...)`."""
 
@@ -360,12 +371,6 @@ class AsyncSessionStream(_StepStream):
         self._lock = asyncio.Lock()
         super().__init__(client, lambda stub: stub.AttendSessionsStream(
             timeout=timeout, metadata=client._md(route_key)))
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.close()
 
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                               alibi_slopes=None, scale=None, return_weights=False,
@@ -413,7 +418,7 @@ class _CallEnded(Exception):
     """Raised in the executor thread of a step when the channel's call ended."""
 
 
-class AsyncStepChannel(_StepStream):
+class AsyncStepChannel(_AsyncSteps):
     """As StepChannel, with coroutines: `async with await client.step_channel() as
     steps: out = await steps.attend_sessions(...)`. A step's wait for its answer
     (polling, then the futex) runs on a thread of the event loop's default
@@ -450,12 +455,6 @@ class AsyncStepChannel(_StepStream):
         self.request_capacity = self._ring.request_capacity
         self.response_capacity = self._ring.response_capacity
         self.server_spin = info.spin_us / 1e6
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.close()
 
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                               alibi_slopes=None, scale=None, return_weights=False,
