@@ -86,7 +86,6 @@ struct SpanOperands {
   int64_t packed_n = 0;
   // KernelArgs::kv_rows: kp and vp are the cache's rows (ld = D, Dv) in its
   // stored dtype, with a scale per row for int8 (else null).
-  bool kv_rows = false;
   const float* k_scales = nullptr;
   const float* v_scales = nullptr;
 };
@@ -373,7 +372,7 @@ absl::Status ProcessBlock(const BlockContext& c, int64_t r0, int64_t r1,
                     all_allowed);
     return absl::OkStatus();
   }
-  if (op.kv_rows) {
+  if (args.kv_rows) {
     const VecOps& ops = *args.ops;
     const DType kv = p.kv_layout.dtype();
     float* scores = c.scores + r0 * c.lds;
@@ -531,7 +530,6 @@ absl::Status ProcessSpan(const BlockContext& c, int64_t k0, int64_t span,
     op.ldv = dv;
     op.k_scales = int8 ? p.PagedKeyScales(rows.kv_head, k0) : nullptr;
     op.v_scales = int8 ? p.PagedValueScales(rows.kv_head, k0) : nullptr;
-    op.kv_rows = true;
     op.n_full = n;
     return Multiply();
   }
