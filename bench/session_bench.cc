@@ -15,6 +15,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/machine.h"
@@ -26,6 +27,7 @@
 #include "kvcache/session_cache.h"
 
 ABSL_FLAG(bool, quick, false, "fewer reps (a few seconds in all)");
+ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
 ABSL_FLAG(int, block_tokens, 128,
           "tokens per block, as the server's --kv_block_tokens");
 
@@ -152,6 +154,7 @@ int Run() {
               "kv_GB/s", "copy_GB/s", "ratio", "kv_MiB");
   double one_thread_us_64 = 0, two_thread_us_64 = 0;
   for (const SessionCase& c : cases) {
+    if (!absl::StrContains(c.name, absl::GetFlag(FLAGS_filter))) continue;
     Caches caches;
     absl::Status st = Fill(c, block_tokens, &caches);
     if (!st.ok()) {

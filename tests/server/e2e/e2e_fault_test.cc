@@ -674,16 +674,21 @@ TEST(E2eSoakTest, SteadyLoadKeepsLatencyAndMemoryFlat) {
   const double first_p99 = std::max(p99s[0], 0.015);
   const size_t whole_windows = static_cast<size_t>(std::min<int64_t>(
       p99s.size(), absl::IDivDuration(length, kWindow, &unused_remainder)));
-  // As for memory: the neighbours' bursts raise one window's p99 (once, 2.1x
-  // the first in a CI run on 2 Dec 2026), a server that degrades raises
-  // every window's. So the median window is held to 2x the first, and any
-  // one window to 4x (a stall).
+  // As for memory: the neighbours' bursts raise a window's p99 now and then
+  // (2x and 4.2x the first in CI runs), a server that degrades raises every
+  // window's. So the median window is held to 2x the first; one window may
+  // pass 4x (a neighbour's burst), and none may pass 20x (a stall of the
+  // server itself: 300 ms and more).
   std::vector<double> later_p99s;
+  int windows_past_4x = 0;
   for (size_t w = 1; w < whole_windows; ++w) {
     later_p99s.push_back(p99s[w]);
-    EXPECT_LE(p99s[w], 4 * first_p99)
+    if (p99s[w] > 4 * first_p99) ++windows_past_4x;
+    EXPECT_LE(p99s[w], 20 * first_p99)
         << "window " << w << " p99 against the first window's";
   }
+  EXPECT_LE(windows_past_4x, 1)
+      << "windows whose p99 is past 4x the first window's";
   ASSERT_FALSE(later_p99s.empty());
   EXPECT_LE(Quantile(later_p99s, 0.5), 2 * first_p99)
       << "the median window's p99 against the first window's";
