@@ -23,6 +23,14 @@ bool HasAvx512Bf16() {
          __builtin_cpu_supports("avx512bw");
 }
 
+bool HasAvx512Vnni() {
+  unsigned eax, ebx, ecx, edx;
+  // CPUID leaf 7 subleaf 0, ECX bit 11: AVX512_VNNI.
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+         (ecx & (1u << 11)) != 0 && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw");
+}
+
 Isa DetectIsa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) {

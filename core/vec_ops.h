@@ -61,13 +61,20 @@ struct VecOps {
   // in their stored dtype (f32, bf16, f16, or int8 with `scales`, one per
   // row; null for the float dtypes). kv_scores: s[r·lds + t] = q_r · k_t ·
   // scale_t for r < m, t < n (q f32, ld ldq; k n dense rows of d); with bf16
-  // keys the queries may be rounded to bf16 (a bf16 cache's queries are).
+  // keys the queries may be rounded to bf16 (a bf16 cache's queries are);
+  // with int8 keys each query row may be rounded to 16-bit integers times
+  // max|q_r|/32767 (an error of at most max|q_r|/65534 · Σ_c |k_t[c]| ·
+  // scale_t in a score, k_t[c] the stored integers).
   void (*kv_scores)(const float* q, int64_t ldq, int64_t m, int64_t d,
                     const void* k, DType kd, const float* scales, int64_t n,
                     float* s, int64_t lds);
   // kv_accumulate: acc[r·ldacc + c] += Σ_{t < n} p[r·ldp + t] · scale_t ·
   // v_t[c] for r < m, c < dv (v n dense rows of dv); with bf16 values the
-  // probabilities may be rounded to bf16 (as the bf16 GEMMs round them).
+  // probabilities may be rounded to bf16 (as the bf16 GEMMs round them);
+  // with int8 values the weights p[r·ldp + t] · scale_t of each run of 256
+  // tokens may be rounded to 16-bit integers times their largest/32767 (an
+  // error of at most that largest/65534 · Σ_t |v_t[c]| in a sum, v_t[c] the
+  // stored integers).
   void (*kv_accumulate)(const float* p, int64_t ldp, int64_t m, const void* v,
                         DType vd, const float* scales, int64_t n, int64_t dv,
                         float* acc, int64_t ldacc);
@@ -80,7 +87,8 @@ struct VecOps {
 
 // The tables; the AVX-512 one needs AVX512F, the AVX2 one AVX2, FMA and F16C.
 // Avx512VecOps() is the best of AVX-512 for this CPU: it rounds bf16 with
-// AVX512-BF16's instruction where the CPU has it; Avx512FVecOps() never does
+// AVX512-BF16's instruction where the CPU has it, and reads int8 rows with
+// AVX512-VNNI's where it has that; Avx512FVecOps() never does
 // (what CPUs without it run; tests check both).
 const VecOps& Avx512VecOps();
 const VecOps& Avx512FVecOps();
@@ -88,6 +96,9 @@ const VecOps& Avx2VecOps();
 
 // True when the CPU has AVX512-BF16 (vcvtneps2bf16, vdpbf16ps) and AVX512BW.
 bool HasAvx512Bf16();
+
+// True when the CPU has AVX512-VNNI (vpdpwssd) and AVX512BW.
+bool HasAvx512Vnni();
 
 // kv_scores with AVX512-BF16's dot product for bf16 keys (queries rounded to
 // bf16; other dtypes go to Avx512FVecOps()'s); needs HasAvx512Bf16().
@@ -99,6 +110,17 @@ void KvScoresAvx512Bf16(const float* q, int64_t ldq, int64_t m, int64_t d,
 // per product, the probabilities rounded to bf16 as the bf16 GEMMs round
 // them; other dtypes go to Avx512FVecOps()'s); needs HasAvx512Bf16().
 void KvAccumulateAvx512Bf16(const float* p, int64_t ldp, int64_t m,
+                            const void* v, DType vd, const float* scales,
+                            int64_t n, int64_t dv, float* acc, int64_t ldacc);
+
+// kv_scores and kv_accumulate with AVX512-VNNI's dot product of 16-bit pairs
+// for int8 rows (vec_ops_avx512_vnni.cc: the queries, and the weights, rounded
+// to 16-bit integers; other dtypes go to Avx512FVecOps()'s); need
+// HasAvx512Vnni().
+void KvScoresAvx512Vnni(const float* q, int64_t ldq, int64_t m, int64_t d,
+                        const void* k, DType kd, const float* scales, int64_t n,
+                        float* s, int64_t lds);
+void KvAccumulateAvx512Vnni(const float* p, int64_t ldp, int64_t m,
                             const void* v, DType vd, const float* scales,
                             int64_t n, int64_t dv, float* acc, int64_t ldacc);
 

@@ -265,14 +265,55 @@ const VecOps& Avx512FVecOps() {
   return ops;
 }
 
+namespace {
+
+// The extensions past AVX512F that the best table uses, read once.
+struct Extensions {
+  bool bf16 = HasAvx512Bf16();
+  bool vnni = HasAvx512Vnni();
+};
+
+const Extensions& CpuExtensions() {
+  static const Extensions extensions;
+  return extensions;
+}
+
+// The best table's products: each stored dtype to the extension that reads
+// it fastest.
+void KvScoresBest(const float* q, int64_t ldq, int64_t m, int64_t d,
+                  const void* k, DType kd, const float* scales, int64_t n,
+                  float* s, int64_t lds) {
+  if (kd == DType::kInt8 && CpuExtensions().vnni) {
+    KvScoresAvx512Vnni(q, ldq, m, d, k, kd, scales, n, s, lds);
+  } else if (kd == DType::kBFloat16 && CpuExtensions().bf16) {
+    KvScoresAvx512Bf16(q, ldq, m, d, k, kd, scales, n, s, lds);
+  } else {
+    KvScoresAvx512(q, ldq, m, d, k, kd, scales, n, s, lds);
+  }
+}
+
+void KvAccumulateBest(const float* p, int64_t ldp, int64_t m, const void* v,
+                      DType vd, const float* scales, int64_t n, int64_t dv,
+                      float* acc, int64_t ldacc) {
+  if (vd == DType::kInt8 && CpuExtensions().vnni) {
+    KvAccumulateAvx512Vnni(p, ldp, m, v, vd, scales, n, dv, acc, ldacc);
+  } else if (vd == DType::kBFloat16 && CpuExtensions().bf16) {
+    KvAccumulateAvx512Bf16(p, ldp, m, v, vd, scales, n, dv, acc, ldacc);
+  } else {
+    KvAccumulateAvx512(p, ldp, m, v, vd, scales, n, dv, acc, ldacc);
+  }
+}
+
+}  // namespace
+
 const VecOps& Avx512VecOps() {
   static const VecOps ops = [] {
     VecOps best = Avx512FVecOps();
-    if (HasAvx512Bf16()) {
+    if (CpuExtensions().bf16) {
       best.scaled_exp_sum_bf16 = ScaledExpSumBf16Avx512Bf16;
-      best.kv_scores = KvScoresAvx512Bf16;
-      best.kv_accumulate = KvAccumulateAvx512Bf16;
     }
+    best.kv_scores = KvScoresBest;
+    best.kv_accumulate = KvAccumulateBest;
     return best;
   }();
   return ops;

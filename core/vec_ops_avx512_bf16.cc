@@ -81,22 +81,6 @@ void DotRowsBf16(const uint16_t* q, int64_t d, const uint16_t* k, int64_t n,
   }
 }
 
-// Accumulators of 32 value columns [c, c + 32) in the order vdpbf16ps over
-// interleaved rows (_mm512_unpacklo/hi_epi16) produces them: `lo` holds
-// columns 0-3, 8-11, 16-19, 24-27 (one group of four per 128-bit lane), `hi`
-// columns 4-7, 12-15, 20-23, 28-31.
-inline void ToPairOrder(__m512 a0, __m512 a1, __m512* lo, __m512* hi) {
-  *lo = _mm512_shuffle_f32x4(a0, a1, 0x88);
-  *hi = _mm512_shuffle_f32x4(a0, a1, 0xDD);
-}
-
-inline void FromPairOrder(__m512 lo, __m512 hi, __m512* a0, __m512* a1) {
-  const __m512 t0 = _mm512_shuffle_f32x4(lo, hi, 0x44);
-  const __m512 t1 = _mm512_shuffle_f32x4(lo, hi, 0xEE);
-  *a0 = _mm512_shuffle_f32x4(t0, t0, 0xD8);
-  *a1 = _mm512_shuffle_f32x4(t1, t1, 0xD8);
-}
-
 // acc[r][c0, c0 + 32·C) += Σ_t p[r][t] · v_t for R rows: two tokens per
 // vdpbf16ps, their probabilities a bf16 pair at pb[r·ldpb + t] (ldpb even,
 // zero past n).

@@ -1,10 +1,10 @@
 #ifndef ATTNSERVE_CORE_VEC_OPS_AVX512_INL_H_
 #define ATTNSERVE_CORE_VEC_OPS_AVX512_INL_H_
 
-// Internal: the AVX-512 helpers the AVX-512 tables share (vec_ops_avx512.cc
-// and vec_ops_avx512_bf16.cc). Include it only inside an AVX-512F target region
-// (the including file's pragma compiles these for its ISA); everything here
-// has internal linkage, one copy per including file.
+// Internal: the AVX-512 helpers the AVX-512 tables share (vec_ops_avx512.cc,
+// vec_ops_avx512_bf16.cc and vec_ops_avx512_vnni.cc). Include it only inside an
+// AVX-512F target region (the including file's pragma compiles these for its
+// ISA); everything here has internal linkage, one copy per including file.
 
 #include <immintrin.h>
 
@@ -228,6 +228,22 @@ inline void ReduceAdd4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
   _mm_storeu_ps(
       out, _mm_add_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1)));
+}
+
+// Accumulators of 32 value columns [c, c + 32) in the order a dot product of
+// pairs (vdpbf16ps, vpdpwssd) over interleaved rows (_mm512_unpacklo/hi_epi16)
+// produces them: `lo` holds columns 0-3, 8-11, 16-19, 24-27 (one group of four
+// per 128-bit lane), `hi` columns 4-7, 12-15, 20-23, 28-31.
+inline void ToPairOrder(__m512 a0, __m512 a1, __m512* lo, __m512* hi) {
+  *lo = _mm512_shuffle_f32x4(a0, a1, 0x88);
+  *hi = _mm512_shuffle_f32x4(a0, a1, 0xDD);
+}
+
+inline void FromPairOrder(__m512 lo, __m512 hi, __m512* a0, __m512* a1) {
+  const __m512 t0 = _mm512_shuffle_f32x4(lo, hi, 0x44);
+  const __m512 t1 = _mm512_shuffle_f32x4(lo, hi, 0xEE);
+  *a0 = _mm512_shuffle_f32x4(t0, t0, 0xD8);
+  *a1 = _mm512_shuffle_f32x4(t1, t1, 0xD8);
 }
 
 }  // namespace

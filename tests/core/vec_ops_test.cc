@@ -7,6 +7,7 @@
 
 #include "core/vec_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -276,6 +277,36 @@ struct StoredRows {
   const float* scale_ptr() const {
     return scales.empty() ? nullptr : scales.data();
   }
+  int64_t dim() const { return static_cast<int64_t>(values.size()) / n(); }
+  int64_t n() const { return static_cast<int64_t>(scales.size()); }
+  int8_t stored(int64_t t, int64_t c) const {
+    return reinterpret_cast<const int8_t*>(bytes.data())[t * dim() + c];
+  }
+
+  // The bounds vec_ops.h gives for int8 rows (0 for the others): a score of
+  // query row r against key t when the row is rounded to 16-bit integers...
+  double QueryRounding(const std::vector<float>& q, int64_t r, int64_t ldq,
+                       int64_t t) const {
+    if (scales.empty()) return 0;
+    double max_q = 0, sum_k = 0;
+    for (int64_t c = 0; c < dim(); ++c) {
+      max_q = std::max(max_q, std::fabs(double{q[r * ldq + c]}));
+      sum_k += std::abs(stored(t, c));
+    }
+    return max_q / 65534 * sum_k * scales[t];
+  }
+  // ...and a sum of column c over the n values when row r's weights p ·
+  // scale are (one run: n is at most 256 here).
+  double WeightRounding(const std::vector<float>& p, int64_t r, int64_t ldp,
+                        int64_t c) const {
+    if (scales.empty()) return 0;
+    double max_w = 0, sum_v = 0;
+    for (int64_t t = 0; t < n(); ++t) {
+      max_w = std::max(max_w, std::fabs(double{p[r * ldp + t]} * scales[t]));
+      sum_v += std::abs(stored(t, c));
+    }
+    return max_w / 65534 * sum_v;
+  }
 };
 
 TEST(VecOpsTest, KvProductsReadEveryStoredDTypeAsItsValues) {
@@ -322,7 +353,8 @@ TEST(VecOpsTest, KvProductsReadEveryStoredDTypeAsItsValues) {
                 for (int64_t c = 0; c < dim; ++c) {
                   want += double{q[r * ldq + c]} * kv.values[t * dim + c];
                 }
-                ASSERT_NEAR(scores[r * lds + t], want, 1e-5 * (1 + dim))
+                ASSERT_NEAR(scores[r * lds + t], want,
+                            1e-5 * (1 + dim) + kv.QueryRounding(q, r, ldq, t))
                     << "score r " << r << " t " << t;
               }
               // Past n the scores' row is untouched.
@@ -332,7 +364,8 @@ TEST(VecOpsTest, KvProductsReadEveryStoredDTypeAsItsValues) {
                 for (int64_t t = 0; t < n; ++t) {
                   want += double{s[r * lds + t]} * kv.values[t * dim + c];
                 }
-                ASSERT_NEAR(acc[r * ldacc + c], want, 1e-4 * (1 + n))
+                ASSERT_NEAR(acc[r * ldacc + c], want,
+                            1e-4 * (1 + n) + kv.WeightRounding(s, r, lds, c))
                     << "acc r " << r << " c " << c;
               }
               // Past dim the row's padding is untouched.
@@ -341,6 +374,55 @@ TEST(VecOpsTest, KvProductsReadEveryStoredDTypeAsItsValues) {
           }
         }
       }
+    }
+  }
+}
+
+// Past the shapes above: int8 rows longer than one run of weights (256
+// tokens), and non-finite queries and probabilities, which every table
+// passes through as the f32 arithmetic would (NaN).
+TEST(VecOpsTest, Int8ProductsOverLongRunsAndNonFiniteInputs) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const int64_t dim = 64, m = 5, n = 600;
+  const StoredRows kv(DType::kInt8, n, dim, rng);
+  for (const Table& table : MachineTables()) {
+    SCOPED_TRACE(table.name);
+    std::vector<float> p(static_cast<size_t>(m * n));
+    for (float& x : p) x = u(rng);
+    std::vector<float> acc(static_cast<size_t>(m * dim), 0.0f);
+    table.ops->kv_accumulate(p.data(), n, m, kv.bytes.data(), DType::kInt8,
+                             kv.scale_ptr(), n, dim, acc.data(), dim);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < dim; ++c) {
+        double want = 0;
+        for (int64_t t = 0; t < n; ++t) {
+          want += double{p[r * n + t]} * kv.values[t * dim + c];
+        }
+        ASSERT_NEAR(acc[r * dim + c], want,
+                    1e-4 * (1 + n) + kv.WeightRounding(p, r, n, c))
+            << "r " << r << " c " << c;
+      }
+    }
+
+    std::vector<float> q(static_cast<size_t>(m * dim), 0.5f);
+    q[2 * dim + 7] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> s(static_cast<size_t>(m * n));
+    table.ops->kv_scores(q.data(), dim, m, dim, kv.bytes.data(), DType::kInt8,
+                         kv.scale_ptr(), n, s.data(), n);
+    for (int64_t t = 0; t < n; ++t) {
+      ASSERT_TRUE(std::isnan(s[2 * n + t])) << "t " << t;
+      ASSERT_TRUE(std::isfinite(s[0 * n + t])) << "t " << t;
+    }
+
+    p[1 * n + 400] = std::numeric_limits<float>::infinity();
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    table.ops->kv_accumulate(p.data(), n, m, kv.bytes.data(), DType::kInt8,
+                             kv.scale_ptr(), n, dim, acc.data(), dim);
+    for (int64_t c = 0; c < dim; ++c) {
+      // inf times a nonzero value is ±inf; times a zero NaN.
+      ASSERT_FALSE(std::isfinite(acc[1 * dim + c])) << "c " << c;
+      ASSERT_TRUE(std::isfinite(acc[0 * dim + c])) << "c " << c;
     }
   }
 }
