@@ -150,6 +150,15 @@ struct AttentionInputs {
   MaskSpec mask;
   // Multiplies q·k; default 1/sqrt(D). Must be finite.
   std::optional<float> scale;
+  // Logit soft-capping (Gemma 2): each scaled score t = scale·q·k becomes
+  // softcap·tanh(t / softcap) before the mask's float parts (an explicit
+  // float mask, ALiBi) are added. Finite and > 0; softmax method only.
+  std::optional<float> softcap;
+  // Empty, or [Hq] attention-sink logits (gpt-oss): each softmax of head h
+  // has one more term, exp(sinks[h]), in its denominator, and no value goes
+  // with it, so a row's weights sum to less than 1. Each finite; softmax
+  // method only.
+  absl::Span<const float> sinks;
   KernelPath kernel = KernelPath::kAuto;
   AttentionMethod method = AttentionMethod::kSoftmax;
   LinearSpec linear;  // method kLinear only

@@ -190,7 +190,7 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
           }
           const int64_t h = hkv * p.group + (r0 + r) % p.group;
           const int64_t i = (r0 + r) / p.group;
-          StoreRow(args, merged, sum, b, h, i);
+          StoreRow(args, merged, max, sum, b, h, i);
         }
         return absl::OkStatus();
       });

@@ -46,9 +46,10 @@ absl::Status RunTile(const KernelArgs& args, Workspace* w, int64_t item) {
   absl::Status st = Accumulate(args, rows, 0, s.k_len, /*pad_rows=*/true, w);
   if (!st.ok()) return st;
   const float* acc = w->acc.Get<float>(0);
+  const float* max = w->row_max.Get<float>(0);
   const float* sum = w->row_sum.Get<float>(0);
   for (int64_t r = 0; r < rows.count; ++r) {
-    StoreRow(args, acc + r * s.value_dim, sum[r], b, h, i0 + r);
+    StoreRow(args, acc + r * s.value_dim, max[r], sum[r], b, h, i0 + r);
   }
   return absl::OkStatus();
 }

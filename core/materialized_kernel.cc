@@ -10,6 +10,7 @@
 // all) where k_block is a multiple of kKeyGranule.
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -154,13 +155,16 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
       std::memset(row + span_end, 0, (lk - span_end) * sizeof(float));
       if (bias != nullptr) FillBias(p, b, h, i0 + r, span_begin, span, bias);
       float* x = row + span_begin;
+      if (p.softcap > 0) ops.soft_cap(x, span, p.scale, p.softcap);
       const float max = ops.scale_mask_max(x, span, p.scale, lo[r] - span_begin,
                                            hi[r] - span_begin, bias);
       if (max == kNegInf) {
         std::memset(x, 0, span * sizeof(float));
         continue;
       }
-      const float sum = ops.exp_sum_f32(x, span, max, x);
+      float sum = ops.exp_sum_f32(x, span, max, x);
+      // Head h's attention sink: a term of the sum with no value.
+      if (p.sinks != nullptr) sum += std::exp(p.sinks[h] - max);
       ops.scale(x, span, 1.0f / sum);
     }
 

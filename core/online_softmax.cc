@@ -128,6 +128,7 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
   if (bias != nullptr) {
     FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
   }
+  if (p.softcap > 0) ops.soft_cap(s, n, p.scale, p.softcap);
   const int64_t lo = all_allowed ? 0 : ws->row_lo[r] - k0;
   const int64_t hi = all_allowed ? n : ws->row_hi[r] - k0;
   // Two passes over the raw scores: the row's maximum, then the
@@ -219,9 +220,10 @@ class InterleavedRows final : public AmxInterleave {
     }
     const Problem& p = *c_.args.p;
     const VecOps& ops = *c_.args.ops;
-    const float* s = c_.scores + r * c_.lds;
+    float* s = c_.scores + r * c_.lds;
     if (pos_ < 0) {
-      // The row's maximum.
+      // The row's maximum (its scores soft-capped first, once).
+      if (p.softcap > 0) ops.soft_cap(s, n_, p.scale, p.softcap);
       Workspace* ws = c_.ws;
       bias_ = use_bias_ ? c_.bias : nullptr;
       if (bias_ != nullptr) {
@@ -756,8 +758,11 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
   return absl::OkStatus();
 }
 
-void StoreRow(const KernelArgs& args, const float* acc, float sum, int64_t b,
-              int64_t h, int64_t i) {
+void StoreRow(const KernelArgs& args, const float* acc, float max, float sum,
+              int64_t b, int64_t h, int64_t i) {
+  // A row with nothing allowed has max -inf: its sink term is +inf, and the
+  // row stays zeros.
+  if (args.p->sinks != nullptr) sum += std::exp(args.p->sinks[h] - max);
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   args.ops->store_scaled(acc, args.p->shape.value_dim, inv,
                          OutputRow(args, b, h, i), args.out_dtype);

@@ -40,9 +40,11 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
                         Workspace* ws);
 
 // Writes acc row / sum (or zeros when nothing was allowed) to output row
-// (b, h, i).
-void StoreRow(const KernelArgs& args, const float* acc, float sum, int64_t b,
-              int64_t h, int64_t i);
+// (b, h, i); `max` is the row's running max (-inf when nothing was allowed),
+// against which head h's attention sink, when the call has one, adds
+// exp(sink - max) to the sum.
+void StoreRow(const KernelArgs& args, const float* acc, float max, float sum,
+              int64_t b, int64_t h, int64_t i);
 
 }  // namespace attnserve
 

@@ -171,6 +171,8 @@ AttentionInputs PagedAsStateless(const PagedAttentionInputs& in,
   a.mask.window_left = in.window_left;
   a.mask.alibi_slopes = in.alibi_slopes;
   a.scale = in.scale;
+  a.softcap = in.softcap;
+  a.sinks = in.sinks;
   return a;
 }
 

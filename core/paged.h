@@ -113,6 +113,10 @@ struct PagedAttentionInputs {
   absl::Span<const float> alibi_slopes;
   // Default 1/sqrt(D). Must be finite.
   std::optional<float> scale;
+  // Logit soft-cap and [Hq] attention sinks, as AttentionInputs' (unset,
+  // empty: none).
+  std::optional<float> softcap;
+  absl::Span<const float> sinks;
   absl::Span<const PagedSequence> sequences;
 };
 

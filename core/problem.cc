@@ -221,6 +221,28 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
         static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   }
 
+  if (in.softcap) {
+    if (!(std::isfinite(*in.softcap) && *in.softcap > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("softcap: must be finite and > 0, got ", *in.softcap));
+    }
+    p.softcap = *in.softcap;
+  }
+  if (!in.sinks.empty()) {
+    if (static_cast<int64_t>(in.sinks.size()) != s.q_heads) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sinks: expected ", s.q_heads,
+                       " entries (one per query head), got ", in.sinks.size()));
+    }
+    for (size_t h = 0; h < in.sinks.size(); ++h) {
+      if (!std::isfinite(in.sinks[h])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sinks[", h, "]: must be finite, got ", in.sinks[h]));
+      }
+    }
+    p.sinks = in.sinks.data();
+  }
+
   const MaskSpec& m = in.mask;
   p.causal = m.causal;
   p.diag_offset =
@@ -323,6 +345,10 @@ absl::Status CheckOnlyCausalAndPadding(const Problem& p,
     part = "mask.alibi_slopes: ALiBi";
   } else if (p.block_layout != nullptr) {
     part = "mask.block_sparse: a block-sparse layout";
+  } else if (p.softcap > 0) {
+    part = "softcap: logit soft-capping";
+  } else if (p.sinks != nullptr) {
+    part = "sinks: attention sinks";
   }
   if (part == nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(part, why));

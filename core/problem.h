@@ -37,6 +37,8 @@ struct Problem {
   Strides4 q_strides, k_strides, v_strides;
   int64_t group = 1;  // Hq / Hkv
   float scale = 1.0f;
+  float softcap = 0.0f;          // > 0 when set (AttentionInputs::softcap)
+  const float* sinks = nullptr;  // [Hq] or null
 
   // Mask, resolved.
   bool causal = false;
@@ -110,8 +112,8 @@ struct Problem {
 absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs);
 
 // For the methods that take only causal and key_lengths (linear, LSH):
-// InvalidArgument naming the first other mask part present, e.g.
-// "mask.alibi_slopes: ALiBi" followed by `why`.
+// InvalidArgument naming the first other mask part (or softmax option:
+// softcap, sinks) present, e.g. "mask.alibi_slopes: ALiBi" followed by `why`.
 absl::Status CheckOnlyCausalAndPadding(const Problem& p, absl::string_view why);
 
 // Checks outputs against a resolved problem and returns the element strides of

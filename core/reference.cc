@@ -69,7 +69,12 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
                        LoadAsFloat(p.q, p.dtype, q_row + d * p.q_strides.col)) *
                    LoadAsFloat(p.k, p.dtype, k_row + d * p.k_strides.col);
           }
-          double score = static_cast<double>(p.scale) * dot + bias;
+          double score = static_cast<double>(p.scale) * dot;
+          if (p.softcap > 0) {
+            const double cap = p.softcap;
+            score = cap * std::tanh(score / cap);
+          }
+          score += bias;
           if (p.alibi != nullptr) {
             score -= static_cast<double>(p.alibi[h]) *
                      static_cast<double>(std::llabs(diag - j));
@@ -83,8 +88,16 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
 
         std::fill(acc.begin(), acc.end(), 0.0);
         const bool zero_row = !any_allowed || max_score == kMinusInf;
+        // The sink's term is in the sum (and the shift: the largest logit,
+        // the sink's included), with no value.
         double sum = 0.0;
         if (!zero_row) {
+          if (p.sinks != nullptr) {
+            const double sink = p.sinks[h];
+            max_score =
+                std::isnan(max_score) ? max_score : std::max(max_score, sink);
+            sum += std::exp(sink - max_score);
+          }
           for (int64_t j = 0; j < s.k_len; ++j) {
             if (allowed[j]) sum += std::exp(scores[j] - max_score);
           }

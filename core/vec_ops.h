@@ -81,9 +81,22 @@ struct VecOps {
   // dst[c] = src[c] rounded to bf16; dst may be unaligned.
   void (*to_bf16)(const float* src, int64_t n, uint16_t* dst);
   // Sum over c in [0, n) of v[c] * tanh(a[c] + b[c]) (additive scoring);
-  // tanh within a few 1e-7 absolute, exactly ±1 for large arguments.
+  // tanh within a few 1e-7 relative, exactly ±1 for large arguments.
   float (*tanh_dot)(const float* a, const float* b, const float* v, int64_t n);
+  // Logit soft-capping of a row of raw scores: s[c] = (cap / scale) ·
+  // tanh(s[c] · scale / cap), so that the scaled passes see cap · tanh(t /
+  // cap) of each t = s · scale (within a few 1e-7 relative); nothing when
+  // scale is 0. NaN stays NaN.
+  void (*soft_cap)(float* s, int64_t n, float scale, float cap);
 };
+
+// The tables' tanh below kTanhSmall, where 1 - exp(-2|x|) would cancel: x +
+// x·z·P(z) with z = x² (Cephes' tanhf), P's coefficients from the highest
+// degree; a relative error of a few 1e-7.
+inline constexpr float kTanhSmall = 0.625f;
+inline constexpr float kTanhPoly[5] = {-5.70498872745e-3f, 2.06390887954e-2f,
+                                       -5.37397155531e-2f, 1.33314422036e-1f,
+                                       -3.33332819422e-1f};
 
 // The tables; the AVX-512 one needs AVX512F, the AVX2 one AVX2, FMA and F16C.
 // Avx512VecOps() is the best of AVX-512 for this CPU: it rounds bf16 with

@@ -300,8 +300,38 @@ inline __m256 Tanh(__m256 x) {
   const __m256 ax = _mm256_andnot_ps(sign, x);
   const __m256 e = Exp(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
   const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
-  return _mm256_or_ps(t, _mm256_and_ps(sign, x));
+  const __m256 t =
+      _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)),
+                   _mm256_and_ps(sign, x));
+  // Below kTanhSmall, where 1 - e cancels: the odd polynomial.
+  const __m256 z = _mm256_mul_ps(x, x);
+  __m256 p = _mm256_set1_ps(kTanhPoly[0]);
+  for (int i = 1; i < 5; ++i) {
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(kTanhPoly[i]));
+  }
+  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
+  return _mm256_blendv_ps(
+      t, small, _mm256_cmp_ps(ax, _mm256_set1_ps(kTanhSmall), _CMP_LT_OQ));
+}
+
+void SoftCap(float* s, int64_t n, float scale, float cap) {
+  if (scale == 0.0f) return;
+  const __m256 in = _mm256_set1_ps(scale / cap);
+  const __m256 out = _mm256_set1_ps(cap / scale);
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    _mm256_storeu_ps(
+        s + c,
+        _mm256_mul_ps(out, Tanh(_mm256_mul_ps(_mm256_loadu_ps(s + c), in))));
+  }
+  if (c < n) {
+    alignas(32) float t[kLanes] = {};
+    const size_t rest = static_cast<size_t>(n - c) * sizeof(float);
+    std::memcpy(t, s + c, rest);
+    _mm256_store_ps(
+        t, _mm256_mul_ps(out, Tanh(_mm256_mul_ps(_mm256_load_ps(t), in))));
+    std::memcpy(s + c, t, rest);
+  }
 }
 
 float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
@@ -407,7 +437,7 @@ const VecOps& Avx2VecOps() {
                              ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
                              Scale,         StoreScaled,     LoadRow,
                              DequantInt8,   KvScoresAvx2,    KvAccumulateAvx2,
-                             ToBFloat16Row, TanhDot};
+                             ToBFloat16Row, TanhDot,         SoftCap};
   return ops;
 }
 

@@ -123,12 +123,33 @@ void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
 // and e underflows to 0 (tanh = ±1) for |x| > 43.
 inline __m512 Tanh(__m512 x) {
   const __m512 zero = _mm512_setzero_ps();
-  const __m512 e = Exp(_mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(-2.0f)));
+  const __m512 ax = _mm512_abs_ps(x);
+  const __m512 e = Exp(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f)));
   const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
+  __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
   // -t where x < 0.
-  return _mm512_mask_sub_ps(t, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), zero,
-                            t);
+  t = _mm512_mask_sub_ps(t, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), zero, t);
+  // Below kTanhSmall, where 1 - e cancels: the odd polynomial.
+  const __m512 z = _mm512_mul_ps(x, x);
+  __m512 p = _mm512_set1_ps(kTanhPoly[0]);
+  for (int i = 1; i < 5; ++i) {
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(kTanhPoly[i]));
+  }
+  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
+  return _mm512_mask_mov_ps(
+      t, _mm512_cmp_ps_mask(ax, _mm512_set1_ps(kTanhSmall), _CMP_LT_OQ), small);
+}
+
+void SoftCap(float* s, int64_t n, float scale, float cap) {
+  if (scale == 0.0f) return;
+  const __m512 in = _mm512_set1_ps(scale / cap);
+  const __m512 out = _mm512_set1_ps(cap / scale);
+  for (int64_t c = 0; c < n; c += kLanes) {
+    const __mmask16 mask = TailMask(std::min<int64_t>(kLanes, n - c));
+    const __m512 x = _mm512_maskz_loadu_ps(mask, s + c);
+    _mm512_mask_storeu_ps(s + c, mask,
+                          _mm512_mul_ps(out, Tanh(_mm512_mul_ps(x, in))));
+  }
 }
 
 float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
@@ -261,7 +282,7 @@ const VecOps& Avx512FVecOps() {
                              ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
                              Scale,         StoreScaled,     LoadRow,
                              DequantInt8,   KvScoresAvx512,  KvAccumulateAvx512,
-                             ToBFloat16Row, TanhDot};
+                             ToBFloat16Row, TanhDot,         SoftCap};
   return ops;
 }
 

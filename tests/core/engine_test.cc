@@ -43,6 +43,11 @@ enum class MaskKind {
   kFloatMask,
   kAlibi,
   kAll,
+  // Not mask parts, but applied with them: logit soft-capping, attention
+  // sinks, and both over causal, ALiBi and key lengths.
+  kSoftcap,
+  kSinks,
+  kSoftcapSinks,
 };
 
 std::string MaskName(MaskKind m) {
@@ -65,6 +70,12 @@ std::string MaskName(MaskKind m) {
       return "Alibi";
     case MaskKind::kAll:
       return "AllMasks";
+    case MaskKind::kSoftcap:
+      return "Softcap";
+    case MaskKind::kSinks:
+      return "Sinks";
+    case MaskKind::kSoftcapSinks:
+      return "SoftcapSinks";
   }
   return "?";
 }
@@ -85,6 +96,8 @@ struct Case {
   TestTensor q, k, v, explicit_mask;
   std::vector<int32_t> key_lengths;
   std::vector<float> alibi;
+  std::optional<float> softcap;
+  std::vector<float> sinks;
 
   void Build(uint64_t seed) {
     const Shape& s = shape;
@@ -97,7 +110,8 @@ struct Case {
                            2.0f);
     v = TestTensor::Random(dtype, dims(s.hkv, s.lk, s.dv), seed + 2);
     const bool all = mask == MaskKind::kAll;
-    if (mask == MaskKind::kKeyLengths || all) {
+    const bool capped = mask == MaskKind::kSoftcapSinks;
+    if (mask == MaskKind::kKeyLengths || all || capped) {
       for (int64_t b = 0; b < s.b; ++b) {
         // Covers 0 (a fully masked batch entry), partial and full lengths.
         key_lengths.push_back(static_cast<int32_t>(
@@ -120,10 +134,16 @@ struct Case {
       for (int64_t i = 0; i < explicit_mask.size(); i += 7)
         explicit_mask.Set(i, -kInf);
     }
-    if (mask == MaskKind::kAlibi || all) {
+    if (mask == MaskKind::kAlibi || all || capped) {
       for (int64_t h = 0; h < s.hq; ++h) {
         alibi.push_back(std::pow(2.0f, -8.0f * (h + 1) / s.hq));
       }
+    }
+    // Scores here reach about ±15: a cap of 4 bends most of them.
+    if (mask == MaskKind::kSoftcap || capped) softcap = 4.0f;
+    if (mask == MaskKind::kSinks || capped) {
+      // From a sink that takes most of the weight to one that takes little.
+      for (int64_t h = 0; h < s.hq; ++h) sinks.push_back(3.0f - 2.5f * h);
     }
   }
 
@@ -138,7 +158,8 @@ struct Case {
     MaskSpec& m = in.mask;
     const bool all = mask == MaskKind::kAll;
     if (mask == MaskKind::kCausalTopLeft ||
-        mask == MaskKind::kCausalBottomRight || all) {
+        mask == MaskKind::kCausalBottomRight || all ||
+        mask == MaskKind::kSoftcapSinks) {
       m.causal = true;
       m.alignment = mask == MaskKind::kCausalTopLeft
                         ? CausalAlignment::kTopLeft
@@ -152,6 +173,8 @@ struct Case {
     m.key_lengths = key_lengths;
     if (explicit_mask.size() > 0) m.explicit_mask = explicit_mask.view();
     m.alibi_slopes = alibi;
+    in.softcap = softcap;
+    in.sinks = sinks;
     return in;
   }
 
@@ -204,13 +227,16 @@ void ExpectMatchesReference(AttentionEngine& engine, const Case& c,
   if (!weights) return;
   const float wtol = Tolerance(c.dtype);
   for (int64_t row = 0; row < s.b * s.hq * s.lq; ++row) {
-    double sum = 0.0;
+    // A row's weights sum to 1, or with a sink to the reference's sum (its
+    // share left to the sink).
+    double sum = 0.0, ref_sum = 0.0;
     bool ref_zero = true;
     for (int64_t j = 0; j < s.lk; ++j) {
       const int64_t i = row * s.lk + j;
       const float ref = ref_w.at(i);
       const float got = w.at(i);
       sum += got;
+      ref_sum += ref;
       ref_zero = ref_zero && ref == 0.0f;
       if (!(std::fabs(got - ref) <= wtol * (1.0f + std::fabs(ref))) &&
           reported++ < 5) {
@@ -223,7 +249,9 @@ void ExpectMatchesReference(AttentionEngine& engine, const Case& c,
         EXPECT_EQ(w.at(row * s.lk + j), 0.0f) << "fully masked row " << row;
       }
     } else if (s.lk > 0) {
-      EXPECT_NEAR(sum, 1.0, 1e-4) << "weights row " << row;
+      EXPECT_NEAR(sum, c.sinks.empty() ? 1.0 : ref_sum, 1e-4)
+          << "weights row " << row;
+      if (!c.sinks.empty()) EXPECT_LT(ref_sum, 1.0) << "weights row " << row;
     }
   }
 }
@@ -304,7 +332,8 @@ INSTANTIATE_TEST_SUITE_P(
                           MaskKind::kCausalBottomRight, MaskKind::kWindow,
                           MaskKind::kKeyLengths, MaskKind::kBoolMask,
                           MaskKind::kFloatMask, MaskKind::kAlibi,
-                          MaskKind::kAll),
+                          MaskKind::kAll, MaskKind::kSoftcap, MaskKind::kSinks,
+                          MaskKind::kSoftcapSinks),
         ::testing::Values(KernelPath::kFlash, KernelPath::kMaterialized,
                           KernelPath::kDecode),
         ::testing::ValuesIn(::attnserve::testing::MachineIsas()),

@@ -91,13 +91,16 @@ struct PagedCase {
   std::optional<int64_t> window_left;
   bool alibi = false;
   std::optional<float> scale;
+  std::optional<float> softcap;
+  bool sinks = false;
   std::vector<bool> weights;  // per sequence; empty = none
   Isa isa = Isa::kAuto;
 
   std::string Name() const {
     return absl::StrCat(DTypeName(dtype), " hq", hq, " hkv", hkv, " d", d,
                         " dv", dv, " bt", bt, " causal", causal, " window",
-                        window_left.value_or(-1), " alibi", alibi);
+                        window_left.value_or(-1), " alibi", alibi, " softcap",
+                        softcap.value_or(0), " sinks", sinks);
   }
 };
 
@@ -114,6 +117,8 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
   std::vector<TestTensor> queries, outputs, weights;
   std::vector<float> slopes;
   for (int64_t h = 0; h < c.hq; ++h) slopes.push_back(0.1f * (h + 1));
+  std::vector<float> sinks;
+  for (int64_t h = 0; h < c.hq; ++h) sinks.push_back(2.0f - 1.5f * h);
   std::vector<PagedSequence> seqs(n);
   for (size_t i = 0; i < n; ++i) {
     caches.push_back(std::make_unique<Cache>(c.dtype, c.tokens[i], c.hkv, c.d,
@@ -147,6 +152,8 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
   in.window_left = c.window_left;
   if (c.alibi) in.alibi_slopes = slopes;
   in.scale = c.scale;
+  in.softcap = c.softcap;
+  if (c.sinks) in.sinks = sinks;
   in.sequences = seqs;
   const absl::Status st = (*engine)->RunPaged(in);
   ASSERT_TRUE(st.ok()) << st;
@@ -175,6 +182,8 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
     ref_in.mask.window_left = c.window_left;
     if (c.alibi) ref_in.mask.alibi_slopes = slopes;
     ref_in.scale = c.scale;
+    ref_in.softcap = c.softcap;
+    if (c.sinks) ref_in.sinks = sinks;
     TestTensor ref_out(DType::kFloat32, {1, c.lnew[i], c.hq, c.dv});
     TestTensor ref_w(DType::kFloat32, {1, c.hq, c.lnew[i], c.tokens[i]});
     AttentionOutputs ref_outputs;
@@ -247,6 +256,32 @@ TEST_P(PagedTest, MaskPartsAndScale) {
   ExpectPagedMatchesReference(c);
   c.scale = 0.0f;
   ExpectPagedMatchesReference(c);
+}
+
+// Gemma 2's soft-cap and gpt-oss's sinks in every stored dtype, in decode
+// steps (the products over stored rows), chunked prefill (GEMMs) and with
+// weights (the materialized kernel).
+TEST_P(PagedTest, SoftcapAndSinksInEveryPath) {
+  for (DType dtype :
+       {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt8}) {
+    PagedCase c;
+    c.isa = GetParam();
+    c.dtype = dtype;
+    c.d = 32;
+    c.dv = 32;
+    c.hq = 8;
+    c.hkv = 2;
+    c.tokens = {300, 64, 5, 0};
+    c.lnew = {1, 40, 2, 1};
+    c.weights = {false, false, true, false};
+    c.softcap = 0.75f;
+    c.sinks = true;
+    ExpectPagedMatchesReference(c);
+    c.alibi = true;
+    c.window_left = 30;
+    c.softcap.reset();
+    ExpectPagedMatchesReference(c);
+  }
 }
 
 TEST_P(PagedTest, EmptyCachesAndWeights) {

@@ -156,6 +156,37 @@ TEST(ReferenceTest, HandComputedTwoByTwo) {
                   static_cast<float>(10 * half + 20 * (1 - half)));
 }
 
+// Gemma 2's soft-cap and gpt-oss's sinks by hand, on the same 2 × 2: the
+// cap bends the scores before the float mask parts (here ALiBi) are added;
+// the sink is one more term of the denominator, with no value.
+TEST(ReferenceTest, HandComputedSoftcapAndSinks) {
+  const TestTensor q = TestTensor::FromFloats(kF32, {1, 1, 2, 1}, {1, 2});
+  const TestTensor k = TestTensor::FromFloats(kF32, {1, 1, 2, 1}, {1, -1});
+  const TestTensor v = TestTensor::FromFloats(kF32, {1, 1, 2, 1}, {10, 20});
+  AttentionInputs in = MakeInputs(q, k, v);
+  const std::vector<float> slopes = {0.25f};
+  in.mask.alibi_slopes = slopes;
+  in.softcap = 1.5f;
+  const std::vector<float> sinks = {0.75f};
+  in.sinks = sinks;
+  absl::StatusOr<Result> r = RunReference(in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int64_t i = 0; i < 2; ++i) {
+    // Scores q_i · k_j = (i + 1) · (1, -1); ALiBi -0.25 · |i - j|.
+    double t[2], sum = std::exp(0.75);
+    for (int64_t j = 0; j < 2; ++j) {
+      const double score = (i + 1) * (j == 0 ? 1.0 : -1.0);
+      t[j] = 1.5 * std::tanh(score / 1.5) - 0.25 * std::abs(i - j);
+      sum += std::exp(t[j]);
+    }
+    const double w0 = std::exp(t[0]) / sum, w1 = std::exp(t[1]) / sum;
+    EXPECT_FLOAT_EQ(r->weights.at(2 * i), static_cast<float>(w0)) << i;
+    EXPECT_FLOAT_EQ(r->weights.at(2 * i + 1), static_cast<float>(w1)) << i;
+    EXPECT_FLOAT_EQ(r->output.at(i), static_cast<float>(10 * w0 + 20 * w1))
+        << i;
+  }
+}
+
 TEST(ReferenceTest, DefaultScaleIsInverseSqrtHeadDim) {
   // D = 3: key 0 has q·k = 3, key 1 has q·k = 0, so the scores are
   // (3 / sqrt(3), 0) = (sqrt(3), 0) by default.

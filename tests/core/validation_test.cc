@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "core/attention.h"
 #include "core/reference.h"
 #include "core/tensor.h"
@@ -342,6 +344,36 @@ TEST_P(ValidationTest, AlibiNonFinite) {
   slopes[3] = -std::numeric_limits<float>::infinity();
   EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.alibi_slopes[3]: must "
                                                    "be finite, got -inf")));
+}
+
+TEST_P(ValidationTest, SoftcapNotPositiveOrNonFinite) {
+  for (const float cap :
+       {0.0f, -1.0f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    inputs_.softcap = cap;
+    EXPECT_THAT(
+        Call(),
+        StatusIs(kInvalid, HasSubstr(absl::StrCat(
+                               "softcap: must be finite and > 0, got ", cap))));
+  }
+  inputs_.softcap = 1e-30f;
+  EXPECT_TRUE(Call().ok()) << Call();
+}
+
+TEST_P(ValidationTest, SinksWrongLengthOrNonFinite) {
+  float sinks[] = {0.1f, 0.2f, 0.3f, std::nanf("")};
+  inputs_.sinks = absl::MakeConstSpan(sinks, 3);
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("sinks: expected 4 entries (one per "
+                                           "query head), got 3")));
+  inputs_.sinks = sinks;
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("sinks[3]: must be finite, got nan")));
+  sinks[3] = -std::numeric_limits<float>::infinity();
+  EXPECT_THAT(
+      Call(),
+      StatusIs(kInvalid, HasSubstr("sinks[3]: must be finite, got -inf")));
+  sinks[3] = -1e30f;
+  EXPECT_TRUE(Call().ok()) << Call();
 }
 
 TEST_P(ValidationTest, ScaleNonFinite) {

@@ -427,6 +427,44 @@ TEST(VecOpsTest, Int8ProductsOverLongRunsAndNonFiniteInputs) {
   }
 }
 
+// Soft-capping keeps tanh's relative precision at every magnitude: near 0,
+// where 1 - exp(-2|x|) would cancel, around the switch to it, and where tanh
+// is ±1; the scaled passes then see cap · tanh(t / cap).
+TEST(VecOpsTest, SoftCapIsCapTimesTanhWithinItsRelativeError) {
+  std::vector<float> raw;
+  for (float x = 1e-6f; x < 200.0f; x *= 1.07f) {
+    raw.push_back(x);
+    raw.push_back(-x);
+  }
+  raw.push_back(0.0f);
+  raw.push_back(0.625f * 4.0f);  // t / cap at the polynomial's edge
+  raw.push_back(std::numeric_limits<float>::infinity());
+  raw.push_back(std::numeric_limits<float>::quiet_NaN());
+  for (const Table& table : MachineTables()) {
+    for (const float scale : {0.25f, -0.5f}) {
+      std::vector<float> s = raw;
+      table.ops->soft_cap(s.data(), static_cast<int64_t>(s.size()), scale,
+                          4.0f);
+      for (size_t i = 0; i < raw.size(); ++i) {
+        const double t = double{raw[i]} * scale;
+        const double want = 4.0 * std::tanh(t / 4.0);
+        const double got = double{s[i]} * scale;
+        if (std::isnan(raw[i])) {
+          EXPECT_TRUE(std::isnan(s[i])) << table.name;
+          continue;
+        }
+        EXPECT_NEAR(got, want, 4e-7 * std::fabs(want) + 1e-30)
+            << table.name << " s " << raw[i] << " scale " << scale;
+      }
+    }
+    std::vector<float> s = raw;
+    table.ops->soft_cap(s.data(), static_cast<int64_t>(s.size()), 0.0f, 4.0f);
+    for (size_t i = 0; i < raw.size(); ++i) {
+      if (!std::isnan(raw[i])) EXPECT_EQ(s[i], raw[i]) << "scale 0 keeps s";
+    }
+  }
+}
+
 TEST(VecOpsTest, DequantInt8IsEachElementTimesTheScale) {
   for (const Table& table : MachineTables()) {
     for (const int64_t n : {1, 7, 8, 16, 17, 40}) {

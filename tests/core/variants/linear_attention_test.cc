@@ -672,6 +672,13 @@ TEST_F(LinearAttentionValidationTest, MaskPartsThatCannotBeLinearised) {
   in.mask.block_sparse = bs;
   ExpectInvalid(in,
                 absl::StrCat("mask.block_sparse: a block-sparse layout", kWhy));
+
+  in = c_.Inputs();
+  in.softcap = 30.0f;
+  ExpectInvalid(in, absl::StrCat("softcap: logit soft-capping", kWhy));
+  in = c_.Inputs();
+  in.sinks = slopes;
+  ExpectInvalid(in, absl::StrCat("sinks: attention sinks", kWhy));
 }
 
 // The FLOPs count the key sums once per kv head and the queries per query

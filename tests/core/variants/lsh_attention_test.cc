@@ -674,6 +674,16 @@ TEST(LshAttentionTest, MalformedParametersAreRejected) {
     bad.push_back(
         {"block sparse", in, "mask.block_sparse: a block-sparse layout" + why});
   }
+  {
+    AttentionInputs in = base();
+    in.softcap = 30.0f;
+    bad.push_back({"softcap", in, "softcap: logit soft-capping" + why});
+  }
+  {
+    AttentionInputs in = base();
+    in.sinks = slopes;
+    bad.push_back({"sinks", in, "sinks: attention sinks" + why});
+  }
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.name);
     const auto matches =
