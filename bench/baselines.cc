@@ -156,6 +156,8 @@ absl::StatusOr<double> GemmGflops(DType dtype, int threads,
 
 std::optional<std::string> UnfusedSkipReason(const CaseSpec& spec) {
   if (spec.path == KernelPath::kDecode) return "decode";
+  if (spec.softcap_sinks)
+    return "soft-cap and sinks (the baseline has neither)";
   double bytes = double(spec.b) * spec.hq * spec.lq * spec.lk * sizeof(float);
   if (spec.dtype == DType::kBFloat16) bytes *= 1.5;  // + the bf16 copy of P
   if (bytes > kMaxScoreBytes) return "score buffer above 2 GiB";

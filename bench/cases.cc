@@ -24,6 +24,7 @@ CaseSpec MakeCase(CaseSpec spec) {
     absl::StrAppend(&n, "_lq", spec.lq, "_lk", spec.lk);
   }
   absl::StrAppend(&n, "_d", spec.d, "_", std::string(DTypeName(spec.dtype)));
+  if (spec.softcap_sinks) absl::StrAppend(&n, "_softcap_sinks");
   return spec;
 }
 
@@ -81,11 +82,18 @@ std::vector<CaseSpec> AllCases() {
   s.causal = true;
   add(s);
 
+  s = Flash(f32, 1, 16, 2048, 64);
+  s.softcap_sinks = true;
+  add(s);
+
   s = Flash(f32, 1, 32, 1, 128);
   s.path = KernelPath::kDecode;
   s.hkv = 8;
   s.lk = 8192;
   s.quick = true;
+  add(s);
+  s.softcap_sinks = true;
+  s.quick = false;
   add(s);
 
   s = Flash(f32, 1, 8, 1024, 64);
@@ -134,6 +142,10 @@ CaseBuffers::CaseBuffers(const CaseSpec& s)
   // Touched so that page faults are not timed and resident memory is counted.
   std::memset(out.data(), 0, out.size());
   if (weights.size() > 0) std::memset(weights.data(), 0, weights.size());
+  if (s.softcap_sinks) {
+    for (int64_t h = 0; h < s.hq; ++h)
+      sinks.push_back(rng.Uniform(-1.0f, 1.0f));
+  }
 }
 
 AttentionInputs CaseBuffers::inputs() const {
@@ -146,6 +158,10 @@ AttentionInputs CaseBuffers::inputs() const {
       MakeTensorView(v.data(), spec.dtype, {spec.b, spec.hkv, spec.lk, spec.d});
   in.mask.causal = spec.causal;
   in.kernel = spec.path;
+  if (spec.softcap_sinks) {
+    in.softcap = 50.0f;
+    in.sinks = sinks;
+  }
   return in;
 }
 

@@ -29,6 +29,9 @@ struct CaseSpec {
   KernelPath path = KernelPath::kFlash;  // kMaterialized requests the weights
   int64_t b = 1, hq = 1, hkv = 1, lq = 1, lk = 1, d = 64;
   bool causal = false;
+  // Gemma 2's logit soft-cap (50) and gpt-oss's attention sinks (one logit
+  // per head), together: the forms' cost against the plain case.
+  bool softcap_sinks = false;
   bool quick = false;  // part of --quick
   // kPeakRss cases run on this many threads whatever --threads says.
   int fixed_threads = 0;
@@ -72,6 +75,7 @@ struct CaseBuffers {
 
   CaseSpec spec;
   AlignedBuffer q, k, v, out, weights;
+  std::vector<float> sinks;  // [Hq] with softcap_sinks
 };
 
 }  // namespace attnserve::bench

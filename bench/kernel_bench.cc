@@ -81,6 +81,7 @@ constexpr Target kFlashRatioBf16{0.60, true};
 constexpr Target kTwoThreadSpeedup{1.7, true};
 constexpr Target kCausalTimeRatio{0.55, false};
 constexpr Target kWeightsTimeRatio{1.15, false};
+constexpr Target kFormsTimeRatio{1.15, false};
 constexpr Target kUnfusedSpeedup{2.0, true};
 constexpr Target kDecodeRatioToCopy{0.60, true};
 constexpr Target kExtraRssMib{16.0, false};
@@ -113,6 +114,10 @@ constexpr char kFlash4096[] = "flash_b1_h16_l4096_d64_f32";
 constexpr char kCausal4096[] = "flash_causal_b1_h16_l4096_d64_f32";
 constexpr char kFlash1024[] = "flash_b1_h8_l1024_d64_f32";
 constexpr char kWeights1024[] = "materialized_b1_h8_l1024_d64_f32";
+constexpr char kForms2048[] = "flash_b1_h16_l2048_d64_f32_softcap_sinks";
+constexpr char kDecode8192[] = "decode_b1_h32kv8_lq1_lk8192_d128_f32";
+constexpr char kDecodeForms8192[] =
+    "decode_b1_h32kv8_lq1_lk8192_d128_f32_softcap_sinks";
 
 class Benchmark {
  public:
@@ -443,6 +448,10 @@ class Benchmark {
               kCausalTimeRatio);
     TimeRatio("summary_weights_time_ratio_l1024", kWeights1024, kFlash1024,
               kWeightsTimeRatio);
+    TimeRatio("summary_softcap_sinks_time_ratio_l2048", kForms2048, kFlash2048,
+              kFormsTimeRatio);
+    TimeRatio("summary_softcap_sinks_time_ratio_decode_lk8192",
+              kDecodeForms8192, kDecode8192, kFormsTimeRatio);
     for (int threads : options_.threads) {
       const Json* r = Find(kFlash2048, threads);
       if (r == nullptr || r->at("unfused_speedup").is_null()) continue;

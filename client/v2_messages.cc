@@ -152,6 +152,12 @@ ModelInferRequest ToModelInferRequest(const v1::AttendRequest& request) {
     p[wire::kV2Layout].set_string_param(v1::Layout_Name(request.layout()));
   }
   if (request.has_scale()) p[wire::kV2Scale].set_double_param(request.scale());
+  if (request.has_softcap()) {
+    p[wire::kV2Softcap].set_double_param(request.softcap());
+  }
+  if (request.sinks_size() > 0) {
+    AddVector(wire::kV2Sinks, v1::FLOAT32, request.sinks(), &r);
+  }
   AddCommon(request.return_weights(), request.output_dtype(), &r);
   AddOutputs(request, &r);
   return r;

@@ -188,6 +188,12 @@ struct AttentionShape {
   double flops = 0.0;
 };
 
+// The checks Validate makes of AttentionInputs::softcap and ::sinks (for
+// callers that must refuse them before other work): InvalidArgument naming
+// the field.
+absl::Status CheckSoftcap(std::optional<float> softcap);
+absl::Status CheckSinks(absl::Span<const float> sinks, int64_t q_heads);
+
 // Internal: a call's inputs resolved into the kernels' form (core/problem.h).
 struct Problem;
 

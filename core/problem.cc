@@ -102,6 +102,30 @@ double AttentionShape::dense_flops() const {
   return 2.0 * batch * q_heads * q_len * k_len * double(head_dim + value_dim);
 }
 
+absl::Status CheckSoftcap(std::optional<float> softcap) {
+  if (softcap && !(std::isfinite(*softcap) && *softcap > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("softcap: must be finite and > 0, got ", *softcap));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSinks(absl::Span<const float> sinks, int64_t q_heads) {
+  if (sinks.empty()) return absl::OkStatus();
+  if (static_cast<int64_t>(sinks.size()) != q_heads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sinks: expected ", q_heads,
+                     " entries (one per query head), got ", sinks.size()));
+  }
+  for (size_t h = 0; h < sinks.size(); ++h) {
+    if (!std::isfinite(sinks[h])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sinks[", h, "]: must be finite, got ", sinks[h]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
   Problem p;
   // LSH attention shares queries and keys: the key is the query.
@@ -221,27 +245,10 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
         static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   }
 
-  if (in.softcap) {
-    if (!(std::isfinite(*in.softcap) && *in.softcap > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("softcap: must be finite and > 0, got ", *in.softcap));
-    }
-    p.softcap = *in.softcap;
-  }
-  if (!in.sinks.empty()) {
-    if (static_cast<int64_t>(in.sinks.size()) != s.q_heads) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sinks: expected ", s.q_heads,
-                       " entries (one per query head), got ", in.sinks.size()));
-    }
-    for (size_t h = 0; h < in.sinks.size(); ++h) {
-      if (!std::isfinite(in.sinks[h])) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sinks[", h, "]: must be finite, got ", in.sinks[h]));
-      }
-    }
-    p.sinks = in.sinks.data();
-  }
+  RETURN_IF_ERROR(CheckSoftcap(in.softcap));
+  p.softcap = in.softcap.value_or(0.0f);
+  RETURN_IF_ERROR(CheckSinks(in.sinks, s.q_heads));
+  if (!in.sinks.empty()) p.sinks = in.sinks.data();
 
   const MaskSpec& m = in.mask;
   p.causal = m.causal;

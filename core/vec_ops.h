@@ -90,13 +90,18 @@ struct VecOps {
   void (*soft_cap)(float* s, int64_t n, float scale, float cap);
 };
 
-// The tables' tanh below kTanhSmall, where 1 - exp(-2|x|) would cancel: x +
-// x·z·P(z) with z = x² (Cephes' tanhf), P's coefficients from the highest
-// degree; a relative error of a few 1e-7.
-inline constexpr float kTanhSmall = 0.625f;
-inline constexpr float kTanhPoly[5] = {-5.70498872745e-3f, 2.06390887954e-2f,
-                                       -5.37397155531e-2f, 1.33314422036e-1f,
-                                       -3.33332819422e-1f};
+// The tables' tanh: x·P(z)/Q(z), z = x², for |x| ≤ kTanhLimit (x clamped to
+// it: past it tanh is ±1 in f32), with no exp and no division (a reciprocal
+// estimate and a Newton step). P and Q (coefficients from the highest
+// degree) are a least-squares fit of the relative error, reweighted toward
+// its maximum: 2e-8 in exact arithmetic, below 4e-7 evaluated in f32.
+inline constexpr float kTanhLimit = 9.0f;
+inline constexpr float kTanhP[5] = {1.335465161e-08f, 2.060907354e-05f,
+                                    3.495587502e-03f, 1.338102520e-01f,
+                                    1.000000000e+00f};
+inline constexpr float kTanhQ[5] = {7.776553730e-07f, 3.285633866e-04f,
+                                    2.587698027e-02f, 4.671434164e-01f,
+                                    1.000000000e+00f};
 
 // The tables; the AVX-512 one needs AVX512F, the AVX2 one AVX2, FMA and F16C.
 // Avx512VecOps() is the best of AVX-512 for this CPU: it rounds bf16 with

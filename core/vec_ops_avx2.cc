@@ -293,25 +293,22 @@ void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
   StoreScaled(src, n, 1.0f, dst, DType::kBFloat16);
 }
 
-// tanh(x) = sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|): no overflow,
-// and e underflows to 0 (tanh = ±1) for |x| > 43.
+// tanh (vec_ops.h, kTanhP / kTanhQ); NaN stays NaN (max and min return their
+// second operand when one is NaN).
 inline __m256 Tanh(__m256 x) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256 ax = _mm256_andnot_ps(sign, x);
-  const __m256 e = Exp(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 t =
-      _mm256_or_ps(_mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e)),
-                   _mm256_and_ps(sign, x));
-  // Below kTanhSmall, where 1 - e cancels: the odd polynomial.
+  const __m256 limit = _mm256_set1_ps(kTanhLimit);
+  x = _mm256_min_ps(limit, _mm256_max_ps(_mm256_set1_ps(-kTanhLimit), x));
   const __m256 z = _mm256_mul_ps(x, x);
-  __m256 p = _mm256_set1_ps(kTanhPoly[0]);
+  __m256 p = _mm256_set1_ps(kTanhP[0]);
+  __m256 q = _mm256_set1_ps(kTanhQ[0]);
   for (int i = 1; i < 5; ++i) {
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(kTanhPoly[i]));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(kTanhP[i]));
+    q = _mm256_fmadd_ps(q, z, _mm256_set1_ps(kTanhQ[i]));
   }
-  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
-  return _mm256_blendv_ps(
-      t, small, _mm256_cmp_ps(ax, _mm256_set1_ps(kTanhSmall), _CMP_LT_OQ));
+  // 1/q: a 12-bit estimate and one Newton step (about 2^-22).
+  __m256 inv = _mm256_rcp_ps(q);
+  inv = _mm256_mul_ps(inv, _mm256_fnmadd_ps(q, inv, _mm256_set1_ps(2.0f)));
+  return _mm256_mul_ps(_mm256_mul_ps(x, p), inv);
 }
 
 void SoftCap(float* s, int64_t n, float scale, float cap) {

@@ -119,25 +119,22 @@ void ToBFloat16Row(const float* src, int64_t n, uint16_t* dst) {
   StoreScaled(src, n, 1.0f, dst, DType::kBFloat16);
 }
 
-// tanh(x) = sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|): no overflow,
-// and e underflows to 0 (tanh = ±1) for |x| > 43.
+// tanh (vec_ops.h, kTanhP / kTanhQ); NaN stays NaN (max and min return their
+// second operand when one is NaN).
 inline __m512 Tanh(__m512 x) {
-  const __m512 zero = _mm512_setzero_ps();
-  const __m512 ax = _mm512_abs_ps(x);
-  const __m512 e = Exp(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f)));
-  const __m512 one = _mm512_set1_ps(1.0f);
-  __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
-  // -t where x < 0.
-  t = _mm512_mask_sub_ps(t, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), zero, t);
-  // Below kTanhSmall, where 1 - e cancels: the odd polynomial.
+  const __m512 limit = _mm512_set1_ps(kTanhLimit);
+  x = _mm512_min_ps(limit, _mm512_max_ps(_mm512_set1_ps(-kTanhLimit), x));
   const __m512 z = _mm512_mul_ps(x, x);
-  __m512 p = _mm512_set1_ps(kTanhPoly[0]);
+  __m512 p = _mm512_set1_ps(kTanhP[0]);
+  __m512 q = _mm512_set1_ps(kTanhQ[0]);
   for (int i = 1; i < 5; ++i) {
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(kTanhPoly[i]));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(kTanhP[i]));
+    q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(kTanhQ[i]));
   }
-  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
-  return _mm512_mask_mov_ps(
-      t, _mm512_cmp_ps_mask(ax, _mm512_set1_ps(kTanhSmall), _CMP_LT_OQ), small);
+  // 1/q: a 14-bit estimate and one Newton step (about 2^-23).
+  __m512 inv = _mm512_rcp14_ps(q);
+  inv = _mm512_mul_ps(inv, _mm512_fnmadd_ps(q, inv, _mm512_set1_ps(2.0f)));
+  return _mm512_mul_ps(_mm512_mul_ps(x, p), inv);
 }
 
 void SoftCap(float* s, int64_t n, float scale, float cap) {

@@ -199,6 +199,10 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
     }
     d.scale = request.scale();
   }
+  if (request.has_softcap()) d.softcap = request.softcap();
+  RETURN_IF_ERROR(CheckSoftcap(d.softcap));
+  d.sinks = absl::MakeConstSpan(request.sinks().data(), request.sinks().size());
+  RETURN_IF_ERROR(CheckSinks(d.sinks, hq));
   d.return_weights = request.return_weights();
   ASSIGN_OR_RETURN(
       d.output_dtype,
@@ -316,6 +320,8 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
   in.window_left = d.window_left;
   in.alibi_slopes = d.alibi_slopes;
   in.scale = d.scale;
+  in.softcap = d.softcap;
+  in.sinks = d.sinks;
   in.sequences = call->sequences;
 }
 

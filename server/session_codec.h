@@ -54,6 +54,8 @@ struct DecodedSessionsRequest {
   std::optional<int64_t> window_left;
   absl::Span<const float> alibi_slopes;
   std::optional<float> scale;
+  std::optional<float> softcap;
+  absl::Span<const float> sinks;
   bool return_weights = false;
   DType output_dtype = DType::kFloat32;
 };

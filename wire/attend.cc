@@ -248,6 +248,9 @@ absl::StatusOr<AttendCall> DecodeAttend(const v1::AttendRequest& request,
                                  inputs.layout, inputs.query.dtype, shared));
   ASSIGN_OR_RETURN(inputs.mask, DecodeMask(request.mask()));
   if (request.has_scale()) inputs.scale = request.scale();
+  if (request.has_softcap()) inputs.softcap = request.softcap();
+  inputs.sinks =
+      absl::MakeConstSpan(request.sinks().data(), request.sinks().size());
   ASSIGN_OR_RETURN(call.output_dtype, DecodeOutputDType(request.output_dtype(),
                                                         inputs.query.dtype));
   call.return_weights = request.return_weights();

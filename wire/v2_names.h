@@ -17,6 +17,7 @@ inline constexpr char kV2AttentionModel[] = "attention";
 inline constexpr char kV2Query[] = "query";
 inline constexpr char kV2Key[] = "key";
 inline constexpr char kV2Value[] = "value";
+inline constexpr char kV2Sinks[] = "sinks";
 // Inputs of a hosted model.
 inline constexpr char kV2Hidden[] = "hidden";
 inline constexpr char kV2Memory[] = "memory";
@@ -36,6 +37,7 @@ inline constexpr char kV2Alignment[] = "alignment";
 inline constexpr char kV2WindowLeft[] = "window_left";
 inline constexpr char kV2WindowRight[] = "window_right";
 inline constexpr char kV2Scale[] = "scale";
+inline constexpr char kV2Softcap[] = "softcap";
 inline constexpr char kV2Layout[] = "layout";
 inline constexpr char kV2ReturnWeights[] = "return_weights";
 inline constexpr char kV2OutputDatatype[] = "output_datatype";

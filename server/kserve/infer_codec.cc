@@ -58,12 +58,13 @@ ModelInterface AttentionInterface() {
     m.inputs.push_back(Spec(name, FloatTypes(), rank4, false));
   }
   AddMaskInputs(&m.inputs);
+  m.inputs.push_back(Spec(wire::kV2Sinks, {v1::FLOAT32}, {-1}, true));
   m.outputs.push_back(Spec(wire::kV2Output, FloatTypes(), rank4, false));
   m.outputs.push_back(Spec(wire::kV2Weights, {v1::FLOAT32}, rank4, true));
-  m.parameters = {wire::kV2Causal,      wire::kV2Alignment,
-                  wire::kV2Scale,       wire::kV2WindowLeft,
-                  wire::kV2WindowRight, wire::kV2ReturnWeights,
-                  wire::kV2Layout,      wire::kV2OutputDatatype};
+  m.parameters = {
+      wire::kV2Causal,        wire::kV2Alignment,  wire::kV2Scale,
+      wire::kV2Softcap,       wire::kV2WindowLeft, wire::kV2WindowRight,
+      wire::kV2ReturnWeights, wire::kV2Layout,     wire::kV2OutputDatatype};
   return m;
 }
 
@@ -166,8 +167,10 @@ absl::StatusOr<int32_t> WindowParameter(absl::string_view field,
   return static_cast<int32_t>(v);
 }
 
-absl::StatusOr<double> ScaleParameter(absl::string_view field,
-                                      const InferParameter& value) {
+// A real-valued parameter (scale, softcap): a double_param, or a string_param
+// that parses as a number.
+absl::StatusOr<double> NumberParameter(absl::string_view field,
+                                       const InferParameter& value) {
   switch (value.parameter_choice_case()) {
     case InferParameter::kDoubleParam:
       return value.double_param();
@@ -249,9 +252,12 @@ absl::Status ApplyParameters(const ModelInterface& model,
       ASSIGN_OR_RETURN(const int32_t w, WindowParameter(field, value));
       mask->set_window_right(w);
     } else if (key == wire::kV2Scale) {
-      ASSIGN_OR_RETURN(const double scale, ScaleParameter(field, value));
+      ASSIGN_OR_RETURN(const double scale, NumberParameter(field, value));
       // Out-of-range values become infinite, which the native check refuses.
       call->attend.set_scale(static_cast<float>(scale));
+    } else if (key == wire::kV2Softcap) {
+      ASSIGN_OR_RETURN(const double cap, NumberParameter(field, value));
+      call->attend.set_softcap(static_cast<float>(cap));
     }
   }
   return absl::OkStatus();
@@ -450,7 +456,7 @@ absl::Status ToRepeated(absl::string_view field, absl::string_view axes,
 }
 
 // The native tensor an input of `model` becomes; null for the inputs that are
-// repeated fields (key_lengths, alibi_slopes).
+// repeated fields (key_lengths, alibi_slopes, sinks).
 v1::Tensor* TensorOf(absl::string_view name, NativeCall* call) {
   if (call->model->hosted == nullptr) {
     v1::AttendRequest& r = call->attend;
@@ -527,6 +533,10 @@ absl::Status DecodeInput(int index, const TensorSpec& spec,
   if (spec.name == wire::kV2AlibiSlopes) {
     return ToRepeated(field(), "[Hq]", input, bytes,
                       mask->mutable_alibi_slopes());
+  }
+  if (spec.name == wire::kV2Sinks) {
+    return ToRepeated(field(), "[Hq]", input, bytes,
+                      call->attend.mutable_sinks());
   }
   v1::Tensor* tensor = TensorOf(spec.name, call);
   tensor->set_dtype(dtype);

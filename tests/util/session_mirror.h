@@ -56,12 +56,14 @@ class SessionMirror {
 
   // The reference output [Lnew, Hq, Dv] (f32) of `query` [Lnew, Hq, D] over
   // `layer`, as AttendSessions defines it: the query rounded to the storage
-  // dtype, bottom-right causal when `causal`, and the other mask parts.
-  // With `weights`, also [Hq, Lnew, tokens].
+  // dtype, bottom-right causal when `causal`, the other mask parts, the
+  // soft-cap and the sinks. With `weights`, also [Hq, Lnew, tokens].
   absl::StatusOr<std::vector<float>> Reference(
       int layer, int64_t hq, absl::Span<const float> query, bool causal,
       std::optional<int64_t> window_left, absl::Span<const float> alibi,
-      std::optional<float> scale, std::vector<float>* weights = nullptr) const;
+      std::optional<float> scale, std::optional<float> softcap,
+      absl::Span<const float> sinks,
+      std::vector<float>* weights = nullptr) const;
 
  private:
   MirrorShape shape_;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,10 +42,12 @@ struct WireCase {
   bool bool_mask = false;
   bool alibi = false;
   bool weights = false;
+  std::optional<float> softcap;
+  bool sinks = false;
 
   TestTensor q, k, v, mask;
   std::vector<int32_t> lengths;
-  std::vector<float> slopes;
+  std::vector<float> slopes, sink_logits;
 
   std::vector<int64_t> Dims(int64_t h, int64_t l, int64_t x) const {
     if (layout == Layout::kBHLD) return {b, h, l, x};
@@ -84,6 +87,11 @@ struct WireCase {
       for (int64_t h = 0; h < hq; ++h) slopes.push_back(0.5f / (h + 1));
       for (float s : slopes) m->add_alibi_slopes(s);
     }
+    if (softcap) r.set_softcap(*softcap);
+    if (sinks) {
+      for (int64_t h = 0; h < hq; ++h) sink_logits.push_back(1.0f - h);
+      for (float s : sink_logits) r.add_sinks(s);
+    }
     return r;
   }
 
@@ -101,6 +109,8 @@ struct WireCase {
     in.mask.key_lengths = lengths;
     if (bool_mask) in.mask.explicit_mask = mask.view();
     in.mask.alibi_slopes = slopes;
+    in.softcap = softcap;
+    in.sinks = sink_logits;
     *out =
         TestTensor(DType::kFloat32, layout == Layout::kBHLD
                                         ? std::vector<int64_t>{b, hq, lq, dv}
@@ -194,6 +204,11 @@ std::vector<WireCase> SweepCases() {
       c.alibi = true;
       c.out_dtype = DType::kFloat32;
       cases.push_back(c);
+      // Gemma 2's soft-cap and gpt-oss's sinks, with weights.
+      c.softcap = 0.5f;
+      c.sinks = true;
+      c.weights = true;
+      cases.push_back(c);
     }
   }
   WireCase decode;  // Lq = 1 against many keys, MQA: the decode kernel
@@ -205,6 +220,9 @@ std::vector<WireCase> SweepCases() {
   decode.dv = 64;
   decode.causal = true;
   decode.alignment = CausalAlignment::kBottomRight;
+  cases.push_back(decode);
+  decode.softcap = 0.5f;
+  decode.sinks = true;
   cases.push_back(decode);
   WireCase big;  // several tiles each way
   big.hq = 2;
@@ -327,6 +345,22 @@ TEST_F(E2eAttendTest, InvalidRequestsGetClearErrors) {
       {"negative window",
        [](v1::AttendRequest* r) { r->mutable_mask()->set_window_left(-1); },
        grpc::INVALID_ARGUMENT, "window_left"},
+      {"zero softcap", [](v1::AttendRequest* r) { r->set_softcap(0.0f); },
+       grpc::INVALID_ARGUMENT, "softcap: must be finite and > 0, got 0"},
+      {"sinks length", [](v1::AttendRequest* r) { r->add_sinks(0.5f); },
+       grpc::INVALID_ARGUMENT, "sinks: expected 2 entries"},
+      {"sinks not finite",
+       [](v1::AttendRequest* r) {
+         r->add_sinks(0.5f);
+         r->add_sinks(std::numeric_limits<float>::infinity());
+       },
+       grpc::INVALID_ARGUMENT, "sinks[1]: must be finite, got inf"},
+      {"softcap with linear attention",
+       [](v1::AttendRequest* r) {
+         r->set_softcap(30.0f);
+         r->mutable_linear()->set_feature_map(v1::ELU_PLUS_ONE);
+       },
+       grpc::INVALID_ARGUMENT, "softcap: logit soft-capping cannot be"},
       {"bool query",
        [](v1::AttendRequest* r) {
          r->mutable_query()->set_dtype(v1::BOOL);

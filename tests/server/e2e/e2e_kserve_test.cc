@@ -148,6 +148,11 @@ ModelInferRequest ToV2(const v1::AttendRequest& a, bool typed) {
   auto& p = *r.mutable_parameters();
   p["layout"].set_string_param(a.layout() == v1::BLHD ? "BLHD" : "BHLD");
   if (a.has_scale()) p["scale"].set_double_param(a.scale());
+  if (a.has_softcap()) p["softcap"].set_double_param(a.softcap());
+  if (a.sinks_size() > 0) {
+    AddInput("sinks", v1::FLOAT32, {a.sinks_size()}, Bytes(a.sinks()), typed,
+             &r);
+  }
   p["return_weights"].set_bool_param(a.return_weights());
   if (a.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
     p["output_datatype"].set_string_param(V2Name(a.output_dtype()));
@@ -250,7 +255,8 @@ struct Case {
   bool key_lengths = false, alibi = false, weights = false;
   // 0 none, 1 BOOL [Lq, Lk], 2 FP32 [B, 1, 1, Lk]
   int mask = 0;
-  std::optional<float> scale;
+  std::optional<float> scale, softcap;
+  bool sinks = false;
   v1::DataType output = v1::DATA_TYPE_UNSPECIFIED;
 
   v1::AttendRequest Build(uint64_t seed) const {
@@ -280,6 +286,10 @@ struct Case {
     }
     if (alibi) {
       for (int64_t h = 0; h < hq; ++h) m->add_alibi_slopes(0.5f / (h + 1));
+    }
+    if (softcap) r.set_softcap(*softcap);
+    if (sinks) {
+      for (int64_t h = 0; h < hq; ++h) r.add_sinks(0.25f * h - 0.5f);
     }
     if (mask == 1) {
       TestTensor t(DType::kBool, {lq, lk});
@@ -320,6 +330,12 @@ TEST_F(KserveE2eTest, ModelInferEqualsAttendOverShapesDtypesAndMasks) {
   {
     Case c;
     c.b = 2, c.mask = 2, c.weights = true, c.key_lengths = true;
+    cases.push_back(c);
+  }
+  {
+    Case c;
+    c.hq = 4, c.hkv = 2, c.causal = true, c.weights = true;
+    c.softcap = 0.5f, c.sinks = true;
     cases.push_back(c);
   }
   {
@@ -525,7 +541,7 @@ TEST_F(KserveE2eTest, MetadataConfigReadinessAndStatistics) {
     std::vector<std::string> inputs;
     for (const auto& t : meta.inputs()) inputs.push_back(t.name());
     EXPECT_THAT(inputs, ElementsAre("query", "key", "value", "mask",
-                                    "key_lengths", "alibi_slopes"));
+                                    "key_lengths", "alibi_slopes", "sinks"));
     EXPECT_EQ(meta.inputs(0).datatype(), "FP32");
     EXPECT_THAT(meta.inputs(0).shape(), ElementsAre(-1, -1, -1, -1));
     EXPECT_EQ(meta.inputs(4).datatype(), "INT32");
@@ -557,7 +573,7 @@ TEST_F(KserveE2eTest, MetadataConfigReadinessAndStatistics) {
     ASSERT_TRUE(v2_->ModelConfig(&context, request, &config).ok());
     EXPECT_EQ(config.config().name(), "attention");
     EXPECT_EQ(config.config().max_batch_size(), 0);
-    ASSERT_EQ(config.config().input_size(), 6);
+    ASSERT_EQ(config.config().input_size(), 7);
     EXPECT_EQ(config.config().input(0).data_type(), inference::TYPE_FP32);
     EXPECT_FALSE(config.config().input(0).optional());
     EXPECT_EQ(config.config().input(3).data_type(), inference::TYPE_BOOL);

@@ -145,6 +145,8 @@ class Client {
     std::optional<int64_t> window_left;
     bool alibi = false;
     std::optional<float> scale;
+    std::optional<float> softcap;
+    int64_t sinks = 0;  // sink logits sent (Hq, or another count to refuse)
     bool weights = false;
     DType query_dtype = DType::kFloat32;
   };
@@ -164,6 +166,12 @@ class Client {
       for (float x : slopes) request.add_alibi_slopes(x);
     }
     if (o.scale) request.set_scale(*o.scale);
+    if (o.softcap) request.set_softcap(*o.softcap);
+    std::vector<float> sinks;
+    if (o.sinks > 0) {
+      for (int64_t h = 0; h < o.sinks; ++h) sinks.push_back(1.5f - 0.75f * h);
+      for (float x : sinks) request.add_sinks(x);
+    }
     request.set_return_weights(o.weights);
     request.set_output_dtype(v1::FLOAT32);
     std::vector<std::vector<float>> queries;
@@ -214,7 +222,7 @@ class Client {
       std::vector<float> sent = WireFloats(request.sessions(int(i)).query());
       absl::StatusOr<std::vector<float>> ref =
           m.Reference(o.layer, o.hq, sent, o.causal, o.window_left, slopes,
-                      o.scale, &ref_w);
+                      o.scale, o.softcap, sinks, &ref_w);
       if (!ref.ok()) {
         ADD_FAILURE() << ref.status();
         continue;
@@ -225,10 +233,12 @@ class Client {
         ADD_FAILURE() << "output size " << got.size() << " vs " << ref->size();
         continue;
       }
-      // An int8 cache computes in f32 over the values it holds.
-      const DType computed =
-          m.shape().dtype == DType::kInt8 ? DType::kFloat32 : m.shape().dtype;
-      const float tol = computed == DType::kFloat32 ? 2e-5f : 2e-2f;
+      // An int8 cache computes over the values it holds, in f32 or with its
+      // queries and weights rounded to 16-bit integers (core/vec_ops.h).
+      const DType dtype = m.shape().dtype;
+      const float tol = dtype == DType::kFloat32 ? 2e-5f
+                        : dtype == DType::kInt8  ? 2e-4f
+                                                 : 2e-2f;
       for (size_t e = 0; e < got.size(); ++e) {
         if (!(std::fabs(got[e] - (*ref)[e]) <=
               tol * (1 + std::fabs((*ref)[e])))) {
@@ -435,6 +445,8 @@ void RandomOperations(const ServerProcess& server, bool stream) {
           if (rng.OneIn(4)) o.window_left = rng.Below(20);
           o.alibi = rng.OneIn(4);
           if (rng.OneIn(5)) o.scale = 0.3f;
+          if (rng.OneIn(4)) o.softcap = 0.4f;
+          o.sinks = rng.OneIn(4) ? o.hq : 0;
           o.weights = rng.OneIn(6);
           o.query_dtype = rng.OneIn(2) ? DType::kBFloat16 : DType::kFloat32;
           const grpc::Status st = c.AttendAndCheck(steps, o, seed);
@@ -629,6 +641,17 @@ TEST_F(E2eSessionTest, ErrorsNameTheFieldAndTheValues) {
   const int64_t before = c.mirror("err").tokens(0);
   o.hq = 3;
   EXPECT_FALSE(c.AttendAndCheck({{"err", 1, 1}}, o, 2).ok());
+  o.hq = 4;
+  o.softcap = -1.0f;
+  expect(c.AttendAndCheck({{"err", 1, 1}}, o, 3),
+         grpc::StatusCode::INVALID_ARGUMENT,
+         "softcap: must be finite and > 0, got -1");
+  o.softcap.reset();
+  o.sinks = 3;
+  expect(c.AttendAndCheck({{"err", 1, 1}}, o, 4),
+         grpc::StatusCode::INVALID_ARGUMENT,
+         "sinks: expected 4 entries (one per query head), got 3");
+  o.sinks = 0;
   ASSERT_TRUE(Get(c, "err", &info).ok());
   EXPECT_EQ(info.layer_tokens(0), before);
 

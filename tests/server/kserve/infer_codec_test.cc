@@ -59,7 +59,7 @@ TEST(InferCodecTest, AttentionInterfaceListsTheNativeInputs) {
   std::vector<std::string> names;
   for (const TensorSpec& s : models[0].inputs) names.push_back(s.name);
   EXPECT_THAT(names, ElementsAre("query", "key", "value", "mask", "key_lengths",
-                                 "alibi_slopes"));
+                                 "alibi_slopes", "sinks"));
 }
 
 TEST(InferCodecTest, RawContentsAreMovedNotCopied) {
