@@ -41,6 +41,9 @@ struct SessionCase {
   int64_t hq, hkv, d;
   DType dtype;
   int threads;
+  int64_t dv = 0;  // the value dimension; 0 = d
+
+  int64_t value_dim() const { return dv > 0 ? dv : d; }
 };
 
 // `sessions` caches of `tokens` random tokens, and the queries of one step.
@@ -59,21 +62,25 @@ absl::Status Fill(const SessionCase& c, int block_tokens, Caches* out) {
   shape.num_layers = 1;
   shape.num_kv_heads = static_cast<int>(c.hkv);
   shape.head_dim = static_cast<int>(c.d);
-  shape.value_dim = static_cast<int>(c.d);
+  shape.value_dim = static_cast<int>(c.value_dim());
   shape.dtype = c.dtype;
   shape.max_tokens = c.tokens;
   const int64_t chunk = 512;
   std::vector<float> k(static_cast<size_t>(chunk * c.hkv * c.d));
   for (size_t i = 0; i < k.size(); ++i) k[i] = float(i % 97) / 97.0f - 0.5f;
+  std::vector<float> v(static_cast<size_t>(chunk * c.hkv * c.value_dim()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 89) / 89.0f - 0.5f;
   for (int s = 0; s < c.sessions; ++s) {
     auto cache = std::make_unique<kvcache::SessionCache>(shape, block_tokens);
     for (int64_t t = 0; t < c.tokens; t += chunk) {
       const int64_t n = std::min(chunk, c.tokens - t);
-      const TensorView rows =
+      const TensorView keys =
           MakeTensorView(k.data(), DType::kFloat32, {n, c.hkv, c.d});
+      const TensorView values =
+          MakeTensorView(v.data(), DType::kFloat32, {n, c.hkv, c.value_dim()});
       RETURN_IF_ERROR(
           cache
-              ->Append(0, t, rows, rows,
+              ->Append(0, t, keys, values,
                        [&](int64_t bytes) { return out->pool.Allocate(bytes); })
               .status());
     }
@@ -92,13 +99,13 @@ absl::Status Fill(const SessionCase& c, int block_tokens, Caches* out) {
     std::vector<float> q(static_cast<size_t>(c.hq * c.d), 0.01f * s);
     out->queries[s].resize(q.size() * es);
     ConvertFromFloat(q.data(), out->queries[s].data(), qtype, q.size());
-    out->outputs[s].resize(static_cast<size_t>(c.hq * c.d));
+    out->outputs[s].resize(static_cast<size_t>(c.hq * c.value_dim()));
     PagedSequence& seq = out->sequences[s];
     seq.query = MakeTensorView(out->queries[s].data(), qtype, {1, c.hq, c.d});
     seq.kv.blocks = out->pinned[s].data;
     seq.kv.tokens = out->pinned[s].tokens;
     seq.output = MakeMutableTensorView(out->outputs[s].data(), DType::kFloat32,
-                                       {1, c.hq, c.d});
+                                       {1, c.hq, c.value_dim()});
   }
   return absl::OkStatus();
 }
@@ -146,6 +153,13 @@ int Run() {
        1},
       {"decode_64x2048_h32kv8_d128_f32", 64, 2048, 32, 8, 128, DType::kFloat32,
        2},
+      // MLA with absorbed weights (DeepSeek-V2/V3): one latent kv head, keys
+      // of 576, values of 512, the 16 query heads of one tensor-parallel
+      // shard.
+      {"decode_1x8192_mla_h16_d576v512_bf16", 1, 8192, 16, 1, 576,
+       DType::kBFloat16, 1, 512},
+      {"decode_1x8192_mla_h16_d576v512_bf16", 1, 8192, 16, 1, 576,
+       DType::kBFloat16, 2, 512},
   };
   const CpuTimes start = ReadCpuTimes();
   std::printf("attnserve_session_bench: %s; block_tokens %d; load %s\n",
@@ -169,7 +183,7 @@ int Run() {
     in.q_heads = c.hq;
     in.kv_heads = c.hkv;
     in.head_dim = c.d;
-    in.value_dim = c.d;
+    in.value_dim = c.value_dim();
     in.block_tokens = block_tokens;
     in.kv_dtype = c.dtype;
     in.sequences = caches.sequences;

@@ -12,8 +12,12 @@
 
 namespace attnserve {
 
-// The largest head dimension, of queries and keys (D) and of values (Dv).
-inline constexpr int kMaxHeadDim = 256;
+// The largest head dimensions: of queries and keys (D) and of values (Dv).
+// 576 and 512 are DeepSeek-V2/V3's MLA decode with absorbed weights: one
+// latent kv head whose keys are the 512 latent dimensions and 64 rotary ones,
+// and whose values are the 512 latent dimensions.
+inline constexpr int kMaxHeadDim = 576;
+inline constexpr int kMaxValueDim = 512;
 
 // OK when lo <= value <= hi; else InvalidArgument
 // "<field>: <value> is outside [<lo>, <hi>]".

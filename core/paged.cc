@@ -98,7 +98,7 @@ absl::Status CheckPagedInputs(const PagedAttentionInputs& in) {
                      in.kv_heads));
   }
   RETURN_IF_ERROR(CheckRange("head_dim", in.head_dim, 1, kMaxHeadDim));
-  RETURN_IF_ERROR(CheckRange("value_dim", in.value_dim, 1, kMaxHeadDim));
+  RETURN_IF_ERROR(CheckRange("value_dim", in.value_dim, 1, kMaxValueDim));
   RETURN_IF_ERROR(CheckRange("block_tokens", in.block_tokens, 1, 1 << 16));
   if (!IsFloatDType(in.kv_dtype) && in.kv_dtype != DType::kInt8) {
     return absl::InvalidArgumentError(

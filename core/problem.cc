@@ -168,10 +168,10 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
         absl::StrCat("query: head dimension D = ", s.head_dim,
                      " is out of range [1, ", kMaxHeadDim, "]"));
   }
-  if (s.value_dim < 1 || s.value_dim > kMaxHeadDim) {
+  if (s.value_dim < 1 || s.value_dim > kMaxValueDim) {
     return absl::InvalidArgumentError(
         absl::StrCat("value: head dimension Dv = ", s.value_dim,
-                     " is out of range [1, ", kMaxHeadDim, "]"));
+                     " is out of range [1, ", kMaxValueDim, "]"));
   }
   if (lsh && s.kv_heads < 1) {
     return absl::InvalidArgumentError(

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/convert.h"
+#include "core/limits.h"
 #include "core/vec_ops.h"
 
 #if defined(__clang__)
@@ -181,7 +182,7 @@ void KvAccumulateAvx512Bf16(const float* p, int64_t ldp, int64_t m,
 void KvScoresAvx512Bf16(const float* q, int64_t ldq, int64_t m, int64_t d,
                         const void* k, DType kd, const float* scales, int64_t n,
                         float* s, int64_t lds) {
-  constexpr int64_t kMaxRows = 16, kMaxDim = 256;
+  constexpr int64_t kMaxRows = 16, kMaxDim = kMaxHeadDim;
   if (kd != DType::kBFloat16 || d % 32 != 0 || m > kMaxRows || d > kMaxDim) {
     Avx512FVecOps().kv_scores(q, ldq, m, d, k, kd, scales, n, s, lds);
     return;

@@ -23,7 +23,7 @@ absl::Status ValidateShape(const SessionShape& s) {
   RETURN_IF_ERROR(
       CheckRange("shape.num_kv_heads", s.num_kv_heads, 1, kMaxKvHeads));
   RETURN_IF_ERROR(CheckRange("shape.head_dim", s.head_dim, 1, kMaxHeadDim));
-  RETURN_IF_ERROR(CheckRange("shape.value_dim", s.value_dim, 1, kMaxHeadDim));
+  RETURN_IF_ERROR(CheckRange("shape.value_dim", s.value_dim, 1, kMaxValueDim));
   RETURN_IF_ERROR(
       CheckRange("shape.max_tokens", s.max_tokens, 1, kMaxSessionTokens));
   if (!IsFloatDType(s.dtype) && s.dtype != DType::kInt8) {

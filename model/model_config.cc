@@ -245,14 +245,14 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
     }
     config.head_dim = config.d_model / config.num_heads;
   }
-  // The attention engine's limit on D: a config beyond it would load and then
-  // fail every call.
-  if (config.head_dim > kMaxHeadDim) {
+  // The attention engine's limit on D and Dv (a layer's heads have both):
+  // a config beyond it would load and then fail every call.
+  if (config.head_dim > kMaxValueDim) {
     return KeyError(
         "head_dim",
         absl::StrCat("head_dim ", config.head_dim,
-                     " (d_model / num_heads unless set) is above ", kMaxHeadDim,
-                     ", the largest the kernels take"));
+                     " (d_model / num_heads unless set) is above ",
+                     kMaxValueDim, ", the largest the kernels take"));
   }
   if (config.positional == Positional::kRope && config.head_dim % 2 != 0) {
     return KeyError("head_dim",

@@ -374,7 +374,10 @@ INSTANTIATE_TEST_SUITE_P(
             Shape{1, 1, 1, 1, 1, 1, 1}, Shape{1, 2, 1, 7, 7, 3, 3},
             Shape{2, 4, 1, 129, 77, 64, 64}, Shape{1, 2, 2, 1000, 129, 80, 80},
             Shape{1, 4, 2, 129, 1000, 128, 128},
-            Shape{1, 8, 2, 1, 1000, 256, 256}, Shape{1, 2, 1, 7, 1000, 64, 32}),
+            Shape{1, 8, 2, 1, 1000, 256, 256}, Shape{1, 2, 1, 7, 1000, 64, 32},
+            // MLA with absorbed weights: one latent kv head, D 576, Dv 512.
+            Shape{1, 16, 1, 1, 700, 576, 512},
+            Shape{1, 4, 1, 33, 200, 576, 512}),
         ::testing::Values(DType::kFloat32, DType::kBFloat16),
         ::testing::Values(MaskKind::kNone, MaskKind::kCausalBottomRight,
                           MaskKind::kAll),

@@ -332,6 +332,19 @@ TEST_P(PagedTest, HeadDimsOfModelsInEveryDType) {
       c.lnew = {1, 1, 2};
       ExpectPagedMatchesReference(c);
     }
+    // MLA with absorbed weights (DeepSeek-V2/V3): one latent kv head, keys
+    // of 576 and values of 512; decode steps and a chunk of 20 (GEMMs).
+    PagedCase mla;
+    mla.isa = GetParam();
+    mla.dtype = dtype;
+    mla.hq = 16;
+    mla.hkv = 1;
+    mla.d = 576;
+    mla.dv = 512;
+    mla.bt = 64;
+    mla.tokens = {1, 200, 130};
+    mla.lnew = {1, 1, 20};
+    ExpectPagedMatchesReference(mla);
   }
 }
 

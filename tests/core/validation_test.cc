@@ -148,24 +148,24 @@ TEST_P(ValidationTest, HeadDimZero) {
   EXPECT_THAT(
       Call(),
       StatusIs(kInvalid, HasSubstr("query: head dimension D = 0 is out of "
-                                   "range [1, 256]")));
+                                   "range [1, 576]")));
 }
 
-TEST_P(ValidationTest, HeadDimAbove256) {
-  inputs_.query = Input(kF32, {2, 4, 3, 257});
-  inputs_.key = Input(kF32, {2, 2, 5, 257});
+TEST_P(ValidationTest, HeadDimAbove576) {
+  inputs_.query = Input(kF32, {2, 4, 3, 577});
+  inputs_.key = Input(kF32, {2, 2, 5, 577});
   EXPECT_THAT(Call(), StatusIs(kInvalid,
-                               HasSubstr("query: head dimension D = 257 is out "
-                                         "of range [1, 256]")));
+                               HasSubstr("query: head dimension D = 577 is out "
+                                         "of range [1, 576]")));
 }
 
 TEST_P(ValidationTest, ValueDimOutOfRange) {
   inputs_.value = Input(kF32, {2, 2, 5, 0});
   EXPECT_THAT(Call(), StatusIs(kInvalid,
                                HasSubstr("value: head dimension Dv = 0 is out "
-                                         "of range [1, 256]")));
-  inputs_.value = Input(kF32, {2, 2, 5, 257});
-  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("Dv = 257")));
+                                         "of range [1, 512]")));
+  inputs_.value = Input(kF32, {2, 2, 5, 513});
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("Dv = 513")));
 }
 
 TEST_P(ValidationTest, KvHeadsZero) {

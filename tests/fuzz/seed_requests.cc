@@ -89,6 +89,11 @@ std::vector<v1::AttendRequest> SeedAttendRequests(base::SplitMix64& rng) {
     r.set_scale(0.7f);
     r.set_return_weights(true);
     seeds.push_back(r);
+    // Gemma 2's soft-cap and gpt-oss's sinks over the same call.
+    r.set_softcap(1.5f);
+    r.add_sinks(0.5f);
+    r.add_sinks(-2.0f);
+    seeds.push_back(r);
   }
   {
     v1::AttendRequest r =

@@ -286,9 +286,9 @@ TEST(SessionShapeTest, ValidateNamesTheField) {
   EXPECT_THAT(ValidateShape(s).message(),
               HasSubstr("shape.num_kv_heads: 0 is outside [1, 1024]"));
   s = Shape();
-  s.head_dim = 257;
+  s.head_dim = 577;
   EXPECT_THAT(ValidateShape(s).message(),
-              HasSubstr("shape.head_dim: 257 is outside [1, 256]"));
+              HasSubstr("shape.head_dim: 577 is outside [1, 576]"));
   s = Shape();
   s.dtype = DType::kBool;
   EXPECT_THAT(ValidateShape(s).message(),

@@ -566,9 +566,9 @@ TEST_F(E2eSessionTest, ErrorsNameTheFieldAndTheValues) {
 
   // Creation.
   MirrorShape bad = shape;
-  bad.head_dim = 300;
+  bad.head_dim = 600;
   expect(c.Create("bad", bad), grpc::StatusCode::INVALID_ARGUMENT,
-         "shape.head_dim: 300 is outside [1, 256]");
+         "shape.head_dim: 600 is outside [1, 576]");
   MirrorShape other = shape;
   other.layers = 2;
   expect(c.Create("err", other), grpc::StatusCode::ALREADY_EXISTS,
