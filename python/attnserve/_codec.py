@@ -103,6 +103,14 @@ def _window(window):
     return window, window
 
 
+def float_list(x):
+    """Python floats of a list, NumPy array or torch tensor (any dtype or device,
+    with or without grad), flattened: per-head values such as ALiBi slopes."""
+    if T.is_torch(x):
+        x = x.detach().cpu().double()
+    return [float(s) for s in np.asarray(x, np.float64).reshape(-1)]
+
+
 def fill_mask(mask, *, attn_mask=None, is_causal=False, alignment="top_left",
               key_lengths=None, window=None, alibi_slopes=None, check=True):
     """Fills an attnserve.v1.Mask; returns the explicit mask array (or None)."""
@@ -117,9 +125,7 @@ def fill_mask(mask, *, attn_mask=None, is_causal=False, alignment="top_left",
     if key_lengths is not None:
         mask.key_lengths[:] = [int(n) for n in np.asarray(key_lengths).reshape(-1)]
     if alibi_slopes is not None:
-        mask.alibi_slopes[:] = [float(s) for s in np.asarray(
-            alibi_slopes.detach().cpu() if T.is_torch(alibi_slopes) else alibi_slopes,
-            np.float64).reshape(-1)]
+        mask.alibi_slopes[:] = float_list(alibi_slopes)
     if attn_mask is None:
         return None
     m, dtype = _explicit_mask(attn_mask, check)
@@ -191,7 +197,9 @@ def _check_block_sparse(bs, q_len, k_len):
             "local_right, stride, random_blocks, global_tokens or block_mask)")
 
 
-def _check_method_mask(mask, why):
+def _check_softmax_only(req, why):
+    """The server's refusal of what only softmax attention has, in its order."""
+    mask = req.mask
     if mask.HasField("window_left") or mask.HasField("window_right"):
         raise InvalidArgument("mask.window_left/window_right: a sliding window" + why)
     if mask.HasField("explicit_mask"):
@@ -200,6 +208,12 @@ def _check_method_mask(mask, why):
         raise InvalidArgument("mask.alibi_slopes: ALiBi" + why)
     if mask.HasField("block_sparse"):
         raise InvalidArgument("mask.block_sparse: a block-sparse layout" + why)
+    # The server checks softcap's and sinks' values before the method: an
+    # invalid one is left to it, and it names the value.
+    if req.HasField("softcap") and math.isfinite(req.softcap) and req.softcap > 0:
+        raise InvalidArgument("softcap: logit soft-capping" + why)
+    if len(req.sinks) and all(math.isfinite(s) for s in req.sinks):
+        raise InvalidArgument("sinks: attention sinks" + why)
 
 
 def _fill_linear(msg, spec, check):
@@ -269,6 +283,9 @@ def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh, enable_gqa
     if hq % hkv:
         raise InvalidArgument(f"query heads Hq = {hq} is not a multiple of key/value heads "
                               f"Hkv = {hkv} (Hq % Hkv must be 0)")
+    if len(req.sinks) and len(req.sinks) != hq:
+        raise InvalidArgument(f"sinks: expected {hq} entries (one per query head), got "
+                              f"{len(req.sinks)}")
     mask = req.mask
     if len(mask.key_lengths) and len(mask.key_lengths) != b:
         raise InvalidArgument(f"mask.key_lengths: expected {b} entries (one per batch), "
@@ -288,9 +305,9 @@ def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh, enable_gqa
     if mask.HasField("block_sparse"):
         _check_block_sparse(mask.block_sparse, lq, lk)
     if req.HasField("linear"):
-        _check_method_mask(mask, _LINEAR_WHY)
+        _check_softmax_only(req, _LINEAR_WHY)
     if req.HasField("lsh"):
-        _check_method_mask(mask, _LSH_WHY)
+        _check_softmax_only(req, _LSH_WHY)
 
 
 def output_dtype_wire(output_dtype):
@@ -312,9 +329,9 @@ def check_dropout(dropout_p):
 
 def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causal=False,
                    scale=None, enable_gqa=True, key_lengths=None, window=None,
-                   alibi_slopes=None, alignment="top_left", layout="BHLD",
-                   return_weights=False, output_dtype=None, block_sparse=None, linear=None,
-                   lsh=None, request_id="", check=True):
+                   alibi_slopes=None, softcap=None, sinks=None, alignment="top_left",
+                   layout="BHLD", return_weights=False, output_dtype=None, block_sparse=None,
+                   linear=None, lsh=None, request_id="", check=True):
     """(AttendRequest, kind of the query)."""
     check_dropout(dropout_p)
     req = pb.AttendRequest(request_id=request_id)
@@ -358,6 +375,10 @@ def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causa
         _fill_lsh(req.lsh, lsh, check)
     if scale is not None:
         req.scale = float(scale)
+    if softcap is not None:
+        req.softcap = float(softcap)
+    if sinks is not None:
+        req.sinks[:] = float_list(sinks)
     req.return_weights = bool(return_weights)
     req.output_dtype = output_dtype_wire(output_dtype)
     if check:
@@ -563,8 +584,8 @@ def session_query(part, at, session_id, query, key=None, value=None, position=No
 
 
 def attend_sessions_request(layer, parts, *, causal=True, window_left=None,
-                            alibi_slopes=None, scale=None, return_weights=False,
-                            output_dtype=None, request_id=""):
+                            alibi_slopes=None, scale=None, softcap=None, sinks=None,
+                            return_weights=False, output_dtype=None, request_id=""):
     """parts: (session_id, query, key, value, position) tuples. (request, kinds)."""
     req = spb.AttendSessionsRequest(request_id=request_id, layer=int(layer))
     kinds = [session_query(req.sessions.add(), f"sessions[{i}].", *p)
@@ -573,11 +594,15 @@ def attend_sessions_request(layer, parts, *, causal=True, window_left=None,
     if window_left is not None:
         req.window_left = int(window_left)
     if alibi_slopes is not None:
-        req.alibi_slopes[:] = [float(s) for s in np.asarray(alibi_slopes).reshape(-1)]
+        req.alibi_slopes[:] = float_list(alibi_slopes)
     if scale is not None:
         if not math.isfinite(float(scale)):
             raise InvalidArgument(f"scale: {float(scale)} is not finite")
         req.scale = float(scale)
+    if softcap is not None:
+        req.softcap = float(softcap)
+    if sinks is not None:
+        req.sinks[:] = float_list(sinks)
     req.return_weights = bool(return_weights)
     req.output_dtype = output_dtype_wire(output_dtype)
     return req, kinds

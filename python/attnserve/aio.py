@@ -302,11 +302,12 @@ class AsyncClient(_Base):
         return AsyncSession(self, session_id, route_key, None)
 
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
-                              alibi_slopes=None, scale=None, return_weights=False,
-                              output_dtype=None, route_key=None, timeout=None):
+                              alibi_slopes=None, scale=None, softcap=None, sinks=None,
+                              return_weights=False, output_dtype=None, route_key=None,
+                              timeout=None):
         req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
-                                                    alibi_slopes, scale, return_weights,
-                                                    output_dtype, route_key)
+                                                    alibi_slopes, scale, softcap, sinks,
+                                                    return_weights, output_dtype, route_key)
         with await self._data() as (_, stub):
             resp = await self._call(stub.AttendSessions, req, timeout=timeout,
                                     idempotent=not appends, metadata=self._md(route))
@@ -373,11 +374,12 @@ class AsyncSessionStream(_AsyncSteps):
             timeout=timeout, metadata=client._md(route_key)))
 
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
-                              alibi_slopes=None, scale=None, return_weights=False,
-                              output_dtype=None, route_key=None, timeout=None):
+                              alibi_slopes=None, scale=None, softcap=None, sinks=None,
+                              return_weights=False, output_dtype=None, route_key=None,
+                              timeout=None):
         """As SessionStream.attend_sessions."""
         req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   return_weights, output_dtype)
+                                   softcap, sinks, return_weights, output_dtype)
         async with self._lock:
             self._check_open()
             try:
@@ -457,11 +459,12 @@ class AsyncStepChannel(_AsyncSteps):
         self.server_spin = info.spin_us / 1e6
 
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
-                              alibi_slopes=None, scale=None, return_weights=False,
-                              output_dtype=None, route_key=None, timeout=None):
+                              alibi_slopes=None, scale=None, softcap=None, sinks=None,
+                              return_weights=False, output_dtype=None, route_key=None,
+                              timeout=None):
         """As StepChannel.attend_sessions."""
         req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   return_weights, output_dtype)
+                                   softcap, sinks, return_weights, output_dtype)
         answer = await self.step_bytes(req.SerializeToString())
         return self._answer(spb.AttendSessionsResponse.FromString(answer), kinds,
                             return_weights)

@@ -42,8 +42,10 @@ class KVCache:
     transport: what makes the layer calls: any object with the method
         attend_sessions(layer, parts, **kw) of attnserve.Client (the default is
         the client itself).
-    scale, output_dtype, timeout: passed to every layer call (scale default
-        1/sqrt(head_dim); output_dtype default the query's dtype).
+    scale, softcap, output_dtype, timeout: passed to every layer call (scale
+        default 1/sqrt(head_dim); softcap, Gemma 2's logit soft-capping, default
+        none; output_dtype default the query's dtype). Attention sinks, which
+        differ per layer, are an argument of attend.
     session_prefix: the sessions are named "<prefix>-<n>"; default a random one.
         It is also their routing key, so that every sequence of the batch lives
         on the same replica behind a load balancer.
@@ -63,7 +65,7 @@ class KVCache:
 
     def __init__(self, client, *, num_layers, num_kv_heads, head_dim, value_dim=0,
                  storage_dtype="float32", batch_size=None, prefill_chunk=512,
-                 transport=None, scale=None, output_dtype=None, timeout=None,
+                 transport=None, scale=None, softcap=None, output_dtype=None, timeout=None,
                  session_prefix=None, ttl=None, on_lost=None):
         if isinstance(client, str):
             from .client import Client
@@ -90,8 +92,8 @@ class KVCache:
         self.session_prefix = session_prefix or f"kv-{uuid.uuid4().hex[:16]}"
         self._counter = itertools.count()
         self._step_kw = {"causal": True}
-        for name, value in (("scale", scale), ("output_dtype", output_dtype),
-                            ("timeout", timeout)):
+        for name, value in (("scale", scale), ("softcap", softcap),
+                            ("output_dtype", output_dtype), ("timeout", timeout)):
             if value is not None:
                 self._step_kw[name] = value
         self._sessions = []     # per sequence: a Session, or None before its first use
@@ -143,7 +145,7 @@ class KVCache:
         return s
 
     # -- a layer ------------------------------------------------------------------
-    def attend(self, layer, q, k=None, v=None):
+    def attend(self, layer, q, k=None, v=None, *, sinks=None):
         """Appends the new keys and values of every sequence to `layer` and returns
         the attention of the new queries over each sequence's tokens.
 
@@ -157,6 +159,10 @@ class KVCache:
         k and v None attend without appending (the T queries are then the layer's
         last T positions). One call per layer for the whole batch; a prefill of more
         than prefill_chunk tokens is one call per chunk.
+
+        sinks: None, or the layer's Hq attention-sink logits (gpt-oss: a list, array
+        or tensor such as the layer's nn.Parameter): each softmax of head h gets one
+        more term exp(sinks[h]) in its denominator.
         """
         layer = int(layer)
         if not 0 <= layer < self.num_layers:
@@ -205,11 +211,11 @@ class KVCache:
 
             try:
                 try:
-                    results = self._step(layer, parts())
+                    results = self._step(layer, parts(), sinks)
                 except NotFound:
                     if self.on_lost is None or not self._recover():
                         raise
-                    results = self._step(layer, parts())  # once; its errors are raised
+                    results = self._step(layer, parts(), sinks)  # once; its errors are raised
             except Exception:
                 if ks is not None:
                     self._resync(layer)
@@ -273,10 +279,12 @@ class KVCache:
             self.recovered += 1
         return bool(lost)
 
-    def _step(self, layer, parts):
+    def _step(self, layer, parts, sinks):
         """One call for the whole batch: parts are (session, q [T, Hq, D], k, v
         [T, Hkv, D], position) tuples; returns the outputs [T, Hq, Dv] in order."""
-        return self.transport.attend_sessions(layer, parts, **self._step_kw)
+        if sinks is None:  # a transport of its own need not know sinks
+            return self.transport.attend_sessions(layer, parts, **self._step_kw)
+        return self.transport.attend_sessions(layer, parts, sinks=sinks, **self._step_kw)
 
     # -- beams, speculation, the end ------------------------------------------------
     def fork(self, index):

@@ -317,13 +317,13 @@ TEST(ModelConfigTest, DModelMustBeAMultipleOfHeadsWithoutHeadDim) {
 // a message about a "query" the caller never sent.
 TEST(ModelConfigTest, HeadDimAboveTheKernelsLimitIsRefused) {
   EXPECT_THAT(
-      ParseError(R"({"d_model": 1024, "num_heads": 2})"),
-      StatusIs(kInvalid, HasSubstr("key \"head_dim\": head_dim 512 "
+      ParseError(R"({"d_model": 2048, "num_heads": 2})"),
+      StatusIs(kInvalid, HasSubstr("key \"head_dim\": head_dim 1024 "
                                    "(d_model / num_heads unless set) is above "
-                                   "256")));
+                                   "512")));
   EXPECT_THAT(ParseError(R"({"d_model": 64, "num_heads": 2, "head_dim": 513})"),
               StatusIs(kInvalid, HasSubstr("head_dim 513")));
-  EXPECT_TRUE(ParseModelConfig(R"({"d_model": 512, "num_heads": 2})").ok());
+  EXPECT_TRUE(ParseModelConfig(R"({"d_model": 1024, "num_heads": 2})").ok());
 }
 
 TEST(ModelConfigTest, RopeNeedsAnEvenHeadDim) {

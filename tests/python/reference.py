@@ -19,9 +19,12 @@ def to_torch64(x):
 
 def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=False,
               alignment="top_left", window=None, key_lengths=None, alibi_slopes=None,
-              allowed=None):
+              softcap=None, sinks=None, allowed=None):
     """(output in the layout, weights [B, Hq, Lq, Lk]) in float64.
 
+    softcap: each scaled score t becomes softcap·tanh(t/softcap) before the float
+    mask and ALiBi are added. sinks: [Hq] logits, one more term exp(sinks[h]) in
+    each softmax denominator of head h (a row's weights then sum to less than 1).
     allowed: an extra bool [B, Hq, Lq, Lk] (True = attend), ANDed in (block-sparse
     tests build theirs from the layout)."""
     q, k, v = to_torch64(q), to_torch64(k), to_torch64(v)
@@ -34,6 +37,8 @@ def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=F
     v = v.repeat_interleave(group, dim=1)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     scores = scale * (q @ k.transpose(-1, -2))
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
     o = lk - lq if alignment == "bottom_right" else 0
     i = torch.arange(lq).view(lq, 1)
     j = torch.arange(lk).view(1, lk)
@@ -63,8 +68,14 @@ def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=F
     if allowed is not None:
         ok &= allowed
     scores = scores.masked_fill(~ok, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing to attend
+    if sinks is None:
+        weights = torch.softmax(scores, dim=-1)
+        weights = torch.nan_to_num(weights, nan=0.0)  # rows with nothing to attend
+    else:
+        sink = to_torch64(sinks).view(1, hq, 1, 1)
+        top = torch.maximum(scores.amax(dim=-1, keepdim=True), sink)
+        e = torch.exp(scores - top)  # masked keys: exp(-inf) = 0
+        weights = e / (e.sum(dim=-1, keepdim=True) + torch.exp(sink - top))
     out = weights @ v
     if layout == "BLHD":
         out = out.transpose(1, 2)

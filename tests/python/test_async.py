@@ -74,3 +74,29 @@ def test_async_sessions_and_models_and_info(server):
     assert isinstance(one, torch.Tensor) and one.shape == (1, 3, 64)
     for x in many:
         assert torch.equal(x, one)
+
+
+def test_async_softcap_and_sinks(server):
+    q, k, v = (random((1, 4, 5, 8), seed=70 + i) for i in range(3))
+    k, v = k[:, :2], v[:, :2]
+    keys, values = k[0].transpose(1, 0, 2), v[0].transpose(1, 0, 2)  # [L, Hkv, D]
+    step_q = q[0].transpose(1, 0, 2)[-2:]                              # the last 2 queries
+    opts = dict(softcap=1.25, sinks=torch.tensor([0.5, -0.5, 1.0, 2.0]))
+
+    async def main():
+        async with attnserve.AsyncClient(server.target, timeout=60) as c:
+            out = await c.attend(q, k, v, is_causal=True, **opts)
+            s = await c.create_session("async-softcap", num_kv_heads=2, head_dim=8)
+            await s.append(0, keys[:3], values[:3])
+            step = await s.attend(0, step_q, keys[3:], values[3:], **opts)
+            async with await c.session_stream() as steps:
+                (streamed,) = await steps.attend_sessions(0, [(s, step_q)], **opts)
+            await s.close()
+            return out, step, streamed
+
+    out, step, streamed = asyncio.run(main())
+    want = attention(q, k, v, is_causal=True, **opts)[0]
+    assert_close(out, want, 1e-5)
+    # The session's step is the last two rows of the causal attention over its 5 tokens.
+    assert_close(step, want[0, :, -2:].transpose(0, 1), 1e-5)
+    assert_close(streamed, want[0, :, -2:].transpose(0, 1), 1e-5)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 import attnserve
 from attnserve.torch import KVCache
 from conftest import SOURCE_DIR, free_port
+from reference import attention
 
 EXAMPLE = SOURCE_DIR / "examples" / "decoder_offload.py"
 TINY = ["--layers=2", "--hidden=64", "--heads=4", "--kv-heads=2", "--prompt=16",
@@ -179,6 +180,25 @@ def test_prefill_in_chunks_and_decode_match_sdpa_with_gqa(client):
         infos = [s.info() for s in cache.sessions]
         assert all(i.layer_tokens == (17, 17) for i in infos)
         assert all(i.shape.num_kv_heads == HKV and i.shape.head_dim == D for i in infos)
+
+
+def test_softcap_for_the_model_and_sinks_per_layer(client):
+    # Gemma 2 soft-caps every layer alike; gpt-oss's sinks are a parameter of each layer.
+    sinks = [torch.nn.Parameter(torch.tensor([0.5, -1.0, 1.5, 0.0]) + layer)
+             for layer in range(LAYERS)]
+    transport = CountingTransport(client)
+    keys, values = [None] * LAYERS, [None] * LAYERS
+    with new_cache(client, prefill_chunk=4, softcap=1.5, transport=transport) as cache:
+        for t, seed in ((6, 10), (1, 20), (2, 30)):  # a chunked prefill, then decoding
+            for layer in range(LAYERS):
+                q, k, v = qkv(2, t, seed + layer)
+                keys[layer] = k if keys[layer] is None else torch.cat([keys[layer], k], 2)
+                values[layer] = v if values[layer] is None else torch.cat([values[layer], v], 2)
+                out = cache.attend(layer, q, k, v, sinks=sinks[layer])
+                want = attention(q, keys[layer], values[layer], is_causal=True,
+                                 alignment="bottom_right", softcap=1.5, sinks=sinks[layer])[0]
+                torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    assert len(transport.calls) == LAYERS * (2 + 1 + 1)
 
 
 def test_a_step_stream_as_transport(client):

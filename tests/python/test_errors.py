@@ -63,6 +63,11 @@ BAD = {
                   "mask.explicit_mask: rank 5 exceeds the maximum 4 (shape [1, 1, 1, 1, 5])"),
     "alibi_count": (dict(GOOD, alibi_slopes=[0.5]),
                     "mask.alibi_slopes: expected 4 entries (one per query head), got 1"),
+    "sinks_count": (dict(GOOD, sinks=[0.5, 0.5]),
+                    "sinks: expected 4 entries (one per query head), got 2"),
+    # The server checks sinks before the mask: so does the client.
+    "sinks_count_first": (dict(GOOD, sinks=np.zeros(5), key_lengths=[1, 2]),
+                          "sinks: expected 4 entries (one per query head), got 5"),
 }
 
 
@@ -114,6 +119,10 @@ def test_dtypes_the_wire_lacks_are_named(client):
     (dict(key_lengths=[9]), "mask.key_lengths[0] = 9 is out of range [0, Lk = 5]"),
     (dict(window=(-1, None)), "mask.window_left: must be >= 0, got -1"),
     (dict(scale=float("inf")), "scale: must be finite, got inf"),
+    (dict(softcap=0), "softcap: must be finite and > 0, got 0"),
+    (dict(softcap=-2.5), "softcap: must be finite and > 0, got -2.5"),
+    (dict(softcap=float("inf")), "softcap: must be finite and > 0, got inf"),
+    (dict(sinks=[0, float("nan"), 0, 0]), "sinks[1]: must be finite, got nan"),
 ])
 def test_value_errors_come_from_the_server(client, kw, message):
     with pytest.raises(attnserve.InvalidArgument) as caught:

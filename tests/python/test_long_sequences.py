@@ -109,6 +109,16 @@ CHECKS = {
                      "mask.alibi_slopes: ALiBi cannot be linearised: linear attention sums "
                      "phi(k) v^T over the keys once, so only causal and key_lengths can "
                      "restrict them"),
+    "linear_softcap": (dict(linear=attnserve.LinearAttention(), softcap=30.0),
+                       "softcap: logit soft-capping cannot be linearised: linear attention "
+                       "sums phi(k) v^T over the keys once, so only causal and key_lengths "
+                       "can restrict them"),
+    "linear_sinks": (dict(linear=attnserve.LinearAttention("relu"), sinks=[0.0, 1.0]),
+                     "sinks: attention sinks cannot be linearised: linear attention sums "
+                     "phi(k) v^T over the keys once, so only causal and key_lengths can "
+                     "restrict them"),
+    "linear_sinks_count": (dict(linear=attnserve.LinearAttention(), sinks=[0.0]),
+                           "sinks: expected 2 entries (one per query head), got 1"),
     "lsh_buckets": (dict(lsh=attnserve.LshAttention(num_buckets=3), key=None),
                     "lsh.num_buckets: must be 1 or even in [2, 4096], got 3"),
     "lsh_hashes": (dict(lsh=attnserve.LshAttention(num_hashes=65), key=None),
@@ -118,6 +128,12 @@ CHECKS = {
     "lsh_mask": (dict(lsh=attnserve.LshAttention(), key=None, attn_mask=np.ones(16, bool)),
                  "mask.explicit_mask: an explicit mask is not supported by LSH attention, "
                  "which attends within hash chunks (only causal and key_lengths apply)"),
+    "lsh_softcap": (dict(lsh=attnserve.LshAttention(), key=None, softcap=50),
+                    "softcap: logit soft-capping is not supported by LSH attention, which "
+                    "attends within hash chunks (only causal and key_lengths apply)"),
+    "lsh_sinks": (dict(lsh=attnserve.LshAttention(), key=None, sinks=torch.ones(2)),
+                  "sinks: attention sinks is not supported by LSH attention, which attends "
+                  "within hash chunks (only causal and key_lengths apply)"),
     "lsh_key": (dict(lsh=attnserve.LshAttention()),
                 "key: LSH attention shares queries and keys (Reformer's shared-QK); send "
                 "no key"),
@@ -139,6 +155,21 @@ def test_client_side_checks(case):
     with pytest.raises(attnserve.InvalidArgument) as caught:
         _codec.attend_request(q, k, v, **kw)
     assert caught.value.message == CHECKS[case][1]
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(softcap=0.0), "softcap: must be finite and > 0, got 0"),
+    (dict(sinks=[float("inf"), 0.0]), "sinks[0]: must be finite, got inf"),
+])
+def test_invalid_softcap_and_sinks_are_refused_for_their_value_first(client, kw, message):
+    # The server checks their values before the method, and says so: the client
+    # leaves them to it rather than refusing the method in other words.
+    for method in (dict(linear=attnserve.LinearAttention()),
+                   dict(lsh=attnserve.LshAttention(), key=None)):
+        q, k, v, rest = _args({**method, **kw})
+        with pytest.raises(attnserve.InvalidArgument) as caught:
+            client.attend(q, k, v, **rest)
+        assert caught.value.message == message
 
 
 def test_one_method_per_request():

@@ -46,6 +46,14 @@ MASK_CASES = {
     "everything": {"attn_mask": rng.random((B, HQ, LQ, LK)) > 0.2, "is_causal": True,
                    "alignment": "bottom_right", "key_lengths": [6, 4], "window": (3, 0),
                    "alibi_slopes": [0.1, 0.2, 0.3, 0.4], "scale": 0.5},
+    "softcap": {"softcap": 0.7},
+    "sinks": {"sinks": [0.5, -1.0, 2.0, 0.0]},
+    # Soft-capping before a float bias large enough that the order shows.
+    "softcap_sinks_masks": {"attn_mask": 3 * rng.standard_normal((B, 1, LQ, LK)).astype(
+                                np.float32),
+                            "is_causal": True, "alignment": "bottom_right",
+                            "key_lengths": [7, 5], "alibi_slopes": [0.1, 0.2, 0.3, 0.4],
+                            "scale": 0.9, "softcap": 1.5, "sinks": [1.0, -0.5, 0.25, 3.0]},
 }
 
 
@@ -170,3 +178,113 @@ def test_the_worked_example_of_docs(client):
                                         [[1.0, 0.0], [1.5, 1.0], [1.3302, 0.6605]]], atol=1e-4)
     np.testing.assert_allclose(w[0, 1], [[1, 0, 0, 0], [0.5, 0, 0.5, 0],
                                          [0.6698, 0, 0.3302, 0]], atol=1e-4)
+
+
+# --- logit soft-capping (Gemma 2) and attention sinks (gpt-oss) -------------------------
+
+def test_softcap_bounds_the_scores_before_the_mask_is_added(client):
+    # One query [1], keys [1] and [-1], scale 10: the scores 10 and -10 become
+    # 2·tanh(5) and -2·tanh(5); the float mask's +3 on the second key comes after
+    # (added first, the second key would still be capped below -1.99).
+    q = np.ones((1, 1, 1, 1), np.float32)
+    k = np.array([1, -1], np.float32).reshape(1, 1, 2, 1)
+    v = np.eye(2, dtype=np.float32).reshape(1, 1, 2, 2)
+    out, w = client.attend(q, k, v, attn_mask=np.array([0, 3], np.float32), scale=10,
+                           softcap=2, return_weights=True)
+    s = np.array([2 * np.tanh(5), -2 * np.tanh(5) + 3])
+    want = np.exp(s) / np.exp(s).sum()
+    np.testing.assert_allclose(w.reshape(2), want, atol=1e-6)
+    np.testing.assert_allclose(out.reshape(2), want, atol=1e-6)
+
+
+def test_sinks_take_their_share_of_each_row(client):
+    # Equal scores (zero queries) over Lk keys: a sink of log(Lk) takes half of
+    # each row of head 0, one of log(3 Lk) three quarters of head 1's (GQA: both
+    # query heads read kv head 0). The output is the keys' mean value times the rest.
+    lk = 6
+    q = np.zeros((1, 2, 3, 4), np.float32)
+    k, v = random((1, 1, lk, 4), seed=3), random((1, 1, lk, 4), seed=4)
+    out, w = client.attend(q, k, v, sinks=np.log([lk, 3 * lk]).astype(np.float32),
+                           return_weights=True)
+    np.testing.assert_allclose(w.sum(-1), [[[0.5] * 3, [0.25] * 3]], atol=1e-6)
+    mean = v[0, 0].astype(np.float64).mean(0)
+    np.testing.assert_allclose(out[0, 0], np.tile(mean / 2, (3, 1)), atol=1e-6)
+    np.testing.assert_allclose(out[0, 1], np.tile(mean / 4, (3, 1)), atol=1e-6)
+
+
+def test_rows_with_no_key_are_zero_with_sinks(client):
+    q, k, v = qkv(lq=6, lk=3)
+    kw = dict(is_causal=True, alignment="bottom_right", softcap=5.0,
+              sinks=[0.5, 1.0, -1.0, 2.0])
+    out, w = client.attend(q, k, v, return_weights=True, **kw)
+    assert np.all(out[:, :, :3] == 0) and np.all(w[:, :, :3] == 0)
+    want_out, want_w = attention(q, k, v, **kw)
+    assert_close(out, want_out, 1e-5)
+    assert_close(w, want_w, 1e-5)
+
+
+@pytest.mark.parametrize("layout", ["BHLD", "BLHD"])
+def test_sinks_are_per_query_head_with_gqa(client, layout):
+    q, k, v = qkv(hq=8, hkv=2, layout=layout)
+    kw = dict(layout=layout, is_causal=True, softcap=2.0,
+              sinks=np.linspace(-2, 2, 8).astype(np.float32))
+    out, w = client.attend(q, k, v, return_weights=True, **kw)
+    want_out, want_w = attention(q, k, v, **kw)
+    assert_close(out, want_out, 1e-5)
+    assert_close(w, want_w, 1e-5)
+
+
+def gemma2_attention(q, k, v, mask, scaling, softcap):
+    """Gemma 2's eager attention as PyTorch models write it: the scores capped,
+    then the additive mask, softmax in float32."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    w = torch.matmul(q, k.transpose(2, 3)) * scaling
+    w = torch.tanh(w / softcap) * softcap
+    w = torch.softmax(w + mask, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(w, v)
+
+
+def gpt_oss_attention(q, k, v, mask, scaling, sinks):
+    """gpt-oss's eager attention as PyTorch models write it: each head's sink is one
+    more logit column, dropped after the softmax."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    w = torch.matmul(q, k.transpose(2, 3)) * scaling + mask
+    s = sinks.reshape(1, -1, 1, 1).expand(q.shape[0], -1, q.shape[-2], -1)
+    logits = torch.cat([w, s], dim=-1)
+    logits = logits - logits.max(dim=-1, keepdim=True).values
+    probs = torch.softmax(logits, dim=-1)
+    return torch.matmul(probs[..., :-1], v)
+
+
+def test_torch_models_soft_capped_and_sink_attention(client):
+    q, k, v = (torch.from_numpy(x) for x in qkv(lq=LK, seed=11))
+    causal = torch.full((LK, LK), float("-inf")).triu(1)
+    # softcap 2 bites at these scores (Gemma 2's 50 would barely).
+    want = gemma2_attention(q, k, v, causal, D ** -0.5, 2.0)
+    assert_close(client.attend(q, k, v, is_causal=True, softcap=2.0), want.double(), 1e-5)
+    sinks = torch.nn.Parameter(torch.tensor([0.3, -0.7, 1.5, 0.0]))  # as a model holds them
+    want = gpt_oss_attention(q, k, v, causal, D ** -0.5, sinks).detach()
+    out = client.attend(q, k, v, is_causal=True, sinks=sinks)
+    assert isinstance(out, torch.Tensor)
+    assert_close(out, want.double(), 1e-5)
+
+
+def test_16_bit_torch_with_softcap_and_bf16_sinks(client):
+    q, k, v = (torch.from_numpy(x).to(torch.bfloat16) for x in qkv())
+    sinks = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.bfloat16))
+    out, w = client.attend(q, k, v, is_causal=True, softcap=1.0, sinks=sinks,
+                           return_weights=True)
+    assert out.dtype == torch.bfloat16 and w.dtype == torch.float32
+    want_out, want_w = attention(q, k, v, is_causal=True, softcap=1.0, sinks=sinks)
+    assert_close(out, want_out, 2e-2)
+    assert_close(w, want_w, 2e-2)
+
+
+def test_attend_many_takes_softcap_and_sinks(client):
+    items = [tuple(qkv(seed=s)) for s in (21, 22)]
+    kw = dict(softcap=1.0, sinks=[0.1, 0.2, 0.3, 0.4])
+    outs = list(client.attend_many(items, is_causal=True, **kw))
+    for (q, k, v), out in zip(items, outs):
+        assert_close(out, attention(q, k, v, is_causal=True, **kw)[0], 1e-5)

@@ -64,6 +64,72 @@ def test_chunked_prefill_with_lnew_queries_and_mask_options(client):
         assert_close(everything, step_reference(q, keys, values)[0], 1e-5)
 
 
+def stateless(client, q, keys, values, **kw):
+    """The stateless Attend of a step's queries over the same tokens: BLHD, batch 1,
+    bottom-right causal; (output, weights) as a step returns them."""
+    out, w = client.attend(q[None], keys[None], values[None], layout="BLHD",
+                           is_causal=True, alignment="bottom_right", return_weights=True,
+                           **kw)
+    return torch.from_numpy(out[0]).double(), torch.from_numpy(w[0]).double()
+
+
+def test_softcap_and_sinks_steps_equal_the_stateless_attend(client):
+    keys, values = random((12, HKV, D), seed=60), random((12, HKV, D), seed=61)
+    opts = dict(softcap=1.5, sinks=np.array([0.5, -1.0, 2.0, 0.25], np.float32), scale=0.6)
+    with client.create_session("py-softcap-sinks", num_kv_heads=HKV, head_dim=D) as s, \
+            client.create_session("py-softcap-sinks-b", num_kv_heads=HKV, head_dim=D) as b:
+        s.append(0, keys[:9], values[:9])
+        b.append(0, keys[:5], values[:5])
+        # Three new tokens appended and attended in one step.
+        q = random((3, HQ, D), seed=62)
+        out, w = s.attend(0, q, keys[9:], values[9:], return_weights=True, **opts)
+        want_out, want_w = stateless(client, q, keys, values, **opts)
+        assert_close(out, want_out, 1e-5)
+        assert_close(w, want_w, 1e-5)
+        ref_out, ref_w = step_reference(q, keys, values, is_causal=True, **opts)
+        assert_close(out, ref_out, 1e-5)
+        assert_close(w, ref_w, 1e-5)
+        assert np.all(w.sum(-1) < 1)  # the sinks' share
+        # With a window and ALiBi too, over a batch of two sessions (sinks are per
+        # query head, the same for every session of the step).
+        more = dict(opts, window_left=4, alibi_slopes=[0.1, 0.2, 0.3, 0.4])
+        qa, qb = random((2, HQ, D), seed=63), random((1, HQ, D), seed=64)
+        out_a, out_b = client.attend_sessions(0, [(s, qa), (b, qb)], **more)
+        stateless_kw = dict(opts, window=(4, None), alibi_slopes=more["alibi_slopes"])
+        assert_close(out_a, stateless(client, qa, keys, values, **stateless_kw)[0], 1e-5)
+        assert_close(out_b, stateless(client, qb, keys[:5], values[:5], **stateless_kw)[0],
+                     1e-5)
+        # A step stream carries them as well; torch sinks (a model's parameter).
+        torch_opts = dict(opts, sinks=torch.nn.Parameter(torch.from_numpy(opts["sinks"])))
+        with client.session_stream() as steps:
+            (streamed,) = steps.attend_sessions(0, [(s, qa)], **torch_opts)
+        assert np.array_equal(streamed, s.attend(0, qa, **opts))
+        assert s.info().layer_tokens == (12,)
+
+
+def test_softcap_and_sinks_refused_before_the_append(client):
+    with client.create_session("py-softcap-errors", num_kv_heads=HKV, head_dim=D) as s:
+        s.append(0, random((4, HKV, D), seed=65), random((4, HKV, D), seed=66))
+        q = random((1, HQ, D), seed=67)
+        k, v = random((1, HKV, D), seed=68), random((1, HKV, D), seed=69)
+        for kw, message in [
+                (dict(softcap=0), "softcap: must be finite and > 0, got 0"),
+                (dict(softcap=float("nan")), "softcap: must be finite and > 0, got nan"),
+                (dict(sinks=[0.0] * 3), "sinks: expected 4 entries (one per query head), "
+                                        "got 3"),
+                (dict(sinks=[0, 0, float("-inf"), 0]), "sinks[2]: must be finite, got -inf")]:
+            with pytest.raises(attnserve.InvalidArgument) as caught:
+                s.attend(0, q, k, v, **kw)
+            assert caught.value.message == message
+        assert s.info().layer_tokens == (4,)  # nothing was appended
+        with client.session_stream() as steps:
+            with pytest.raises(attnserve.InvalidArgument) as caught:
+                steps.attend_sessions(0, [(s, q, k, v)], softcap=-1)
+            assert caught.value.message == "softcap: must be finite and > 0, got -1"
+            steps.attend_sessions(0, [(s, q, k, v)], softcap=1.0)  # the stream goes on
+        assert s.info().layer_tokens == (5,)
+
+
 def test_batch_of_sessions_fork_and_truncate(client):
     a = client.create_session("py-batch-a", num_kv_heads=HKV, head_dim=D)
     b = client.create_session("py-batch-b", num_kv_heads=HKV, head_dim=D)

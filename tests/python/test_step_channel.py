@@ -104,6 +104,25 @@ def test_steps_are_bit_identical_to_unary_calls(client, channel_server):
     unary.close()
 
 
+def test_softcap_and_sinks_steps_are_bit_identical_to_unary_calls(client):
+    through, unary = twin_sessions(client, "sc-softcap")
+    kw = dict(softcap=2.0, sinks=[0.5, -1.0, 1.5, 0.0], return_weights=True)
+    with client.step_channel() as channel:
+        for t in range(3):
+            q, k, v = step_inputs(t, 0)
+            (got,) = channel.attend_sessions(0, [(through, q, k, v, 5 + t)], **kw)
+            (want,) = client.attend_sessions(0, [(unary, q, k, v, 5 + t)], **kw)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            assert np.all(got[1].sum(-1) < 1)  # the sinks took their share
+        with pytest.raises(attnserve.InvalidArgument) as caught:
+            channel.attend_sessions(0, [(through, q)], sinks=[0.0])
+        assert caught.value.message == "sinks: expected 4 entries (one per query head), got 1"
+        (out,) = channel.attend_sessions(0, [(through, q)], softcap=2.0)  # it goes on
+        assert np.array_equal(out, client.attend_sessions(0, [(unary, q)], softcap=2.0)[0])
+    through.close()
+    unary.close()
+
+
 def test_steps_that_sleep_on_the_futex_are_woken(client):
     # spin=0: every step sleeps on response_seq's futex at once. The server must
     # wake it; a missed wake would show as steps of the 10 ms futex slice.
