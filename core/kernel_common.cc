@@ -75,6 +75,11 @@ void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0,
       bias[c] -= slope * static_cast<float>(dist);
     }
   }
+  if (p.rel_table != nullptr) {
+    const float* table = p.rel_table + h * p.rel_buckets;
+    const int64_t d = i + p.diag_offset;
+    for (int64_t c = 0; c < n; ++c) bias[c] += table[p.BucketOf(k0 + c - d)];
+  }
   if (p.block_layout != nullptr) p.block_layout->Restrict(i, k0, n, bias);
 }
 

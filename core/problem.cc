@@ -102,6 +102,74 @@ double AttentionShape::dense_flops() const {
   return 2.0 * batch * q_heads * q_len * k_len * double(head_dim + value_dim);
 }
 
+namespace {
+
+// The bucket of a >= 0 among m buckets (RelativeBiasSpec), in T5's f32
+// arithmetic.
+int32_t BucketAmong(int64_t a, int32_t m, int32_t max_distance) {
+  const int32_t exact = m / 2;
+  if (a < exact) return static_cast<int32_t>(a);
+  const float ratio = static_cast<float>(a) / static_cast<float>(exact);
+  const float span = static_cast<float>(
+      std::log(static_cast<double>(max_distance) / static_cast<double>(exact)));
+  const float v = std::log(ratio) / span * static_cast<float>(m - exact);
+  const int64_t bucket = exact + static_cast<int64_t>(v);
+  return static_cast<int32_t>(std::min<int64_t>(bucket, m - 1));
+}
+
+absl::Status ResolveRelativeBias(const RelativeBiasSpec& r, int64_t q_heads,
+                                 Problem* p) {
+  const int32_t min_buckets = r.bidirectional ? 4 : 2;
+  if (r.num_buckets < min_buckets || r.num_buckets > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mask.relative_bias.num_buckets: ", r.num_buckets, " is outside [",
+        min_buckets, ", 1024]", r.bidirectional ? " (bidirectional)" : ""));
+  }
+  const int32_t m = r.bidirectional ? r.num_buckets / 2 : r.num_buckets;
+  const int32_t exact = m / 2;
+  if (r.max_distance <= exact || r.max_distance > (1 << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mask.relative_bias.max_distance: ", r.max_distance, " is outside (",
+        exact, ", 2^30] (it must pass the ", exact, " exact buckets)"));
+  }
+  const int64_t entries = q_heads * int64_t{r.num_buckets};
+  if (static_cast<int64_t>(r.table.size()) != entries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mask.relative_bias.table: expected Hq × num_buckets = ", q_heads,
+        " × ", r.num_buckets, " = ", entries, " entries, got ",
+        r.table.size()));
+  }
+  for (size_t e = 0; e < r.table.size(); ++e) {
+    if (!std::isfinite(r.table[e])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mask.relative_bias.table[", e,
+                       "]: must be finite, got ", r.table[e]));
+    }
+  }
+  p->rel_table = r.table.data();
+  p->rel_buckets = r.num_buckets;
+  p->rel_bidirectional = r.bidirectional;
+  p->rel_last = m - 1;
+  // Buckets up to the first distance in the last one (about max_distance).
+  p->rel_bucket_of.clear();
+  for (int64_t a = 0; a <= int64_t{1} << 30; ++a) {
+    const int32_t b = BucketAmong(a, m, r.max_distance);
+    if (b == m - 1) break;
+    p->rel_bucket_of.push_back(b);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int32_t RelativeBucket(const RelativeBiasSpec& spec, int64_t n) {
+  if (spec.bidirectional) {
+    const int32_t m = spec.num_buckets / 2;
+    return (n > 0 ? m : 0) + BucketAmong(n < 0 ? -n : n, m, spec.max_distance);
+  }
+  return BucketAmong(n < 0 ? -n : 0, spec.num_buckets, spec.max_distance);
+}
+
 absl::Status CheckSoftcap(std::optional<float> softcap) {
   if (softcap && !(std::isfinite(*softcap) && *softcap > 0)) {
     return absl::InvalidArgumentError(
@@ -303,6 +371,9 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
     }
     p.alibi = m.alibi_slopes.data();
   }
+  if (m.relative_bias) {
+    RETURN_IF_ERROR(ResolveRelativeBias(*m.relative_bias, s.q_heads, &p));
+  }
   if (m.block_sparse) {
     ASSIGN_OR_RETURN(
         p.block_layout,
@@ -350,6 +421,8 @@ absl::Status CheckOnlyCausalAndPadding(const Problem& p,
     part = "mask.explicit_mask: an explicit mask";
   } else if (p.alibi != nullptr) {
     part = "mask.alibi_slopes: ALiBi";
+  } else if (p.rel_table != nullptr) {
+    part = "mask.relative_bias: a relative position bias";
   } else if (p.block_layout != nullptr) {
     part = "mask.block_sparse: a block-sparse layout";
   } else if (p.softcap > 0) {

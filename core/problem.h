@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/attention.h"
@@ -49,6 +50,29 @@ struct Problem {
   DType mask_dtype = DType::kBool;
   Strides4 mask_strides;         // broadcast dims have stride 0
   const float* alibi = nullptr;  // [Hq] or null
+  // T5's relative bias: table [Hq, num_buckets] or null; the bucket of
+  // relative position n is BucketOf(n).
+  const float* rel_table = nullptr;
+  int32_t rel_buckets = 0;
+  bool rel_bidirectional = false;
+  // The buckets (among num_buckets / 2 bidirectional, else num_buckets) of
+  // |n| (bidirectional) or max(-n, 0) below the vector's size, past which
+  // every one is rel_last.
+  std::vector<int32_t> rel_bucket_of;
+  int32_t rel_last = 0;
+  int32_t BucketOf(int64_t n) const {
+    int32_t offset = 0;
+    int64_t a;
+    if (rel_bidirectional) {
+      offset = n > 0 ? rel_buckets / 2 : 0;
+      a = n < 0 ? -n : n;
+    } else {
+      a = n < 0 ? -n : 0;
+    }
+    return offset + (a < static_cast<int64_t>(rel_bucket_of.size())
+                         ? rel_bucket_of[static_cast<size_t>(a)]
+                         : rel_last);
+  }
   std::shared_ptr<const BlockLayout> block_layout;  // or null
 
   // Softmax, or a variant (core/variants/) with its parameters as given.
@@ -87,9 +111,10 @@ struct Problem {
   }
 
   // True when some part of the mask is decided per element (explicit, ALiBi,
-  // a block-sparse layout): FillBias then has work to do.
+  // T5's relative bias, a block-sparse layout): FillBias then has work to do.
   bool has_elementwise_mask() const {
-    return mask != nullptr || alibi != nullptr || block_layout != nullptr;
+    return mask != nullptr || alibi != nullptr || rel_table != nullptr ||
+           block_layout != nullptr;
   }
 
   // The half-open key interval [lo, hi) that causal, window and key_lengths

@@ -32,6 +32,9 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
   const MutableTensorView* weights =
       outputs.weights ? &*outputs.weights : nullptr;
   constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
+  // T5's bias by its formula per element (the kernels read a table of it).
+  const RelativeBiasSpec* relative_bias =
+      inputs.mask.relative_bias ? &*inputs.mask.relative_bias : nullptr;
 
   std::vector<double> scores(s.k_len);
   std::vector<bool> allowed(s.k_len);
@@ -75,6 +78,11 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
             score = cap * std::tanh(score / cap);
           }
           score += bias;
+          if (relative_bias != nullptr) {
+            score += relative_bias->table[static_cast<size_t>(
+                h * relative_bias->num_buckets +
+                RelativeBucket(*relative_bias, j - diag))];
+          }
           if (p.alibi != nullptr) {
             score -= static_cast<double>(p.alibi[h]) *
                      static_cast<double>(std::llabs(diag - j));

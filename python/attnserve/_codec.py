@@ -256,10 +256,10 @@ def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh, enable_gqa
     def expected(h, length, dim):
         return shape_text([b, h, length, dim] if bhld else [b, length, h, dim])
 
-    if not 1 <= d <= 256:
-        raise InvalidArgument(f"query: head dimension D = {d} is out of range [1, 256]")
-    if not 1 <= dv <= 256:
-        raise InvalidArgument(f"value: head dimension Dv = {dv} is out of range [1, 256]")
+    if not 1 <= d <= 576:
+        raise InvalidArgument(f"query: head dimension D = {d} is out of range [1, 576]")
+    if not 1 <= dv <= 512:
+        raise InvalidArgument(f"value: head dimension Dv = {dv} is out of range [1, 512]")
     if hkv < 1:
         raise InvalidArgument(f"key: number of kv heads must be at least 1, got {hkv} "
                               f"(shape {shape_text(k_shape)})")

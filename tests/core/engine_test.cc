@@ -48,6 +48,10 @@ enum class MaskKind {
   kSoftcap,
   kSinks,
   kSoftcapSinks,
+  // T5's relative position bias: bidirectional alone, unidirectional over
+  // causal bottom-right with ALiBi and key lengths.
+  kRelativeBias,
+  kRelativeBiasCausal,
 };
 
 std::string MaskName(MaskKind m) {
@@ -76,6 +80,10 @@ std::string MaskName(MaskKind m) {
       return "Sinks";
     case MaskKind::kSoftcapSinks:
       return "SoftcapSinks";
+    case MaskKind::kRelativeBias:
+      return "RelativeBias";
+    case MaskKind::kRelativeBiasCausal:
+      return "RelativeBiasCausal";
   }
   return "?";
 }
@@ -98,6 +106,7 @@ struct Case {
   std::vector<float> alibi;
   std::optional<float> softcap;
   std::vector<float> sinks;
+  std::vector<float> rel_table;
 
   void Build(uint64_t seed) {
     const Shape& s = shape;
@@ -111,7 +120,8 @@ struct Case {
     v = TestTensor::Random(dtype, dims(s.hkv, s.lk, s.dv), seed + 2);
     const bool all = mask == MaskKind::kAll;
     const bool capped = mask == MaskKind::kSoftcapSinks;
-    if (mask == MaskKind::kKeyLengths || all || capped) {
+    const bool rel_causal = mask == MaskKind::kRelativeBiasCausal;
+    if (mask == MaskKind::kKeyLengths || all || capped || rel_causal) {
       for (int64_t b = 0; b < s.b; ++b) {
         // Covers 0 (a fully masked batch entry), partial and full lengths.
         key_lengths.push_back(static_cast<int32_t>(
@@ -134,7 +144,7 @@ struct Case {
       for (int64_t i = 0; i < explicit_mask.size(); i += 7)
         explicit_mask.Set(i, -kInf);
     }
-    if (mask == MaskKind::kAlibi || all || capped) {
+    if (mask == MaskKind::kAlibi || all || capped || rel_causal) {
       for (int64_t h = 0; h < s.hq; ++h) {
         alibi.push_back(std::pow(2.0f, -8.0f * (h + 1) / s.hq));
       }
@@ -144,6 +154,13 @@ struct Case {
     if (mask == MaskKind::kSinks || capped) {
       // From a sink that takes most of the weight to one that takes little.
       for (int64_t h = 0; h < s.hq; ++h) sinks.push_back(3.0f - 2.5f * h);
+    }
+    if (mask == MaskKind::kRelativeBias || rel_causal) {
+      // 12 buckets (6 a side bidirectional: 3 exact, then logarithmic up to
+      // distance 20): the shapes here reach all of them.
+      const TestTensor t = TestTensor::Random(DType::kFloat32, {s.hq, 12},
+                                              seed + 6, -2.0f, 2.0f);
+      rel_table = t.ToFloats();
     }
   }
 
@@ -159,7 +176,8 @@ struct Case {
     const bool all = mask == MaskKind::kAll;
     if (mask == MaskKind::kCausalTopLeft ||
         mask == MaskKind::kCausalBottomRight || all ||
-        mask == MaskKind::kSoftcapSinks) {
+        mask == MaskKind::kSoftcapSinks ||
+        mask == MaskKind::kRelativeBiasCausal) {
       m.causal = true;
       m.alignment = mask == MaskKind::kCausalTopLeft
                         ? CausalAlignment::kTopLeft
@@ -175,6 +193,14 @@ struct Case {
     m.alibi_slopes = alibi;
     in.softcap = softcap;
     in.sinks = sinks;
+    if (!rel_table.empty()) {
+      RelativeBiasSpec r;
+      r.table = rel_table;
+      r.num_buckets = 12;
+      r.max_distance = 20;
+      r.bidirectional = mask == MaskKind::kRelativeBias;
+      m.relative_bias = r;
+    }
     return in;
   }
 
@@ -333,7 +359,8 @@ INSTANTIATE_TEST_SUITE_P(
                           MaskKind::kKeyLengths, MaskKind::kBoolMask,
                           MaskKind::kFloatMask, MaskKind::kAlibi,
                           MaskKind::kAll, MaskKind::kSoftcap, MaskKind::kSinks,
-                          MaskKind::kSoftcapSinks),
+                          MaskKind::kSoftcapSinks, MaskKind::kRelativeBias,
+                          MaskKind::kRelativeBiasCausal),
         ::testing::Values(KernelPath::kFlash, KernelPath::kMaterialized,
                           KernelPath::kDecode),
         ::testing::ValuesIn(::attnserve::testing::MachineIsas()),

@@ -187,6 +187,45 @@ TEST(ReferenceTest, HandComputedSoftcapAndSinks) {
   }
 }
 
+// T5's buckets: exact below half of a side's buckets, logarithmic up to
+// max_distance, the last one past it; bidirectional keys after the query
+// take the upper half; unidirectional ones share bucket 0.
+TEST(ReferenceTest, RelativeBucketIsT5s) {
+  RelativeBiasSpec bi;
+  bi.num_buckets = 32;
+  bi.max_distance = 128;
+  bi.bidirectional = true;
+  for (int64_t n = 0; n < 8; ++n) {
+    EXPECT_EQ(RelativeBucket(bi, -n), n);
+    if (n > 0) EXPECT_EQ(RelativeBucket(bi, n), 16 + n);
+  }
+  EXPECT_EQ(RelativeBucket(bi, 0), 0);
+  EXPECT_EQ(RelativeBucket(bi, -127), 15);
+  EXPECT_EQ(RelativeBucket(bi, -100000), 15);
+  EXPECT_EQ(RelativeBucket(bi, 100000), 31);
+  RelativeBiasSpec uni = bi;
+  uni.bidirectional = false;
+  EXPECT_EQ(RelativeBucket(uni, 5), 0);
+  EXPECT_EQ(RelativeBucket(uni, -5), 5);
+  EXPECT_EQ(RelativeBucket(uni, -15), 15);
+  EXPECT_EQ(RelativeBucket(uni, -1000000), 31);
+  // Non-decreasing in the distance, each bucket reached, and the logarithm
+  // within one bucket of the exact real-number formula.
+  int32_t last = 0;
+  for (int64_t a = 0; a < 300; ++a) {
+    const int32_t b = RelativeBucket(uni, -a);
+    EXPECT_GE(b, last) << a;
+    EXPECT_LE(b, last + 1) << a;
+    last = b;
+    if (a >= 16) {
+      const double exact =
+          16 + std::log(a / 16.0) / std::log(128 / 16.0) * (32 - 16);
+      EXPECT_NEAR(b, std::min(31.0, std::floor(exact)), 1.0) << a;
+    }
+  }
+  EXPECT_EQ(last, 31);
+}
+
 TEST(ReferenceTest, DefaultScaleIsInverseSqrtHeadDim) {
   // D = 3: key 0 has q·k = 3, key 1 has q·k = 0, so the scores are
   // (3 / sqrt(3), 0) = (sqrt(3), 0) by default.

@@ -376,6 +376,37 @@ TEST_P(ValidationTest, SinksWrongLengthOrNonFinite) {
   EXPECT_TRUE(Call().ok()) << Call();
 }
 
+TEST_P(ValidationTest, RelativeBiasOutOfRange) {
+  std::vector<float> table(4 * 8, 0.5f);
+  RelativeBiasSpec r;
+  r.table = table;
+  r.num_buckets = 8;
+  r.max_distance = 16;
+  r.bidirectional = true;
+  inputs_.mask.relative_bias = r;
+  EXPECT_TRUE(Call().ok()) << Call();
+  inputs_.mask.relative_bias->num_buckets = 3;
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("mask.relative_bias.num_buckets: 3 is "
+                                         "outside [4, 1024] (bidirectional)")));
+  inputs_.mask.relative_bias->num_buckets = 8;
+  inputs_.mask.relative_bias->max_distance = 2;
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("mask.relative_bias.max_distance: 2 "
+                                           "is outside (2, 2^30]")));
+  inputs_.mask.relative_bias->max_distance = 16;
+  inputs_.mask.relative_bias->table = absl::MakeConstSpan(table).subspan(1);
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("mask.relative_bias.table: expected "
+                                           "Hq × num_buckets = 4 × 8 = 32 "
+                                           "entries, got 31")));
+  table[5] = std::nanf("");
+  inputs_.mask.relative_bias->table = table;
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("mask.relative_bias.table[5]: must be "
+                                         "finite, got nan")));
+}
+
 TEST_P(ValidationTest, ScaleNonFinite) {
   inputs_.scale = std::nanf("");
   EXPECT_THAT(Call(),

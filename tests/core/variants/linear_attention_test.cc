@@ -679,6 +679,15 @@ TEST_F(LinearAttentionValidationTest, MaskPartsThatCannotBeLinearised) {
   in = c_.Inputs();
   in.sinks = slopes;
   ExpectInvalid(in, absl::StrCat("sinks: attention sinks", kWhy));
+  const std::vector<float> table(2 * 4, 0.5f);
+  RelativeBiasSpec rel;
+  rel.table = table;
+  rel.num_buckets = 4;
+  rel.max_distance = 8;
+  in = c_.Inputs();
+  in.mask.relative_bias = rel;
+  ExpectInvalid(
+      in, absl::StrCat("mask.relative_bias: a relative position bias", kWhy));
 }
 
 // The FLOPs count the key sums once per kv head and the queries per query
