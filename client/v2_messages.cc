@@ -127,16 +127,17 @@ int64_t Int64Parameter(const Parameters& p, const std::string& name) {
 }  // namespace
 
 absl::Status CheckV2CanCarry(const v1::AttendRequest& request) {
-  const char* what = request.has_linear() ? "linear attention"
-                     : request.has_lsh()  ? "LSH attention"
-                     : request.mask().has_block_sparse()
-                         ? "a block-sparse layout"
-                         : nullptr;
+  const char* what =
+      request.has_linear()                 ? "linear attention"
+      : request.has_lsh()                  ? "LSH attention"
+      : request.mask().has_block_sparse()  ? "a block-sparse layout"
+      : request.mask().has_relative_bias() ? "a relative position bias"
+                                           : nullptr;
   if (what == nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("--protocol=v2 cannot carry ", what,
-                   " (the Open Inference Protocol mapping has no parameters "
-                   "for the long-sequence variants); use the native protocol"));
+                   " (the Open Inference Protocol mapping has no inputs or "
+                   "parameters for it); use the native protocol"));
 }
 
 ModelInferRequest ToModelInferRequest(const v1::AttendRequest& request) {

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/paged.h"
+#include "core/relative_bias.h"
 #include "core/tensor.h"
 
 namespace attnserve {
@@ -76,26 +77,6 @@ struct BlockSparseSpec {
   absl::Span<const int32_t> global_tokens;
   std::optional<TensorView> block_mask;
 };
-
-// T5's bucketed relative position bias: adds table[h · num_buckets + b] to
-// the scaled scores (T5 itself uses scale = 1), where b is the bucket of the
-// relative position n = j − d(i) of key j to query row i:
-//   bidirectional: m = num_buckets / 2 (integer division), b = m when n > 0
-//     (else 0) plus the bucket of |n| among m;
-//   unidirectional: m = num_buckets, the bucket of max(−n, 0) among m;
-//   the bucket of a ≥ 0 among m, with e = m / 2: a when a < e, else
-//     min(m − 1, e + trunc(log(a / e) / log(max_distance / e) · (m − e))),
-//     computed in f32 as T5's PyTorch code computes it (log(max_distance /
-//     e) in double, then rounded).
-struct RelativeBiasSpec {
-  absl::Span<const float> table;  // [Hq, num_buckets], finite
-  int32_t num_buckets = 0;        // [2, 1024]; [4, 1024] bidirectional
-  int32_t max_distance = 0;       // (e, 2^30]
-  bool bidirectional = false;
-};
-
-// The bucket RelativeBiasSpec gives relative position n (the spec checked).
-int32_t RelativeBucket(const RelativeBiasSpec& spec, int64_t n);
 
 // The parts of a mask. A key j is attended by query row i only if every part
 // allows it; a row that no key is allowed for yields zeros (output and
@@ -215,6 +196,10 @@ struct AttentionShape {
 // the field.
 absl::Status CheckSoftcap(std::optional<float> softcap);
 absl::Status CheckSinks(absl::Span<const float> sinks, int64_t q_heads);
+// ... and of MaskSpec::relative_bias, its fields named under `field`
+// ("mask.relative_bias" in a call's mask).
+absl::Status CheckRelativeBias(const RelativeBiasSpec& spec, int64_t q_heads,
+                               absl::string_view field);
 
 // Internal: a call's inputs resolved into the kernels' form (core/problem.h).
 struct Problem;

@@ -173,6 +173,7 @@ AttentionInputs PagedAsStateless(const PagedAttentionInputs& in,
   a.scale = in.scale;
   a.softcap = in.softcap;
   a.sinks = in.sinks;
+  a.mask.relative_bias = in.relative_bias;
   return a;
 }
 

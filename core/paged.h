@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "absl/types/span.h"
+#include "core/relative_bias.h"
 #include "core/tensor.h"
 
 namespace attnserve {
@@ -117,6 +118,8 @@ struct PagedAttentionInputs {
   // empty: none).
   std::optional<float> softcap;
   absl::Span<const float> sinks;
+  // T5's relative bias, as MaskSpec::relative_bias.
+  std::optional<RelativeBiasSpec> relative_bias;
   absl::Span<const PagedSequence> sequences;
 };
 

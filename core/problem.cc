@@ -117,42 +117,18 @@ int32_t BucketAmong(int64_t a, int32_t m, int32_t max_distance) {
   return static_cast<int32_t>(std::min<int64_t>(bucket, m - 1));
 }
 
-absl::Status ResolveRelativeBias(const RelativeBiasSpec& r, int64_t q_heads,
-                                 Problem* p) {
-  const int32_t min_buckets = r.bidirectional ? 4 : 2;
-  if (r.num_buckets < min_buckets || r.num_buckets > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mask.relative_bias.num_buckets: ", r.num_buckets, " is outside [",
-        min_buckets, ", 1024]", r.bidirectional ? " (bidirectional)" : ""));
-  }
+absl::Status ResolveRelativeBias(const RelativeBiasSpec& r, Problem* p) {
+  RETURN_IF_ERROR(CheckRelativeBias(r, p->shape.q_heads, "mask.relative_bias"));
   const int32_t m = r.bidirectional ? r.num_buckets / 2 : r.num_buckets;
-  const int32_t exact = m / 2;
-  if (r.max_distance <= exact || r.max_distance > (1 << 30)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mask.relative_bias.max_distance: ", r.max_distance, " is outside (",
-        exact, ", 2^30] (it must pass the ", exact, " exact buckets)"));
-  }
-  const int64_t entries = q_heads * int64_t{r.num_buckets};
-  if (static_cast<int64_t>(r.table.size()) != entries) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mask.relative_bias.table: expected Hq × num_buckets = ", q_heads,
-        " × ", r.num_buckets, " = ", entries, " entries, got ",
-        r.table.size()));
-  }
-  for (size_t e = 0; e < r.table.size(); ++e) {
-    if (!std::isfinite(r.table[e])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mask.relative_bias.table[", e,
-                       "]: must be finite, got ", r.table[e]));
-    }
-  }
   p->rel_table = r.table.data();
   p->rel_buckets = r.num_buckets;
   p->rel_bidirectional = r.bidirectional;
   p->rel_last = m - 1;
-  // Buckets up to the first distance in the last one (about max_distance).
+  // Buckets up to the first distance in the last one (about max_distance),
+  // or as far as the call's positions reach.
   p->rel_bucket_of.clear();
-  for (int64_t a = 0; a <= int64_t{1} << 30; ++a) {
+  const int64_t reach = p->shape.q_len + p->shape.k_len;
+  for (int64_t a = 0; a <= reach; ++a) {
     const int32_t b = BucketAmong(a, m, r.max_distance);
     if (b == m - 1) break;
     p->rel_bucket_of.push_back(b);
@@ -161,6 +137,36 @@ absl::Status ResolveRelativeBias(const RelativeBiasSpec& r, int64_t q_heads,
 }
 
 }  // namespace
+
+absl::Status CheckRelativeBias(const RelativeBiasSpec& r, int64_t q_heads,
+                               absl::string_view field) {
+  const int32_t min_buckets = r.bidirectional ? 4 : 2;
+  if (r.num_buckets < min_buckets || r.num_buckets > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".num_buckets: ", r.num_buckets, " is outside [", min_buckets,
+        ", 1024]", r.bidirectional ? " (bidirectional)" : ""));
+  }
+  const int32_t m = r.bidirectional ? r.num_buckets / 2 : r.num_buckets;
+  const int32_t exact = m / 2;
+  if (r.max_distance <= exact || r.max_distance > (1 << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".max_distance: ", r.max_distance, " is outside (", exact,
+        ", 2^30] (it must pass the ", exact, " exact buckets)"));
+  }
+  const int64_t entries = q_heads * int64_t{r.num_buckets};
+  if (static_cast<int64_t>(r.table.size()) != entries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".table: expected Hq × num_buckets = ", q_heads, " × ",
+        r.num_buckets, " = ", entries, " entries, got ", r.table.size()));
+  }
+  for (size_t e = 0; e < r.table.size(); ++e) {
+    if (!std::isfinite(r.table[e])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".table[", e, "]: must be finite, got ", r.table[e]));
+    }
+  }
+  return absl::OkStatus();
+}
 
 int32_t RelativeBucket(const RelativeBiasSpec& spec, int64_t n) {
   if (spec.bidirectional) {
@@ -372,7 +378,7 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
     p.alibi = m.alibi_slopes.data();
   }
   if (m.relative_bias) {
-    RETURN_IF_ERROR(ResolveRelativeBias(*m.relative_bias, s.q_heads, &p));
+    RETURN_IF_ERROR(ResolveRelativeBias(*m.relative_bias, &p));
   }
   if (m.block_sparse) {
     ASSIGN_OR_RETURN(

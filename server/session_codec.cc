@@ -203,6 +203,10 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
   RETURN_IF_ERROR(CheckSoftcap(d.softcap));
   d.sinks = absl::MakeConstSpan(request.sinks().data(), request.sinks().size());
   RETURN_IF_ERROR(CheckSinks(d.sinks, hq));
+  if (request.has_relative_bias()) {
+    d.relative_bias = wire::DecodeRelativeBias(request.relative_bias());
+    RETURN_IF_ERROR(CheckRelativeBias(*d.relative_bias, hq, "relative_bias"));
+  }
   d.return_weights = request.return_weights();
   ASSIGN_OR_RETURN(
       d.output_dtype,
@@ -322,6 +326,7 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
   in.scale = d.scale;
   in.softcap = d.softcap;
   in.sinks = d.sinks;
+  in.relative_bias = d.relative_bias;
   in.sequences = call->sequences;
 }
 

@@ -56,6 +56,7 @@ struct DecodedSessionsRequest {
   std::optional<float> scale;
   std::optional<float> softcap;
   absl::Span<const float> sinks;
+  std::optional<RelativeBiasSpec> relative_bias;
   bool return_weights = false;
   DType output_dtype = DType::kFloat32;
 };

@@ -211,7 +211,19 @@ absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
     ASSIGN_OR_RETURN(mask.block_sparse,
                      DecodeBlockSparse(wire_mask.block_sparse()));
   }
+  if (wire_mask.has_relative_bias()) {
+    mask.relative_bias = DecodeRelativeBias(wire_mask.relative_bias());
+  }
   return mask;
+}
+
+RelativeBiasSpec DecodeRelativeBias(const v1::RelativeBias& wire) {
+  RelativeBiasSpec r;
+  r.table = absl::MakeConstSpan(wire.table().data(), wire.table().size());
+  r.num_buckets = wire.num_buckets();
+  r.max_distance = wire.max_distance();
+  r.bidirectional = wire.bidirectional();
+  return r;
 }
 
 absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback) {

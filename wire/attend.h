@@ -58,6 +58,10 @@ absl::StatusOr<AttendCall> DecodeAttend(const v1::AttendRequest& request,
 // mask.explicit_mask.dtype, mask.block_sparse.stride_pattern, ...).
 absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& mask);
 
+// T5's relative bias of a Mask or a session step, as views into it (the
+// engine's CheckRelativeBias checks it).
+RelativeBiasSpec DecodeRelativeBias(const v1::RelativeBias& bias);
+
 // A response's output dtype: `fallback` for UNSPECIFIED, InvalidArgument
 // naming output_dtype for BOOL, INT32 or unknown values.
 absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback);

@@ -102,10 +102,8 @@ void SessionMirror::Truncate(int64_t tokens) {
 }
 
 absl::StatusOr<std::vector<float>> SessionMirror::Reference(
-    int layer, int64_t hq, absl::Span<const float> query, bool causal,
-    std::optional<int64_t> window_left, absl::Span<const float> alibi,
-    std::optional<float> scale, std::optional<float> softcap,
-    absl::Span<const float> sinks, std::vector<float>* weights) const {
+    int layer, int64_t hq, absl::Span<const float> query,
+    const PagedAttentionInputs& step, std::vector<float>* weights) const {
   const int64_t d = shape_.head_dim, dv = shape_.value_dim;
   const int64_t lnew = static_cast<int64_t>(query.size()) / (hq * d);
   const int64_t t = tokens(layer);
@@ -118,13 +116,14 @@ absl::StatusOr<std::vector<float>> SessionMirror::Reference(
                           DType::kFloat32, {1, t, shape_.kv_heads, d});
   in.value = MakeTensorView(values_[static_cast<size_t>(layer)].data(),
                             DType::kFloat32, {1, t, shape_.kv_heads, dv});
-  in.mask.causal = causal;
+  in.mask.causal = step.causal;
   in.mask.alignment = CausalAlignment::kBottomRight;
-  in.mask.window_left = window_left;
-  in.mask.alibi_slopes = alibi;
-  in.scale = scale;
-  in.softcap = softcap;
-  in.sinks = sinks;
+  in.mask.window_left = step.window_left;
+  in.mask.alibi_slopes = step.alibi_slopes;
+  in.mask.relative_bias = step.relative_bias;
+  in.scale = step.scale;
+  in.softcap = step.softcap;
+  in.sinks = step.sinks;
   std::vector<float> out(static_cast<size_t>(lnew * hq * dv));
   std::vector<float> w(static_cast<size_t>(hq * lnew * t));
   AttentionOutputs outputs;

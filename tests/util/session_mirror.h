@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "attnserve/v1/sessions.pb.h"
+#include "core/paged.h"
 #include "core/tensor.h"
 
 namespace attnserve::testing {
@@ -56,13 +57,13 @@ class SessionMirror {
 
   // The reference output [Lnew, Hq, Dv] (f32) of `query` [Lnew, Hq, D] over
   // `layer`, as AttendSessions defines it: the query rounded to the storage
-  // dtype, bottom-right causal when `causal`, the other mask parts, the
-  // soft-cap and the sinks. With `weights`, also [Hq, Lnew, tokens].
+  // dtype, bottom-right causal when `step.causal`, and the step's other
+  // options (its mask parts, scale, soft-cap, sinks, relative bias; the
+  // shapes and sequences of `step` are not read). With `weights`, also [Hq,
+  // Lnew, tokens].
   absl::StatusOr<std::vector<float>> Reference(
-      int layer, int64_t hq, absl::Span<const float> query, bool causal,
-      std::optional<int64_t> window_left, absl::Span<const float> alibi,
-      std::optional<float> scale, std::optional<float> softcap,
-      absl::Span<const float> sinks,
+      int layer, int64_t hq, absl::Span<const float> query,
+      const PagedAttentionInputs& step,
       std::vector<float>* weights = nullptr) const;
 
  private:

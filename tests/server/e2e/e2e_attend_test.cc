@@ -44,10 +44,11 @@ struct WireCase {
   bool weights = false;
   std::optional<float> softcap;
   bool sinks = false;
+  bool relative_bias = false;  // T5's, bidirectional: 8 buckets, distance 12
 
   TestTensor q, k, v, mask;
   std::vector<int32_t> lengths;
-  std::vector<float> slopes, sink_logits;
+  std::vector<float> slopes, sink_logits, rel_table;
 
   std::vector<int64_t> Dims(int64_t h, int64_t l, int64_t x) const {
     if (layout == Layout::kBHLD) return {b, h, l, x};
@@ -87,6 +88,16 @@ struct WireCase {
       for (int64_t h = 0; h < hq; ++h) slopes.push_back(0.5f / (h + 1));
       for (float s : slopes) m->add_alibi_slopes(s);
     }
+    if (relative_bias) {
+      v1::RelativeBias* rb = m->mutable_relative_bias();
+      for (int64_t e = 0; e < hq * 8; ++e) {
+        rel_table.push_back(0.1f * static_cast<float>((e * 7) % 11) - 0.5f);
+      }
+      for (float x : rel_table) rb->add_table(x);
+      rb->set_num_buckets(8);
+      rb->set_max_distance(12);
+      rb->set_bidirectional(true);
+    }
     if (softcap) r.set_softcap(*softcap);
     if (sinks) {
       for (int64_t h = 0; h < hq; ++h) sink_logits.push_back(1.0f - h);
@@ -111,6 +122,14 @@ struct WireCase {
     in.mask.alibi_slopes = slopes;
     in.softcap = softcap;
     in.sinks = sink_logits;
+    if (relative_bias) {
+      RelativeBiasSpec rb;
+      rb.table = rel_table;
+      rb.num_buckets = 8;
+      rb.max_distance = 12;
+      rb.bidirectional = true;
+      in.mask.relative_bias = rb;
+    }
     *out =
         TestTensor(DType::kFloat32, layout == Layout::kBHLD
                                         ? std::vector<int64_t>{b, hq, lq, dv}
@@ -208,6 +227,11 @@ std::vector<WireCase> SweepCases() {
       c.softcap = 0.5f;
       c.sinks = true;
       c.weights = true;
+      cases.push_back(c);
+      // T5's relative bias.
+      c.softcap.reset();
+      c.sinks = false;
+      c.relative_bias = true;
       cases.push_back(c);
     }
   }
@@ -345,6 +369,16 @@ TEST_F(E2eAttendTest, InvalidRequestsGetClearErrors) {
       {"negative window",
        [](v1::AttendRequest* r) { r->mutable_mask()->set_window_left(-1); },
        grpc::INVALID_ARGUMENT, "window_left"},
+      {"relative bias table",
+       [](v1::AttendRequest* r) {
+         v1::RelativeBias* rb = r->mutable_mask()->mutable_relative_bias();
+         rb->set_num_buckets(8);
+         rb->set_max_distance(12);
+         rb->add_table(1.0f);
+       },
+       grpc::INVALID_ARGUMENT,
+       "mask.relative_bias.table: expected Hq × num_buckets = 2 × 8 = 16 "
+       "entries, got 1"},
       {"zero softcap", [](v1::AttendRequest* r) { r->set_softcap(0.0f); },
        grpc::INVALID_ARGUMENT, "softcap: must be finite and > 0, got 0"},
       {"sinks length", [](v1::AttendRequest* r) { r->add_sinks(0.5f); },

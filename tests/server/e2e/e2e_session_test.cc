@@ -147,6 +147,9 @@ class Client {
     std::optional<float> scale;
     std::optional<float> softcap;
     int64_t sinks = 0;  // sink logits sent (Hq, or another count to refuse)
+    // T5's unidirectional bias: 6 buckets, distance 16 (with relative_table
+    // entries: Hq · 6 to attend, another count to refuse).
+    int64_t relative_table = 0;
     bool weights = false;
     DType query_dtype = DType::kFloat32;
   };
@@ -171,6 +174,16 @@ class Client {
     if (o.sinks > 0) {
       for (int64_t h = 0; h < o.sinks; ++h) sinks.push_back(1.5f - 0.75f * h);
       for (float x : sinks) request.add_sinks(x);
+    }
+    std::vector<float> rel_table;
+    if (o.relative_table > 0) {
+      v1::RelativeBias* rb = request.mutable_relative_bias();
+      for (int64_t e = 0; e < o.relative_table; ++e) {
+        rel_table.push_back(0.3f * static_cast<float>(e % 5) - 0.6f);
+        rb->add_table(rel_table.back());
+      }
+      rb->set_num_buckets(6);
+      rb->set_max_distance(16);
     }
     request.set_return_weights(o.weights);
     request.set_output_dtype(v1::FLOAT32);
@@ -220,9 +233,22 @@ class Client {
       // The server rounds queries to the storage dtype, which the mirror does
       // too; the wire's rounding comes first.
       std::vector<float> sent = WireFloats(request.sessions(int(i)).query());
+      PagedAttentionInputs step;
+      step.causal = o.causal;
+      step.window_left = o.window_left;
+      step.alibi_slopes = slopes;
+      step.scale = o.scale;
+      step.softcap = o.softcap;
+      step.sinks = sinks;
+      if (!rel_table.empty()) {
+        RelativeBiasSpec rb;
+        rb.table = rel_table;
+        rb.num_buckets = 6;
+        rb.max_distance = 16;
+        step.relative_bias = rb;
+      }
       absl::StatusOr<std::vector<float>> ref =
-          m.Reference(o.layer, o.hq, sent, o.causal, o.window_left, slopes,
-                      o.scale, o.softcap, sinks, &ref_w);
+          m.Reference(o.layer, o.hq, sent, step, &ref_w);
       if (!ref.ok()) {
         ADD_FAILURE() << ref.status();
         continue;
@@ -447,6 +473,7 @@ void RandomOperations(const ServerProcess& server, bool stream) {
           if (rng.OneIn(5)) o.scale = 0.3f;
           if (rng.OneIn(4)) o.softcap = 0.4f;
           o.sinks = rng.OneIn(4) ? o.hq : 0;
+          o.relative_table = rng.OneIn(4) ? o.hq * 6 : 0;
           o.weights = rng.OneIn(6);
           o.query_dtype = rng.OneIn(2) ? DType::kBFloat16 : DType::kFloat32;
           const grpc::Status st = c.AttendAndCheck(steps, o, seed);
@@ -652,6 +679,12 @@ TEST_F(E2eSessionTest, ErrorsNameTheFieldAndTheValues) {
          grpc::StatusCode::INVALID_ARGUMENT,
          "sinks: expected 4 entries (one per query head), got 3");
   o.sinks = 0;
+  o.relative_table = 5;
+  expect(c.AttendAndCheck({{"err", 1, 1}}, o, 5),
+         grpc::StatusCode::INVALID_ARGUMENT,
+         "relative_bias.table: expected Hq × num_buckets = 4 × 6 = 24 "
+         "entries, got 5");
+  o.relative_table = 0;
   ASSERT_TRUE(Get(c, "err", &info).ok());
   EXPECT_EQ(info.layer_tokens(0), before);
 
