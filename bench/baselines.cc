@@ -156,6 +156,7 @@ absl::StatusOr<double> GemmGflops(DType dtype, int threads,
 
 std::optional<std::string> UnfusedSkipReason(const CaseSpec& spec) {
   if (spec.path == KernelPath::kDecode) return "decode";
+  if (spec.relative_bias) return "T5's relative bias (the baseline has none)";
   if (spec.softcap_sinks)
     return "soft-cap and sinks (the baseline has neither)";
   double bytes = double(spec.b) * spec.hq * spec.lq * spec.lk * sizeof(float);

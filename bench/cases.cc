@@ -25,6 +25,7 @@ CaseSpec MakeCase(CaseSpec spec) {
   }
   absl::StrAppend(&n, "_d", spec.d, "_", std::string(DTypeName(spec.dtype)));
   if (spec.softcap_sinks) absl::StrAppend(&n, "_softcap_sinks");
+  if (spec.relative_bias) absl::StrAppend(&n, "_t5bias");
   return spec;
 }
 
@@ -85,6 +86,9 @@ std::vector<CaseSpec> AllCases() {
   s = Flash(f32, 1, 16, 2048, 64);
   s.softcap_sinks = true;
   add(s);
+  s = Flash(f32, 1, 16, 2048, 64);
+  s.relative_bias = true;
+  add(s);
 
   s = Flash(f32, 1, 32, 1, 128);
   s.path = KernelPath::kDecode;
@@ -94,6 +98,9 @@ std::vector<CaseSpec> AllCases() {
   add(s);
   s.softcap_sinks = true;
   s.quick = false;
+  add(s);
+  s.softcap_sinks = false;
+  s.relative_bias = true;
   add(s);
 
   s = Flash(f32, 1, 8, 1024, 64);
@@ -146,6 +153,11 @@ CaseBuffers::CaseBuffers(const CaseSpec& s)
     for (int64_t h = 0; h < s.hq; ++h)
       sinks.push_back(rng.Uniform(-1.0f, 1.0f));
   }
+  if (s.relative_bias) {
+    for (int64_t e = 0; e < s.hq * 32; ++e) {
+      rel_table.push_back(rng.Uniform(-1.0f, 1.0f));
+    }
+  }
 }
 
 AttentionInputs CaseBuffers::inputs() const {
@@ -161,6 +173,14 @@ AttentionInputs CaseBuffers::inputs() const {
   if (spec.softcap_sinks) {
     in.softcap = 50.0f;
     in.sinks = sinks;
+  }
+  if (spec.relative_bias) {
+    RelativeBiasSpec r;
+    r.table = rel_table;
+    r.num_buckets = 32;
+    r.max_distance = 128;
+    r.bidirectional = true;
+    in.mask.relative_bias = r;
   }
   return in;
 }

@@ -32,6 +32,8 @@ struct CaseSpec {
   // Gemma 2's logit soft-cap (50) and gpt-oss's attention sinks (one logit
   // per head), together: the forms' cost against the plain case.
   bool softcap_sinks = false;
+  // T5's relative bias (32 buckets, distance 128, bidirectional).
+  bool relative_bias = false;
   bool quick = false;  // part of --quick
   // kPeakRss cases run on this many threads whatever --threads says.
   int fixed_threads = 0;
@@ -75,7 +77,8 @@ struct CaseBuffers {
 
   CaseSpec spec;
   AlignedBuffer q, k, v, out, weights;
-  std::vector<float> sinks;  // [Hq] with softcap_sinks
+  std::vector<float> sinks;      // [Hq] with softcap_sinks
+  std::vector<float> rel_table;  // [Hq, 32] with relative_bias
 };
 
 }  // namespace attnserve::bench

@@ -115,7 +115,10 @@ constexpr char kCausal4096[] = "flash_causal_b1_h16_l4096_d64_f32";
 constexpr char kFlash1024[] = "flash_b1_h8_l1024_d64_f32";
 constexpr char kWeights1024[] = "materialized_b1_h8_l1024_d64_f32";
 constexpr char kForms2048[] = "flash_b1_h16_l2048_d64_f32_softcap_sinks";
+constexpr char kT5Bias2048[] = "flash_b1_h16_l2048_d64_f32_t5bias";
 constexpr char kDecode8192[] = "decode_b1_h32kv8_lq1_lk8192_d128_f32";
+constexpr char kDecodeT5Bias8192[] =
+    "decode_b1_h32kv8_lq1_lk8192_d128_f32_t5bias";
 constexpr char kDecodeForms8192[] =
     "decode_b1_h32kv8_lq1_lk8192_d128_f32_softcap_sinks";
 
@@ -452,6 +455,10 @@ class Benchmark {
               kFormsTimeRatio);
     TimeRatio("summary_softcap_sinks_time_ratio_decode_lk8192",
               kDecodeForms8192, kDecode8192, kFormsTimeRatio);
+    TimeRatio("summary_t5bias_time_ratio_l2048", kT5Bias2048, kFlash2048,
+              kFormsTimeRatio);
+    TimeRatio("summary_t5bias_time_ratio_decode_lk8192", kDecodeT5Bias8192,
+              kDecode8192, kFormsTimeRatio);
     for (int threads : options_.threads) {
       const Json* r = Find(kFlash2048, threads);
       if (r == nullptr || r->at("unfused_speedup").is_null()) continue;

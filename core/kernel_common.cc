@@ -49,8 +49,9 @@ const void* PaddedCopy(const void* src, int64_t ld, int64_t rows,
   return dst;
 }
 
-void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0,
-              int64_t n, float* bias) {
+void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
+              int64_t k0, int64_t n, float* bias) {
+  const Problem& p = *args.p;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t c = 0; c < n; ++c) bias[c] = 0.0f;
   if (p.mask != nullptr) {
@@ -76,9 +77,9 @@ void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0,
     }
   }
   if (p.rel_table != nullptr) {
-    const float* table = p.rel_table + h * p.rel_buckets;
     const int64_t d = i + p.diag_offset;
-    for (int64_t c = 0; c < n; ++c) bias[c] += table[p.BucketOf(k0 + c - d)];
+    args.ops->add_gathered(bias, p.rel_table + h * p.rel_buckets,
+                           p.rel_bucket.data() + (k0 - d - p.rel_first), n);
   }
   if (p.block_layout != nullptr) p.block_layout->Restrict(i, k0, n, bias);
 }

@@ -221,11 +221,11 @@ inline int64_t KeyBlockEnd(int64_t k0, int64_t k_block, int64_t allowed_end,
   return end;
 }
 
-// Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi, the
-// block-sparse layout) for
-// query row i of (b, h) against keys [k0, k0 + n).
-void FillBias(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t k0,
-              int64_t n, float* bias);
+// Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi,
+// T5's relative bias, the block-sparse layout) of args.p for query row i of
+// (b, h) against keys [k0, k0 + n).
+void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
+              int64_t k0, int64_t n, float* bias);
 
 // Splits [0, count) across OpenMP threads and calls fn(workspace, item) for
 // each, stopping early after the first error, which it returns.

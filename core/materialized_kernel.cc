@@ -153,7 +153,7 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
       float* row = weights + r * lk;
       std::memset(row, 0, span_begin * sizeof(float));
       std::memset(row + span_end, 0, (lk - span_end) * sizeof(float));
-      if (bias != nullptr) FillBias(p, b, h, i0 + r, span_begin, span, bias);
+      if (bias != nullptr) FillBias(args, b, h, i0 + r, span_begin, span, bias);
       float* x = row + span_begin;
       if (p.softcap > 0) ops.soft_cap(x, span, p.scale, p.softcap);
       const float max = ops.scale_mask_max(x, span, p.scale, lo[r] - span_begin,

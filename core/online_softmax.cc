@@ -126,7 +126,8 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
   uint16_t* probs16 = bf16 ? c.probs16 + r * c.ldp : nullptr;
   float* bias = use_bias ? c.bias : nullptr;
   if (bias != nullptr) {
-    FillBias(p, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n, bias);
+    FillBias(args, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n,
+             bias);
   }
   if (p.softcap > 0) ops.soft_cap(s, n, p.scale, p.softcap);
   const int64_t lo = all_allowed ? 0 : ws->row_lo[r] - k0;
@@ -227,8 +228,8 @@ class InterleavedRows final : public AmxInterleave {
       Workspace* ws = c_.ws;
       bias_ = use_bias_ ? c_.bias : nullptr;
       if (bias_ != nullptr) {
-        FillBias(p, c_.rows.batch, ws->row_head[r], ws->row_index[r], k0_, n_,
-                 bias_);
+        FillBias(c_.args, c_.rows.batch, ws->row_head[r], ws->row_index[r], k0_,
+                 n_, bias_);
       }
       lo_ = all_allowed_ ? 0 : ws->row_lo[r] - k0_;
       hi_ = all_allowed_ ? n_ : ws->row_hi[r] - k0_;

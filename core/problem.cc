@@ -119,19 +119,40 @@ int32_t BucketAmong(int64_t a, int32_t m, int32_t max_distance) {
 
 absl::Status ResolveRelativeBias(const RelativeBiasSpec& r, Problem* p) {
   RETURN_IF_ERROR(CheckRelativeBias(r, p->shape.q_heads, "mask.relative_bias"));
-  const int32_t m = r.bidirectional ? r.num_buckets / 2 : r.num_buckets;
   p->rel_table = r.table.data();
   p->rel_buckets = r.num_buckets;
-  p->rel_bidirectional = r.bidirectional;
-  p->rel_last = m - 1;
-  // Buckets up to the first distance in the last one (about max_distance),
-  // or as far as the call's positions reach.
-  p->rel_bucket_of.clear();
-  const int64_t reach = p->shape.q_len + p->shape.k_len;
-  for (int64_t a = 0; a <= reach; ++a) {
-    const int32_t b = BucketAmong(a, m, r.max_distance);
-    if (b == m - 1) break;
-    p->rel_bucket_of.push_back(b);
+  // Relative positions j - d(i): j in [0, Lk), d(i) in [diag_offset,
+  // diag_offset + Lq).
+  const AttentionShape& s = p->shape;
+  const int64_t first = -(p->diag_offset + s.q_len - 1);
+  const int64_t last = s.k_len - 1 - p->diag_offset;
+  p->rel_first = first;
+  p->rel_bucket.clear();
+  if (last < first) return absl::OkStatus();
+  p->rel_bucket.resize(static_cast<size_t>(last - first + 1));
+  // A bucket stays the same over long runs of distances: each distance's
+  // bucket from the formula up to the first one in the last bucket, then
+  // that one.
+  const int32_t m = r.bidirectional ? r.num_buckets / 2 : r.num_buckets;
+  std::vector<int32_t> of_distance;
+  const auto bucket_of = [&](int64_t a) {
+    while (static_cast<int64_t>(of_distance.size()) <= a &&
+           (of_distance.empty() || of_distance.back() != m - 1)) {
+      of_distance.push_back(BucketAmong(
+          static_cast<int64_t>(of_distance.size()), m, r.max_distance));
+    }
+    return a < static_cast<int64_t>(of_distance.size())
+               ? of_distance[static_cast<size_t>(a)]
+               : m - 1;
+  };
+  for (int64_t n = first; n <= last; ++n) {
+    int32_t b;
+    if (r.bidirectional) {
+      b = (n > 0 ? m : 0) + bucket_of(n < 0 ? -n : n);
+    } else {
+      b = bucket_of(n < 0 ? -n : 0);
+    }
+    p->rel_bucket[static_cast<size_t>(n - first)] = b;
   }
   return absl::OkStatus();
 }

@@ -50,29 +50,13 @@ struct Problem {
   DType mask_dtype = DType::kBool;
   Strides4 mask_strides;         // broadcast dims have stride 0
   const float* alibi = nullptr;  // [Hq] or null
-  // T5's relative bias: table [Hq, num_buckets] or null; the bucket of
-  // relative position n is BucketOf(n).
+  // T5's relative bias: table [Hq, num_buckets] or null, and the bucket of
+  // each relative position j - d(i) the call has, from rel_first on (one
+  // array for every head: FillBias gathers a row's bias from it).
   const float* rel_table = nullptr;
   int32_t rel_buckets = 0;
-  bool rel_bidirectional = false;
-  // The buckets (among num_buckets / 2 bidirectional, else num_buckets) of
-  // |n| (bidirectional) or max(-n, 0) below the vector's size, past which
-  // every one is rel_last.
-  std::vector<int32_t> rel_bucket_of;
-  int32_t rel_last = 0;
-  int32_t BucketOf(int64_t n) const {
-    int32_t offset = 0;
-    int64_t a;
-    if (rel_bidirectional) {
-      offset = n > 0 ? rel_buckets / 2 : 0;
-      a = n < 0 ? -n : n;
-    } else {
-      a = n < 0 ? -n : 0;
-    }
-    return offset + (a < static_cast<int64_t>(rel_bucket_of.size())
-                         ? rel_bucket_of[static_cast<size_t>(a)]
-                         : rel_last);
-  }
+  int64_t rel_first = 0;
+  std::vector<int32_t> rel_bucket;
   std::shared_ptr<const BlockLayout> block_layout;  // or null
 
   // Softmax, or a variant (core/variants/) with its parameters as given.

@@ -88,6 +88,9 @@ struct VecOps {
   // cap) of each t = s · scale (within a few 1e-7 relative); nothing when
   // scale is 0. NaN stays NaN.
   void (*soft_cap)(float* s, int64_t n, float scale, float cap);
+  // x[c] += table[index[c]] for c < n (T5's relative bias of a row).
+  void (*add_gathered)(float* x, const float* table, const int32_t* index,
+                       int64_t n);
 };
 
 // The tables' tanh: x·P(z)/Q(z), z = x², for |x| ≤ kTanhLimit (x clamped to

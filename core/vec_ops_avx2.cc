@@ -311,6 +311,18 @@ inline __m256 Tanh(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(x, p), inv);
 }
 
+void AddGathered(float* x, const float* table, const int32_t* index,
+                 int64_t n) {
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    const __m256i idx =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + c));
+    _mm256_storeu_ps(x + c, _mm256_add_ps(_mm256_loadu_ps(x + c),
+                                          _mm256_i32gather_ps(table, idx, 4)));
+  }
+  for (; c < n; ++c) x[c] += table[index[c]];
+}
+
 void SoftCap(float* s, int64_t n, float scale, float cap) {
   if (scale == 0.0f) return;
   const __m256 in = _mm256_set1_ps(scale / cap);
@@ -430,11 +442,11 @@ void KvAccumulateAvx2(const float* p, int64_t ldp, int64_t m, const void* v,
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx2VecOps() {
-  static const VecOps ops = {ScaleMaskMax,  ExpSumF32,       ExpSumBFloat16,
-                             ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
-                             Scale,         StoreScaled,     LoadRow,
-                             DequantInt8,   KvScoresAvx2,    KvAccumulateAvx2,
-                             ToBFloat16Row, TanhDot,         SoftCap};
+  static const VecOps ops = {
+      ScaleMaskMax,    ExpSumF32,        ExpSumBFloat16, ScaledMax,
+      ScaledExpSumF32, ScaledExpSumBf16, Scale,          StoreScaled,
+      LoadRow,         DequantInt8,      KvScoresAvx2,   KvAccumulateAvx2,
+      ToBFloat16Row,   TanhDot,          SoftCap,        AddGathered};
   return ops;
 }
 

@@ -149,6 +149,18 @@ void SoftCap(float* s, int64_t n, float scale, float cap) {
   }
 }
 
+void AddGathered(float* x, const float* table, const int32_t* index,
+                 int64_t n) {
+  for (int64_t c = 0; c < n; c += kLanes) {
+    const __mmask16 mask = TailMask(std::min<int64_t>(kLanes, n - c));
+    const __m512i idx = _mm512_maskz_loadu_epi32(mask, index + c);
+    const __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, idx,
+                                              table, sizeof(float));
+    _mm512_mask_storeu_ps(x + c, mask,
+                          _mm512_add_ps(_mm512_maskz_loadu_ps(mask, x + c), g));
+  }
+}
+
 float TanhDot(const float* a, const float* b, const float* v, int64_t n) {
   __m512 acc = _mm512_setzero_ps();
   for (int64_t c = 0; c < n; c += kLanes) {
@@ -275,11 +287,11 @@ void KvAccumulateAvx512(const float* p, int64_t ldp, int64_t m, const void* v,
 // The table is built outside the target region: taking it must not need the
 // ISA.
 const VecOps& Avx512FVecOps() {
-  static const VecOps ops = {ScaleMaskMax,  ExpSumF32,       ExpSumBFloat16,
-                             ScaledMax,     ScaledExpSumF32, ScaledExpSumBf16,
-                             Scale,         StoreScaled,     LoadRow,
-                             DequantInt8,   KvScoresAvx512,  KvAccumulateAvx512,
-                             ToBFloat16Row, TanhDot,         SoftCap};
+  static const VecOps ops = {
+      ScaleMaskMax,    ExpSumF32,        ExpSumBFloat16, ScaledMax,
+      ScaledExpSumF32, ScaledExpSumBf16, Scale,          StoreScaled,
+      LoadRow,         DequantInt8,      KvScoresAvx512, KvAccumulateAvx512,
+      ToBFloat16Row,   TanhDot,          SoftCap,        AddGathered};
   return ops;
 }
 

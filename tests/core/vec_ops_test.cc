@@ -465,6 +465,23 @@ TEST(VecOpsTest, SoftCapIsCapTimesTanhWithinItsRelativeError) {
   }
 }
 
+TEST(VecOpsTest, AddGatheredAddsEachIndexedEntry) {
+  const std::vector<float> table = {0.5f, -1.0f, 2.0f, 8.0f, -3.5f};
+  for (const Table& t : MachineTables()) {
+    for (const int64_t n : {0, 1, 7, 8, 16, 17, 40}) {
+      std::vector<int32_t> index(static_cast<size_t>(n));
+      std::vector<float> x(static_cast<size_t>(n + 1), 1.25f);
+      for (int64_t c = 0; c < n; ++c)
+        index[c] = static_cast<int32_t>((c * 3) % 5);
+      t.ops->add_gathered(x.data(), table.data(), index.data(), n);
+      for (int64_t c = 0; c < n; ++c) {
+        ASSERT_EQ(x[c], 1.25f + table[index[c]]) << t.name << " c " << c;
+      }
+      ASSERT_EQ(x[n], 1.25f) << t.name << ": past n untouched";
+    }
+  }
+}
+
 TEST(VecOpsTest, DequantInt8IsEachElementTimesTheScale) {
   for (const Table& table : MachineTables()) {
     for (const int64_t n : {1, 7, 8, 16, 17, 40}) {
