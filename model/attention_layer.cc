@@ -121,6 +121,9 @@ absl::Status CheckLinformerCall(const MaskSpec& mask, int64_t batch,
   if (mask.block_sparse) {
     return absl::InvalidArgumentError(absl::StrCat("mask.block_sparse", why));
   }
+  if (mask.relative_bias) {
+    return absl::InvalidArgumentError(absl::StrCat("mask.relative_bias", why));
+  }
   if (weights) {
     return absl::InvalidArgumentError(
         "return_weights: a Linformer layer attends over k learned mixtures of "

@@ -15,9 +15,9 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable,
                      Unimplemented, Unknown)
 from .plot import plot_weights
-from .types import (BlockSparse, LinearAttention, LshAttention, ModelInfo, ServerInfo,
-                    SessionInfo, SessionLimits, SessionShape, SharedMemoryRegionInfo,
-                    SharedMemoryStatus)
+from .types import (BlockSparse, LinearAttention, LshAttention, ModelInfo, RelativeBias,
+                    ServerInfo, SessionInfo, SessionLimits, SessionShape,
+                    SharedMemoryRegionInfo, SharedMemoryStatus)
 
 __version__ = "0.1.0"
 
@@ -28,6 +28,6 @@ __all__ = [
     "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",
     "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable",
     "Unimplemented", "Unknown", "plot_weights", "BlockSparse", "LinearAttention",
-    "LshAttention", "ModelInfo", "ServerInfo", "SessionInfo", "SessionLimits",
-    "SessionShape", "SharedMemoryRegionInfo", "SharedMemoryStatus",
+    "LshAttention", "ModelInfo", "RelativeBias", "ServerInfo", "SessionInfo",
+    "SessionLimits", "SessionShape", "SharedMemoryRegionInfo", "SharedMemoryStatus",
 ]

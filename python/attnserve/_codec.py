@@ -14,7 +14,8 @@ import numpy as np
 from . import _shared_memory as S
 from . import _tensors as T
 from .errors import InvalidArgument
-from .types import BlockSparse, LinearAttention, LshAttention, SessionInfo, SessionShape
+from .types import (BlockSparse, LinearAttention, LshAttention, RelativeBias, SessionInfo,
+                    SessionShape)
 from .v1 import attention_pb2 as pb
 from .v1 import sessions_pb2 as spb
 
@@ -109,6 +110,45 @@ def float_list(x):
     if T.is_torch(x):
         x = x.detach().cpu().double()
     return [float(s) for s in np.asarray(x, np.float64).reshape(-1)]
+
+
+def relative_bias_message(spec, field="mask.relative_bias", check=True):
+    """The attnserve.v1.RelativeBias of an attnserve.RelativeBias (a RelativeBias
+    message is taken as it is). The table goes flat in row-major order, so a 2-D
+    table must be [Hq, num_buckets]: T5's weight [num_buckets, Hq] as it is would
+    send the buckets of one head as the heads of one bucket, and is refused."""
+    if isinstance(spec, pb.RelativeBias):
+        return spec
+    if not isinstance(spec, RelativeBias):
+        raise TypeError("relative_bias: expected attnserve.RelativeBias, got "
+                        f"{type(spec).__name__}")
+    msg = pb.RelativeBias(num_buckets=int(spec.num_buckets),
+                          max_distance=int(spec.max_distance),
+                          bidirectional=bool(spec.bidirectional))
+    table = spec.table
+    shape = [int(d) for d in (table.shape if hasattr(table, "shape") else np.shape(table))]
+    if check and len(shape) > 2:
+        raise InvalidArgument(f"{field}.table: shape {shape_text(shape)} is not [Hq, "
+                              "num_buckets] or flat")
+    if check and len(shape) == 2 and shape[1] != msg.num_buckets:
+        hint = ""
+        if shape[0] == msg.num_buckets:
+            hint = (" (T5's relative_attention_bias.weight is [num_buckets, Hq]: send its "
+                    "transpose, weight.T)")
+        raise InvalidArgument(f"{field}.table: shape {shape_text(shape)} is not [Hq, "
+                              f"num_buckets = {msg.num_buckets}]{hint}")
+    msg.table[:] = float_list(table)
+    return msg
+
+
+def _relative_bias_in_range(rb):
+    """num_buckets and max_distance within the server's ranges (which it checks,
+    and names, before the table)."""
+    low = 4 if rb.bidirectional else 2
+    if not low <= rb.num_buckets <= 1024:
+        return False
+    exact = (rb.num_buckets // 2 if rb.bidirectional else rb.num_buckets) // 2
+    return exact < rb.max_distance <= 1 << 30
 
 
 def fill_mask(mask, *, attn_mask=None, is_causal=False, alignment="top_left",
@@ -206,6 +246,10 @@ def _check_softmax_only(req, why):
         raise InvalidArgument("mask.explicit_mask: an explicit mask" + why)
     if len(mask.alibi_slopes):
         raise InvalidArgument("mask.alibi_slopes: ALiBi" + why)
+    # A relative bias is valid here: _check_attend_shapes leaves a bad one (and
+    # all after it) to the server, which names its value before the method.
+    if mask.HasField("relative_bias"):
+        raise InvalidArgument("mask.relative_bias: a relative position bias" + why)
     if mask.HasField("block_sparse"):
         raise InvalidArgument("mask.block_sparse: a block-sparse layout" + why)
     # The server checks softcap's and sinks' values before the method: an
@@ -302,6 +346,20 @@ def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh, enable_gqa
     if len(mask.alibi_slopes) and len(mask.alibi_slopes) != hq:
         raise InvalidArgument(f"mask.alibi_slopes: expected {hq} entries (one per query "
                               f"head), got {len(mask.alibi_slopes)}")
+    if mask.HasField("relative_bias"):
+        rb = mask.relative_bias
+        # The server checks num_buckets and max_distance, then the table's size,
+        # then its values, before the rest of the mask and the method: the
+        # values are left to it, and so is all that follows a bad one.
+        if not _relative_bias_in_range(rb):
+            return
+        entries = hq * rb.num_buckets
+        if len(rb.table) != entries:
+            raise InvalidArgument(f"mask.relative_bias.table: expected Hq × num_buckets = {hq} "
+                                  f"× {rb.num_buckets} = {entries} entries, got "
+                                  f"{len(rb.table)}")
+        if not np.isfinite(np.asarray(rb.table, np.float32)).all():
+            return
     if mask.HasField("block_sparse"):
         _check_block_sparse(mask.block_sparse, lq, lk)
     if req.HasField("linear"):
@@ -329,9 +387,10 @@ def check_dropout(dropout_p):
 
 def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causal=False,
                    scale=None, enable_gqa=True, key_lengths=None, window=None,
-                   alibi_slopes=None, softcap=None, sinks=None, alignment="top_left",
-                   layout="BHLD", return_weights=False, output_dtype=None, block_sparse=None,
-                   linear=None, lsh=None, request_id="", check=True):
+                   alibi_slopes=None, softcap=None, sinks=None, relative_bias=None,
+                   alignment="top_left", layout="BHLD", return_weights=False,
+                   output_dtype=None, block_sparse=None, linear=None, lsh=None, request_id="",
+                   check=True):
     """(AttendRequest, kind of the query)."""
     check_dropout(dropout_p)
     req = pb.AttendRequest(request_id=request_id)
@@ -367,6 +426,8 @@ def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causa
     fill_mask(req.mask, attn_mask=attn_mask, is_causal=is_causal, alignment=alignment,
               key_lengths=key_lengths, window=window, alibi_slopes=alibi_slopes,
               check=check)
+    if relative_bias is not None:
+        req.mask.relative_bias.CopyFrom(relative_bias_message(relative_bias, check=check))
     if block_sparse is not None:
         _fill_block_sparse(req.mask.block_sparse, block_sparse, check)
     if linear is not None:
@@ -585,7 +646,8 @@ def session_query(part, at, session_id, query, key=None, value=None, position=No
 
 def attend_sessions_request(layer, parts, *, causal=True, window_left=None,
                             alibi_slopes=None, scale=None, softcap=None, sinks=None,
-                            return_weights=False, output_dtype=None, request_id=""):
+                            relative_bias=None, return_weights=False, output_dtype=None,
+                            request_id=""):
     """parts: (session_id, query, key, value, position) tuples. (request, kinds)."""
     req = spb.AttendSessionsRequest(request_id=request_id, layer=int(layer))
     kinds = [session_query(req.sessions.add(), f"sessions[{i}].", *p)
@@ -603,6 +665,8 @@ def attend_sessions_request(layer, parts, *, causal=True, window_left=None,
         req.softcap = float(softcap)
     if sinks is not None:
         req.sinks[:] = float_list(sinks)
+    if relative_bias is not None:
+        req.relative_bias.CopyFrom(relative_bias_message(relative_bias, "relative_bias"))
     req.return_weights = bool(return_weights)
     req.output_dtype = output_dtype_wire(output_dtype)
     return req, kinds

@@ -303,11 +303,12 @@ class AsyncClient(_Base):
 
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                               alibi_slopes=None, scale=None, softcap=None, sinks=None,
-                              return_weights=False, output_dtype=None, route_key=None,
-                              timeout=None):
+                              relative_bias=None, return_weights=False, output_dtype=None,
+                              route_key=None, timeout=None):
         req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
                                                     alibi_slopes, scale, softcap, sinks,
-                                                    return_weights, output_dtype, route_key)
+                                                    relative_bias, return_weights,
+                                                    output_dtype, route_key)
         with await self._data() as (_, stub):
             resp = await self._call(stub.AttendSessions, req, timeout=timeout,
                                     idempotent=not appends, metadata=self._md(route))
@@ -375,11 +376,12 @@ class AsyncSessionStream(_AsyncSteps):
 
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                               alibi_slopes=None, scale=None, softcap=None, sinks=None,
-                              return_weights=False, output_dtype=None, route_key=None,
-                              timeout=None):
+                              relative_bias=None, return_weights=False, output_dtype=None,
+                              route_key=None, timeout=None):
         """As SessionStream.attend_sessions."""
         req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   softcap, sinks, return_weights, output_dtype)
+                                   softcap, sinks, relative_bias, return_weights,
+                                   output_dtype)
         async with self._lock:
             self._check_open()
             try:
@@ -460,11 +462,12 @@ class AsyncStepChannel(_AsyncSteps):
 
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                               alibi_slopes=None, scale=None, softcap=None, sinks=None,
-                              return_weights=False, output_dtype=None, route_key=None,
-                              timeout=None):
+                              relative_bias=None, return_weights=False, output_dtype=None,
+                              route_key=None, timeout=None):
         """As StepChannel.attend_sessions."""
         req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   softcap, sinks, return_weights, output_dtype)
+                                   softcap, sinks, relative_bias, return_weights,
+                                   output_dtype)
         answer = await self.step_bytes(req.SerializeToString())
         return self._answer(spb.AttendSessionsResponse.FromString(answer), kinds,
                             return_weights)

@@ -275,9 +275,10 @@ class Client(_Base):
     # -- AttentionService -----------------------------------------------------------
     def attend(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                scale=None, enable_gqa=True, key_lengths=None, window=None,
-               alibi_slopes=None, softcap=None, sinks=None, alignment="top_left",
-               layout="BHLD", return_weights=False, output_dtype=None, block_sparse=None,
-               linear=None, lsh=None, shared_memory=None, out=None, timeout=None):
+               alibi_slopes=None, softcap=None, sinks=None, relative_bias=None,
+               alignment="top_left", layout="BHLD", return_weights=False, output_dtype=None,
+               block_sparse=None, linear=None, lsh=None, shared_memory=None, out=None,
+               timeout=None):
         """Scaled dot-product attention on the server; docs/python.md has every argument.
 
         The first arguments are torch's scaled_dot_product_attention(query, key,
@@ -290,7 +291,9 @@ class Client(_Base):
         softcap: logit soft-capping (Gemma 2), each scaled score t becoming
         softcap·tanh(t/softcap) before a float attn_mask and ALiBi are added.
         sinks: Hq attention-sink logits (gpt-oss), one more term exp(sinks[h])
-        in each softmax denominator of head h. Softmax attention only.
+        in each softmax denominator of head h. relative_bias: T5's bucketed
+        relative position bias, an attnserve.RelativeBias (T5 scales no scores:
+        pass scale=1.0 with it). Softmax attention only.
 
         shared_memory: a region of shared_memory(): the tensors go through it
         (arrays are copied in for the call; SharedTensors of region.put are
@@ -300,8 +303,9 @@ class Client(_Base):
         req, kind, placed = C.shared_attend_request(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
             scale=scale, enable_gqa=enable_gqa, key_lengths=key_lengths, window=window,
-            alibi_slopes=alibi_slopes, softcap=softcap, sinks=sinks, alignment=alignment,
-            layout=layout, return_weights=return_weights, output_dtype=output_dtype,
+            alibi_slopes=alibi_slopes, softcap=softcap, sinks=sinks,
+            relative_bias=relative_bias, alignment=alignment, layout=layout,
+            return_weights=return_weights, output_dtype=output_dtype,
             block_sparse=block_sparse, linear=linear, lsh=lsh, shared_memory=shared_memory,
             out=out)
         error = None
@@ -491,15 +495,17 @@ class Client(_Base):
 
     def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                         alibi_slopes=None, scale=None, softcap=None, sinks=None,
-                        return_weights=False, output_dtype=None, route_key=None,
-                        timeout=None):
+                        relative_bias=None, return_weights=False, output_dtype=None,
+                        route_key=None, timeout=None):
         """One decode batch: parts are (session, query[, key, value[, position]])
         tuples (session a Session or an id); returns each part's output
         [Lnew, Hq, value_dim] (with return_weights, (output, weights)) in order.
-        softcap and sinks ([Hq]) as in attend."""
+        softcap, sinks ([Hq]) and relative_bias as in attend (a step is bottom-right:
+        its queries are the layer's last positions)."""
         req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
                                                     alibi_slopes, scale, softcap, sinks,
-                                                    return_weights, output_dtype, route_key)
+                                                    relative_bias, return_weights,
+                                                    output_dtype, route_key)
         with self._data() as (_, stub):
             resp = self._call(stub.AttendSessions, req, timeout=timeout,
                               idempotent=not appends, metadata=self._md(route))
@@ -555,7 +561,7 @@ class Client(_Base):
 
 
 def _sessions_call(layer, parts, causal, window_left, alibi_slopes, scale, softcap, sinks,
-                   return_weights, output_dtype, route_key):
+                   relative_bias, return_weights, output_dtype, route_key):
     tuples, ids = [], []
     appends = False
     for p in parts:
@@ -571,8 +577,8 @@ def _sessions_call(layer, parts, causal, window_left, alibi_slopes, scale, softc
         tuples.append((sid, *rest))
     req, kinds = C.attend_sessions_request(
         layer, tuples, causal=causal, window_left=window_left, alibi_slopes=alibi_slopes,
-        scale=scale, softcap=softcap, sinks=sinks, return_weights=return_weights,
-        output_dtype=output_dtype)
+        scale=scale, softcap=softcap, sinks=sinks, relative_bias=relative_bias,
+        return_weights=return_weights, output_dtype=output_dtype)
     return req, kinds, route_key or (ids[0] if ids else None), appends
 
 
@@ -645,14 +651,15 @@ class Session(_SessionHandle):
 
     def attend(self, layer, query, key=None, value=None, *, position=None, causal=True,
                window_left=None, alibi_slopes=None, scale=None, softcap=None, sinks=None,
-               return_weights=False, output_dtype=None, timeout=None):
+               relative_bias=None, return_weights=False, output_dtype=None, timeout=None):
         """One step: appends key/value (when given), then attends query
         [Lnew, Hq, head_dim] over the layer's tokens; the output [Lnew, Hq, value_dim]."""
         return self.client.attend_sessions(
             layer, [(self, query, key, value, position)], causal=causal,
             window_left=window_left, alibi_slopes=alibi_slopes, scale=scale,
-            softcap=softcap, sinks=sinks, return_weights=return_weights,
-            output_dtype=output_dtype, route_key=self.route, timeout=timeout)[0]
+            softcap=softcap, sinks=sinks, relative_bias=relative_bias,
+            return_weights=return_weights, output_dtype=output_dtype,
+            route_key=self.route, timeout=timeout)[0]
 
     def fork(self, child_id="", *, ttl=None, timeout=None):
         """A child sharing every block copy-on-write; returns its Session."""
@@ -694,10 +701,10 @@ class _StepStream:
 
     @staticmethod
     def _request(layer, parts, causal, window_left, alibi_slopes, scale, softcap, sinks,
-                 return_weights, output_dtype):
+                 relative_bias, return_weights, output_dtype):
         req, kinds, _, _ = _sessions_call(layer, parts, causal, window_left, alibi_slopes,
-                                          scale, softcap, sinks, return_weights,
-                                          output_dtype, None)
+                                          scale, softcap, sinks, relative_bias,
+                                          return_weights, output_dtype, None)
         return req, kinds
 
     @staticmethod
@@ -732,12 +739,13 @@ class _BlockingSteps(_StepStream):
 
     def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                         alibi_slopes=None, scale=None, softcap=None, sinks=None,
-                        return_weights=False, output_dtype=None, route_key=None,
-                        timeout=None):
+                        relative_bias=None, return_weights=False, output_dtype=None,
+                        route_key=None, timeout=None):
         """As Client.attend_sessions; route_key and timeout are the stream's or
         channel's (given when it was opened) and are ignored here."""
         req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   softcap, sinks, return_weights, output_dtype)
+                                   softcap, sinks, relative_bias, return_weights,
+                                   output_dtype)
         return self._answer(self._exchange(req), kinds, return_weights)
 
 

@@ -24,6 +24,7 @@ import uuid
 
 import torch
 
+from ._codec import relative_bias_message
 from .errors import NotFound
 
 __all__ = ["KVCache"]
@@ -42,10 +43,13 @@ class KVCache:
     transport: what makes the layer calls: any object with the method
         attend_sessions(layer, parts, **kw) of attnserve.Client (the default is
         the client itself).
-    scale, softcap, output_dtype, timeout: passed to every layer call (scale
-        default 1/sqrt(head_dim); softcap, Gemma 2's logit soft-capping, default
-        none; output_dtype default the query's dtype). Attention sinks, which
-        differ per layer, are an argument of attend.
+    scale, softcap, relative_bias, output_dtype, timeout: passed to every layer
+        call (scale default 1/sqrt(head_dim); softcap, Gemma 2's logit
+        soft-capping, default none; relative_bias, an attnserve.RelativeBias of
+        T5's decoder self-attention (bidirectional=False; T5 computes it in its
+        first layer and adds it in every layer, and scales no scores: scale=1.0),
+        default none; output_dtype default the query's dtype). Attention sinks,
+        which differ per layer, are an argument of attend.
     session_prefix: the sessions are named "<prefix>-<n>"; default a random one.
         It is also their routing key, so that every sequence of the batch lives
         on the same replica behind a load balancer.
@@ -65,8 +69,10 @@ class KVCache:
 
     def __init__(self, client, *, num_layers, num_kv_heads, head_dim, value_dim=0,
                  storage_dtype="float32", batch_size=None, prefill_chunk=512,
-                 transport=None, scale=None, softcap=None, output_dtype=None, timeout=None,
-                 session_prefix=None, ttl=None, on_lost=None):
+                 transport=None, scale=None, softcap=None, relative_bias=None,
+                 output_dtype=None, timeout=None, session_prefix=None, ttl=None, on_lost=None):
+        if relative_bias is not None:  # its message, checked and built once for every call
+            relative_bias = relative_bias_message(relative_bias, "relative_bias")
         if isinstance(client, str):
             from .client import Client
             client = Client(client)
@@ -93,6 +99,7 @@ class KVCache:
         self._counter = itertools.count()
         self._step_kw = {"causal": True}
         for name, value in (("scale", scale), ("softcap", softcap),
+                            ("relative_bias", relative_bias),
                             ("output_dtype", output_dtype), ("timeout", timeout)):
             if value is not None:
                 self._step_kw[name] = value

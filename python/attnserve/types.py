@@ -27,6 +27,25 @@ class BlockSparse:
     block_mask: object = None
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class RelativeBias:
+    """Mask.relative_bias: T5's bucketed relative position bias (softmax attention only).
+
+    Adds table[h, b] to the scaled scores of head h, b the bucket of the key's
+    relative position j - d(i) as T5's _relative_position_bucket computes it.
+    table: [Hq, num_buckets] (or flat) finite values, a list, NumPy array or torch
+    tensor: T5's relative_attention_bias.weight ([num_buckets, Hq]) transposed,
+    e.g. layer.relative_attention_bias.weight.T. num_buckets: T5 uses 32;
+    max_distance: T5's relative_attention_max_distance (128); bidirectional: True
+    for T5's encoder, False for its decoder. T5 scales no scores: pass scale=1.0.
+    """
+
+    table: object
+    num_buckets: int
+    max_distance: int = 128
+    bidirectional: bool = False
+
+
 @dataclasses.dataclass(frozen=True)
 class LinearAttention:
     """AttendRequest.linear: feature_map "elu_plus_one", "relu" or "favor_plus"

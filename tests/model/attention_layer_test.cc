@@ -558,6 +558,17 @@ TEST_F(LayerVariantTest, LinformerRefusesWhatItCannotDo) {
                        HasSubstr("mask.causal does not apply to a Linformer "
                                  "layer")));
   in.mask.causal = false;
+  const std::vector<float> table(4 * 4, 0.5f);
+  RelativeBiasSpec rel;
+  rel.table = table;
+  rel.num_buckets = 4;
+  rel.max_distance = 8;
+  in.mask.relative_bias = rel;
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.relative_bias does not apply to a "
+                                 "Linformer layer")));
+  in.mask.relative_bias.reset();
   in.return_weights = true;
   EXPECT_THAT(layer_->Validate(in, *engine_).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,

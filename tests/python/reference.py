@@ -17,14 +17,47 @@ def to_torch64(x):
     return torch.from_numpy(np.asarray(x, dtype=np.float64))
 
 
+def relative_bucket(n, num_buckets, max_distance, bidirectional):
+    """T5's bucket of relative positions n (int array; key minus query position) in
+    NumPy: f32 arithmetic as in T5's _relative_position_bucket, the same formula
+    (docs/api.md, RelativeBias) written apart from the tests' torch copy of T5's."""
+    n = np.asarray(n, np.int64)
+    if bidirectional:
+        m = num_buckets // 2
+        base, a = np.where(n > 0, m, 0), np.abs(n)
+    else:
+        m = num_buckets
+        base, a = np.zeros_like(n), np.maximum(-n, 0)
+    exact = m // 2
+    with np.errstate(divide="ignore", invalid="ignore"):  # a = 0: log(0), never used
+        ratio = a.astype(np.float32) / np.float32(exact)
+        large = (np.log(ratio) / np.float32(math.log(max_distance / exact))
+                 * np.float32(m - exact))
+        large = exact + np.nan_to_num(large, nan=0.0, neginf=0.0).astype(np.int64)
+    return base + np.where(a < exact, a, np.minimum(large, m - 1))
+
+
+def relative_bias_scores(relative_bias, hq, lq, lk, offset):
+    """[Hq, Lq, Lk] float64: table[h, bucket(j - (i + offset))] of an
+    attnserve.RelativeBias (table [Hq, num_buckets] or flat)."""
+    rb = relative_bias
+    table = to_torch64(rb.table).reshape(hq, rb.num_buckets)
+    n = np.arange(lk)[None, :] - (np.arange(lq)[:, None] + offset)
+    b = torch.from_numpy(relative_bucket(n, rb.num_buckets, rb.max_distance,
+                                         rb.bidirectional))
+    return table[:, b]
+
+
 def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=False,
               alignment="top_left", window=None, key_lengths=None, alibi_slopes=None,
-              softcap=None, sinks=None, allowed=None):
+              softcap=None, sinks=None, relative_bias=None, allowed=None):
     """(output in the layout, weights [B, Hq, Lq, Lk]) in float64.
 
     softcap: each scaled score t becomes softcap·tanh(t/softcap) before the float
     mask and ALiBi are added. sinks: [Hq] logits, one more term exp(sinks[h]) in
     each softmax denominator of head h (a row's weights then sum to less than 1).
+    relative_bias: an attnserve.RelativeBias, T5's bias added after softcap, at
+    the relative position j - d(i) (d(i) as for the causal diagonal).
     allowed: an extra bool [B, Hq, Lq, Lk] (True = attend), ANDed in (block-sparse
     tests build theirs from the layout)."""
     q, k, v = to_torch64(q), to_torch64(k), to_torch64(v)
@@ -65,6 +98,8 @@ def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=F
     if alibi_slopes is not None:
         slopes = torch.as_tensor(np.asarray(alibi_slopes, dtype=np.float64)).view(1, hq, 1, 1)
         scores = scores - slopes * (diag - j).abs().to(torch.float64)
+    if relative_bias is not None:
+        scores = scores + relative_bias_scores(relative_bias, hq, lq, lk, o)[None]
     if allowed is not None:
         ok &= allowed
     scores = scores.masked_fill(~ok, float("-inf"))

@@ -100,3 +100,36 @@ def test_async_softcap_and_sinks(server):
     # The session's step is the last two rows of the causal attention over its 5 tokens.
     assert_close(step, want[0, :, -2:].transpose(0, 1), 1e-5)
     assert_close(streamed, want[0, :, -2:].transpose(0, 1), 1e-5)
+
+
+def test_async_relative_bias(server):
+    # T5's decoder bias: a stateless call, a session step over its cache, a stream's
+    # step and attend_many give what the float64 oracle does.
+    q, k, v = (random((1, 4, 40, 8), seed=80 + i) for i in range(3))
+    keys, values = k[0].transpose(1, 0, 2), v[0].transpose(1, 0, 2)  # [L, Hkv, D]
+    step_q = q[0].transpose(1, 0, 2)[-3:]                              # the last 3 queries
+    rb = attnserve.RelativeBias(torch.randn(4, 16, generator=torch.Generator().manual_seed(8)),
+                                16, 20)
+    opts = dict(scale=1.0, relative_bias=rb)
+
+    async def main():
+        async with attnserve.AsyncClient(server.target, timeout=60) as c:
+            out = await c.attend(q, k, v, is_causal=True, **opts)
+            many = [x async for x in c.attend_many([(q, k, v)] * 2, is_causal=True, **opts)]
+            s = await c.create_session("async-relbias", num_kv_heads=4, head_dim=8)
+            await s.append(0, keys[:37], values[:37])
+            step = await s.attend(0, step_q, keys[37:], values[37:], **opts)
+            async with await c.session_stream() as steps:
+                (streamed,) = await steps.attend_sessions(0, [(s, step_q)], **opts)
+            (batched,) = await c.attend_sessions(0, [(s, step_q)], **opts)
+            await s.close()
+            return out, many, step, streamed, batched
+
+    out, many, step, streamed, batched = asyncio.run(main())
+    want = attention(q, k, v, is_causal=True, **opts)[0]
+    assert_close(out, want, 1e-5)
+    for x in many:
+        assert_close(x, want, 1e-5)
+    # The session's steps are the last three rows of the causal attention over its 40.
+    for x in (step, streamed, batched):
+        assert_close(x, want[0, :, -3:].transpose(0, 1), 1e-5)

@@ -201,6 +201,30 @@ def test_softcap_for_the_model_and_sinks_per_layer(client):
     assert len(transport.calls) == LAYERS * (2 + 1 + 1)
 
 
+def test_t5_relative_bias_for_the_model(client):
+    # T5's decoder computes its position bias in the first layer and adds it in every
+    # layer, and scales no scores: one RelativeBias and scale=1.0 for the whole cache.
+    weight = torch.nn.Parameter(torch.randn(16, HQ, generator=torch.Generator().manual_seed(4)))
+    rb = attnserve.RelativeBias(weight.T, 16, 12)   # T5's weight [num_buckets, Hq], transposed
+    transport = CountingTransport(client)
+    keys, values = [None] * LAYERS, [None] * LAYERS
+    with new_cache(client, prefill_chunk=8, scale=1.0, relative_bias=rb,
+                   transport=transport) as cache:
+        for t, seed in ((20, 10), (1, 20), (1, 30), (3, 40)):  # past max_distance 12
+            for layer in range(LAYERS):
+                q, k, v = qkv(2, t, seed + layer)
+                keys[layer] = k if keys[layer] is None else torch.cat([keys[layer], k], 2)
+                values[layer] = v if values[layer] is None else torch.cat([values[layer], v], 2)
+                out = cache.attend(layer, q, k, v)
+                want = attention(q, keys[layer], values[layer], is_causal=True,
+                                 alignment="bottom_right", scale=1.0, relative_bias=rb)[0]
+                torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    assert len(transport.calls) == LAYERS * (3 + 1 + 1 + 1)
+    with pytest.raises(attnserve.InvalidArgument, match=r"^relative_bias.table: shape "
+                       r"\[16, 4\] is not \[Hq, num_buckets = 16\] \(T5's"):
+        new_cache(client, relative_bias=attnserve.RelativeBias(weight, 16, 12))
+
+
 def test_a_step_stream_as_transport(client):
     with client.session_stream() as steps:
         transport = CountingTransport(steps)

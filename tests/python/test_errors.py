@@ -68,6 +68,19 @@ BAD = {
     # The server checks sinks before the mask: so does the client.
     "sinks_count_first": (dict(GOOD, sinks=np.zeros(5), key_lengths=[1, 2]),
                           "sinks: expected 4 entries (one per query head), got 5"),
+    "relative_bias_table": (dict(GOOD, relative_bias=attnserve.RelativeBias(
+                                np.zeros(31, np.float32), 8, 20, bidirectional=True)),
+                            "mask.relative_bias.table: expected Hq × num_buckets = 4 × 8 = "
+                            "32 entries, got 31"),
+    "relative_bias_table_heads": (dict(GOOD, relative_bias=attnserve.RelativeBias(
+                                      np.zeros((2, 16)), 16, 128)),
+                                  "mask.relative_bias.table: expected Hq × num_buckets = 4 × "
+                                  "16 = 64 entries, got 32"),
+    # The server checks the relative bias before a block-sparse layout: so does the client.
+    "relative_bias_before_block_sparse": (
+        dict(GOOD, relative_bias=attnserve.RelativeBias([0.0] * 7, 2, 5),
+             block_sparse=attnserve.BlockSparse(block_size=0, stride=1)),
+        "mask.relative_bias.table: expected Hq × num_buckets = 4 × 2 = 8 entries, got 7"),
 }
 
 
@@ -123,11 +136,55 @@ def test_dtypes_the_wire_lacks_are_named(client):
     (dict(softcap=-2.5), "softcap: must be finite and > 0, got -2.5"),
     (dict(softcap=float("inf")), "softcap: must be finite and > 0, got inf"),
     (dict(sinks=[0, float("nan"), 0, 0]), "sinks[1]: must be finite, got nan"),
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 3)), 3, 10, bidirectional=True)),
+     "mask.relative_bias.num_buckets: 3 is outside [4, 1024] (bidirectional)"),
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 1)), 1, 10)),
+     "mask.relative_bias.num_buckets: 1 is outside [2, 1024]"),
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 1025)), 1025, 2000)),
+     "mask.relative_bias.num_buckets: 1025 is outside [2, 1024]"),
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 8)), 8, 2, bidirectional=True)),
+     "mask.relative_bias.max_distance: 2 is outside (2, 2^30] (it must pass the 2 exact "
+     "buckets)"),
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 32)), 32, 16)),
+     "mask.relative_bias.max_distance: 16 is outside (16, 2^30] (it must pass the 16 exact "
+     "buckets)"),
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 32)), 32, (1 << 30) + 1)),
+     "mask.relative_bias.max_distance: 1073741825 is outside (16, 2^30] (it must pass the "
+     "16 exact buckets)"),
+    # A bad num_buckets is named before a table of the wrong size (the server's order).
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros(5), 2000, 128)),
+     "mask.relative_bias.num_buckets: 2000 is outside [2, 1024]"),
+    (dict(relative_bias=attnserve.RelativeBias(
+        np.where(np.arange(32) == 5, np.nan, 0.0).reshape(4, 8), 8, 20, bidirectional=True)),
+     "mask.relative_bias.table[5]: must be finite, got nan"),
+    (dict(relative_bias=attnserve.RelativeBias([0.0] * 10 + [float("-inf")] * 22, 8, 20)),
+     "mask.relative_bias.table[10]: must be finite, got -inf"),
 ])
 def test_value_errors_come_from_the_server(client, kw, message):
     with pytest.raises(attnserve.InvalidArgument) as caught:
         client.attend(**GOOD, **kw)
     assert caught.value.message == message
+
+
+def test_relative_bias_table_in_t5s_layout_is_refused_with_the_fix():
+    # T5's relative_attention_bias.weight is [num_buckets, Hq]; sent as it is, the
+    # buckets of a head would go as the heads of a bucket. The client refuses a 2-D
+    # table that is not [Hq, num_buckets] (its own rule: the wire takes a flat table).
+    weight = np.zeros((32, 4), np.float32)
+    with pytest.raises(attnserve.InvalidArgument) as caught:
+        _codec.attend_request(**GOOD, relative_bias=attnserve.RelativeBias(weight, 32))
+    assert caught.value.message == (
+        "mask.relative_bias.table: shape [32, 4] is not [Hq, num_buckets = 32] (T5's "
+        "relative_attention_bias.weight is [num_buckets, Hq]: send its transpose, weight.T)")
+    req, _ = _codec.attend_request(**GOOD, relative_bias=attnserve.RelativeBias(weight.T, 32))
+    assert len(req.mask.relative_bias.table) == 128
+    with pytest.raises(attnserve.InvalidArgument, match=r"^relative_bias.table: shape "
+                       r"\[4, 2, 8\] is not \[Hq, num_buckets\] or flat$"):
+        _codec.attend_sessions_request(0, [("s", f32(1, 4, 8), None, None, None)],
+                                       relative_bias=attnserve.RelativeBias(
+                                           np.zeros((4, 2, 8)), 16))
+    with pytest.raises(TypeError, match="attnserve.RelativeBias"):
+        _codec.attend_request(**GOOD, relative_bias={"table": [0.0] * 128, "num_buckets": 32})
 
 
 def test_not_found_unknown_model_and_session(client):

@@ -109,6 +109,26 @@ CHECKS = {
                      "mask.alibi_slopes: ALiBi cannot be linearised: linear attention sums "
                      "phi(k) v^T over the keys once, so only causal and key_lengths can "
                      "restrict them"),
+    "linear_relative_bias": (dict(linear=attnserve.LinearAttention(),
+                                  relative_bias=attnserve.RelativeBias(np.zeros((2, 32)), 32)),
+                             "mask.relative_bias: a relative position bias cannot be "
+                             "linearised: linear attention sums phi(k) v^T over the keys "
+                             "once, so only causal and key_lengths can restrict them"),
+    # The server refuses ALiBi before a relative bias: so does the client.
+    "linear_alibi_relative_bias": (dict(linear=attnserve.LinearAttention("relu"),
+                                        alibi_slopes=[1, 1],
+                                        relative_bias=attnserve.RelativeBias(
+                                            np.ones((2, 8)), 8, 20, bidirectional=True)),
+                                   "mask.alibi_slopes: ALiBi cannot be linearised: linear "
+                                   "attention sums phi(k) v^T over the keys once, so only "
+                                   "causal and key_lengths can restrict them"),
+    "linear_relative_bias_softcap": (dict(linear=attnserve.LinearAttention(), softcap=30.0,
+                                          relative_bias=attnserve.RelativeBias(
+                                              torch.ones(2, 4), 4, 8)),
+                                     "mask.relative_bias: a relative position bias cannot be "
+                                     "linearised: linear attention sums phi(k) v^T over the "
+                                     "keys once, so only causal and key_lengths can restrict "
+                                     "them"),
     "linear_softcap": (dict(linear=attnserve.LinearAttention(), softcap=30.0),
                        "softcap: logit soft-capping cannot be linearised: linear attention "
                        "sums phi(k) v^T over the keys once, so only causal and key_lengths "
@@ -134,6 +154,12 @@ CHECKS = {
     "lsh_sinks": (dict(lsh=attnserve.LshAttention(), key=None, sinks=torch.ones(2)),
                   "sinks: attention sinks is not supported by LSH attention, which attends "
                   "within hash chunks (only causal and key_lengths apply)"),
+    "lsh_relative_bias": (dict(lsh=attnserve.LshAttention(), key=None,
+                               relative_bias=attnserve.RelativeBias(np.zeros((2, 32)), 32,
+                                                                    bidirectional=True)),
+                          "mask.relative_bias: a relative position bias is not supported by "
+                          "LSH attention, which attends within hash chunks (only causal and "
+                          "key_lengths apply)"),
     "lsh_key": (dict(lsh=attnserve.LshAttention()),
                 "key: LSH attention shares queries and keys (Reformer's shared-QK); send "
                 "no key"),
@@ -160,8 +186,19 @@ def test_client_side_checks(case):
 @pytest.mark.parametrize("kw,message", [
     (dict(softcap=0.0), "softcap: must be finite and > 0, got 0"),
     (dict(sinks=[float("inf"), 0.0]), "sinks[0]: must be finite, got inf"),
+    (dict(relative_bias=attnserve.RelativeBias([0.0, float("nan")] * 4, 4, 8)),
+     "mask.relative_bias.table[1]: must be finite, got nan"),
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros((2, 2)), 2, 8, bidirectional=True)),
+     "mask.relative_bias.num_buckets: 2 is outside [4, 1024] (bidirectional)"),
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros((2, 32)), 32, 10)),
+     "mask.relative_bias.max_distance: 10 is outside (16, 2^30] (it must pass the 16 exact "
+     "buckets)"),
+    # The table's size is checked before the method too, by the client as well.
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros(32), 32)),
+     "mask.relative_bias.table: expected Hq × num_buckets = 2 × 32 = 64 entries, got 32"),
 ])
-def test_invalid_softcap_and_sinks_are_refused_for_their_value_first(client, kw, message):
+def test_invalid_softcap_sinks_and_relative_bias_are_refused_for_their_value_first(
+        client, kw, message):
     # The server checks their values before the method, and says so: the client
     # leaves them to it rather than refusing the method in other words.
     for method in (dict(linear=attnserve.LinearAttention()),

@@ -1,10 +1,13 @@
 """Client.attend against torch's attention math on the same tensors."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
-from reference import attention, random
+import attnserve
+from reference import attention, random, relative_bucket
 
 B, HQ, HKV, LQ, LK, D = 2, 4, 2, 5, 7, 16
 
@@ -54,6 +57,22 @@ MASK_CASES = {
                             "is_causal": True, "alignment": "bottom_right",
                             "key_lengths": [7, 5], "alibi_slopes": [0.1, 0.2, 0.3, 0.4],
                             "scale": 0.9, "softcap": 1.5, "sinks": [1.0, -0.5, 0.25, 3.0]},
+    # T5's relative bias: 8 buckets (4 a side: 2 exact, 2 logarithmic up to distance
+    # 5, the last from 4 on) and 6 (3 exact, the last from 4 on) over Lq 5, Lk 7.
+    "relative_bias_bidirectional": {
+        "relative_bias": attnserve.RelativeBias(
+            rng.standard_normal((HQ, 8)).astype(np.float32), 8, 5, bidirectional=True),
+        "scale": 1.0},
+    "relative_bias_causal_bottom_right": {
+        "relative_bias": attnserve.RelativeBias(list(rng.standard_normal(HQ * 6)), 6, 4),
+        "is_causal": True, "alignment": "bottom_right", "scale": 1.0},
+    "relative_bias_everything": {
+        "attn_mask": 2 * rng.standard_normal((B, 1, LQ, LK)).astype(np.float32),
+        "relative_bias": attnserve.RelativeBias(
+            torch.from_numpy(rng.standard_normal((HQ, 8)).astype(np.float32)), 8, 6,
+            bidirectional=True),
+        "window": (4, 2), "key_lengths": [7, 6], "alibi_slopes": [0.1, 0.2, 0.3, 0.4],
+        "softcap": 2.0, "sinks": [0.5, -1.0, 2.0, 0.0]},
 }
 
 
@@ -288,3 +307,235 @@ def test_attend_many_takes_softcap_and_sinks(client):
     outs = list(client.attend_many(items, is_causal=True, **kw))
     for (q, k, v), out in zip(items, outs):
         assert_close(out, attention(q, k, v, is_causal=True, **kw)[0], 1e-5)
+
+
+# --- T5's relative position bias ------------------------------------------------------
+
+def t5_relative_position_bucket(relative_position, bidirectional=True, num_buckets=32,
+                                max_distance=128):
+    """HuggingFace transformers' T5Attention._relative_position_bucket, as it is."""
+    relative_buckets = 0
+    if bidirectional:
+        num_buckets //= 2
+        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
+        relative_position = torch.abs(relative_position)
+    else:
+        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+    # now relative_position is in the range [0, inf)
+
+    # half of the buckets are for exact increments in positions
+    max_exact = num_buckets // 2
+    is_small = relative_position < max_exact
+
+    # The other half of the buckets are for logarithmically bigger bins in positions up
+    # to max_distance
+    relative_position_if_large = max_exact + (
+        torch.log(relative_position.float() / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).to(torch.long)
+    relative_position_if_large = torch.min(
+        relative_position_if_large, torch.full_like(relative_position_if_large,
+                                                    num_buckets - 1)
+    )
+
+    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
+    return relative_buckets
+
+
+class T5SelfAttention(torch.nn.Module):
+    """T5Attention's score path (transformers' compute_bias and forward) over given
+    query, key and value states [B, H, L, D]: no 1/sqrt(D) scaling, the position bias
+    (plus the decoder's causal mask) added to q k^T, softmax in float."""
+
+    def __init__(self, num_heads, num_buckets=32, max_distance=128, is_decoder=False,
+                 seed=0):
+        super().__init__()
+        self.is_decoder = is_decoder
+        self.relative_attention_num_buckets = num_buckets
+        self.relative_attention_max_distance = max_distance
+        self.relative_attention_bias = torch.nn.Embedding(num_buckets, num_heads)
+        with torch.no_grad():  # larger than T5's init, so that every bucket shows
+            g = torch.Generator().manual_seed(seed)
+            self.relative_attention_bias.weight.copy_(
+                2 * torch.randn(num_buckets, num_heads, generator=g))
+
+    def compute_bias(self, query_length, key_length, past_length=0):
+        """[1, H, Lq, Lk]; with a cache the queries are positions past_length ..
+        (transformers' cache_position), the keys 0 .. key_length - 1."""
+        context_position = torch.arange(past_length, past_length + query_length,
+                                        dtype=torch.long)[:, None]
+        memory_position = torch.arange(key_length, dtype=torch.long)[None, :]
+        relative_position = memory_position - context_position
+        relative_position_bucket = t5_relative_position_bucket(
+            relative_position, bidirectional=(not self.is_decoder),
+            num_buckets=self.relative_attention_num_buckets,
+            max_distance=self.relative_attention_max_distance)
+        values = self.relative_attention_bias(relative_position_bucket)
+        return values.permute([2, 0, 1]).unsqueeze(0)
+
+    def forward(self, q, k, v, past_length=0):
+        """(output, weights) in float64."""
+        q, k, v = q.double(), k.double(), v.double()
+        lq, lk = q.shape[2], k.shape[2]
+        scores = torch.matmul(q, k.transpose(3, 2))
+        position_bias = self.compute_bias(lq, lk, past_length).detach().double()
+        if self.is_decoder:  # the extended causal mask: finfo.min where j > position
+            allowed = (torch.arange(lk)[None, :]
+                       <= torch.arange(past_length, past_length + lq)[:, None])
+            position_bias = position_bias + (~allowed).double() * torch.finfo(
+                torch.float64).min
+        scores = scores + position_bias
+        weights = torch.softmax(scores, dim=-1)  # T5: in float, here float64 throughout
+        return torch.matmul(weights, v), weights
+
+    def relative_bias(self):
+        """What the server takes: the table [H, num_buckets] = the weight transposed."""
+        return attnserve.RelativeBias(self.relative_attention_bias.weight.T,
+                                      self.relative_attention_num_buckets,
+                                      self.relative_attention_max_distance,
+                                      bidirectional=not self.is_decoder)
+
+
+def t5_states(b, h, lq, lk, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    # Scores about as large as the bias: both show in the weights.
+    return (0.5 * torch.randn(b, h, lq, d, generator=g),
+            0.5 * torch.randn(b, h, lk, d, generator=g),
+            torch.randn(b, h, lk, d, generator=g))
+
+
+BUCKET_CONFIGS = [(True, 32, 128), (False, 32, 128), (True, 8, 20), (False, 64, 1000),
+                  (True, 6, 4), (False, 2, 2), (True, 4, 3), (False, 7, 9), (True, 9, 10)]
+
+
+@pytest.mark.parametrize("bidirectional,num_buckets,max_distance", BUCKET_CONFIGS)
+def test_reference_buckets_are_t5s(bidirectional, num_buckets, max_distance):
+    # The oracle's NumPy buckets (reference.py) against transformers' torch code.
+    n = torch.arange(-5000, 5001)
+    want = t5_relative_position_bucket(n, bidirectional, num_buckets, max_distance)
+    got = relative_bucket(n.numpy(), num_buckets, max_distance, bidirectional)
+    np.testing.assert_array_equal(got, want.numpy())
+
+
+@pytest.mark.parametrize("bidirectional,num_buckets,max_distance", BUCKET_CONFIGS)
+def test_relative_bias_buckets_are_t5s_bucket_for_bucket(client, bidirectional, num_buckets,
+                                                         max_distance):
+    # Zero queries: a row's weights are softmax(table[h, bucket]). With table[h, b] =
+    # step[h]·b, log w(j) / step[h] is the bucket of key j up to the row's constant,
+    # so the server's bucket of every relative position -(Lk - 1) .. Lk - 1 (one
+    # query at either end of 700 keys) is read off and compared with T5's.
+    lk = 700
+    steps = np.array([0.05, 0.08], np.float64)
+    table = (steps[:, None] * np.arange(num_buckets)).astype(np.float32)  # [Hq = 2, nb]
+    q = np.zeros((1, 2, 1, 4), np.float32)
+    k = np.zeros((1, 1, lk, 4), np.float32)
+    v = random((1, 1, lk, 4), seed=5)
+    rb = attnserve.RelativeBias(table, num_buckets, max_distance, bidirectional)
+    seen = set()
+    for alignment, position in (("top_left", 0), ("bottom_right", lk - 1)):
+        _, w = client.attend(q, k, v, scale=1.0, alignment=alignment, relative_bias=rb,
+                             return_weights=True)
+        relative = torch.arange(lk) - position
+        want = t5_relative_position_bucket(relative, bidirectional, num_buckets,
+                                           max_distance).numpy()
+        for h in range(2):
+            implied = np.log(w[0, h, 0].astype(np.float64)) / steps[h]
+            got = np.rint(implied - implied[0]).astype(np.int64) + want[0]
+            wrong = np.nonzero(got != want)[0]
+            assert wrong.size == 0, (alignment, h, [
+                (int(relative[j]), int(want[j]), int(got[j])) for j in wrong[:8]])
+        seen |= set(want.tolist())
+    if max_distance < lk:  # every bucket, the exact, logarithmic and last ones, was used
+        if bidirectional:  # m + 0 is T5's bucket of n > 0 at distance 0: never used
+            m = num_buckets // 2
+            assert seen == set(range(2 * m)) - {m}
+        else:
+            assert seen == set(range(num_buckets))
+
+
+def assert_t5_close(got, want):
+    out, w = got
+    assert_close(out, want[0], 1e-5)
+    assert_close(w, want[1], 1e-5)
+
+
+@pytest.mark.parametrize("length", [300, 600])
+def test_t5_encoder_self_attention(client, length):
+    # Bidirectional buckets, no mask: relative positions -(L - 1) .. L - 1 reach every
+    # exact and logarithmic bucket on both sides and the last ones (past 128).
+    t5 = T5SelfAttention(num_heads=4, seed=length)
+    q, k, v = t5_states(2, 4, length, length, seed=1)
+    with torch.no_grad():
+        want = t5(q, k, v)
+    got = client.attend(q, k, v, scale=1.0, relative_bias=t5.relative_bias(),
+                        return_weights=True)
+    assert isinstance(got[0], torch.Tensor)
+    assert_t5_close(got, want)
+
+
+@pytest.mark.parametrize("length", [300, 500])
+def test_t5_decoder_self_attention(client, length):
+    # Unidirectional buckets with T5's causal mask = is_causal: the keys before a
+    # query, at distances 0 .. L - 1.
+    t5 = T5SelfAttention(num_heads=4, is_decoder=True, seed=length)
+    q, k, v = t5_states(1, 4, length, length, seed=2)
+    with torch.no_grad():
+        want = t5(q, k, v)
+    got = client.attend(q, k, v, scale=1.0, is_causal=True,
+                        relative_bias=t5.relative_bias(), return_weights=True)
+    assert_t5_close(got, want)
+
+
+@pytest.mark.parametrize("new_tokens", [1, 3])
+def test_t5_decoder_with_a_cache(client, new_tokens):
+    # Decoding with a cache: the new queries are positions past .. past + T - 1 over
+    # keys 0 .. Lk - 1 (transformers offsets the query positions by the cache), which
+    # is bottom-right alignment.
+    past = 450
+    t5 = T5SelfAttention(num_heads=4, is_decoder=True, seed=3)
+    q, k, v = t5_states(2, 4, new_tokens, past + new_tokens, seed=3)
+    with torch.no_grad():
+        want = t5(q, k, v, past_length=past)
+    got = client.attend(q, k, v, scale=1.0, is_causal=True, alignment="bottom_right",
+                        relative_bias=t5.relative_bias(), return_weights=True)
+    assert_t5_close(got, want)
+    # Top-left alignment would put the queries at positions 0 .. T - 1: not T5's.
+    wrong = client.attend(q, k, v, scale=1.0, relative_bias=t5.relative_bias())
+    assert (wrong.double() - want[0]).abs().max() > 1e-2
+
+
+def test_relative_bias_as_numpy_flat_list_or_message(client):
+    # The table of one T5 layer in every form the client takes, and the wire message.
+    t5 = T5SelfAttention(num_heads=4, num_buckets=16, max_distance=40, seed=4)
+    q, k, v = (x.numpy() for x in t5_states(1, 4, 50, 60, seed=4))
+    table = t5.relative_attention_bias.weight.detach().T.numpy()   # [Hq, nb]
+    with torch.no_grad():
+        want = t5(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v))
+    message = attnserve.v1.attention_pb2.RelativeBias(
+        table=table.reshape(-1).tolist(), num_buckets=16, max_distance=40, bidirectional=True)
+    outs = [client.attend(q, k, v, scale=1.0, relative_bias=rb) for rb in (
+        attnserve.RelativeBias(table, 16, 40, True),
+        attnserve.RelativeBias(table.reshape(-1).tolist(), 16, 40, True),
+        attnserve.RelativeBias(torch.from_numpy(table).to(torch.bfloat16).float(), 16, 40,
+                               True),
+        message)]
+    assert isinstance(outs[0], np.ndarray)
+    for out in outs[:2] + outs[3:]:
+        assert np.array_equal(out, outs[0])
+    assert_close(outs[0], want[0], 1e-5)
+
+
+def test_attend_many_and_bf16_with_relative_bias(client):
+    t5 = T5SelfAttention(num_heads=4, is_decoder=True, seed=5)
+    items = [tuple(t5_states(1, 4, 40, 40, seed=s)) for s in (6, 7)]
+    outs = list(client.attend_many(items, scale=1.0, is_causal=True,
+                                   relative_bias=t5.relative_bias()))
+    for (q, k, v), out in zip(items, outs):
+        with torch.no_grad():
+            assert_close(out, t5(q, k, v)[0], 1e-5)
+    q, k, v = (x.to(torch.bfloat16) for x in items[0])
+    out = client.attend(q, k, v, scale=1.0, is_causal=True, relative_bias=t5.relative_bias())
+    assert out.dtype == torch.bfloat16
+    with torch.no_grad():
+        assert_close(out, t5(q, k, v)[0], 2e-2)

@@ -101,3 +101,19 @@ def test_the_async_client_takes_the_same_arguments(server):
 
     out = asyncio.run(run())
     assert_close(out, attention(q, k, v, is_causal=True, scale=0.5)[0], 1e-5)
+
+
+def test_relative_bias_is_a_keyword_after_sdpas_arguments(client):
+    # An SDPA call site (positional mask, dropout_p, is_causal) gains T5's bias as a
+    # keyword; T5 scales no scores, so scale=1.0 goes with it.
+    params = inspect.signature(attnserve.Client.attend).parameters
+    assert params["relative_bias"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["relative_bias"].default is None
+    q, k, v = (torch.from_numpy(x) for x in qkv(hq=4, hkv=4, seed=5))
+    rb = attnserve.RelativeBias(torch.randn(4, 8, generator=torch.Generator().manual_seed(5)),
+                                8, 5, bidirectional=True)
+    mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool)
+    mask[:, 0] = False
+    want = attention(q, k, v, attn_mask=mask, is_causal=True, scale=1.0, relative_bias=rb)[0]
+    assert_close(client.attend(q, k, v, mask, 0.0, True, scale=1.0, enable_gqa=False,
+                               relative_bias=rb), want, 1e-5)

@@ -13,7 +13,7 @@ from attnserve.v1 import attention_pb2 as pb
 from attnserve.v1 import sessions_pb2 as spb
 from attnserve.v1 import sessions_pb2_grpc as spb_grpc
 from reference import attention, random
-from test_parity import assert_close
+from test_parity import T5SelfAttention, assert_close, t5_states
 
 HKV, HQ, D = 2, 4, 8
 
@@ -127,6 +127,103 @@ def test_softcap_and_sinks_refused_before_the_append(client):
                 steps.attend_sessions(0, [(s, q, k, v)], softcap=-1)
             assert caught.value.message == "softcap: must be finite and > 0, got -1"
             steps.attend_sessions(0, [(s, q, k, v)], softcap=1.0)  # the stream goes on
+        assert s.info().layer_tokens == (5,)
+
+
+def steps_of(x):
+    """[1, H, L, D] (T5's states) -> [L, H, D] (a session's tokens)."""
+    return x[0].transpose(0, 1)
+
+
+def test_t5_decoder_steps_over_a_cache(client):
+    # T5's decoder self-attention with its cache on the server: each step's new
+    # queries are the layer's last positions (bottom-right), as transformers offsets
+    # the query positions by the cache's length.
+    heads, dim, prefix = 4, 16, 300
+    t5 = T5SelfAttention(num_heads=heads, is_decoder=True, seed=7)
+    rb = t5.relative_bias()
+    q_all, k_all, v_all = t5_states(1, heads, prefix + 6, prefix + 6, d=dim, seed=8)
+    queries, keys, values = steps_of(q_all), steps_of(k_all), steps_of(v_all)
+
+    def t5_step(past, n, tokens=None):
+        """T5's (output [n, H, D], weights [H, n, tokens]) of queries past .. past + n - 1
+        over the first `tokens` keys (default past + n)."""
+        tokens = past + n if tokens is None else tokens
+        with torch.no_grad():
+            out, w = t5(q_all[:, :, past:past + n], k_all[:, :, :tokens],
+                        v_all[:, :, :tokens], past_length=past)
+        return out[0].transpose(0, 1), w[0]
+
+    with client.create_session("py-t5", num_kv_heads=heads, head_dim=dim) as s:
+        s.append(0, keys[:prefix], values[:prefix], chunk_tokens=128)
+        t = prefix
+        for n in (3, 1, 1, 1):  # 3 tokens at once (a verification step), then decoding
+            out, w = s.attend(0, queries[t:t + n], keys[t:t + n], values[t:t + n], scale=1.0,
+                              relative_bias=rb, return_weights=True)
+            want_out, want_w = t5_step(t, n)
+            assert isinstance(out, torch.Tensor) and out.shape == (n, heads, dim)
+            assert_close(out, want_out, 1e-5)
+            assert_close(w, want_w, 1e-5)
+            t += n
+        assert s.info().layer_tokens == (prefix + 6,)
+        # Two sessions of different lengths in one step, no append: each query is its
+        # own session's last position.
+        with s.fork("py-t5-beam") as beam:
+            beam.truncate(prefix + 2)
+            out_s, out_b = client.attend_sessions(
+                0, [(s, queries[t - 1:t]), (beam, queries[prefix + 1:prefix + 2])],
+                scale=1.0, relative_bias=rb)
+            assert_close(out_s, t5_step(t - 1, 1)[0], 1e-5)
+            assert_close(out_b, t5_step(prefix + 1, 1)[0], 1e-5)
+        # A step stream carries it the same; the wire message is taken as well.
+        message = pb.RelativeBias(
+            table=t5.relative_attention_bias.weight.detach().T.reshape(-1).tolist(),
+            num_buckets=32, max_distance=128)
+        with client.session_stream() as steps:
+            (streamed,) = steps.attend_sessions(0, [(s, queries[t - 2:t])], scale=1.0,
+                                                relative_bias=message)
+        assert torch.equal(streamed, s.attend(0, queries[t - 2:t], scale=1.0,
+                                              relative_bias=rb))
+        assert_close(streamed, t5_step(t - 2, 2)[0], 1e-5)
+
+
+def test_relative_bias_refused_before_the_append(client):
+    with client.create_session("py-relbias-errors", num_kv_heads=HKV, head_dim=D) as s:
+        s.append(0, random((4, HKV, D), seed=70), random((4, HKV, D), seed=71))
+        q = random((1, HQ, D), seed=72)
+        k, v = random((1, HKV, D), seed=73), random((1, HKV, D), seed=74)
+        nan_at_5 = np.where(np.arange(32) == 5, np.nan, 0.0).reshape(HQ, 8)
+        for rb, message in [
+                (attnserve.RelativeBias(np.zeros((HQ, 3)), 3, 10, bidirectional=True),
+                 "relative_bias.num_buckets: 3 is outside [4, 1024] (bidirectional)"),
+                (attnserve.RelativeBias(np.zeros((HQ, 1)), 1, 10),
+                 "relative_bias.num_buckets: 1 is outside [2, 1024]"),
+                (attnserve.RelativeBias(np.zeros((HQ, 8)), 8, 2, bidirectional=True),
+                 "relative_bias.max_distance: 2 is outside (2, 2^30] (it must pass the 2 "
+                 "exact buckets)"),
+                (attnserve.RelativeBias(np.zeros(31), 8, 20, bidirectional=True),
+                 "relative_bias.table: expected Hq × num_buckets = 4 × 8 = 32 entries, "
+                 "got 31"),
+                (attnserve.RelativeBias(nan_at_5, 8, 20), "relative_bias.table[5]: must be "
+                                                          "finite, got nan")]:
+            with pytest.raises(attnserve.InvalidArgument) as caught:
+                s.attend(0, q, k, v, relative_bias=rb)
+            assert caught.value.message == message
+        assert s.info().layer_tokens == (4,)  # nothing was appended
+        with client.session_stream() as steps:
+            with pytest.raises(attnserve.InvalidArgument) as caught:
+                steps.attend_sessions(0, [(s, q, k, v)], relative_bias=attnserve.RelativeBias(
+                    np.zeros((HQ, 7)), 8, 20))
+            assert caught.value.message == (
+                "relative_bias.table: shape [4, 7] is not [Hq, num_buckets = 8]")
+            with pytest.raises(attnserve.InvalidArgument) as caught:  # the server's
+                steps.attend_sessions(0, [(s, q, k, v)], relative_bias=attnserve.RelativeBias(
+                    np.zeros(13), 3, 20))
+            assert caught.value.message == ("relative_bias.table: expected Hq × num_buckets "
+                                            "= 4 × 3 = 12 entries, got 13")
+            # The stream goes on.
+            steps.attend_sessions(0, [(s, q, k, v)], relative_bias=attnserve.RelativeBias(
+                np.ones((HQ, 3)), 3, 20))
         assert s.info().layer_tokens == (5,)
 
 

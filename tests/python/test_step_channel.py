@@ -123,6 +123,35 @@ def test_softcap_and_sinks_steps_are_bit_identical_to_unary_calls(client):
     unary.close()
 
 
+def test_relative_bias_steps_are_bit_identical_to_unary_calls(client):
+    # T5's decoder bias (unidirectional, bottom-right) rides in the channel's
+    # AttendSessionsRequest as in the unary call's.
+    through, unary = twin_sessions(client, "sc-relbias")
+    rb = attnserve.RelativeBias(torch.randn(HQ, 8, generator=torch.Generator().manual_seed(3)),
+                                8, 6)
+    kw = dict(scale=1.0, relative_bias=rb, return_weights=True)
+    with client.step_channel() as channel:
+        for t in range(12):  # distances past max_distance: the last bucket
+            q, k, v = step_inputs(t, 1)
+            (got,) = channel.attend_sessions(1, [(through, q, k, v, 5 + t)], **kw)
+            (want,) = client.attend_sessions(1, [(unary, q, k, v, 5 + t)], **kw)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        # It changes the answer (the bias is applied, not dropped on the way).
+        (plain,) = channel.attend_sessions(1, [(through, q)], scale=1.0)
+        (biased,) = channel.attend_sessions(1, [(through, q)], scale=1.0, relative_bias=rb)
+        assert not np.allclose(plain, biased, atol=1e-3)
+        with pytest.raises(attnserve.InvalidArgument) as caught:
+            channel.attend_sessions(1, [(through, q)], relative_bias=attnserve.RelativeBias(
+                [0.0] * 8, 8, 6))
+        assert caught.value.message == ("relative_bias.table: expected Hq × num_buckets = "
+                                        "4 × 8 = 32 entries, got 8")
+        (out,) = channel.attend_sessions(1, [(through, q)], **kw)  # it goes on
+        assert np.array_equal(out[0], client.attend_sessions(1, [(unary, q)], **kw)[0][0])
+    assert through.info().layer_tokens == unary.info().layer_tokens == (5, 17)
+    through.close()
+    unary.close()
+
+
 def test_steps_that_sleep_on_the_futex_are_woken(client):
     # spin=0: every step sleeps on response_seq's futex at once. The server must
     # wake it; a missed wake would show as steps of the 10 ms futex slice.
