@@ -313,38 +313,28 @@ def test_attend_many_takes_softcap_and_sinks(client):
 
 def t5_relative_position_bucket(relative_position, bidirectional=True, num_buckets=32,
                                 max_distance=128):
-    """HuggingFace transformers' T5Attention._relative_position_bucket, as it is."""
-    relative_buckets = 0
+    """T5's bucket of each relative position (key position minus query position),
+    written here in torch from the T5 paper's scheme as T5's PyTorch models compute
+    it: in float32, the logarithmic part truncated to an integer."""
+    n = relative_position
     if bidirectional:
-        num_buckets //= 2
-        relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
-        relative_position = torch.abs(relative_position)
+        side = num_buckets // 2
+        offset = torch.where(n > 0, side, 0)
+        distance = n.abs()
     else:
-        relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
-    # now relative_position is in the range [0, inf)
-
-    # half of the buckets are for exact increments in positions
-    max_exact = num_buckets // 2
-    is_small = relative_position < max_exact
-
-    # The other half of the buckets are for logarithmically bigger bins in positions up
-    # to max_distance
-    relative_position_if_large = max_exact + (
-        torch.log(relative_position.float() / max_exact)
-        / math.log(max_distance / max_exact)
-        * (num_buckets - max_exact)
-    ).to(torch.long)
-    relative_position_if_large = torch.min(
-        relative_position_if_large, torch.full_like(relative_position_if_large,
-                                                    num_buckets - 1)
-    )
-
-    relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
-    return relative_buckets
+        side = num_buckets
+        offset = torch.zeros_like(n)
+        distance = torch.clamp(-n, min=0)
+    exact = side // 2
+    # float32 throughout, the ratio's log over the span's log (a Python float).
+    scaled = (torch.log(distance.to(torch.float32) / exact)
+              / math.log(max_distance / exact) * (side - exact))
+    far = torch.clamp(exact + scaled.to(torch.long), max=side - 1)
+    return offset + torch.where(distance < exact, distance, far)
 
 
 class T5SelfAttention(torch.nn.Module):
-    """T5Attention's score path (transformers' compute_bias and forward) over given
+    """T5's self-attention scores (its position bias and softmax) over given
     query, key and value states [B, H, L, D]: no 1/sqrt(D) scaling, the position bias
     (plus the decoder's causal mask) added to q k^T, softmax in float."""
 
@@ -362,7 +352,7 @@ class T5SelfAttention(torch.nn.Module):
 
     def compute_bias(self, query_length, key_length, past_length=0):
         """[1, H, Lq, Lk]; with a cache the queries are positions past_length ..
-        (transformers' cache_position), the keys 0 .. key_length - 1."""
+        (as T5 models offset them by a cache), the keys 0 .. key_length - 1."""
         context_position = torch.arange(past_length, past_length + query_length,
                                         dtype=torch.long)[:, None]
         memory_position = torch.arange(key_length, dtype=torch.long)[None, :]
@@ -411,7 +401,7 @@ BUCKET_CONFIGS = [(True, 32, 128), (False, 32, 128), (True, 8, 20), (False, 64, 
 
 @pytest.mark.parametrize("bidirectional,num_buckets,max_distance", BUCKET_CONFIGS)
 def test_reference_buckets_are_t5s(bidirectional, num_buckets, max_distance):
-    # The oracle's NumPy buckets (reference.py) against transformers' torch code.
+    # The oracle's NumPy buckets (reference.py) against the torch formula above.
     n = torch.arange(-5000, 5001)
     want = t5_relative_position_bucket(n, bidirectional, num_buckets, max_distance)
     got = relative_bucket(n.numpy(), num_buckets, max_distance, bidirectional)
@@ -490,7 +480,7 @@ def test_t5_decoder_self_attention(client, length):
 @pytest.mark.parametrize("new_tokens", [1, 3])
 def test_t5_decoder_with_a_cache(client, new_tokens):
     # Decoding with a cache: the new queries are positions past .. past + T - 1 over
-    # keys 0 .. Lk - 1 (transformers offsets the query positions by the cache), which
+    # keys 0 .. Lk - 1 (T5 models offset the query positions by the cache), which
     # is bottom-right alignment.
     past = 450
     t5 = T5SelfAttention(num_heads=4, is_decoder=True, seed=3)

@@ -137,7 +137,7 @@ def steps_of(x):
 
 def test_t5_decoder_steps_over_a_cache(client):
     # T5's decoder self-attention with its cache on the server: each step's new
-    # queries are the layer's last positions (bottom-right), as transformers offsets
+    # queries are the layer's last positions (bottom-right), as T5 models offset
     # the query positions by the cache's length.
     heads, dim, prefix = 4, 16, 300
     t5 = T5SelfAttention(num_heads=heads, is_decoder=True, seed=7)
