@@ -119,8 +119,8 @@ enum class FeatureMap { kEluPlusOne, kRelu, kFavorPlus };
 // Linear attention: out_i = phi(q_i) . S_i / phi(q_i) . z_i with
 // S_i = sum_j phi(k_j) v_j^T and z_i = sum_j phi(k_j) over the keys j that
 // causal (prefix sums) and key_lengths allow; a zero denominator gives zeros.
-// Windows, explicit masks, ALiBi and block-sparse layouts cannot be linearised
-// and are InvalidArgument.
+// Windows, explicit masks, ALiBi, T5's bias, block-sparse layouts, soft-caps
+// and sinks cannot be linearised and are InvalidArgument.
 struct LinearSpec {
   FeatureMap feature_map = FeatureMap::kEluPlusOne;
   int64_t num_features = 0;  // kFavorPlus only: m in [1, 4096]
@@ -155,7 +155,8 @@ struct AttentionInputs {
   std::optional<float> scale;
   // Logit soft-capping (Gemma 2): each scaled score t = scale·q·k becomes
   // softcap·tanh(t / softcap) before the mask's float parts (an explicit
-  // float mask, ALiBi) are added. Finite and > 0; softmax method only.
+  // float mask, ALiBi, T5's bias) are added. Finite and > 0; softmax method
+  // only.
   std::optional<float> softcap;
   // Empty, or [Hq] attention-sink logits (gpt-oss): each softmax of head h
   // has one more term, exp(sinks[h]), in its denominator, and no value goes

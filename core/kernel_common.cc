@@ -49,6 +49,13 @@ const void* PaddedCopy(const void* src, int64_t ld, int64_t rows,
   return dst;
 }
 
+float SinkNormalizer(float sink, float max, float sum) {
+  if (max == -std::numeric_limits<float>::infinity()) return 0.0f;
+  if (sink <= max) return 1.0f / (sum + std::exp(sink - max));
+  const float a = std::exp(max - sink);
+  return a / (sum * a + 1.0f);
+}
+
 void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
               int64_t k0, int64_t n, float* bias) {
   const Problem& p = *args.p;
@@ -77,9 +84,17 @@ void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
     }
   }
   if (p.rel_table != nullptr) {
-    const int64_t d = i + p.diag_offset;
-    args.ops->add_gathered(bias, p.rel_table + h * p.rel_buckets,
-                           p.rel_bucket.data() + (k0 - d - p.rel_first), n);
+    // Key c is at relative position k0 + c - d: the array's range in the
+    // middle, the edge buckets on either side.
+    const float* table = p.rel_table + h * p.rel_buckets;
+    const int64_t first = k0 - (i + p.diag_offset);
+    const int64_t begin = std::clamp<int64_t>(p.rel_first - first, 0, n);
+    const int64_t end = std::clamp<int64_t>(-p.rel_first + 1 - first, 0, n);
+    for (int64_t c = 0; c < begin; ++c) bias[c] += table[p.rel_below];
+    args.ops->add_gathered(bias + begin, table,
+                           p.rel_bucket.data() + (first + begin - p.rel_first),
+                           end - begin);
+    for (int64_t c = end; c < n; ++c) bias[c] += table[p.rel_above];
   }
   if (p.block_layout != nullptr) p.block_layout->Restrict(i, k0, n, bias);
 }

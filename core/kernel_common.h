@@ -221,6 +221,11 @@ inline int64_t KeyBlockEnd(int64_t k0, int64_t k_block, int64_t allowed_end,
   return end;
 }
 
+// 1 / (sum + exp(sink - max)), the normalizer of a row whose softmax has a
+// sink, shifted by the larger of max and sink so that no exp overflows; 0
+// for a row with nothing allowed (max -inf).
+float SinkNormalizer(float sink, float max, float sum);
+
 // Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi,
 // T5's relative bias, the block-sparse layout) of args.p for query row i of
 // (b, h) against keys [k0, k0 + n).

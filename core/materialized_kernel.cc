@@ -156,16 +156,18 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
       if (bias != nullptr) FillBias(args, b, h, i0 + r, span_begin, span, bias);
       float* x = row + span_begin;
       if (p.softcap > 0) ops.soft_cap(x, span, p.scale, p.softcap);
-      const float max = ops.scale_mask_max(x, span, p.scale, lo[r] - span_begin,
-                                           hi[r] - span_begin, bias);
+      const float max =
+          ops.scale_mask_max(x, span, p.pass_scale(), lo[r] - span_begin,
+                             hi[r] - span_begin, bias);
       if (max == kNegInf) {
         std::memset(x, 0, span * sizeof(float));
         continue;
       }
-      float sum = ops.exp_sum_f32(x, span, max, x);
+      const float sum = ops.exp_sum_f32(x, span, max, x);
       // Head h's attention sink: a term of the sum with no value.
-      if (p.sinks != nullptr) sum += std::exp(p.sinks[h] - max);
-      ops.scale(x, span, 1.0f / sum);
+      ops.scale(x, span,
+                p.sinks != nullptr ? SinkNormalizer(p.sinks[h], max, sum)
+                                   : 1.0f / sum);
     }
 
     // P·V, the probabilities through a tile (the product operand type,

@@ -135,7 +135,7 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
   // Two passes over the raw scores: the row's maximum, then the
   // probabilities (written once, over the n real keys; the padding keys'
   // are zeros).
-  const float tile_max = ops.scaled_max(s, n, p.scale, lo, hi, bias);
+  const float tile_max = ops.scaled_max(s, n, p.pass_scale(), lo, hi, bias);
   if (tile_max == kNegInf) {
     // Nothing allowed in this block: it adds nothing to the row.
     if (bf16) {
@@ -148,11 +148,12 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
   const float new_max = std::max(c.row_max[r], tile_max);
   float sum;
   if (bf16) {
-    sum =
-        ops.scaled_exp_sum_bf16(s, n, p.scale, lo, hi, bias, new_max, probs16);
+    sum = ops.scaled_exp_sum_bf16(s, n, p.pass_scale(), lo, hi, bias, new_max,
+                                  probs16);
     std::memset(probs16 + n, 0, (cols - n) * sizeof(uint16_t));
   } else {
-    sum = ops.scaled_exp_sum_f32(s, n, p.scale, lo, hi, bias, new_max, s);
+    sum =
+        ops.scaled_exp_sum_f32(s, n, p.pass_scale(), lo, hi, bias, new_max, s);
     std::memset(s + n, 0, (cols - n) * sizeof(float));
   }
   AddToRow(c, r, new_max, sum);
@@ -248,7 +249,7 @@ class InterleavedRows final : public AmxInterleave {
     // A chunk of the exp pass.
     const int64_t count = std::min(kExpChunk, n_ - pos_);
     const float sum = ops.scaled_exp_sum_bf16(
-        s + pos_, count, p.scale, lo_ - pos_, hi_ - pos_,
+        s + pos_, count, p.pass_scale(), lo_ - pos_, hi_ - pos_,
         bias_ != nullptr ? bias_ + pos_ : nullptr, new_max_, probs + pos_);
     if (lazy_ && !(sum <= kLazyLimit)) {
       // A score beyond the running max by more than the margin (or NaN):
@@ -272,8 +273,8 @@ class InterleavedRows final : public AmxInterleave {
   // Row r's max over this block into new_max_; a row with nothing allowed
   // here is done (zeros).
   bool TakeMax(int64_t r, const float* s, uint16_t* probs) {
-    const float tile_max =
-        c_.args.ops->scaled_max(s, n_, c_.args.p->scale, lo_, hi_, bias_);
+    const float tile_max = c_.args.ops->scaled_max(
+        s, n_, c_.args.p->pass_scale(), lo_, hi_, bias_);
     if (tile_max == kNegInf) {
       std::memset(probs, 0, cols_ * sizeof(uint16_t));
       pos_ = -1;
@@ -621,10 +622,11 @@ const void* GatherBlocks(const KernelArgs& args, const RowSet& rows,
 
 // The block-sparse path of Accumulate: the layout's key blocks in order, the
 // skipped ones not at all. Kept blocks that every row of the set allows whole
-// (inside every row's causal/window/padding interval, no explicit mask or
-// ALiBi) are gathered, up to k_block keys, into one product — wide products
-// whatever the layout's pattern; the other blocks (global-only ones, those on
-// an interval's edge) run one by one with the per-element checks they need.
+// (inside every row's causal/window/padding interval, no explicit mask,
+// ALiBi or T5 bias) are gathered, up to k_block keys, into one product — wide
+// products whatever the layout's pattern; the other blocks (global-only ones,
+// those on an interval's edge) run one by one with the per-element checks they
+// need.
 absl::Status AccumulateSparse(const BlockContext& c, const BlockLayout& layout,
                               int64_t k_begin, int64_t first_block,
                               int64_t hi_all, int64_t k_end) {
@@ -762,10 +764,9 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
 
 void StoreRow(const KernelArgs& args, const float* acc, float max, float sum,
               int64_t b, int64_t h, int64_t i) {
-  // A row with nothing allowed has max -inf: its sink term is +inf, and the
-  // row stays zeros.
-  if (args.p->sinks != nullptr) sum += std::exp(args.p->sinks[h] - max);
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  if (args.p->sinks != nullptr)
+    inv = SinkNormalizer(args.p->sinks[h], max, sum);
   args.ops->store_scaled(acc, args.p->shape.value_dim, inv,
                          OutputRow(args, b, h, i), args.out_dtype);
 }

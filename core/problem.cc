@@ -121,39 +121,18 @@ absl::Status ResolveRelativeBias(const RelativeBiasSpec& r, Problem* p) {
   RETURN_IF_ERROR(CheckRelativeBias(r, p->shape.q_heads, "mask.relative_bias"));
   p->rel_table = r.table.data();
   p->rel_buckets = r.num_buckets;
-  // Relative positions j - d(i): j in [0, Lk), d(i) in [diag_offset,
-  // diag_offset + Lq).
-  const AttentionShape& s = p->shape;
-  const int64_t first = -(p->diag_offset + s.q_len - 1);
-  const int64_t last = s.k_len - 1 - p->diag_offset;
-  p->rel_first = first;
-  p->rel_bucket.clear();
-  if (last < first) return absl::OkStatus();
-  p->rel_bucket.resize(static_cast<size_t>(last - first + 1));
-  // A bucket stays the same over long runs of distances: each distance's
-  // bucket from the formula up to the first one in the last bucket, then
-  // that one.
+  // The buckets of the distances up to the first one in a side's last bucket
+  // (at most max_distance + 1: past it every distance is there).
   const int32_t m = r.bidirectional ? r.num_buckets / 2 : r.num_buckets;
-  std::vector<int32_t> of_distance;
-  const auto bucket_of = [&](int64_t a) {
-    while (static_cast<int64_t>(of_distance.size()) <= a &&
-           (of_distance.empty() || of_distance.back() != m - 1)) {
-      of_distance.push_back(BucketAmong(
-          static_cast<int64_t>(of_distance.size()), m, r.max_distance));
-    }
-    return a < static_cast<int64_t>(of_distance.size())
-               ? of_distance[static_cast<size_t>(a)]
-               : m - 1;
-  };
-  for (int64_t n = first; n <= last; ++n) {
-    int32_t b;
-    if (r.bidirectional) {
-      b = (n > 0 ? m : 0) + bucket_of(n < 0 ? -n : n);
-    } else {
-      b = bucket_of(n < 0 ? -n : 0);
-    }
-    p->rel_bucket[static_cast<size_t>(n - first)] = b;
+  int64_t edge = 0;
+  while (BucketAmong(edge, m, r.max_distance) != m - 1) ++edge;
+  p->rel_first = -edge;
+  p->rel_bucket.resize(static_cast<size_t>(2 * edge + 1));
+  for (int64_t n = -edge; n <= edge; ++n) {
+    p->rel_bucket[static_cast<size_t>(n + edge)] = RelativeBucket(r, n);
   }
+  p->rel_below = RelativeBucket(r, -edge - 1);
+  p->rel_above = RelativeBucket(r, edge + 1);
   return absl::OkStatus();
 }
 
@@ -169,10 +148,11 @@ absl::Status CheckRelativeBias(const RelativeBiasSpec& r, int64_t q_heads,
   }
   const int32_t m = r.bidirectional ? r.num_buckets / 2 : r.num_buckets;
   const int32_t exact = m / 2;
-  if (r.max_distance <= exact || r.max_distance > (1 << 30)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".max_distance: ", r.max_distance, " is outside (", exact,
-        ", 2^30] (it must pass the ", exact, " exact buckets)"));
+  if (r.max_distance <= exact || r.max_distance > kMaxRelativeDistance) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".max_distance: ", r.max_distance, " is outside (",
+                     exact, ", ", kMaxRelativeDistance, "] (it must pass the ",
+                     exact, " exact buckets)"));
   }
   const int64_t entries = q_heads * int64_t{r.num_buckets};
   if (static_cast<int64_t>(r.table.size()) != entries) {

@@ -38,7 +38,10 @@ struct Problem {
   Strides4 q_strides, k_strides, v_strides;
   int64_t group = 1;  // Hq / Hkv
   float scale = 1.0f;
-  float softcap = 0.0f;          // > 0 when set (AttentionInputs::softcap)
+  float softcap = 0.0f;  // > 0 when set (AttentionInputs::softcap)
+  // What the softmax passes multiply a row's scores by: the scale, or 1 when
+  // VecOps::soft_cap has scaled and capped them already.
+  float pass_scale() const { return softcap > 0 ? 1.0f : scale; }
   const float* sinks = nullptr;  // [Hq] or null
 
   // Mask, resolved.
@@ -51,12 +54,14 @@ struct Problem {
   Strides4 mask_strides;         // broadcast dims have stride 0
   const float* alibi = nullptr;  // [Hq] or null
   // T5's relative bias: table [Hq, num_buckets] or null, and the bucket of
-  // each relative position j - d(i) the call has, from rel_first on (one
-  // array for every head: FillBias gathers a row's bias from it).
+  // each relative position j - d(i) from rel_first to -rel_first (one array
+  // for every head: FillBias gathers a row's bias from it); below and above
+  // that range every position's bucket is rel_below, rel_above.
   const float* rel_table = nullptr;
   int32_t rel_buckets = 0;
   int64_t rel_first = 0;
   std::vector<int32_t> rel_bucket;
+  int32_t rel_below = 0, rel_above = 0;
   std::shared_ptr<const BlockLayout> block_layout;  // or null
 
   // Softmax, or a variant (core/variants/) with its parameters as given.

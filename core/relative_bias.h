@@ -20,10 +20,14 @@ namespace attnserve {
 //     min(m − 1, e + trunc(log(a / e) / log(max_distance / e) · (m − e))),
 //     computed in f32 as T5's PyTorch code computes it (log(max_distance /
 //     e) in double, then rounded).
+// The largest max_distance (T5 and its descendants use 128): a call builds the
+// buckets of the distances up to it.
+inline constexpr int32_t kMaxRelativeDistance = 4096;
+
 struct RelativeBiasSpec {
   absl::Span<const float> table;  // [Hq, num_buckets], finite
   int32_t num_buckets = 0;        // [2, 1024]; [4, 1024] bidirectional
-  int32_t max_distance = 0;       // (e, 2^30]
+  int32_t max_distance = 0;       // (e, kMaxRelativeDistance]
   bool bidirectional = false;
 };
 

@@ -71,27 +71,32 @@ struct VecOps {
   // kv_accumulate: acc[r·ldacc + c] += Σ_{t < n} p[r·ldp + t] · scale_t ·
   // v_t[c] for r < m, c < dv (v n dense rows of dv); with bf16 values the
   // probabilities may be rounded to bf16 (as the bf16 GEMMs round them);
-  // with int8 values the weights p[r·ldp + t] · scale_t of each run of 256
-  // tokens may be rounded to 16-bit integers times their largest/32767 (an
-  // error of at most that largest/65534 · Σ_t |v_t[c]| in a sum, v_t[c] the
-  // stored integers).
+  // with int8 values the weights p[r·ldp + t] · scale_t of each run of
+  // kInt8WeightRun tokens may be rounded to 16-bit integers times their
+  // largest/32767 (an error of at most that largest/65534 · Σ_t |v_t[c]| in a
+  // sum, v_t[c] the stored integers).
   void (*kv_accumulate)(const float* p, int64_t ldp, int64_t m, const void* v,
                         DType vd, const float* scales, int64_t n, int64_t dv,
                         float* acc, int64_t ldacc);
   // dst[c] = src[c] rounded to bf16; dst may be unaligned.
   void (*to_bf16)(const float* src, int64_t n, uint16_t* dst);
   // Sum over c in [0, n) of v[c] * tanh(a[c] + b[c]) (additive scoring);
-  // tanh within a few 1e-7 relative, exactly ±1 for large arguments.
+  // tanh within a few 1e-7 relative (±(1 − 6e-8) past |x| = 9).
   float (*tanh_dot)(const float* a, const float* b, const float* v, int64_t n);
-  // Logit soft-capping of a row of raw scores: s[c] = (cap / scale) ·
-  // tanh(s[c] · scale / cap), so that the scaled passes see cap · tanh(t /
-  // cap) of each t = s · scale (within a few 1e-7 relative); nothing when
-  // scale is 0. NaN stays NaN.
+  // Logit soft-capping of a row of raw scores: s[c] = cap · tanh(t / cap)
+  // with t = s[c] · scale (t / cap as t times 1/cap, at most FLT_MAX: a
+  // denormal cap caps like the smallest normal one), within a few 1e-7
+  // relative; the passes that follow then take scale 1. NaN stays NaN.
   void (*soft_cap)(float* s, int64_t n, float scale, float cap);
   // x[c] += table[index[c]] for c < n (T5's relative bias of a row).
   void (*add_gathered)(float* x, const float* table, const int32_t* index,
                        int64_t n);
 };
+
+// The tokens whose int8 values one run of KvAccumulateAvx512Vnni's 32-bit
+// sums holds (2 · 32767 · 128 per product of a pair, 128 products: below
+// 2^31), each run's weights rounded with a scale of their own.
+inline constexpr int64_t kInt8WeightRun = 256;
 
 // The tables' tanh: x·P(z)/Q(z), z = x², for |x| ≤ kTanhLimit (x clamped to
 // it: past it tanh is ±1 in f32), with no exp and no division (a reciprocal

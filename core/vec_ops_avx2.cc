@@ -1,6 +1,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
 
@@ -324,21 +325,21 @@ void AddGathered(float* x, const float* table, const int32_t* index,
 }
 
 void SoftCap(float* s, int64_t n, float scale, float cap) {
-  if (scale == 0.0f) return;
-  const __m256 in = _mm256_set1_ps(scale / cap);
-  const __m256 out = _mm256_set1_ps(cap / scale);
+  const __m256 vs = _mm256_set1_ps(scale);
+  const __m256 inv = _mm256_set1_ps(std::min(1.0f / cap, FLT_MAX));
+  const __m256 vcap = _mm256_set1_ps(cap);
+  const auto capped = [&](__m256 x) {
+    return _mm256_mul_ps(vcap, Tanh(_mm256_mul_ps(_mm256_mul_ps(x, vs), inv)));
+  };
   int64_t c = 0;
   for (; c + kLanes <= n; c += kLanes) {
-    _mm256_storeu_ps(
-        s + c,
-        _mm256_mul_ps(out, Tanh(_mm256_mul_ps(_mm256_loadu_ps(s + c), in))));
+    _mm256_storeu_ps(s + c, capped(_mm256_loadu_ps(s + c)));
   }
   if (c < n) {
     alignas(32) float t[kLanes] = {};
     const size_t rest = static_cast<size_t>(n - c) * sizeof(float);
     std::memcpy(t, s + c, rest);
-    _mm256_store_ps(
-        t, _mm256_mul_ps(out, Tanh(_mm256_mul_ps(_mm256_load_ps(t), in))));
+    _mm256_store_ps(t, capped(_mm256_load_ps(t)));
     std::memcpy(s + c, t, rest);
   }
 }

@@ -1,5 +1,7 @@
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
 
@@ -138,14 +140,14 @@ inline __m512 Tanh(__m512 x) {
 }
 
 void SoftCap(float* s, int64_t n, float scale, float cap) {
-  if (scale == 0.0f) return;
-  const __m512 in = _mm512_set1_ps(scale / cap);
-  const __m512 out = _mm512_set1_ps(cap / scale);
+  const __m512 vs = _mm512_set1_ps(scale);
+  const __m512 inv = _mm512_set1_ps(std::min(1.0f / cap, FLT_MAX));
+  const __m512 vcap = _mm512_set1_ps(cap);
   for (int64_t c = 0; c < n; c += kLanes) {
     const __mmask16 mask = TailMask(std::min<int64_t>(kLanes, n - c));
-    const __m512 x = _mm512_maskz_loadu_ps(mask, s + c);
+    const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, s + c), vs);
     _mm512_mask_storeu_ps(s + c, mask,
-                          _mm512_mul_ps(out, Tanh(_mm512_mul_ps(x, in))));
+                          _mm512_mul_ps(vcap, Tanh(_mm512_mul_ps(t, inv))));
   }
 }
 

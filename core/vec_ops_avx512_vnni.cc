@@ -4,11 +4,12 @@
 // would bind the step to the FMA units instead of to reading memory:
 // - scores: the query rows rounded to 16-bit integers (a scale per row,
 //   max|q|/32767), the keys sign-extended to 16 bits;
-// - values: the weights p_t · scale_t of up to kFlushTokens tokens rounded to
+// - values: the weights p_t · scale_t of up to kInt8WeightRun tokens rounded to
 //   16-bit integers (a scale per row and run of tokens), two tokens' values
 //   interleaved per product.
 // Either rounding is below 2^-16 of its row's largest element (the bounds in
-// vec_ops.h); non-finite inputs, other dtypes and shapes go to
+// vec_ops.h); non-finite inputs, rows too small to round (Roundable), other
+// dtypes and shapes go to
 // Avx512FVecOps()'s. Runs only where HasAvx512Vnni() (Avx512VecOps() picks
 // them for int8 rows).
 
@@ -40,10 +41,6 @@ constexpr int64_t kMaxRows = 16;
 // Rows of up to this many elements keep every score's 32-bit sum exact
 // (|q| ≤ 32767, |k| ≤ 127: 32767 · 127 · 512 < 2^31).
 constexpr int64_t kMaxDim = 512;
-// Tokens whose weighted values one set of 32-bit accumulators sums before
-// they are added to the f32 ones: 2 · 32767 · 127 per product of a pair,
-// 128 products per run, below 2^31.
-constexpr int64_t kFlushTokens = 256;
 constexpr float kInt16Max = 32767.0f;
 
 // The largest |x[i] · (scale ? scale[i] : 1)| of n values, the products
@@ -62,6 +59,14 @@ float MaxAbs(const float* x, const float* scale, int64_t n, float* dst) {
     m = _mm512_max_ps(m, _mm512_abs_ps(v));
   }
   return nan != 0 ? std::nanf("") : _mm512_reduce_max_ps(m);
+}
+
+// Whether values of this largest magnitude round to int16 (RoundToInt16 with
+// 32767 / max_abs): not when it is not finite (NaN or inf among them), nor so
+// small (below about 1e-34) that 32767 / max_abs is not.
+bool Roundable(float max_abs) {
+  return max_abs == 0.0f ||
+         (std::isfinite(max_abs) && std::isfinite(kInt16Max / max_abs));
 }
 
 // dst[i] = round(x[i] / scale) as int16, for |x| ≤ 32767 · scale.
@@ -159,7 +164,7 @@ void DotRowsInt8(const int16_t* q, const float* qs, int64_t d, const int8_t* k,
 }
 
 // acc[r][c0, c0 + 32·C) += ws[r] · Σ_t w[r][t] · v_t for R rows and the n ≤
-// kFlushTokens tokens: two tokens per vpdpwssd, their int16 weights a pair
+// kInt8WeightRun tokens: two tokens per vpdpwssd, their int16 weights a pair
 // at w[r·ldw + t] (ldw even, zero past n).
 template <int R, int C>
 void AccumulateRowsInt8(const int16_t* w, int64_t ldw, const float* ws,
@@ -237,7 +242,7 @@ void KvScoresAvx512Vnni(const float* q, int64_t ldq, int64_t m, int64_t d,
   float qs[kMaxRows];
   for (int64_t r = 0; r < m; ++r) {
     const float max_abs = MaxAbs(q + r * ldq, nullptr, d, nullptr);
-    if (!std::isfinite(max_abs)) {
+    if (!Roundable(max_abs)) {
       fallback.kv_scores(q, ldq, m, d, k, kd, scales, n, s, lds);
       return;
     }
@@ -265,8 +270,8 @@ void KvAccumulateAvx512Vnni(const float* p, int64_t ldp, int64_t m,
   // per row (pairs of tokens, zero-padded to an even count).
   thread_local std::vector<float> weights;
   thread_local std::vector<int16_t> w16;
-  for (int64_t t0 = 0; t0 < n; t0 += kFlushTokens) {
-    const int64_t run = std::min(kFlushTokens, n - t0);
+  for (int64_t t0 = 0; t0 < n; t0 += kInt8WeightRun) {
+    const int64_t run = std::min(kInt8WeightRun, n - t0);
     const int64_t ldw = (run + 1) / 2 * 2;
     weights.resize(static_cast<size_t>(run));
     w16.resize(static_cast<size_t>(m * ldw));
@@ -274,7 +279,7 @@ void KvAccumulateAvx512Vnni(const float* p, int64_t ldp, int64_t m,
     for (int64_t r = 0; r < m; ++r) {
       const float max_abs =
           MaxAbs(p + r * ldp + t0, scales + t0, run, weights.data());
-      if (!std::isfinite(max_abs)) {
+      if (!Roundable(max_abs)) {
         fallback.kv_accumulate(p + t0, ldp, m, vp + t0 * dv, vd, scales + t0,
                                n - t0, dv, acc, ldacc);
         return;

@@ -247,12 +247,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
   }
   // The attention engine's limit on D and Dv (a layer's heads have both):
   // a config beyond it would load and then fail every call.
-  if (config.head_dim > kMaxValueDim) {
+  constexpr int kMaxLayerHeadDim = std::min(kMaxHeadDim, kMaxValueDim);
+  if (config.head_dim > kMaxLayerHeadDim) {
     return KeyError(
         "head_dim",
         absl::StrCat("head_dim ", config.head_dim,
                      " (d_model / num_heads unless set) is above ",
-                     kMaxValueDim, ", the largest the kernels take"));
+                     kMaxLayerHeadDim, ", the largest the kernels take"));
   }
   if (config.positional == Positional::kRope && config.head_dim % 2 != 0) {
     return KeyError("head_dim",

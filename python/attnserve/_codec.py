@@ -148,7 +148,7 @@ def _relative_bias_in_range(rb):
     if not low <= rb.num_buckets <= 1024:
         return False
     exact = (rb.num_buckets // 2 if rb.bidirectional else rb.num_buckets) // 2
-    return exact < rb.max_distance <= 1 << 30
+    return exact < rb.max_distance <= 4096
 
 
 def fill_mask(mask, *, attn_mask=None, is_causal=False, alignment="top_left",

@@ -245,6 +245,11 @@ struct SparseCase {
   std::vector<int32_t> key_lengths;
   std::optional<TestTensor> explicit_mask;
   std::vector<float> alibi;
+  // T5's bias (6 buckets, distance 10), a soft-cap and sinks.
+  std::vector<float> rel_table;
+  bool rel_bidirectional = false;
+  std::optional<float> softcap;
+  std::vector<float> sinks;
   std::string name;
 
   std::vector<int64_t> Dims(int64_t h, int64_t l, int64_t dim) const {
@@ -320,6 +325,16 @@ SparseCase DrawCase(uint64_t seed) {
   if (g.OneIn(4)) {
     for (int64_t h = 0; h < c.hq; ++h) c.alibi.push_back(0.05f * (h + 1));
   }
+  if (g.OneIn(3)) {
+    for (int64_t e = 0; e < c.hq * 6; ++e) {
+      c.rel_table.push_back(0.2f * static_cast<float>(g.Below(11)) - 1.0f);
+    }
+    c.rel_bidirectional = g.OneIn(2);
+  }
+  if (g.OneIn(4)) c.softcap = 0.75f;
+  if (g.OneIn(4)) {
+    for (int64_t h = 0; h < c.hq; ++h) c.sinks.push_back(1.0f - 0.5f * h);
+  }
   c.name = absl::StrCat("seed ", seed, ": B", c.b, " Hq", c.hq, " Hkv", c.hkv,
                         " Lq", c.lq, " Lk", c.lk, " D", c.d, " Dv", c.dv, " ",
                         DTypeName(c.dtype), " bs", s.block_size);
@@ -349,6 +364,16 @@ void ExpectEngineMatchesReference(const SparseCase& c, Isa isa,
   in.mask.key_lengths = c.key_lengths;
   if (c.explicit_mask) in.mask.explicit_mask = c.explicit_mask->view();
   in.mask.alibi_slopes = c.alibi;
+  if (!c.rel_table.empty()) {
+    RelativeBiasSpec r;
+    r.table = c.rel_table;
+    r.num_buckets = 6;
+    r.max_distance = 10;
+    r.bidirectional = c.rel_bidirectional;
+    in.mask.relative_bias = r;
+  }
+  in.softcap = c.softcap;
+  in.sinks = c.sinks;
 
   const bool weights = path == KernelPath::kMaterialized;
   const std::vector<int64_t> out_dims = c.Dims(c.hq, c.lq, c.dv);

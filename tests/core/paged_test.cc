@@ -17,6 +17,7 @@
 #include "core/attention.h"
 #include "core/convert.h"
 #include "core/reference.h"
+#include "core/vec_ops.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_env.h"
@@ -93,7 +94,8 @@ struct PagedCase {
   std::optional<float> scale;
   std::optional<float> softcap;
   bool sinks = false;
-  std::vector<bool> weights;  // per sequence; empty = none
+  bool relative_bias = false;  // T5's decoder bias: 8 buckets, distance 40
+  std::vector<bool> weights;   // per sequence; empty = none
   Isa isa = Isa::kAuto;
 
   std::string Name() const {
@@ -119,6 +121,18 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
   for (int64_t h = 0; h < c.hq; ++h) slopes.push_back(0.1f * (h + 1));
   std::vector<float> sinks;
   for (int64_t h = 0; h < c.hq; ++h) sinks.push_back(2.0f - 1.5f * h);
+  std::vector<float> rel_table;
+  for (int64_t e = 0; e < c.hq * 8; ++e) {
+    rel_table.push_back(0.25f * static_cast<float>((e * 5) % 9) - 1.0f);
+  }
+  std::optional<RelativeBiasSpec> relative_bias;
+  if (c.relative_bias) {
+    RelativeBiasSpec r;
+    r.table = rel_table;
+    r.num_buckets = 8;
+    r.max_distance = 40;
+    relative_bias = r;
+  }
   std::vector<PagedSequence> seqs(n);
   for (size_t i = 0; i < n; ++i) {
     caches.push_back(std::make_unique<Cache>(c.dtype, c.tokens[i], c.hkv, c.d,
@@ -154,17 +168,18 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
   in.scale = c.scale;
   in.softcap = c.softcap;
   if (c.sinks) in.sinks = sinks;
+  in.relative_bias = relative_bias;
   in.sequences = seqs;
   const absl::Status st = (*engine)->RunPaged(in);
   ASSERT_TRUE(st.ok()) << st;
 
-  // An int8 cache computes in f32 over the values its blocks hold; its
-  // products may round the queries and the weights to 16-bit integers
-  // (core/vec_ops.h: below 2^-16 of each row's largest element).
+  // An int8 cache computes in f32 over the values its blocks hold; with
+  // AVX512-VNNI its products round the queries and the weights to 16-bit
+  // integers (core/vec_ops.h: below 2^-16 of each row's largest element).
   const DType operands = PagedOperandDType(c.dtype);
-  const float tol = c.dtype == DType::kInt8       ? 2e-4f
-                    : operands == DType::kFloat32 ? 1e-5f
-                                                  : 2e-2f;
+  const bool vnni =
+      c.dtype == DType::kInt8 && c.isa != Isa::kAvx2 && HasAvx512Vnni();
+  const float tol = vnni ? 2e-4f : operands == DType::kFloat32 ? 1e-5f : 2e-2f;
   for (size_t i = 0; i < n; ++i) {
     SCOPED_TRACE(absl::StrCat("sequence ", i, " tokens ", c.tokens[i], " lnew ",
                               c.lnew[i]));
@@ -184,6 +199,7 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
     ref_in.scale = c.scale;
     ref_in.softcap = c.softcap;
     if (c.sinks) ref_in.sinks = sinks;
+    ref_in.mask.relative_bias = relative_bias;
     TestTensor ref_out(DType::kFloat32, {1, c.lnew[i], c.hq, c.dv});
     TestTensor ref_w(DType::kFloat32, {1, c.hq, c.lnew[i], c.tokens[i]});
     AttentionOutputs ref_outputs;
@@ -258,10 +274,10 @@ TEST_P(PagedTest, MaskPartsAndScale) {
   ExpectPagedMatchesReference(c);
 }
 
-// Gemma 2's soft-cap and gpt-oss's sinks in every stored dtype, in decode
-// steps (the products over stored rows), chunked prefill (GEMMs) and with
-// weights (the materialized kernel).
-TEST_P(PagedTest, SoftcapAndSinksInEveryPath) {
+// Gemma 2's soft-cap, gpt-oss's sinks and T5's bias in every stored dtype,
+// in decode steps (the products over stored rows), chunked prefill (GEMMs)
+// and with weights (the materialized kernel).
+TEST_P(PagedTest, SoftcapSinksAndRelativeBiasInEveryPath) {
   for (DType dtype :
        {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt8}) {
     PagedCase c;
@@ -280,6 +296,10 @@ TEST_P(PagedTest, SoftcapAndSinksInEveryPath) {
     c.alibi = true;
     c.window_left = 30;
     c.softcap.reset();
+    ExpectPagedMatchesReference(c);
+    // T5's decoder bias at each sequence's own positions (tokens - Lnew on).
+    c.relative_bias = true;
+    c.window_left.reset();
     ExpectPagedMatchesReference(c);
   }
 }

@@ -209,6 +209,23 @@ TEST(ReferenceTest, RelativeBucketIsT5s) {
   EXPECT_EQ(RelativeBucket(uni, -5), 5);
   EXPECT_EQ(RelativeBucket(uni, -15), 15);
   EXPECT_EQ(RelativeBucket(uni, -1000000), 31);
+  // Distances where the logarithmic buckets change, as T5's PyTorch code
+  // gives them (float32) for 32 buckets and distance 128.
+  const std::vector<std::pair<int64_t, int32_t>> bidirectional = {
+      {8, 8},   {11, 8},  {12, 9},  {15, 9},   {16, 10}, {22, 10},
+      {23, 11}, {31, 11}, {32, 12}, {45, 12},  {46, 13}, {63, 13},
+      {64, 14}, {90, 14}, {91, 15}, {127, 15}, {128, 15}};
+  for (const auto& [a, b] : bidirectional) {
+    EXPECT_EQ(RelativeBucket(bi, -a), b) << a;
+    EXPECT_EQ(RelativeBucket(bi, a), 16 + b) << a;
+  }
+  const std::vector<std::pair<int64_t, int32_t>> unidirectional = {
+      {16, 16}, {18, 16},  {19, 17},  {23, 18}, {24, 19}, {31, 21},
+      {32, 21}, {53, 25},  {54, 25},  {63, 26}, {64, 26}, {89, 29},
+      {90, 29}, {126, 31}, {127, 31}, {128, 31}};
+  for (const auto& [a, b] : unidirectional) {
+    EXPECT_EQ(RelativeBucket(uni, -a), b) << a;
+  }
   // Non-decreasing in the distance, each bucket reached, and the logarithm
   // within one bucket of the exact real-number formula.
   int32_t last = 0;

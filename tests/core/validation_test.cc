@@ -393,7 +393,7 @@ TEST_P(ValidationTest, RelativeBiasOutOfRange) {
   inputs_.mask.relative_bias->max_distance = 2;
   EXPECT_THAT(Call(),
               StatusIs(kInvalid, HasSubstr("mask.relative_bias.max_distance: 2 "
-                                           "is outside (2, 2^30]")));
+                                           "is outside (2, 4096]")));
   inputs_.mask.relative_bias->max_distance = 16;
   inputs_.mask.relative_bias->table = absl::MakeConstSpan(table).subspan(1);
   EXPECT_THAT(Call(),

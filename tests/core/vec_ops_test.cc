@@ -8,6 +8,7 @@
 #include "core/vec_ops.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -407,12 +408,20 @@ TEST(VecOpsTest, Int8ProductsOverLongRunsAndNonFiniteInputs) {
 
     std::vector<float> q(static_cast<size_t>(m * dim), 0.5f);
     q[2 * dim + 7] = std::numeric_limits<float>::quiet_NaN();
+    // A row too small to round to 16-bit integers (32767 / 1e-35 is inf).
+    for (int64_t c = 0; c < dim; ++c) q[3 * dim + c] = 1e-35f;
     std::vector<float> s(static_cast<size_t>(m * n));
     table.ops->kv_scores(q.data(), dim, m, dim, kv.bytes.data(), DType::kInt8,
                          kv.scale_ptr(), n, s.data(), n);
     for (int64_t t = 0; t < n; ++t) {
       ASSERT_TRUE(std::isnan(s[2 * n + t])) << "t " << t;
       ASSERT_TRUE(std::isfinite(s[0 * n + t])) << "t " << t;
+      double want = 0, magnitude = 0;
+      for (int64_t c = 0; c < dim; ++c) {
+        want += double{1e-35f} * kv.values[t * dim + c];
+        magnitude += std::fabs(double{1e-35f} * kv.values[t * dim + c]);
+      }
+      ASSERT_NEAR(s[3 * n + t], want, 1e-6 * magnitude) << "t " << t;
     }
 
     p[1 * n + 400] = std::numeric_limits<float>::infinity();
@@ -428,8 +437,8 @@ TEST(VecOpsTest, Int8ProductsOverLongRunsAndNonFiniteInputs) {
 }
 
 // Soft-capping keeps tanh's relative precision at every magnitude: near 0,
-// where 1 - exp(-2|x|) would cancel, around the switch to it, and where tanh
-// is ±1; the scaled passes then see cap · tanh(t / cap).
+// in the rational fit's range, at its clamp (|t / cap| = 9) and past it, for
+// caps from denormal to huge.
 TEST(VecOpsTest, SoftCapIsCapTimesTanhWithinItsRelativeError) {
   std::vector<float> raw;
   for (float x = 1e-6f; x < 200.0f; x *= 1.07f) {
@@ -437,30 +446,30 @@ TEST(VecOpsTest, SoftCapIsCapTimesTanhWithinItsRelativeError) {
     raw.push_back(-x);
   }
   raw.push_back(0.0f);
-  raw.push_back(0.625f * 4.0f);  // t / cap at the polynomial's edge
+  raw.push_back(9.0f * 4.0f / 0.25f);  // t / cap at the clamp
   raw.push_back(std::numeric_limits<float>::infinity());
+  raw.push_back(-std::numeric_limits<float>::infinity());
   raw.push_back(std::numeric_limits<float>::quiet_NaN());
   for (const Table& table : MachineTables()) {
-    for (const float scale : {0.25f, -0.5f}) {
-      std::vector<float> s = raw;
-      table.ops->soft_cap(s.data(), static_cast<int64_t>(s.size()), scale,
-                          4.0f);
-      for (size_t i = 0; i < raw.size(); ++i) {
-        const double t = double{raw[i]} * scale;
-        const double want = 4.0 * std::tanh(t / 4.0);
-        const double got = double{s[i]} * scale;
-        if (std::isnan(raw[i])) {
-          EXPECT_TRUE(std::isnan(s[i])) << table.name;
-          continue;
+    for (const float scale : {0.25f, -0.5f, 0.0f}) {
+      for (const float cap : {4.0f, 1e30f, 1e-30f, 1e-40f}) {
+        std::vector<float> s = raw;
+        table.ops->soft_cap(s.data(), static_cast<int64_t>(s.size()), scale,
+                            cap);
+        for (size_t i = 0; i < raw.size(); ++i) {
+          SCOPED_TRACE(table.name + " s " + std::to_string(raw[i]) + " scale " +
+                       std::to_string(scale) + " cap " + std::to_string(cap));
+          const double t = static_cast<float>(double{raw[i]} * scale);
+          if (std::isnan(t)) {
+            EXPECT_TRUE(std::isnan(s[i]));
+            continue;
+          }
+          // A denormal cap caps like the smallest normal one.
+          const double c = std::max<double>(cap, 1.0 / FLT_MAX);
+          const double want = cap * std::tanh(t / c);
+          EXPECT_NEAR(s[i], want, 4e-7 * std::fabs(want) + 1e-44);
         }
-        EXPECT_NEAR(got, want, 4e-7 * std::fabs(want) + 1e-30)
-            << table.name << " s " << raw[i] << " scale " << scale;
       }
-    }
-    std::vector<float> s = raw;
-    table.ops->soft_cap(s.data(), static_cast<int64_t>(s.size()), 0.0f, 4.0f);
-    for (size_t i = 0; i < raw.size(); ++i) {
-      if (!std::isnan(raw[i])) EXPECT_EQ(s[i], raw[i]) << "scale 0 keeps s";
     }
   }
 }

@@ -143,13 +143,13 @@ def test_dtypes_the_wire_lacks_are_named(client):
     (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 1025)), 1025, 2000)),
      "mask.relative_bias.num_buckets: 1025 is outside [2, 1024]"),
     (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 8)), 8, 2, bidirectional=True)),
-     "mask.relative_bias.max_distance: 2 is outside (2, 2^30] (it must pass the 2 exact "
+     "mask.relative_bias.max_distance: 2 is outside (2, 4096] (it must pass the 2 exact "
      "buckets)"),
     (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 32)), 32, 16)),
-     "mask.relative_bias.max_distance: 16 is outside (16, 2^30] (it must pass the 16 exact "
+     "mask.relative_bias.max_distance: 16 is outside (16, 4096] (it must pass the 16 exact "
      "buckets)"),
-    (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 32)), 32, (1 << 30) + 1)),
-     "mask.relative_bias.max_distance: 1073741825 is outside (16, 2^30] (it must pass the "
+    (dict(relative_bias=attnserve.RelativeBias(np.zeros((4, 32)), 32, 4097)),
+     "mask.relative_bias.max_distance: 4097 is outside (16, 4096] (it must pass the "
      "16 exact buckets)"),
     # A bad num_buckets is named before a table of the wrong size (the server's order).
     (dict(relative_bias=attnserve.RelativeBias(np.zeros(5), 2000, 128)),

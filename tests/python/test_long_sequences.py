@@ -191,7 +191,7 @@ def test_client_side_checks(case):
     (dict(relative_bias=attnserve.RelativeBias(np.zeros((2, 2)), 2, 8, bidirectional=True)),
      "mask.relative_bias.num_buckets: 2 is outside [4, 1024] (bidirectional)"),
     (dict(relative_bias=attnserve.RelativeBias(np.zeros((2, 32)), 32, 10)),
-     "mask.relative_bias.max_distance: 10 is outside (16, 2^30] (it must pass the 16 exact "
+     "mask.relative_bias.max_distance: 10 is outside (16, 4096] (it must pass the 16 exact "
      "buckets)"),
     # The table's size is checked before the method too, by the client as well.
     (dict(relative_bias=attnserve.RelativeBias(np.zeros(32), 32)),

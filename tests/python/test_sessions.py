@@ -199,7 +199,7 @@ def test_relative_bias_refused_before_the_append(client):
                 (attnserve.RelativeBias(np.zeros((HQ, 1)), 1, 10),
                  "relative_bias.num_buckets: 1 is outside [2, 1024]"),
                 (attnserve.RelativeBias(np.zeros((HQ, 8)), 8, 2, bidirectional=True),
-                 "relative_bias.max_distance: 2 is outside (2, 2^30] (it must pass the 2 "
+                 "relative_bias.max_distance: 2 is outside (2, 4096] (it must pass the 2 "
                  "exact buckets)"),
                 (attnserve.RelativeBias(np.zeros(31), 8, 20, bidirectional=True),
                  "relative_bias.table: expected Hq × num_buckets = 4 × 8 = 32 entries, "

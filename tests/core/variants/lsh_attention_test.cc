@@ -684,6 +684,17 @@ TEST(LshAttentionTest, MalformedParametersAreRejected) {
     in.sinks = slopes;
     bad.push_back({"sinks", in, "sinks: attention sinks" + why});
   }
+  const std::vector<float> table(slopes.size() * 4, 0.5f);
+  {
+    AttentionInputs in = base();
+    RelativeBiasSpec rel;
+    rel.table = table;
+    rel.num_buckets = 4;
+    rel.max_distance = 8;
+    in.mask.relative_bias = rel;
+    bad.push_back({"relative bias", in,
+                   "mask.relative_bias: a relative position bias" + why});
+  }
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.name);
     const auto matches =
