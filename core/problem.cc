@@ -117,22 +117,41 @@ int32_t BucketAmong(int64_t a, int32_t m, int32_t max_distance) {
   return static_cast<int32_t>(std::min<int64_t>(bucket, m - 1));
 }
 
+// The bucket of relative position n from the bucket of a distance among m
+// (RelativeBiasSpec): bidirectional, keys after the query take the upper
+// half; unidirectional, they share bucket 0.
+template <typename OfDistance>
+int32_t BucketOfPosition(bool bidirectional, int32_t m, int64_t n,
+                         OfDistance of_distance) {
+  if (bidirectional) return (n > 0 ? m : 0) + of_distance(n < 0 ? -n : n);
+  return of_distance(n < 0 ? -n : 0);
+}
+
 absl::Status ResolveRelativeBias(const RelativeBiasSpec& r, Problem* p) {
   RETURN_IF_ERROR(CheckRelativeBias(r, p->shape.q_heads, "mask.relative_bias"));
   p->rel_table = r.table.data();
   p->rel_buckets = r.num_buckets;
   // The buckets of the distances up to the first one in a side's last bucket
-  // (at most max_distance + 1: past it every distance is there).
+  // (at most max_distance + 1: past it every distance is there), each
+  // computed once.
   const int32_t m = r.bidirectional ? r.num_buckets / 2 : r.num_buckets;
-  int64_t edge = 0;
-  while (BucketAmong(edge, m, r.max_distance) != m - 1) ++edge;
+  std::vector<int32_t> distance;
+  do {
+    distance.push_back(
+        BucketAmong(static_cast<int64_t>(distance.size()), m, r.max_distance));
+  } while (distance.back() != m - 1);
+  const int64_t edge = static_cast<int64_t>(distance.size()) - 1;
+  const auto of_distance = [&](int64_t a) {
+    return a <= edge ? distance[static_cast<size_t>(a)] : m - 1;
+  };
   p->rel_first = -edge;
   p->rel_bucket.resize(static_cast<size_t>(2 * edge + 1));
   for (int64_t n = -edge; n <= edge; ++n) {
-    p->rel_bucket[static_cast<size_t>(n + edge)] = RelativeBucket(r, n);
+    p->rel_bucket[static_cast<size_t>(n + edge)] =
+        BucketOfPosition(r.bidirectional, m, n, of_distance);
   }
-  p->rel_below = RelativeBucket(r, -edge - 1);
-  p->rel_above = RelativeBucket(r, edge + 1);
+  p->rel_below = BucketOfPosition(r.bidirectional, m, -edge - 1, of_distance);
+  p->rel_above = BucketOfPosition(r.bidirectional, m, edge + 1, of_distance);
   return absl::OkStatus();
 }
 
@@ -170,11 +189,11 @@ absl::Status CheckRelativeBias(const RelativeBiasSpec& r, int64_t q_heads,
 }
 
 int32_t RelativeBucket(const RelativeBiasSpec& spec, int64_t n) {
-  if (spec.bidirectional) {
-    const int32_t m = spec.num_buckets / 2;
-    return (n > 0 ? m : 0) + BucketAmong(n < 0 ? -n : n, m, spec.max_distance);
-  }
-  return BucketAmong(n < 0 ? -n : 0, spec.num_buckets, spec.max_distance);
+  const int32_t m =
+      spec.bidirectional ? spec.num_buckets / 2 : spec.num_buckets;
+  return BucketOfPosition(spec.bidirectional, m, n, [&](int64_t a) {
+    return BucketAmong(a, m, spec.max_distance);
+  });
 }
 
 absl::Status CheckSoftcap(std::optional<float> softcap) {
