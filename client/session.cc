@@ -1,5 +1,6 @@
 #include "client/session.h"
 
+#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -136,6 +137,72 @@ ExitCode Step(const SessionCommand& c, Caller& caller,
   return kExitOk;
 }
 
+// export: the sessions' snapshots, as the server sends them, into c.file.
+ExitCode Export(const SessionCommand& c, Caller& caller, std::ostream& out,
+                std::ostream& err) {
+  std::ofstream file(c.file, std::ios::binary | std::ios::trunc);
+  if (!file) {
+    err << "error: --file: cannot write \"" << c.file << "\"\n";
+    return kExitFileError;
+  }
+  v1::ExportSessionsRequest r;
+  for (const std::string& id : c.sessions) r.add_session_ids(id);
+  r.set_remove(c.remove);
+  grpc::ClientContext context;
+  caller.Prepare(&context);
+  auto call = caller.stub().ExportSessions(&context, r);
+  v1::SessionTransferChunk chunk;
+  int64_t bytes = 0;
+  while (call->Read(&chunk)) {
+    file.write(chunk.data().data(),
+               static_cast<std::streamsize>(chunk.data().size()));
+    bytes += static_cast<int64_t>(chunk.data().size());
+  }
+  const grpc::Status status = call->Finish();
+  file.close();
+  if (!status.ok()) {
+    err << RpcErrorLine(status) << "\n";
+    return kExitRpcFailed;
+  }
+  if (!file) {
+    err << "error: --file: writing \"" << c.file << "\" failed\n";
+    return kExitFileError;
+  }
+  out << "exported_bytes: " << bytes << "\nfile: " << c.file << "\n";
+  return kExitOk;
+}
+
+// import: the snapshots of c.file, streamed in pieces of 1 MiB.
+ExitCode Import(const SessionCommand& c, Caller& caller, std::ostream& out,
+                std::ostream& err) {
+  std::ifstream file(c.file, std::ios::binary);
+  if (!file) {
+    err << "error: --file: cannot read \"" << c.file << "\"\n";
+    return kExitFileError;
+  }
+  grpc::ClientContext context;
+  caller.Prepare(&context);
+  v1::ImportSessionsResponse response;
+  auto call = caller.stub().ImportSessions(&context, &response);
+  v1::SessionTransferChunk chunk;
+  std::string piece(size_t{1} << 20, '\0');
+  while (file) {
+    file.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+    chunk.set_data(piece.data(), static_cast<size_t>(file.gcount()));
+    if (chunk.data().empty() || !call->Write(chunk)) break;
+  }
+  call->WritesDone();
+  const grpc::Status status = call->Finish();
+  if (!status.ok()) {
+    err << RpcErrorLine(status) << "\n";
+    return kExitRpcFailed;
+  }
+  for (const v1::SessionInfo& info : response.sessions()) {
+    out << FormatSessionInfo(info);
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 void PrepareSessionContext(const ConnectionOptions& options,
@@ -164,14 +231,15 @@ std::string FormatSessionInfo(const v1::SessionInfo& info) {
 
 ExitCode RunSessionCommand(const SessionCommand& c, std::ostream& out,
                            std::ostream& err) {
-  const bool needs_session = c.action != "create";
+  const bool needs_session =
+      c.action != "create" && c.action != "export" && c.action != "import";
   if (needs_session && c.sessions.empty()) {
     err << "error: --session is required for session " << c.action << "\n";
     return kExitUsage;
   }
-  if (c.action != "step" && c.sessions.size() > 1) {
+  if (c.action != "step" && c.action != "export" && c.sessions.size() > 1) {
     err << "error: session " << c.action
-        << " takes one --session (step takes a comma list)\n";
+        << " takes one --session (step and export take a comma list)\n";
     return kExitUsage;
   }
   absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> channels =
@@ -181,6 +249,14 @@ ExitCode RunSessionCommand(const SessionCommand& c, std::ostream& out,
     return kExitFileError;
   }
   Caller caller(c, channels->front());
+  if (c.action == "export" || c.action == "import") {
+    if (c.file.empty()) {
+      err << "error: --file is required for session " << c.action << "\n";
+      return kExitUsage;
+    }
+    return c.action == "export" ? Export(c, caller, out, err)
+                                : Import(c, caller, out, err);
+  }
   v1::SessionInfo info;
   if (c.action == "create") {
     v1::CreateSessionRequest r;
@@ -235,7 +311,8 @@ ExitCode RunSessionCommand(const SessionCommand& c, std::ostream& out,
                   err);
   }
   err << "error: unknown session action \"" << c.action
-      << "\" (expected create, append, step, info, fork, truncate or close)\n";
+      << "\" (expected create, append, step, info, fork, truncate, close, "
+         "export or import)\n";
   return kExitUsage;
 }
 

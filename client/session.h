@@ -3,7 +3,8 @@
 
 // attnctl session: the SessionService calls one at a time — create, append
 // (random keys and values, streamed in chunks when asked), step (a decode step
-// or chunked prefill over one or many sessions), info, fork, truncate, close.
+// or chunked prefill over one or many sessions), info, fork, truncate, close,
+// export (snapshots into a file) and import (from one).
 // Every call carries the routing header a load balancer keeps sessions on one
 // replica by (deploy/haproxy/haproxy.cfg).
 
@@ -31,7 +32,7 @@ void PrepareSessionContext(const ConnectionOptions& options,
 
 struct SessionCommand {
   ConnectionOptions connection;
-  // create, append, step, info, fork, truncate or close.
+  // create, append, step, info, fork, truncate, close, export or import.
   std::string action;
   // The session(s); step takes several (one call over all of them). Empty for
   // create = a server-chosen id.
@@ -70,6 +71,11 @@ struct SessionCommand {
 
   // fork: the child's id (empty = the server's); truncate: `tokens`.
   std::string child;
+
+  // export: the sessions (none = every live one) into `file`, ending them on
+  // the server when `remove`; import: the sessions of `file`.
+  std::string file;
+  bool remove = false;
 };
 
 // Runs the command and prints what the server answered, one "key: value"

@@ -219,6 +219,64 @@ void SessionCache::WriteRows(Layer& l, int64_t t0, const TensorView& keys,
   }
 }
 
+namespace {
+
+// The parts of one token's row in a block, in a snapshot's order: fn(offset
+// in the block, bytes) per kv head for the key, its scale (int8), the value,
+// its scale (int8).
+template <typename Fn>
+void ForEachRowPart(const PagedBlockLayout& layout, const SessionShape& shape,
+                    int64_t row, Fn fn) {
+  const int64_t es = static_cast<int64_t>(DTypeSize(shape.dtype));
+  const bool int8 = shape.dtype == DType::kInt8;
+  for (int64_t h = 0; h < shape.num_kv_heads; ++h) {
+    fn(layout.key(h, row), shape.head_dim * es);
+    if (int8) fn(layout.key_scale(h, row), int64_t{sizeof(float)});
+    fn(layout.value(h, row), shape.value_dim * es);
+    if (int8) fn(layout.value_scale(h, row), int64_t{sizeof(float)});
+  }
+}
+
+}  // namespace
+
+absl::Status SessionCache::AppendStoredRows(int layer, const char* rows,
+                                            int64_t n, AllocateFn allocate) {
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  if (n > shape_.max_tokens - l.tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", layer, " would hold ", l.tokens + n,
+        " tokens, above the session's max_tokens ", shape_.max_tokens));
+  }
+  const int64_t bt = block_tokens_;
+  const int64_t row_bytes = BytesPerToken(shape_);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t t = l.tokens;
+    if (t % bt == 0) {
+      ASSIGN_OR_RETURN(std::shared_ptr<Block> block, allocate(block_bytes_));
+      l.blocks.push_back(std::move(block));
+    }
+    char* block = static_cast<char*>(l.blocks.back()->data());
+    const char* from = rows + r * row_bytes;
+    ForEachRowPart(layout_, shape_, t % bt, [&](int64_t at, int64_t bytes) {
+      std::memcpy(block + at, from, static_cast<size_t>(bytes));
+      from += bytes;
+    });
+    l.tokens = t + 1;
+  }
+  return absl::OkStatus();
+}
+
+void SessionCache::ReadRow(int layer, int64_t t, char* out) const {
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  const int64_t bt = block_tokens_;
+  const char* block =
+      static_cast<const char*>(l.blocks[static_cast<size_t>(t / bt)]->data());
+  ForEachRowPart(layout_, shape_, t % bt, [&](int64_t at, int64_t bytes) {
+    std::memcpy(out, block + at, static_cast<size_t>(bytes));
+    out += bytes;
+  });
+}
+
 PinnedLayer SessionCache::Pin(int layer) const {
   const Layer& l = layers_[static_cast<size_t>(layer)];
   PinnedLayer pinned;

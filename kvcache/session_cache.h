@@ -95,6 +95,15 @@ class SessionCache {
                                  const TensorView& values, AllocateFn allocate,
                                  BlockIndex* index = nullptr);
 
+  // Appends `n` token rows to `layer` as a snapshot holds them (SnapshotWriter's
+  // row layout, BytesPerToken bytes each, already in the storage dtype).
+  // InvalidArgument beyond the layer's max_tokens; `allocate`'s errors.
+  absl::Status AppendStoredRows(int layer, const char* rows, int64_t n,
+                                AllocateFn allocate);
+  // Copies token `t` of `layer` into `out` (BytesPerToken bytes) in that
+  // layout: per kv head the key, its scale (int8), the value, its scale.
+  void ReadRow(int layer, int64_t t, char* out) const;
+
   // Checks what Append would check, without appending.
   absl::Status CheckAppend(int layer, std::optional<int64_t> position,
                            const TensorView& keys,

@@ -59,6 +59,8 @@ absl::string_view EndReasonName(EndReason reason) {
       return "expired";
     case EndReason::kEvicted:
       return "evicted";
+    case EndReason::kMoved:
+      return "moved";
   }
   return "?";
 }
@@ -134,7 +136,20 @@ SessionInfo SessionStore::InfoOf(const Session& s) {
   return info;
 }
 
+absl::Status SessionStore::CheckHere(const Session& s) {
+  if (!s.moved) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "session \"", s.id, "\" was handed to another server while this one "
+      "drains; retry (a balancer routes the retry to its new server)"));
+}
+
 absl::Status SessionStore::NotFoundError(const std::string& id) {
+  const auto arriving = arriving_.find(id);
+  if (arriving != arriving_.end() && absl::Now() < arriving->second) {
+    return absl::UnavailableError(absl::StrCat(
+        "session \"", id, "\" is arriving from a server that drains; retry "
+        "in a moment"));
+  }
   auto it = endings_.find(id);
   if (it == endings_.end()) {
     return absl::NotFoundError(absl::StrCat(
@@ -158,6 +173,12 @@ absl::Status SessionStore::NotFoundError(const std::string& id) {
       return absl::NotFoundError(absl::StrCat(
           "session \"", id, "\" was evicted at ", TimeText(e.when),
           " to free KV-cache memory (--kv_eviction=lru)", kRecreate));
+    case EndReason::kMoved:
+      return absl::UnavailableError(absl::StrCat(
+          "session \"", id, "\" was handed to another server at ",
+          TimeText(e.when),
+          " while this one drains; retry (a balancer routes the retry to its "
+          "new server)"));
   }
   return absl::NotFoundError(absl::StrCat("session \"", id, "\""));
 }
@@ -306,6 +327,7 @@ absl::StatusOr<SessionInfo> SessionStore::Append(
     const TensorView& keys, const TensorView& values) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(id));
   std::lock_guard<std::mutex> lock(s->mu);
+  RETURN_IF_ERROR(CheckHere(*s));
   auto allocate = [&](int64_t bytes) { return Allocate(bytes, *s, layer); };
   RETURN_IF_ERROR(
       s->cache.Append(layer, position, keys, values, allocate, Index())
@@ -378,6 +400,11 @@ absl::StatusOr<std::vector<PinnedPart>> SessionStore::CommitAppend(
     const AttendPart& part = parts[i];
     Session& s = *plan.sessions_[i];
     std::lock_guard<std::mutex> lock(s.mu);
+    if (absl::Status here = CheckHere(s); !here.ok()) {
+      return PartError(i, absl::Status(here.code(), absl::StrCat(
+                                                        "session_id: ",
+                                                        here.message())));
+    }
     if (part.keys) {
       auto allocate = [&](int64_t bytes) { return Allocate(bytes, s, layer); };
       absl::StatusOr<int64_t> appended = s.cache.Append(
@@ -403,6 +430,7 @@ absl::StatusOr<SessionInfo> SessionStore::Fork(const std::string& parent_id,
                                                absl::Duration ttl) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> parent, Find(parent_id));
   std::lock_guard<std::mutex> parent_lock(parent->mu);
+  RETURN_IF_ERROR(CheckHere(*parent));
   ASSIGN_OR_RETURN(const absl::Duration resolved_ttl,
                    ResolveTtl(ttl, parent->ttl));
   auto child = std::make_shared<Session>("", parent->cache.Fork());
@@ -438,6 +466,7 @@ absl::StatusOr<SessionInfo> SessionStore::Truncate(const std::string& id,
                                                    int64_t tokens) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(id));
   std::lock_guard<std::mutex> lock(s->mu);
+  RETURN_IF_ERROR(CheckHere(*s));
   const int64_t longest = s->cache.MaxTokens();
   if (tokens < 0 || tokens > longest) {
     return absl::InvalidArgumentError(
@@ -488,6 +517,115 @@ int64_t SessionStore::Sweep(absl::Time now) {
   return static_cast<int64_t>(expired.size());
 }
 
+std::vector<std::string> SessionStore::LiveIds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> ids;
+  ids.reserve(sessions_.size());
+  for (const auto& [id, s] : sessions_) ids.push_back(id);
+  return ids;
+}
+
+absl::StatusOr<std::vector<ExportedSession>> SessionStore::Export(
+    const std::vector<std::string>& ids, bool remove) {
+  const std::vector<std::string> wanted = ids.empty() ? LiveIds() : ids;
+  std::vector<std::shared_ptr<Session>> sessions;
+  sessions.reserve(wanted.size());
+  for (const std::string& id : wanted) {
+    // Sessions that end meanwhile (every live one asked for) are left out.
+    absl::StatusOr<std::shared_ptr<Session>> s = Find(id, /*touch=*/false);
+    if (s.ok()) {
+      sessions.push_back(*std::move(s));
+    } else if (!ids.empty()) {
+      return s.status();
+    }
+  }
+  std::vector<ExportedSession> exported;
+  exported.reserve(sessions.size());
+  for (const std::shared_ptr<Session>& s : sessions) {
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (s->moved) continue;  // another export took it
+      ExportedSession e;
+      e.header.id = s->id;
+      e.header.shape = s->cache.shape();
+      e.header.ttl = s->ttl;
+      e.header.layer_tokens = s->cache.LayerTokens();
+      e.cache = std::make_shared<const SessionCache>(s->cache.Fork());
+      exported.push_back(std::move(e));
+      s->moved = remove;
+    }
+    if (remove) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sessions_.find(s->id);
+      if (it != sessions_.end() && it->second == s) {
+        EndLocked(s->id, EndReason::kMoved, absl::Now());
+      }
+    }
+  }
+  return exported;
+}
+
+void SessionStore::Announce(const std::vector<std::string>& ids,
+                            absl::Time until) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : ids) {
+    if (sessions_.count(id) == 0) arriving_[id] = until;
+  }
+}
+
+void SessionStore::EndArrivals(const std::vector<std::string>& ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : ids) arriving_.erase(id);
+}
+
+SnapshotReader SessionStore::NewReader() {
+  return SnapshotReader(options_.block_tokens, [this](int64_t bytes) {
+    absl::StatusOr<std::shared_ptr<Block>> block = pool_.Allocate(bytes);
+    if (!block.ok() &&
+        block.status().code() == absl::StatusCode::kResourceExhausted) {
+      return absl::StatusOr<std::shared_ptr<Block>>(
+          absl::ResourceExhaustedError(absl::StrCat(
+              "KV cache full for an imported session: ",
+              block.status().message())));
+    }
+    return block;
+  });
+}
+
+absl::StatusOr<SessionInfo> SessionStore::Import(
+    SnapshotReader::Session imported) {
+  const std::string id = imported.header.id;
+  if (id.empty()) {
+    return absl::InvalidArgumentError(
+        "session snapshot: the session id is empty");
+  }
+  auto session = std::make_shared<Session>(id, std::move(imported.cache));
+  session->ttl = std::min(imported.header.ttl, options_.max_ttl);
+  if (session->ttl <= absl::ZeroDuration()) session->ttl = options_.default_ttl;
+  session->created = absl::Now();
+  Touch(*session);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string checked;
+  RETURN_IF_ERROR(CheckNewId(id, &checked));
+  if (sessions_.count(id) > 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "session \"", id, "\" is already live here; it was not imported"));
+  }
+  if (static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "sessions: ", sessions_.size(), " are live, the server's limit (",
+        options_.max_sessions, "); session \"", id, "\" was not imported"));
+  }
+  // Not yet shared: read without its lock (lock order).
+  SessionInfo info = InfoOf(*session);
+  info.created_now = true;
+  sessions_[id] = std::move(session);
+  endings_.erase(id);
+  arriving_.erase(id);
+  ++imported_;
+  return info;
+}
+
 int64_t SessionStore::CloseAll() {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t n = static_cast<int64_t>(sessions_.size());
@@ -510,6 +648,8 @@ StoreStats SessionStore::Stats() const {
   stats.ended_closed = ended_[0];
   stats.ended_expired = ended_[1];
   stats.ended_evicted = ended_[2];
+  stats.ended_moved = ended_[3];
+  stats.imported = imported_;
   return stats;
 }
 

@@ -33,6 +33,7 @@
 #include "kvcache/block_index.h"
 #include "kvcache/block_pool.h"
 #include "kvcache/session_cache.h"
+#include "kvcache/session_snapshot.h"
 
 namespace attnserve::kvcache {
 
@@ -63,7 +64,8 @@ struct StoreOptions {
 };
 
 // Why a session is no longer there.
-enum class EndReason { kClosed, kExpired, kEvicted };
+// kMoved: exported with `remove` (handed to another server).
+enum class EndReason { kClosed, kExpired, kEvicted, kMoved };
 absl::string_view EndReasonName(EndReason reason);  // "closed", ...
 
 struct SessionInfo {
@@ -93,6 +95,8 @@ struct StoreStats {
   int64_t ended_closed = 0;
   int64_t ended_expired = 0;
   int64_t ended_evicted = 0;
+  int64_t ended_moved = 0;
+  int64_t imported = 0;
 };
 
 // One session's part of an attention call: optionally new keys and values to
@@ -208,6 +212,26 @@ class SessionStore {
   // use are not idle). Returns how many.
   int64_t Sweep(absl::Time now);
 
+  // Moving sessions to another store (docs/sessions.md, "Moving sessions"):
+  //  - Export: the sessions `ids` (empty = every live one) as they are now,
+  //    each sharing its blocks with the copy returned (no K/V is copied). With
+  //    `remove`, they end here as moved: later calls on them get Unavailable
+  //    (retry: the caller's balancer routes the retry to the new owner).
+  //    NotFound for an id that is not live, before anything is exported.
+  //  - Announce: calls on `ids` that are not (yet) here get Unavailable
+  //    "arriving" instead of NotFound until `until`, or until they are
+  //    imported or EndArrivals(ids).
+  //  - NewReader, Import: sessions read from snapshots, their blocks from this
+  //    store's budget (no eviction for them). AlreadyExists for a live id,
+  //    ResourceExhausted beyond max_sessions; the TTL is capped at max_ttl.
+  std::vector<std::string> LiveIds() const;
+  absl::StatusOr<std::vector<ExportedSession>> Export(
+      const std::vector<std::string>& ids, bool remove);
+  void Announce(const std::vector<std::string>& ids, absl::Time until);
+  void EndArrivals(const std::vector<std::string>& ids);
+  SnapshotReader NewReader();
+  absl::StatusOr<SessionInfo> Import(SnapshotReader::Session session);
+
   // Ends every session (shutdown). Returns how many.
   int64_t CloseAll();
 
@@ -227,6 +251,9 @@ class SessionStore {
     std::atomic<int64_t> last_use_ns{0};
     std::mutex mu;
     SessionCache cache;  // guarded by mu
+    // Exported with `remove`: what is appended now would be lost. Guarded by
+    // mu.
+    bool moved = false;
   };
   struct Ending {
     EndReason reason;
@@ -242,6 +269,8 @@ class SessionStore {
                                                 bool touch = true);
   // mu_ held by the caller for the next three.
   absl::Status NotFoundError(const std::string& id);
+  // Unavailable for a session moved away (s.mu held).
+  static absl::Status CheckHere(const Session& s);
   absl::Status CheckNewId(const std::string& id, std::string* out);
   void EndLocked(const std::string& id, EndReason reason, absl::Time when);
   absl::StatusOr<absl::Duration> ResolveTtl(absl::Duration ttl,
@@ -272,7 +301,10 @@ class SessionStore {
   std::unordered_map<std::string, std::shared_ptr<Session>> sessions_;
   std::unordered_map<std::string, Ending> endings_;
   std::deque<std::pair<std::string, absl::Time>> ending_order_;
-  int64_t ended_[3] = {0, 0, 0};
+  int64_t ended_[4] = {0, 0, 0, 0};
+  int64_t imported_ = 0;
+  // Announced sessions not yet imported, and until when.
+  std::unordered_map<std::string, absl::Time> arriving_;
   uint64_t next_id_ = 0;
   bool stopping_ = false;
   std::thread sweeper_;

@@ -126,6 +126,15 @@ ABSL_FLAG(int, step_channels, 0,
 ABSL_FLAG(absl::Duration, step_channel_spin, absl::Milliseconds(1),
           "how long a step channel's thread polls for the next step before "
           "it sleeps (a CPU busy meanwhile; 0 = sleep at once)");
+ABSL_FLAG(std::string, handoff_to, "",
+          "on SIGTERM, move the live sessions to this peer (host:port) "
+          "instead of ending them (docs/operations.md \"Rolling updates "
+          "without losing sessions\"); empty = they end with the server");
+ABSL_FLAG(std::string, handoff_ca, "",
+          "PEM roots the handoff peer's certificate must chain to (TLS "
+          "servers; default: the system's)");
+ABSL_FLAG(absl::Duration, handoff_timeout, absl::Seconds(60),
+          "the longest a handoff may take");
 
 namespace {
 
@@ -228,6 +237,9 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_shared_memory_max_bytes).bytes;
   options.step_channels = absl::GetFlag(FLAGS_step_channels);
   options.step_channel_spin = absl::GetFlag(FLAGS_step_channel_spin);
+  options.handoff_to = absl::GetFlag(FLAGS_handoff_to);
+  options.handoff_ca_file = absl::GetFlag(FLAGS_handoff_ca);
+  options.handoff_timeout = absl::GetFlag(FLAGS_handoff_timeout);
   const std::string eviction = absl::GetFlag(FLAGS_kv_eviction);
   if (eviction == "lru") {
     options.sessions.evict_lru = true;

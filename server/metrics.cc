@@ -45,6 +45,8 @@ constexpr const char* kMethodNames[] = {"Attend",
                                         "CloseSession",
                                         "GetSession",
                                         "StepChannel",
+                                        "ExportSessions",
+                                        "ImportSessions",
                                         "ServerLive",
                                         "ServerReady",
                                         "ModelReady",
@@ -217,7 +219,8 @@ std::vector<prometheus::MetricFamily> RenderSessions(
   AddSample(&out.back(), static_cast<double>(s.blocks_shared));
   out.push_back(Family("attnserve_kv_sessions_ended_total",
                        "Sessions ended, by reason: closed by a client, "
-                       "expired past their idle TTL, evicted for memory.",
+                       "expired past their idle TTL, evicted for memory, "
+                       "moved to another server.",
                        MetricType::Counter));
   AddSample(&out.back(), static_cast<double>(s.ended_closed),
             {{"reason", "closed"}});
@@ -225,6 +228,13 @@ std::vector<prometheus::MetricFamily> RenderSessions(
             {{"reason", "expired"}});
   AddSample(&out.back(), static_cast<double>(s.ended_evicted),
             {{"reason", "evicted"}});
+  AddSample(&out.back(), static_cast<double>(s.ended_moved),
+            {{"reason", "moved"}});
+  out.push_back(Family("attnserve_kv_sessions_imported_total",
+                       "Sessions imported from snapshots (ImportSessions, a "
+                       "draining server's handoff), in sessions.",
+                       MetricType::Counter));
+  AddSample(&out.back(), static_cast<double>(s.imported));
   return out;
 }
 

@@ -47,6 +47,8 @@ enum class Method {
   kGetSession,
   // Steps of a same-host step channel (one per step).
   kStepChannel,
+  kExportSessions,
+  kImportSessions,
   // inference.GRPCInferenceService (the Open Inference Protocol,
   // server/kserve/).
   kServerLive,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -27,6 +28,7 @@
 #include "server/model_registry.h"
 #include "server/rpc/memory_budget.h"
 #include "server/rpc/send_watchdog.h"
+#include "server/session_handoff.h"
 #include "server/session_service.h"
 #include "server/shared_memory_service.h"
 #include "server/shm/shared_memory_registry.h"
@@ -78,6 +80,44 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   return grpc::SslServerCredentials(ssl);
 }
 
+// How this server reaches its handoff peer, or nullopt without one.
+absl::StatusOr<std::optional<HandoffOptions>> Handoff(const ServerOptions& o,
+                                                      const std::string& token) {
+  if (o.handoff_to.empty()) {
+    if (!o.handoff_ca_file.empty()) {
+      return absl::InvalidArgumentError("--handoff_ca needs --handoff_to");
+    }
+    return std::nullopt;
+  }
+  if (o.handoff_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--handoff_timeout must be positive, got ",
+                     absl::FormatDuration(o.handoff_timeout)));
+  }
+  HandoffOptions h;
+  h.target = o.handoff_to;
+  h.token = token;
+  h.timeout = o.handoff_timeout;
+  if (o.tls_cert_file.empty()) {
+    if (!o.handoff_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--handoff_ca needs --tls_cert and --tls_key (the handoff is "
+          "plaintext without them)");
+    }
+    h.credentials = grpc::InsecureChannelCredentials();
+    return h;
+  }
+  grpc::SslCredentialsOptions ssl;
+  ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(o.tls_key_file, "--tls_key"));
+  ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFile(o.tls_cert_file, "--tls_cert"));
+  if (!o.handoff_ca_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                     ReadFile(o.handoff_ca_file, "--handoff_ca"));
+  }
+  h.credentials = grpc::SslCredentials(ssl);
+  return h;
+}
+
 }  // namespace
 
 struct AttnServer::Impl {
@@ -92,6 +132,7 @@ struct AttnServer::Impl {
   }
 
   ServerOptions options;
+  std::optional<HandoffOptions> handoff;
   std::unique_ptr<Metrics> metrics;
   std::unique_ptr<AttentionEngine> validator;
   std::unique_ptr<ModelRegistry> models;
@@ -195,6 +236,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
                                                      "\" holds no token"));
     }
   }
+  ASSIGN_OR_RETURN(impl->handoff, Handoff(options, token));
 
   model::RepositoryContents repository;
   if (!options.model_repository.empty()) {
@@ -460,6 +502,20 @@ std::string AttnServer::ConfigSummary() const {
       " isa=", IsaName(impl_->validator->isa()), " onednn=", OneDnnVersion());
 }
 
+void AttnServer::HandOff(SessionHandoff& handoff) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<HandoffResult> moved = handoff.Send();
+  if (moved.ok()) {
+    ATTNSERVE_LOG(LogLevel::kInfo, "handed ", moved->sessions, " sessions (",
+                  moved->bytes, " bytes) to ", impl_->options.handoff_to,
+                  " in ", absl::FormatDuration(absl::Now() - start));
+  } else {
+    ATTNSERVE_LOG(LogLevel::kError, "session handoff to ",
+                  impl_->options.handoff_to, " failed: ",
+                  moved.status().message());
+  }
+}
+
 void AttnServer::StartDraining() {
   impl_->server->GetHealthCheckService()->SetServingStatus(false);
   impl_->metrics->SetServing(false);
@@ -473,15 +529,24 @@ void AttnServer::Shutdown() {
     impl_->shut_down = true;
   }
   StartDraining();
+  // The peer learns at once which sessions will come, so that their calls
+  // routed there meanwhile are answered "arriving" (retry), not NOT_FOUND.
+  std::unique_ptr<SessionHandoff> handoff;
+  if (impl_->handoff) {
+    handoff = std::make_unique<SessionHandoff>(*impl_->handoff,
+                                               impl_->sessions.get());
+  }
   // In-flight work gets the grace; the listener stays open meanwhile so that
   // health checks see NOT_SERVING and new calls a clear UNAVAILABLE. Then
   // whatever is still open (idle streams, health watches, calls past the grace)
   // is cancelled: gRPC's own Shutdown would otherwise wait the whole grace for
   // streams that never end by themselves. Queued work of cancelled calls is
-  // rejected by the scheduler.
+  // rejected by the scheduler. The sessions move once no session call is in
+  // flight (none can change them after that).
   const absl::Time deadline = absl::Now() + impl_->options.shutdown_grace;
-  if (!impl_->service->WaitUntilIdle(deadline) ||
-      !impl_->session_service->WaitUntilIdle(deadline) ||
+  const bool sessions_idle = impl_->session_service->WaitUntilIdle(deadline);
+  if (handoff) HandOff(*handoff);
+  if (!sessions_idle || !impl_->service->WaitUntilIdle(deadline) ||
       !impl_->inference_service->WaitUntilIdle(deadline)) {
     ATTNSERVE_LOG(LogLevel::kWarning,
                   "shutdown grace ended with calls in flight; cancelling them");

@@ -19,6 +19,8 @@
 
 namespace attnserve::server {
 
+class SessionHandoff;
+
 struct ServerOptions {
   // gRPC address; port 0 picks a free port (see AttnServer::port()).
   std::string listen = "0.0.0.0:50051";
@@ -84,6 +86,15 @@ struct ServerOptions {
   // How long a channel's thread polls for the next step before it sleeps;
   // not negative.
   absl::Duration step_channel_spin = absl::Milliseconds(1);
+  // Where a draining server moves its live sessions (server/session_handoff.h):
+  // a peer's gRPC address; empty (default) = sessions end with the server.
+  // The peer is reached over TLS when this server has a certificate (it
+  // presents it, and trusts handoff_ca_file, else the system's roots), with
+  // this server's bearer token.
+  std::string handoff_to;
+  std::string handoff_ca_file;
+  // The longest a handoff may take (announcement to the peer's answer).
+  absl::Duration handoff_timeout = absl::Seconds(60);
 };
 
 class AttnServer {
@@ -111,12 +122,13 @@ class AttnServer {
   void StartDraining();
 
   // Health goes NOT_SERVING, new calls get UNAVAILABLE, in-flight calls finish
-  // within the grace period (later ones are cancelled), workers stop.
-  // Idempotent.
+  // within the grace period (later ones are cancelled), the sessions move to
+  // the handoff peer if there is one, workers stop. Idempotent.
   void Shutdown();
 
  private:
   struct Impl;
+  void HandOff(SessionHandoff& handoff);
   explicit AttnServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -33,6 +33,9 @@
 
 namespace attnserve::server {
 
+// The most bytes of snapshot one SessionTransferChunk carries.
+inline constexpr int64_t kTransferChunkBytes = int64_t{1} << 20;
+
 struct SessionServiceOptions {
   RequestLimits limits;
   // Steps of one AttendSessionsStream being computed or waiting to be
@@ -89,6 +92,13 @@ class SessionService final : public v1::SessionService::CallbackService {
   grpc::ServerWriteReactor<v1::StepChannelInfo>* StepChannel(
       grpc::CallbackServerContext* context,
       const v1::OpenStepChannelRequest* request) override;
+  // server/session_transfer.cc.
+  grpc::ServerWriteReactor<v1::SessionTransferChunk>* ExportSessions(
+      grpc::CallbackServerContext* context,
+      const v1::ExportSessionsRequest* request) override;
+  grpc::ServerReadReactor<v1::SessionTransferChunk>* ImportSessions(
+      grpc::CallbackServerContext* context,
+      v1::ImportSessionsResponse* response) override;
   grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
                                         const v1::ForkSessionRequest* request,
                                         v1::SessionInfo* response) override;
@@ -105,6 +115,8 @@ class SessionService final : public v1::SessionService::CallbackService {
 
  private:
   class AppendStream;
+  class ExportStream;
+  class ImportStream;
   class Steps;
 
   // Answers a call whose work is `op`, run here, with its metrics.

@@ -36,6 +36,11 @@ ABSL_FLAG(int64_t, lnew, 1, "step: new queries per session");
 ABSL_FLAG(bool, append_kv, true,
           "step: append --lnew new random tokens with the queries");
 ABSL_FLAG(std::string, child, "", "fork: the child's id; empty = the server's");
+ABSL_FLAG(std::string, file, "",
+          "export: the file the snapshots are written to; import: the file "
+          "they are read from");
+ABSL_FLAG(bool, remove, false,
+          "export: end the sessions on the server once exported (a move)");
 
 namespace attnserve::client {
 
@@ -48,10 +53,12 @@ int SessionMain(absl::Span<char* const> args) {
                    "chunk_tokens",   "dtype",       "seed",
                    "heads",          "lnew",        "append_kv",
                    "causal",         "window_left", "scale",
-                   "return_weights", "child"}},
+                   "return_weights", "child",       "file",
+                   "remove"}},
       ConnectionFlagGroup()};
   const std::string usage =
-      "attnctl session create|append|step|info|fork|truncate|close [flags]";
+      "attnctl session "
+      "create|append|step|info|fork|truncate|close|export|import [flags]";
   if (args.empty() || args[0][0] == '-') {
     const bool help = !args.empty() && (std::string(args[0]) == "--help" ||
                                         std::string(args[0]) == "-h");
@@ -65,7 +72,10 @@ int SessionMain(absl::Span<char* const> args) {
         "tokens unless --noappend_kv; causal unless --causal=false\n  info"
         "      the session's tokens, bytes and TTL\n  fork      a "
         "copy-on-write child (--child)\n  truncate  keep --kv_tokens tokens of "
-        "every layer\n  close     end the session",
+        "every layer\n  close     end the session\n  export    snapshots of "
+        "--session a,b (none = every live one) into --file;\n            "
+        "--remove ends them on the server (a move)\n  import    the "
+        "sessions of --file",
         groups);
     return help ? kExitOk : kExitUsage;
   }
@@ -112,6 +122,8 @@ int SessionMain(absl::Span<char* const> args) {
   c.scale = spec->call.scale;
   c.return_weights = spec->call.return_weights;
   c.child = absl::GetFlag(FLAGS_child);
+  c.file = absl::GetFlag(FLAGS_file);
+  c.remove = absl::GetFlag(FLAGS_remove);
   if (c.tokens < 0 || c.lnew < 1 || c.chunk_tokens < 0) {
     return UsageError(
         std::cerr, "session",

@@ -550,6 +550,38 @@ class Client(_Base):
                               idempotent=idempotent, metadata=self._md(session.route))
         return C.session_info(info)
 
+    def export_sessions(self, session_ids=(), *, remove=False, route_key=None, timeout=None):
+        """The snapshots of the sessions (every live one when none are named), as
+        bytes (docs/sessions.md, "Moving sessions"): what import_sessions, on this
+        or another server, makes sessions of again. remove=True ends them on the
+        server once exported (a move)."""
+        ids = [str(i) for i in session_ids]
+        req = spb.ExportSessionsRequest(session_ids=ids, remove=bool(remove))
+        with self._data() as (_, stub):
+            try:
+                pieces = [c.data for c in stub.ExportSessions(
+                    req, timeout=self._timeout(timeout),
+                    metadata=self._md(route_key or (ids[0] if ids else None)))]
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+        return b"".join(pieces)
+
+    def import_sessions(self, data, *, route_key=None, timeout=None):
+        """Creates the sessions of snapshots (bytes, as export_sessions returns
+        them); their SessionInfo, in order. DataLoss for snapshots that are
+        truncated or corrupted, AlreadyExists for a session live here."""
+        data = memoryview(bytes(data))
+        piece = 1 << 20
+        chunks = (spb.SessionTransferChunk(data=bytes(data[i:i + piece]))
+                  for i in range(0, len(data), piece))
+        with self._data() as (_, stub):
+            try:
+                resp = stub.ImportSessions(chunks, timeout=self._timeout(timeout),
+                                           metadata=self._md(route_key))
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+        return [C.session_info(i) for i in resp.sessions]
+
     def _append_stream(self, requests, session, timeout):
         with self._data() as (_, stub):
             try:

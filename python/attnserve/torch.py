@@ -20,12 +20,13 @@ This module imports torch; `import attnserve` alone does not.
 
 import itertools
 import numbers
+import time
 import uuid
 
 import torch
 
 from ._codec import relative_bias_message
-from .errors import NotFound
+from .errors import NotFound, Unavailable
 
 __all__ = ["KVCache"]
 
@@ -62,6 +63,11 @@ class KVCache:
         asks it for the lost sequences' keys and values, creates their sessions
         again with the first n tokens of each layer (n as the cache counted
         them), and retries the call once. Without it the NotFound is raised.
+    handoff_wait: seconds (default 30) for which a layer call refused with
+        Unavailable is tried again (every 10 ms, backing off to 200 ms): a
+        replica that drains refuses calls before applying them, and when it
+        hands its sessions to a peer (the server's --handoff_to) the retries,
+        routed there by the load balancer, find them; 0 = raise at once.
 
     Sequences are numbered 0 .. batch_size - 1 in the order of the batch
     dimension. The cache is not thread-safe: use it from one thread.
@@ -70,7 +76,8 @@ class KVCache:
     def __init__(self, client, *, num_layers, num_kv_heads, head_dim, value_dim=0,
                  storage_dtype="float32", batch_size=None, prefill_chunk=512,
                  transport=None, scale=None, softcap=None, relative_bias=None,
-                 output_dtype=None, timeout=None, session_prefix=None, ttl=None, on_lost=None):
+                 output_dtype=None, timeout=None, session_prefix=None, ttl=None, on_lost=None,
+                 handoff_wait=30.0):
         if relative_bias is not None:  # its message, checked and built once for every call
             relative_bias = relative_bias_message(relative_bias, "relative_bias")
         if isinstance(client, str):
@@ -95,6 +102,10 @@ class KVCache:
             raise TypeError(f"on_lost: expected a callable, got {type(on_lost).__name__}")
         self.on_lost = on_lost
         self.recovered = 0      # sequences created again through on_lost
+        if not handoff_wait >= 0:
+            raise ValueError(f"handoff_wait: expected seconds >= 0, got {handoff_wait!r}")
+        self.handoff_wait = float(handoff_wait)
+        self.retried = 0        # layer calls tried again after Unavailable
         self.session_prefix = session_prefix or f"kv-{uuid.uuid4().hex[:16]}"
         self._counter = itertools.count()
         self._step_kw = {"causal": True}
@@ -218,11 +229,11 @@ class KVCache:
 
             try:
                 try:
-                    results = self._step(layer, parts(), sinks)
+                    results = self._step_retrying(layer, parts, sinks)
                 except NotFound:
                     if self.on_lost is None or not self._recover():
                         raise
-                    results = self._step(layer, parts(), sinks)  # once; its errors are raised
+                    results = self._step_retrying(layer, parts, sinks)  # once more
             except Exception:
                 if ks is not None:
                     self._resync(layer)
@@ -237,6 +248,21 @@ class KVCache:
         return out.transpose(1, 2)
 
     __call__ = attend
+
+    def _step_retrying(self, layer, parts, sinks):
+        """One layer call, tried again while it is refused with Unavailable
+        (for at most handoff_wait seconds)."""
+        give_up = time.monotonic() + self.handoff_wait
+        delay = 0.01
+        while True:
+            try:
+                return self._step(layer, parts(), sinks)
+            except Unavailable:
+                if time.monotonic() + delay > give_up:
+                    raise
+                self.retried += 1
+                time.sleep(delay)
+                delay = min(2 * delay, 0.2)
 
     def _resync(self, layer):
         """After a failed call with new keys: the tokens each session's layer

@@ -1,6 +1,7 @@
 #include "tests/fuzz/codec_checks.h"
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/random.h"
 #include "core/status_macros.h"
+#include "kvcache/session_snapshot.h"
 #include "model/attention_layer.h"
 #include "server/model_codec.h"
 #include "server/session_codec.h"
@@ -334,6 +336,52 @@ absl::StatusOr<Verdict> CheckGetSession(const v1::GetSessionRequest& request,
   const absl::Status status = server::ApplyGetSession(request, store, &info);
   return SessionInfoVerdict("GetSession", status, request.session_id(), info,
                             store);
+}
+
+absl::StatusOr<Verdict> CheckImportSessions(
+    const v1::SessionTransferChunk& chunk, kvcache::SessionStore& store) {
+  kvcache::SnapshotReader reader = store.NewReader();
+  absl::Status status = reader.Feed(chunk.data());
+  size_t consumed = 0;  // bytes of the snapshots imported, in order
+  while (std::optional<kvcache::SnapshotReader::Session> s =
+             reader.TakeCompleted()) {
+    const std::string id = s->header.id;
+    absl::StatusOr<kvcache::SessionInfo> info = store.Import(*std::move(s));
+    if (!info.ok()) {
+      if (status.ok()) status = info.status();
+      break;
+    }
+    // What was imported exports as a snapshot of the same size (the TTL may
+    // have been capped) that reads back.
+    absl::StatusOr<std::vector<kvcache::ExportedSession>> out =
+        store.Export({id}, /*remove=*/false);
+    if (!out.ok() || out->size() != 1) {
+      return Broken("Export of an imported session", out.status());
+    }
+    const std::string bytes = kvcache::SnapshotBytes((*out)[0]);
+    kvcache::SnapshotReader again = store.NewReader();
+    absl::Status reread = again.Feed(bytes);
+    if (reread.ok()) reread = again.Finish();
+    if (!reread.ok() || consumed + bytes.size() > chunk.data().size()) {
+      return Broken(absl::StrCat("the export of imported session \"", id,
+                                 "\" (", bytes.size(), " bytes)"),
+                    reread);
+    }
+    consumed += bytes.size();
+  }
+  if (status.ok()) status = reader.Finish();
+  if (absl::Status budget = CheckBudget(store); !budget.ok()) {
+    return Broken("after ImportSessions", budget);
+  }
+  if (!status.ok()) {
+    return Refused("ImportSessions", status,
+                   {absl::StatusCode::kDataLoss,
+                    absl::StatusCode::kFailedPrecondition,
+                    absl::StatusCode::kInvalidArgument,
+                    absl::StatusCode::kAlreadyExists,
+                    absl::StatusCode::kResourceExhausted});
+  }
+  return Verdict{Outcome::kDecoded, 0, absl::OkStatus()};
 }
 
 absl::Status CheckStoreEmptiesOnClose(kvcache::SessionStore& store) {

@@ -104,6 +104,13 @@ absl::StatusOr<Verdict> CheckCloseSession(
 absl::StatusOr<Verdict> CheckGetSession(const v1::GetSessionRequest& request,
                                         kvcache::SessionStore& store);
 
+// SessionTransferChunk (ImportSessions): its data read as snapshots and
+// imported, as the server does; a refusal carries a documented code and a
+// message; every session imported reads back (Export) into the same bytes
+// its snapshot had.
+absl::StatusOr<Verdict> CheckImportSessions(
+    const v1::SessionTransferChunk& chunk, kvcache::SessionStore& store);
+
 // Ends every session of `store` and checks that its blocks were all given
 // back (used bytes 0): the accounting of whatever the calls before did.
 absl::Status CheckStoreEmptiesOnClose(kvcache::SessionStore& store);

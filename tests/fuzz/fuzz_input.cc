@@ -217,6 +217,11 @@ absl::StatusOr<Verdict> RunInput(const uint8_t* data, size_t size) {
           data, size, evict, [](const auto& m, kvcache::SessionStore& s) {
             return CheckGetSession(m, s);
           });
+    case Family::kImportSessions:
+      return OnSessions<v1::SessionTransferChunk>(
+          data, size, evict, [](const auto& m, kvcache::SessionStore& s) {
+            return CheckImportSessions(m, s);
+          });
   }
   return Verdict{Outcome::kUnparsed, 0, absl::OkStatus()};
 }

@@ -34,8 +34,9 @@ enum class Family : uint8_t {
   kTruncateSession = 7,
   kCloseSession = 8,
   kGetSession = 9,
+  kImportSessions = 10,  // v1::SessionTransferChunk
 };
-inline constexpr int kFamilyCount = 10;
+inline constexpr int kFamilyCount = 11;
 
 inline constexpr uint64_t kModelSeed = 20261201;
 

@@ -22,6 +22,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/message.h"
 #include "inference/grpc_predict_v2.pb.h"
+#include "kvcache/session_snapshot.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/seed_requests.h"
 
@@ -454,6 +455,22 @@ void SessionSeeds(Rng& rng, CorpusWriter& out) {
     v1::GetSessionRequest r;
     r.set_session_id("c");
     out.Add("get", Family::kGetSession, r);
+  }
+  {
+    // Sessions "a" (f32) and "b" (bf16) of the fuzz store as snapshots of new
+    // ids "x" and "y", back to back; and "a" under its own id (live: refused).
+    absl::StatusOr<std::unique_ptr<kvcache::SessionStore>> store =
+        MakeSessionStore(false);
+    absl::StatusOr<std::vector<kvcache::ExportedSession>> e =
+        (*store)->Export({"a", "b"}, false);
+    v1::SessionTransferChunk r;
+    kvcache::ExportedSession x = (*e)[0], y = (*e)[1];
+    x.header.id = "x";
+    y.header.id = "y";
+    r.set_data(kvcache::SnapshotBytes(x) + kvcache::SnapshotBytes(y));
+    out.Add("import_two", Family::kImportSessions, r);
+    r.set_data(kvcache::SnapshotBytes((*e)[0]));
+    out.Add("import_live_id", Family::kImportSessions, r);
   }
 }
 

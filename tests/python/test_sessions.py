@@ -432,3 +432,41 @@ def test_an_async_step_stream(server):
             await s.close()
     import asyncio
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("storage", ["float32", "bfloat16", "int8"])
+def test_sessions_exported_from_one_server_continue_on_another(client, start_server, storage):
+    """export_sessions / import_sessions: the moved session answers its next steps
+    with the very bits the original would have; remove=True moves it (the origin
+    answers Unavailable, retry), a corrupted snapshot is refused as DataLoss."""
+    other = start_server("--kv_block_tokens=7")
+    name = f"py-move-{storage}"
+    with attnserve.Client(other.target, timeout=60) as dest:
+        s = client.create_session(name, num_kv_heads=HKV, head_dim=D, num_layers=2,
+                                  storage_dtype=storage)
+        for layer in range(2):
+            s.append(layer, random((19, HKV, D), seed=layer), random((19, HKV, D), seed=9 + layer))
+        data = client.export_sessions([name])
+        [info] = dest.import_sessions(data)
+        assert info.session_id == name and info.layer_tokens == (19, 19)
+        q, k, v = random((1, HQ, D), seed=5), random((1, HKV, D), seed=6), random((1, HKV, D), seed=7)
+        there = dest.session(name).attend(1, q, k, v, position=19)
+        here = s.attend(1, q, k, v, position=19)
+        assert np.array_equal(there, here)
+        # A move: the origin ends it, and calls on it there are to be retried elsewhere.
+        dest.session(name).close()
+        moved = client.export_sessions([name], remove=True)
+        with pytest.raises(attnserve.Unavailable, match="handed to another server"):
+            s.info()
+        bad = bytearray(moved)
+        bad[len(bad) // 2] ^= 1
+        with pytest.raises(attnserve.DataLoss, match="checksum"):
+            dest.import_sessions(bytes(bad))
+        with pytest.raises(attnserve.DataLoss, match="truncated"):
+            dest.import_sessions(moved[:-3])
+        [again] = dest.import_sessions(moved)
+        assert again.layer_tokens == (19, 20)
+        with pytest.raises(attnserve.AlreadyExists):
+            dest.import_sessions(moved)
+        with pytest.raises(attnserve.NotFound):
+            client.export_sessions(["py-no-such-session"])

@@ -9,7 +9,10 @@ class SessionServiceStub(object):
     """Every call on a session that is not live answers NOT_FOUND saying whether it
     was closed, expired (idle past its TTL) or evicted (--kv_eviction=lru), and
     when, or that it is unknown here; the client then creates it again and
-    re-sends its keys and values. Sessions do not survive a restart.
+    re-sends its keys and values. A session survives a restart only when it is
+    moved to another server first (ExportSessions / ImportSessions, or the
+    server's --handoff_to on SIGTERM); a call on a session being moved answers
+    UNAVAILABLE, and its retry reaches the new server.
     """
 
     def __init__(self, channel):
@@ -68,13 +71,26 @@ class SessionServiceStub(object):
                 request_serializer=attnserve_dot_v1_dot_sessions__pb2.OpenStepChannelRequest.SerializeToString,
                 response_deserializer=attnserve_dot_v1_dot_sessions__pb2.StepChannelInfo.FromString,
                 )
+        self.ExportSessions = channel.unary_stream(
+                '/attnserve.v1.SessionService/ExportSessions',
+                request_serializer=attnserve_dot_v1_dot_sessions__pb2.ExportSessionsRequest.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_sessions__pb2.SessionTransferChunk.FromString,
+                )
+        self.ImportSessions = channel.stream_unary(
+                '/attnserve.v1.SessionService/ImportSessions',
+                request_serializer=attnserve_dot_v1_dot_sessions__pb2.SessionTransferChunk.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_sessions__pb2.ImportSessionsResponse.FromString,
+                )
 
 
 class SessionServiceServicer(object):
     """Every call on a session that is not live answers NOT_FOUND saying whether it
     was closed, expired (idle past its TTL) or evicted (--kv_eviction=lru), and
     when, or that it is unknown here; the client then creates it again and
-    re-sends its keys and values. Sessions do not survive a restart.
+    re-sends its keys and values. A session survives a restart only when it is
+    moved to another server first (ExportSessions / ImportSessions, or the
+    server's --handoff_to on SIGTERM); a call on a session being moved answers
+    UNAVAILABLE, and its retry reaches the new server.
     """
 
     def CreateSession(self, request, context):
@@ -158,6 +174,25 @@ class SessionServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportSessions(self, request, context):
+        """Sessions as snapshots (their ids, shapes, TTLs and every cached row in
+        its storage dtype), in pieces of at most 1 MiB; NOT_FOUND for an id that
+        is not live, before anything is sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportSessions(self, request_iterator, context):
+        """Sessions from snapshots. Each is added once its checksum is verified;
+        the first bad one ends the call (DATA_LOSS: truncated or corrupted;
+        FAILED_PRECONDITION: another snapshot version; ALREADY_EXISTS: a live
+        id), the ones before it stay imported.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -211,6 +246,16 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     request_deserializer=attnserve_dot_v1_dot_sessions__pb2.OpenStepChannelRequest.FromString,
                     response_serializer=attnserve_dot_v1_dot_sessions__pb2.StepChannelInfo.SerializeToString,
             ),
+            'ExportSessions': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportSessions,
+                    request_deserializer=attnserve_dot_v1_dot_sessions__pb2.ExportSessionsRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_sessions__pb2.SessionTransferChunk.SerializeToString,
+            ),
+            'ImportSessions': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportSessions,
+                    request_deserializer=attnserve_dot_v1_dot_sessions__pb2.SessionTransferChunk.FromString,
+                    response_serializer=attnserve_dot_v1_dot_sessions__pb2.ImportSessionsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'attnserve.v1.SessionService', rpc_method_handlers)
@@ -222,7 +267,10 @@ class SessionService(object):
     """Every call on a session that is not live answers NOT_FOUND saying whether it
     was closed, expired (idle past its TTL) or evicted (--kv_eviction=lru), and
     when, or that it is unknown here; the client then creates it again and
-    re-sends its keys and values. Sessions do not survive a restart.
+    re-sends its keys and values. A session survives a restart only when it is
+    moved to another server first (ExportSessions / ImportSessions, or the
+    server's --handoff_to on SIGTERM); a call on a session being moved answers
+    UNAVAILABLE, and its retry reaches the new server.
     """
 
     @staticmethod
@@ -392,5 +440,39 @@ class SessionService(object):
         return grpc.experimental.unary_stream(request, target, '/attnserve.v1.SessionService/StepChannel',
             attnserve_dot_v1_dot_sessions__pb2.OpenStepChannelRequest.SerializeToString,
             attnserve_dot_v1_dot_sessions__pb2.StepChannelInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ExportSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/attnserve.v1.SessionService/ExportSessions',
+            attnserve_dot_v1_dot_sessions__pb2.ExportSessionsRequest.SerializeToString,
+            attnserve_dot_v1_dot_sessions__pb2.SessionTransferChunk.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ImportSessions(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/attnserve.v1.SessionService/ImportSessions',
+            attnserve_dot_v1_dot_sessions__pb2.SessionTransferChunk.SerializeToString,
+            attnserve_dot_v1_dot_sessions__pb2.ImportSessionsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

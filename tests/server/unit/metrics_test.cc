@@ -226,6 +226,8 @@ TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
                              "CloseSession",
                              "GetSession",
                              "StepChannel",
+                             "ExportSessions",
+                             "ImportSessions",
                              "ServerLive",
                              "ServerReady",
                              "ModelReady",
@@ -473,6 +475,8 @@ TEST_F(MetricsTest, SessionFiguresAreReadAtEachScrape) {
   stats.ended_closed = 3;
   stats.ended_expired = 4;
   stats.ended_evicted = 5;
+  stats.ended_moved = 8;
+  stats.imported = 9;
   metrics_->SetSessionStatsSource([&stats] { return stats; });
   Scrape scrape = Get();
   EXPECT_EQ(Value(scrape, "attnserve_kv_bytes", {{"state", "used"}}), 300);
@@ -489,6 +493,10 @@ TEST_F(MetricsTest, SessionFiguresAreReadAtEachScrape) {
   EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_ended_total",
                   {{"reason", "evicted"}}),
             5);
+  EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_ended_total",
+                  {{"reason", "moved"}}),
+            8);
+  EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_imported_total", {}), 9);
   stats.sessions = 7;  // no call records it: the scrape reads it
   EXPECT_EQ(Value(Get(), "attnserve_kv_sessions", {}), 7);
   metrics_->SetSessionStatsSource(nullptr);

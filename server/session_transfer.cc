@@ -1,0 +1,218 @@
+// SessionService's ExportSessions and ImportSessions: sessions moved between
+// servers as snapshots (kvcache/session_snapshot.h), in pieces of at most
+// kTransferChunkBytes, one piece in memory at a time on either side.
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/rpc/status_util.h"
+#include "server/session_codec.h"
+#include "server/session_service.h"
+
+namespace attnserve::server {
+
+// ExportSessions: the sessions' snapshots one after another. Allowed while
+// the server drains (an operator moving sessions off it); the token is
+// checked as for every call.
+class SessionService::ExportStream final
+    : public grpc::ServerWriteReactor<v1::SessionTransferChunk> {
+ public:
+  ExportStream(SessionService* service, grpc::CallbackServerContext* context,
+               const v1::ExportSessionsRequest& request)
+      : service_(service), received_(absl::Now()) {
+    service_->work_.Begin();
+    absl::Status status = service_->admission_->Authenticate(*context);
+    if (status.ok()) {
+      const std::vector<std::string> ids(request.session_ids().begin(),
+                                         request.session_ids().end());
+      absl::StatusOr<std::vector<kvcache::ExportedSession>> exported =
+          service_->store_->Export(ids, request.remove());
+      if (exported.ok()) {
+        for (kvcache::ExportedSession& e : *exported) {
+          writers_.emplace_back(std::move(e));
+        }
+      } else {
+        status = exported.status();
+      }
+    }
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(absl::CancelledError("the client stopped reading"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnDone() override {
+    service_->work_.End();
+    delete this;
+  }
+
+ private:
+  void WriteNext() {
+    chunk_.Clear();
+    std::string* data = chunk_.mutable_data();
+    while (!writers_.empty() &&
+           static_cast<int64_t>(data->size()) < kTransferChunkBytes) {
+      kvcache::SnapshotWriter& w = writers_.front();
+      w.Next(kTransferChunkBytes - static_cast<int64_t>(data->size()), data);
+      // Its blocks are let go as soon as it is written.
+      if (w.done()) writers_.pop_front();
+    }
+    if (data->empty()) {
+      End(absl::OkStatus());
+      return;
+    }
+    bytes_ += static_cast<int64_t>(data->size());
+    StartWrite(&chunk_);
+  }
+
+  void End(const absl::Status& status) {
+    const grpc::Status grpc_status = ToGrpcStatus(status);
+    service_->metrics_->RecordRequest(
+        Method::kExportSessions, grpc_status.error_code(),
+        absl::ToDoubleSeconds(absl::Now() - received_), 0, bytes_);
+    service_->work_.Answered();
+    Finish(grpc_status);
+  }
+
+  SessionService* const service_;
+  const absl::Time received_;
+  std::deque<kvcache::SnapshotWriter> writers_;
+  v1::SessionTransferChunk chunk_;
+  int64_t bytes_ = 0;
+};
+
+grpc::ServerWriteReactor<v1::SessionTransferChunk>*
+SessionService::ExportSessions(grpc::CallbackServerContext* context,
+                               const v1::ExportSessionsRequest* request) {
+  return new ExportStream(this, context, *request);
+}
+
+// ImportSessions: pieces fed to a snapshot reader in order; each session is
+// added once its checksum is verified. Refused while the server drains.
+class SessionService::ImportStream final
+    : public grpc::ServerReadReactor<v1::SessionTransferChunk> {
+ public:
+  ImportStream(SessionService* service, grpc::CallbackServerContext* context,
+               v1::ImportSessionsResponse* response)
+      : service_(service),
+        response_(response),
+        received_(absl::Now()),
+        reader_(service->store_->NewReader()) {
+    service_->work_.Begin();
+    const absl::Status admitted = service_->admission_->Admit(*context);
+    if (!admitted.ok()) {
+      End(admitted);
+      return;
+    }
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client finished sending (or the call was cancelled)
+      End(reader_.Finish());
+      return;
+    }
+    const int64_t chunk_bytes = static_cast<int64_t>(chunk_.ByteSizeLong());
+    bytes_ += chunk_bytes;
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        service_->Reserve(chunk_bytes);
+    absl::Status status = reserved.status();
+    if (status.ok()) status = Announce();
+    const absl::Status fed = status.ok() ? reader_.Feed(chunk_.data()) : status;
+    // The snapshots completed before a bad one are added.
+    while (std::optional<kvcache::SnapshotReader::Session> s =
+               reader_.TakeCompleted()) {
+      absl::StatusOr<kvcache::SessionInfo> imported =
+          service_->store_->Import(*std::move(s));
+      if (!imported.ok()) {
+        status = imported.status();
+        break;
+      }
+      EncodeInfo(*imported, response_->add_sessions());
+    }
+    if (status.ok()) status = fed;
+    if (reserved.ok()) reserved->Release();
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    ++chunks_;
+    StartRead(&chunk_);
+  }
+
+  void OnDone() override {
+    service_->work_.End();
+    delete this;
+  }
+
+ private:
+  absl::Status Announce() {
+    if (chunk_.announce_size() == 0) return absl::OkStatus();
+    if (chunks_ > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("announce: set on piece ", chunks_,
+                       " (only the first piece may announce sessions)"));
+    }
+    const int64_t most = service_->store_->options().max_sessions;
+    if (chunk_.announce_size() > most) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("announce: ", chunk_.announce_size(),
+                       " sessions, more than this server may hold (", most,
+                       ")"));
+    }
+    announced_.assign(chunk_.announce().begin(), chunk_.announce().end());
+    constexpr absl::Duration kLongestArrival = absl::Minutes(10);
+    service_->store_->Announce(announced_, absl::Now() + kLongestArrival);
+    return absl::OkStatus();
+  }
+
+  void End(const absl::Status& status) {
+    service_->store_->EndArrivals(announced_);
+    absl::Status answer = status;
+    if (!status.ok()) {
+      answer = absl::Status(
+          status.code(),
+          absl::StrCat(status.message(), " (", response_->sessions_size(),
+                       " sessions imported before it)"));
+    }
+    const grpc::Status grpc_status = ToGrpcStatus(answer);
+    service_->metrics_->RecordRequest(
+        Method::kImportSessions, grpc_status.error_code(),
+        absl::ToDoubleSeconds(absl::Now() - received_), bytes_,
+        static_cast<int64_t>(response_->ByteSizeLong()));
+    service_->work_.Answered();
+    Finish(grpc_status);
+  }
+
+  SessionService* const service_;
+  v1::ImportSessionsResponse* const response_;
+  const absl::Time received_;
+  kvcache::SnapshotReader reader_;
+  v1::SessionTransferChunk chunk_;
+  std::vector<std::string> announced_;
+  int64_t chunks_ = 0;
+  int64_t bytes_ = 0;
+};
+
+grpc::ServerReadReactor<v1::SessionTransferChunk>*
+SessionService::ImportSessions(grpc::CallbackServerContext* context,
+                               v1::ImportSessionsResponse* response) {
+  return new ImportStream(this, context, response);
+}
+
+}  // namespace attnserve::server
