@@ -4,8 +4,8 @@
 // A session as bytes, to move it to another server (a handoff while this one
 // drains) or to keep it in a file: its id, shape, idle TTL, tokens per layer
 // and every cached row in its storage dtype (int8 rows with their scales), so
-// that the copy computes bit for bit what the original would. The layout
-// does not depend on either server's block size. Format (little-endian;
+// that the copy holds exactly what the original held. The layout does not
+// depend on either server's block size. Format (little-endian;
 // docs/sessions.md, "Moving sessions"):
 //
 //   "ATTNSNAP"  u32 version (1)  u32 header bytes H

@@ -359,7 +359,11 @@ absl::StatusOr<Verdict> CheckImportSessions(
       return Broken("Export of an imported session", out.status());
     }
     const std::string bytes = kvcache::SnapshotBytes((*out)[0]);
-    kvcache::SnapshotReader again = store.NewReader();
+    // Read into a pool of its own: the store's may be full.
+    kvcache::BlockPool pool(int64_t{1} << 30);
+    kvcache::SnapshotReader again(
+        store.options().block_tokens,
+        [&pool](int64_t bytes) { return pool.Allocate(bytes); });
     absl::Status reread = again.Feed(bytes);
     if (reread.ok()) reread = again.Finish();
     if (!reread.ok() || consumed + bytes.size() > chunk.data().size()) {
