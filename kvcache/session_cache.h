@@ -95,9 +95,10 @@ class SessionCache {
                                  const TensorView& values, AllocateFn allocate,
                                  BlockIndex* index = nullptr);
 
-  // Appends `n` token rows to `layer` as a snapshot holds them (SnapshotWriter's
-  // row layout, BytesPerToken bytes each, already in the storage dtype).
-  // InvalidArgument beyond the layer's max_tokens; `allocate`'s errors.
+  // Appends `n` token rows to `layer` as a snapshot holds them
+  // (SnapshotWriter's row layout, BytesPerToken bytes each, already in the
+  // storage dtype). InvalidArgument beyond the layer's max_tokens; `allocate`'s
+  // errors.
   absl::Status AppendStoredRows(int layer, const char* rows, int64_t n,
                                 AllocateFn allocate);
   // Copies token `t` of `layer` into `out` (BytesPerToken bytes) in that

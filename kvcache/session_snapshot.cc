@@ -139,8 +139,8 @@ void SnapshotWriter::Next(int64_t max, std::string* out) {
     } else {
       char trailer[4];
       std::memcpy(trailer, &crc_, sizeof trailer);
-      piece = absl::string_view(trailer, 4).substr(
-          static_cast<size_t>(written_ - head - rows_));
+      piece = absl::string_view(trailer, 4)
+                  .substr(static_cast<size_t>(written_ - head - rows_));
       piece = piece.substr(0, static_cast<size_t>(max));
       out->append(piece.data(), piece.size());
       written_ += static_cast<int64_t>(piece.size());
@@ -213,9 +213,9 @@ absl::Status SnapshotReader::ParseHeader() {
   h.ttl = absl::Nanoseconds(ttl_ns);
   const absl::Status shape = ValidateShape(h.shape);
   if (!shape.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("session snapshot \"", absl::CHexEscape(h.id),
-                     "\": ", shape.message()));
+    return absl::InvalidArgumentError(absl::StrCat("session snapshot \"",
+                                                   absl::CHexEscape(h.id),
+                                                   "\": ", shape.message()));
   }
   h.layer_tokens.resize(layers);
   for (int64_t& tokens : h.layer_tokens) {
@@ -237,22 +237,23 @@ absl::Status SnapshotReader::ParseHeader() {
 absl::Status SnapshotReader::TakeRows(absl::string_view* bytes) {
   const auto allocate = [this](int64_t n) { return allocate_(n); };
   while (layer_ < header_.shape.num_layers) {
-    const int64_t left =
-        header_.layer_tokens[static_cast<size_t>(layer_)] - cache_->Tokens(layer_);
+    const int64_t left = header_.layer_tokens[static_cast<size_t>(layer_)] -
+                         cache_->Tokens(layer_);
     if (left == 0) {
       ++layer_;
       continue;
     }
     if (!buffer_.empty() || static_cast<int64_t>(bytes->size()) < row_bytes_) {
       // A row split across pieces: gathered first.
-      const size_t take = std::min(bytes->size(),
-                                   static_cast<size_t>(row_bytes_) - buffer_.size());
+      const size_t take = std::min(
+          bytes->size(), static_cast<size_t>(row_bytes_) - buffer_.size());
       buffer_.append(bytes->data(), take);
       bytes->remove_prefix(take);
       if (static_cast<int64_t>(buffer_.size()) < row_bytes_) {
         return absl::OkStatus();
       }
-      RETURN_IF_ERROR(cache_->AppendStoredRows(layer_, buffer_.data(), 1, allocate));
+      RETURN_IF_ERROR(
+          cache_->AppendStoredRows(layer_, buffer_.data(), 1, allocate));
       buffer_.clear();
       continue;
     }
@@ -279,9 +280,9 @@ absl::Status SnapshotReader::Feed(absl::string_view bytes) {
       snapshot_bytes_ += static_cast<int64_t>(before - bytes.size());
       if (!taken.ok()) {
         return Fail(absl::Status(
-            taken.code(), absl::StrCat("session snapshot \"",
-                                       absl::CHexEscape(header_.id),
-                                       "\": ", taken.message())));
+            taken.code(),
+            absl::StrCat("session snapshot \"", absl::CHexEscape(header_.id),
+                         "\": ", taken.message())));
       }
       if (layer_ == header_.shape.num_layers) {
         state_ = State::kTrailer;
@@ -324,9 +325,9 @@ absl::Status SnapshotReader::Feed(absl::string_view bytes) {
       std::memcpy(&version, buffer_.data() + 8, 4);
       std::memcpy(&header_bytes, buffer_.data() + 12, 4);
       if (version != kSnapshotVersion) {
-        return Fail(absl::FailedPreconditionError(absl::StrCat(
-            "session snapshot: version ", version, "; this server reads version ",
-            kSnapshotVersion)));
+        return Fail(absl::FailedPreconditionError(
+            absl::StrCat("session snapshot: version ", version,
+                         "; this server reads version ", kSnapshotVersion)));
       }
       if (header_bytes > kMaxHeaderBytes) {
         return Fail(absl::DataLossError(absl::StrCat(
@@ -362,9 +363,12 @@ absl::Status SnapshotReader::Finish() const {
   if (state_ == State::kPreamble && buffer_.empty()) return absl::OkStatus();
   return absl::DataLossError(absl::StrCat(
       "session snapshot",
-      header_.id.empty() ? std::string()
-                         : absl::StrCat(" \"", absl::CHexEscape(header_.id), "\""),
-      ": truncated, the bytes end after ", snapshot_bytes_ + (state_ == State::kRows ? 0 : static_cast<int64_t>(buffer_.size())),
+      header_.id.empty()
+          ? std::string()
+          : absl::StrCat(" \"", absl::CHexEscape(header_.id), "\""),
+      ": truncated, the bytes end after ",
+      snapshot_bytes_ +
+          (state_ == State::kRows ? 0 : static_cast<int64_t>(buffer_.size())),
       " bytes of it"));
 }
 

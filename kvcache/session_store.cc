@@ -139,16 +139,18 @@ SessionInfo SessionStore::InfoOf(const Session& s) {
 absl::Status SessionStore::CheckHere(const Session& s) {
   if (!s.moved) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
-      "session \"", s.id, "\" was handed to another server while this one "
+      "session \"", s.id,
+      "\" was handed to another server while this one "
       "drains; retry (a balancer routes the retry to its new server)"));
 }
 
 absl::Status SessionStore::NotFoundError(const std::string& id) {
   const auto arriving = arriving_.find(id);
   if (arriving != arriving_.end() && absl::Now() < arriving->second) {
-    return absl::UnavailableError(absl::StrCat(
-        "session \"", id, "\" is arriving from a server that drains; retry "
-        "in a moment"));
+    return absl::UnavailableError(
+        absl::StrCat("session \"", id,
+                     "\" is arriving from a server that drains; retry "
+                     "in a moment"));
   }
   auto it = endings_.find(id);
   if (it == endings_.end()) {
@@ -401,9 +403,9 @@ absl::StatusOr<std::vector<PinnedPart>> SessionStore::CommitAppend(
     Session& s = *plan.sessions_[i];
     std::lock_guard<std::mutex> lock(s.mu);
     if (absl::Status here = CheckHere(s); !here.ok()) {
-      return PartError(i, absl::Status(here.code(), absl::StrCat(
-                                                        "session_id: ",
-                                                        here.message())));
+      return PartError(
+          i, absl::Status(here.code(),
+                          absl::StrCat("session_id: ", here.message())));
     }
     if (part.keys) {
       auto allocate = [&](int64_t bytes) { return Allocate(bytes, s, layer); };
@@ -584,9 +586,9 @@ SnapshotReader SessionStore::NewReader() {
     if (!block.ok() &&
         block.status().code() == absl::StatusCode::kResourceExhausted) {
       return absl::StatusOr<std::shared_ptr<Block>>(
-          absl::ResourceExhaustedError(absl::StrCat(
-              "KV cache full for an imported session: ",
-              block.status().message())));
+          absl::ResourceExhaustedError(
+              absl::StrCat("KV cache full for an imported session: ",
+                           block.status().message())));
     }
     return block;
   });

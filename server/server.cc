@@ -81,8 +81,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
 }
 
 // How this server reaches its handoff peer, or nullopt without one.
-absl::StatusOr<std::optional<HandoffOptions>> Handoff(const ServerOptions& o,
-                                                      const std::string& token) {
+absl::StatusOr<std::optional<HandoffOptions>> Handoff(
+    const ServerOptions& o, const std::string& token) {
   if (o.handoff_to.empty()) {
     if (!o.handoff_ca_file.empty()) {
       return absl::InvalidArgumentError("--handoff_ca needs --handoff_to");
@@ -511,8 +511,8 @@ void AttnServer::HandOff(SessionHandoff& handoff) {
                   " in ", absl::FormatDuration(absl::Now() - start));
   } else {
     ATTNSERVE_LOG(LogLevel::kError, "session handoff to ",
-                  impl_->options.handoff_to, " failed: ",
-                  moved.status().message());
+                  impl_->options.handoff_to,
+                  " failed: ", moved.status().message());
   }
 }
 

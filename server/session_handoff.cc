@@ -47,8 +47,9 @@ absl::StatusOr<HandoffResult> SessionHandoff::Send() {
   for (kvcache::ExportedSession& e : *exported) {
     kvcache::SnapshotWriter writer(std::move(e));
     while (open && !writer.done()) {
-      writer.Next(kTransferChunkBytes - static_cast<int64_t>(chunk.data().size()),
-                  chunk.mutable_data());
+      writer.Next(
+          kTransferChunkBytes - static_cast<int64_t>(chunk.data().size()),
+          chunk.mutable_data());
       if (static_cast<int64_t>(chunk.data().size()) == kTransferChunkBytes) {
         result.bytes += static_cast<int64_t>(chunk.data().size());
         open = call_->Write(chunk);
@@ -65,11 +66,10 @@ absl::StatusOr<HandoffResult> SessionHandoff::Send() {
   call_.reset();
   result.sessions = response_.sessions_size();
   if (!st.ok()) {
-    return absl::Status(
-        static_cast<absl::StatusCode>(st.error_code()),
-        absl::StrCat("the peer refused the handoff after ", result.sessions,
-                     " of ", exported->size(),
-                     " sessions: ", st.error_message()));
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                        absl::StrCat("the peer refused the handoff after ",
+                                     result.sessions, " of ", exported->size(),
+                                     " sessions: ", st.error_message()));
   }
   return result;
 }

@@ -170,10 +170,9 @@ class SessionService::ImportStream final
     }
     const int64_t most = service_->store_->options().max_sessions;
     if (chunk_.announce_size() > most) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("announce: ", chunk_.announce_size(),
-                       " sessions, more than this server may hold (", most,
-                       ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "announce: ", chunk_.announce_size(),
+          " sessions, more than this server may hold (", most, ")"));
     }
     announced_.assign(chunk_.announce().begin(), chunk_.announce().end());
     constexpr absl::Duration kLongestArrival = absl::Minutes(10);

@@ -378,12 +378,11 @@ absl::StatusOr<Verdict> CheckImportSessions(
     return Broken("after ImportSessions", budget);
   }
   if (!status.ok()) {
-    return Refused("ImportSessions", status,
-                   {absl::StatusCode::kDataLoss,
-                    absl::StatusCode::kFailedPrecondition,
-                    absl::StatusCode::kInvalidArgument,
-                    absl::StatusCode::kAlreadyExists,
-                    absl::StatusCode::kResourceExhausted});
+    return Refused(
+        "ImportSessions", status,
+        {absl::StatusCode::kDataLoss, absl::StatusCode::kFailedPrecondition,
+         absl::StatusCode::kInvalidArgument, absl::StatusCode::kAlreadyExists,
+         absl::StatusCode::kResourceExhausted});
   }
   return Verdict{Outcome::kDecoded, 0, absl::OkStatus()};
 }

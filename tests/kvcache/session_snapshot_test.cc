@@ -70,10 +70,12 @@ std::vector<float> Contents(SessionStore& store, const std::string& id,
     for (int64_t t = 0; t < p.layer.tokens; ++t) {
       for (int64_t h = 0; h < 2; ++h) {
         for (int64_t e = 0; e < 8; ++e) {
-          out.push_back(ReadPinned(p.layer, p.shape, block_tokens, false, t, h, e));
+          out.push_back(
+              ReadPinned(p.layer, p.shape, block_tokens, false, t, h, e));
         }
         for (int64_t e = 0; e < 4; ++e) {
-          out.push_back(ReadPinned(p.layer, p.shape, block_tokens, true, t, h, e));
+          out.push_back(
+              ReadPinned(p.layer, p.shape, block_tokens, true, t, h, e));
         }
       }
     }
@@ -96,8 +98,8 @@ absl::Status FeedAndImport(SessionStore& store, const std::string& bytes,
   SnapshotReader reader = store.NewReader();
   size_t at = 0, i = 0;
   while (at < bytes.size()) {
-    const size_t n = std::min(pieces[std::min(i++, pieces.size() - 1)],
-                              bytes.size() - at);
+    const size_t n =
+        std::min(pieces[std::min(i++, pieces.size() - 1)], bytes.size() - at);
     absl::Status fed = reader.Feed(absl::string_view(bytes).substr(at, n));
     if (!fed.ok()) return fed;
     at += n;

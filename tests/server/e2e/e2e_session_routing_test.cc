@@ -44,10 +44,10 @@ namespace {
 using ::attnserve::testing::MetricSample;
 using ::attnserve::testing::MirrorShape;
 using ::attnserve::testing::RandomValues;
-using ::attnserve::testing::SessionMirror;
-using ::attnserve::testing::WireFloats;
 using ::attnserve::testing::ServerProcess;
+using ::attnserve::testing::SessionMirror;
 using ::attnserve::testing::TempDir;
+using ::attnserve::testing::WireFloats;
 using ::attnserve::testing::WireRows;
 using ::attnserve::testing::WireShape;
 
@@ -391,8 +391,8 @@ void DecodeStep(v1::SessionService::Stub& stub, Sequence& seq, int step) {
     ++seq.retries;
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_TRUE(st.ok()) << seq.id << " step " << step << ": "
-                       << st.error_code() << " " << st.error_message();
+  ASSERT_TRUE(st.ok()) << seq.id << " step " << step << ": " << st.error_code()
+                       << " " << st.error_message();
   seq.mirror.Append(0, k, v);
   ASSERT_EQ(response.results(0).tokens(), position + 1);
   absl::StatusOr<std::vector<float>> ref =
@@ -464,9 +464,8 @@ TEST(E2eSessionRoutingTest, ARollingRestartMovesSessionsAndLosesNoStep) {
       // one takes its place on the same ports, as a rolling update does.
       ASSERT_EQ((*a)->WaitForExit(absl::Seconds(60)).value_or(-1), 0)
           << (*a)->Log();
-      EXPECT_THAT((*a)->Log(),
-                  ::testing::HasSubstr(absl::StrCat("handed ", on_a.size(),
-                                                    " sessions")));
+      EXPECT_THAT((*a)->Log(), ::testing::HasSubstr(absl::StrCat(
+                                   "handed ", on_a.size(), " sessions")));
       a = ServerProcess::Start(flags(a_port, a_metrics, b_port));
       ASSERT_TRUE(a.ok()) << a.status();
     }

@@ -493,9 +493,9 @@ TEST_F(MetricsTest, SessionFiguresAreReadAtEachScrape) {
   EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_ended_total",
                   {{"reason", "evicted"}}),
             5);
-  EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_ended_total",
-                  {{"reason", "moved"}}),
-            8);
+  EXPECT_EQ(
+      Value(scrape, "attnserve_kv_sessions_ended_total", {{"reason", "moved"}}),
+      8);
   EXPECT_EQ(Value(scrape, "attnserve_kv_sessions_imported_total", {}), 9);
   stats.sessions = 7;  // no call records it: the scrape reads it
   EXPECT_EQ(Value(Get(), "attnserve_kv_sessions", {}), 7);
