@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/client/attnctl_runner.h"
 #include "tests/util/server_process.h"
+#include "tests/util/temp_dir.h"
 
 namespace attnserve {
 namespace {
@@ -119,6 +120,52 @@ TEST_F(AttnctlSessionTest, ServerIdsAndErrors) {
   r = RunAttnctl({"session", "--help"});
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(r.out, HasSubstr("--kv_tokens"));
+}
+
+// export --remove to a file, import into another server: the session moves
+// with its tokens; the origin then answers UNAVAILABLE for it, and files
+// that are missing or damaged are refused.
+TEST_F(AttnctlSessionTest, ExportToAFileAndImportIntoAnotherServer) {
+  testing::TempDir dir;
+  ASSERT_EQ(Session({"create", "--session=mv", "--layers=2", "--kv_heads=2",
+                     "--dim=16", "--storage_dtype=int8"})
+                .exit_code,
+            0);
+  ASSERT_EQ(Session({"append", "--session=mv", "--kv_tokens=40"}).exit_code, 0);
+  const std::string file = dir.Path("mv.snap");
+  CommandResult r =
+      Session({"export", "--session=mv", "--remove", "--file=" + file});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("exported_bytes: "));
+  r = Session({"info", "--session=mv"});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("UNAVAILABLE"));
+  EXPECT_THAT(r.err, HasSubstr("handed to another server"));
+
+  auto other = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  ASSERT_TRUE(other.ok()) << other.status();
+  const std::string there = "--target=" + (*other)->target();
+  r = RunAttnctl({"session", "import", "--file=" + file, there});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("session_id: mv\n"));
+  EXPECT_THAT(r.out, HasSubstr("layer_tokens: [40, 0]"));
+  r = RunAttnctl({"session", "step", "--session=mv", "--heads=4", there});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_THAT(r.out, HasSubstr("session mv: tokens 41"));
+
+  r = RunAttnctl({"session", "import", "--file=" + file, there});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("ALREADY_EXISTS"));
+  dir.Write("bad.snap", "these bytes are not a snapshot");
+  r = RunAttnctl(
+      {"session", "import", "--file=" + dir.Path("bad.snap"), there});
+  EXPECT_EQ(r.exit_code, 1) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("DATA_LOSS"));
+  r = RunAttnctl({"session", "import", "--file=" + dir.Path("none"), there});
+  EXPECT_EQ(r.exit_code, 4) << Describe(r);
+  r = Session({"import"});
+  EXPECT_EQ(r.exit_code, 2) << Describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--file is required"));
 }
 
 TEST_F(AttnctlSessionTest, BenchDecodeAgainstStatelessAttend) {
