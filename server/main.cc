@@ -135,6 +135,10 @@ ABSL_FLAG(std::string, handoff_ca, "",
           "servers; default: the system's)");
 ABSL_FLAG(absl::Duration, handoff_timeout, absl::Seconds(60),
           "the longest a handoff may take");
+ABSL_FLAG(std::string, session_snapshot_dir, "",
+          "on SIGTERM, write the live sessions (those not handed off) to a "
+          "snapshot file here; at start, restore every snapshot file here and "
+          "delete it; empty = sessions end with the server");
 
 namespace {
 
@@ -240,6 +244,7 @@ int main(int argc, char** argv) {
   options.handoff_to = absl::GetFlag(FLAGS_handoff_to);
   options.handoff_ca_file = absl::GetFlag(FLAGS_handoff_ca);
   options.handoff_timeout = absl::GetFlag(FLAGS_handoff_timeout);
+  options.session_snapshot_dir = absl::GetFlag(FLAGS_session_snapshot_dir);
   const std::string eviction = absl::GetFlag(FLAGS_kv_eviction);
   if (eviction == "lru") {
     options.sessions.evict_lru = true;

@@ -28,6 +28,7 @@
 #include "server/model_registry.h"
 #include "server/rpc/memory_budget.h"
 #include "server/rpc/send_watchdog.h"
+#include "server/session_files.h"
 #include "server/session_handoff.h"
 #include "server/session_service.h"
 #include "server/shared_memory_service.h"
@@ -299,6 +300,22 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   }
   impl->sessions = *std::move(sessions);
   kvcache::SessionStore* store = impl->sessions.get();
+  if (!options.session_snapshot_dir.empty()) {
+    const absl::Time restore_start = absl::Now();
+    ASSIGN_OR_RETURN(SessionFileResult restored,
+                     RestoreSessionFiles(*store, options.session_snapshot_dir));
+    if (restored.files > 0 || !restored.refused.empty()) {
+      ATTNSERVE_LOG(
+          LogLevel::kInfo, "restored ", restored.sessions, " sessions (",
+          restored.bytes, " bytes) from ",
+          restored.files + static_cast<int64_t>(restored.refused.size()),
+          " files in ", options.session_snapshot_dir, " in ",
+          absl::FormatDuration(absl::Now() - restore_start));
+    }
+    for (const std::string& refused : restored.refused) {
+      ATTNSERVE_LOG(LogLevel::kError, "session snapshot refused: ", refused);
+    }
+  }
   impl->metrics->SetSessionStatsSource([store] { return store->Stats(); });
   impl->budget = std::make_unique<MemoryBudget>(
       options.max_inflight_bytes > 0 ? options.max_inflight_bytes
@@ -516,6 +533,21 @@ void AttnServer::HandOff(SessionHandoff& handoff) {
   }
 }
 
+void AttnServer::KeepSessions() {
+  const std::string& dir = impl_->options.session_snapshot_dir;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<SessionFileResult> kept =
+      WriteSessionFile(*impl_->sessions, dir);
+  if (kept.ok()) {
+    ATTNSERVE_LOG(LogLevel::kInfo, "kept ", kept->sessions, " sessions (",
+                  kept->bytes, " bytes) in ", dir, " in ",
+                  absl::FormatDuration(absl::Now() - start));
+  } else {
+    ATTNSERVE_LOG(LogLevel::kError, "keeping the sessions in ", dir,
+                  " failed: ", kept.status().message());
+  }
+}
+
 void AttnServer::StartDraining() {
   impl_->server->GetHealthCheckService()->SetServingStatus(false);
   impl_->metrics->SetServing(false);
@@ -546,6 +578,7 @@ void AttnServer::Shutdown() {
   const absl::Time deadline = absl::Now() + impl_->options.shutdown_grace;
   const bool sessions_idle = impl_->session_service->WaitUntilIdle(deadline);
   if (handoff) HandOff(*handoff);
+  if (!impl_->options.session_snapshot_dir.empty()) KeepSessions();
   if (!sessions_idle || !impl_->service->WaitUntilIdle(deadline) ||
       !impl_->inference_service->WaitUntilIdle(deadline)) {
     ATTNSERVE_LOG(LogLevel::kWarning,

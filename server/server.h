@@ -95,6 +95,10 @@ struct ServerOptions {
   std::string handoff_ca_file;
   // The longest a handoff may take (announcement to the peer's answer).
   absl::Duration handoff_timeout = absl::Seconds(60);
+  // A directory where a draining server keeps the sessions it still holds
+  // (after a handoff, if any) and where a starting one restores them from
+  // (server/session_files.h); empty (default) = none.
+  std::string session_snapshot_dir;
 };
 
 class AttnServer {
@@ -123,12 +127,14 @@ class AttnServer {
 
   // Health goes NOT_SERVING, new calls get UNAVAILABLE, in-flight calls finish
   // within the grace period (later ones are cancelled), the sessions move to
-  // the handoff peer if there is one, workers stop. Idempotent.
+  // the handoff peer and the rest to the snapshot directory, if there are
+  // such, workers stop. Idempotent.
   void Shutdown();
 
  private:
   struct Impl;
   void HandOff(SessionHandoff& handoff);
+  void KeepSessions();
   explicit AttnServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
