@@ -9,8 +9,10 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -269,6 +271,57 @@ TEST(SessionSnapshotTest, BadSnapshotsAreRefusedWithTheReason) {
     absl::Status st = FeedAndImport(*small, good, {100});
     EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
     EXPECT_EQ(small->Stats().used_bytes, 0);
+  }
+}
+
+}  // namespace
+}  // namespace attnserve::kvcache
+
+namespace attnserve::kvcache {
+namespace {
+
+// Appends racing a move: every append either made it into the snapshot or was
+// refused (Unavailable); none is accepted and lost.
+TEST(SessionSnapshotConcurrencyTest,
+     AnAppendRacingTheMoveIsInTheSnapshotOrRefused) {
+  for (int round = 0; round < 20; ++round) {
+    auto store = MakeStore(4, int64_t{1} << 26);
+    constexpr int kSessions = 4;
+    for (int s = 0; s < kSessions; ++s) {
+      ASSERT_TRUE(store
+                      ->CreateSession(absl::StrCat("r", s),
+                                      Shape(DType::kFloat32),
+                                      absl::ZeroDuration())
+                      .ok());
+    }
+    std::vector<int> accepted(kSessions, 0);
+    std::vector<std::thread> writers;
+    for (int s = 0; s < kSessions; ++s) {
+      writers.emplace_back([&, s] {
+        for (int t = 0; t < 100; ++t) {
+          Rows k = MakeRows(t, 1, 2, 8), v = MakeRows(t, 1, 2, 4);
+          absl::StatusOr<SessionInfo> appended = store->Append(
+              absl::StrCat("r", s), 0, std::nullopt, k.view, v.view);
+          if (appended.ok()) {
+            ++accepted[s];
+          } else {
+            EXPECT_EQ(appended.status().code(), absl::StatusCode::kUnavailable)
+                << appended.status();
+            return;
+          }
+        }
+      });
+    }
+    absl::StatusOr<std::vector<ExportedSession>> moved =
+        store->Export({}, /*remove=*/true);
+    for (std::thread& w : writers) w.join();
+    ASSERT_TRUE(moved.ok());
+    ASSERT_EQ(moved->size(), static_cast<size_t>(kSessions));
+    for (const ExportedSession& e : *moved) {
+      const int s = e.header.id[1] - '0';
+      EXPECT_EQ(e.header.layer_tokens[0], accepted[s]) << e.header.id;
+      EXPECT_EQ(e.cache->Tokens(0), accepted[s]) << e.header.id;
+    }
   }
 }
 
