@@ -340,6 +340,37 @@ class AsyncClient(_Base):
                                     idempotent=idempotent, metadata=self._md(session.route))
         return C.session_info(info)
 
+    async def export_sessions(self, session_ids=(), *, remove=False, route_key=None,
+                              timeout=None):
+        """As Client.export_sessions: the sessions' snapshots as bytes."""
+        ids = [str(i) for i in session_ids]
+        req = spb.ExportSessionsRequest(session_ids=ids, remove=bool(remove))
+        with await self._data() as (_, stub):
+            try:
+                call = stub.ExportSessions(
+                    req, timeout=self._timeout(timeout),
+                    metadata=self._md(route_key or (ids[0] if ids else None)))
+                pieces = [c.data async for c in call]
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+        return b"".join(pieces)
+
+    async def import_sessions(self, data, *, route_key=None, timeout=None):
+        """As Client.import_sessions: the SessionInfo of each session created."""
+        data = memoryview(bytes(data))
+        piece = 1 << 20
+        with await self._data() as (_, stub):
+            try:
+                call = stub.ImportSessions(timeout=self._timeout(timeout),
+                                           metadata=self._md(route_key))
+                for i in range(0, len(data), piece):
+                    await call.write(spb.SessionTransferChunk(data=bytes(data[i:i + piece])))
+                await call.done_writing()
+                resp = await call
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+        return [C.session_info(i) for i in resp.sessions]
+
     async def _append_stream(self, requests, session, timeout):
         with await self._data() as (_, stub):
             try:

@@ -2,6 +2,7 @@
 
 import asyncio
 
+import pytest
 import torch
 
 import attnserve
@@ -58,6 +59,12 @@ def test_async_sessions_and_models_and_info(server):
             q = random((1, 4, 8), seed=3)
             out = await s.attend(0, q)
             tokens = (await s.info()).layer_tokens
+            # A move through bytes: exported (and ended), imported again.
+            data = await c.export_sessions(["async-1"], remove=True)
+            with pytest.raises(attnserve.Unavailable):
+                await s.info()
+            [back] = await c.import_sessions(data)
+            assert back.session_id == "async-1" and back.layer_tokens == (6,)
             await s.close()
             hidden = torch.from_numpy(random((1, 3, 64), seed=4))
             m = c.model("mha_post")
