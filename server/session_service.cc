@@ -91,6 +91,17 @@ absl::StatusOr<MemoryBudget::Reservation> SessionService::Reserve(
   return reserved;
 }
 
+grpc::Status SessionService::Answer(Method method, const absl::Status& status,
+                                    absl::Time received, int64_t request_bytes,
+                                    int64_t response_bytes) {
+  const grpc::Status grpc_status = ToGrpcStatus(status);
+  metrics_->RecordRequest(method, grpc_status.error_code(),
+                          absl::ToDoubleSeconds(absl::Now() - received),
+                          request_bytes, response_bytes);
+  work_.Answered();
+  return grpc_status;
+}
+
 template <typename Request, typename Op>
 grpc::ServerUnaryReactor* SessionService::Inline(
     grpc::CallbackServerContext* context, Method method, const Request& request,
@@ -111,13 +122,9 @@ grpc::ServerUnaryReactor* SessionService::Inline(
   }
   if (status.ok()) status = op();
   if (!status.ok()) response->Clear();
-  const grpc::Status grpc_status = ToGrpcStatus(status);
-  metrics_->RecordRequest(method, grpc_status.error_code(),
-                          absl::ToDoubleSeconds(absl::Now() - received),
-                          request_bytes,
-                          static_cast<int64_t>(response->ByteSizeLong()));
-  work_.Answered();
-  reactor->FinishWatched(grpc_status);
+  reactor->FinishWatched(
+      Answer(method, status, received, request_bytes,
+             static_cast<int64_t>(response->ByteSizeLong())));
   return reactor;
 }
 
@@ -193,13 +200,8 @@ class SessionService::AppendStream
  private:
   void End(const absl::Status& status) {
     if (!status.ok()) response_->Clear();
-    const grpc::Status grpc_status = ToGrpcStatus(status);
-    service_->metrics_->RecordRequest(
-        Method::kAppendKvStream, grpc_status.error_code(),
-        absl::ToDoubleSeconds(absl::Now() - received_), bytes_,
-        static_cast<int64_t>(response_->ByteSizeLong()));
-    service_->work_.Answered();
-    Finish(grpc_status);
+    Finish(service_->Answer(Method::kAppendKvStream, status, received_, bytes_,
+                            static_cast<int64_t>(response_->ByteSizeLong())));
   }
 
   SessionService* const service_;
@@ -280,12 +282,9 @@ grpc::ServerUnaryReactor* SessionService::AttendSessions(
                  request_bytes](absl::Status status) {
     if (!status.ok()) response->Clear();
     response->set_request_id(request->request_id());
-    const grpc::Status grpc_status = ToGrpcStatus(status);
-    metrics_->RecordRequest(Method::kAttendSessions, grpc_status.error_code(),
-                            absl::ToDoubleSeconds(absl::Now() - received),
-                            request_bytes,
-                            static_cast<int64_t>(response->ByteSizeLong()));
-    work_.Answered();
+    const grpc::Status grpc_status =
+        Answer(Method::kAttendSessions, status, received, request_bytes,
+               static_cast<int64_t>(response->ByteSizeLong()));
     ATTNSERVE_LOG(LogLevel::kDebug, "AttendSessions id=", request->request_id(),
                   " code=", grpc_status.error_code(),
                   " sessions=", request->sessions_size(), " ",

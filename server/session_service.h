@@ -124,6 +124,11 @@ class SessionService final : public v1::SessionService::CallbackService {
   grpc::ServerUnaryReactor* Inline(grpc::CallbackServerContext* context,
                                    Method method, const Request& request,
                                    v1::SessionInfo* response, Op op);
+  // The end of a call's work: `status` as gRPC's, recorded under `method`
+  // with its time since `received` and its bytes, and counted as answered.
+  grpc::Status Answer(Method method, const absl::Status& status,
+                      absl::Time received, int64_t request_bytes,
+                      int64_t response_bytes);
   // `bytes` of the budget (an empty reservation without one); a refusal is
   // counted.
   absl::StatusOr<MemoryBudget::Reservation> Reserve(int64_t bytes);

@@ -11,7 +11,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/rpc/status_util.h"
 #include "server/session_codec.h"
 #include "server/session_service.h"
 
@@ -81,12 +80,8 @@ class SessionService::ExportStream final
   }
 
   void End(const absl::Status& status) {
-    const grpc::Status grpc_status = ToGrpcStatus(status);
-    service_->metrics_->RecordRequest(
-        Method::kExportSessions, grpc_status.error_code(),
-        absl::ToDoubleSeconds(absl::Now() - received_), 0, bytes_);
-    service_->work_.Answered();
-    Finish(grpc_status);
+    Finish(service_->Answer(Method::kExportSessions, status, received_, 0,
+                            bytes_));
   }
 
   SessionService* const service_;
@@ -189,13 +184,8 @@ class SessionService::ImportStream final
           absl::StrCat(status.message(), " (", response_->sessions_size(),
                        " sessions imported before it)"));
     }
-    const grpc::Status grpc_status = ToGrpcStatus(answer);
-    service_->metrics_->RecordRequest(
-        Method::kImportSessions, grpc_status.error_code(),
-        absl::ToDoubleSeconds(absl::Now() - received_), bytes_,
-        static_cast<int64_t>(response_->ByteSizeLong()));
-    service_->work_.Answered();
-    Finish(grpc_status);
+    Finish(service_->Answer(Method::kImportSessions, answer, received_, bytes_,
+                            static_cast<int64_t>(response_->ByteSizeLong())));
   }
 
   SessionService* const service_;

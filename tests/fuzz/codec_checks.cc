@@ -384,7 +384,7 @@ absl::StatusOr<Verdict> CheckImportSessions(
          absl::StatusCode::kInvalidArgument, absl::StatusCode::kAlreadyExists,
          absl::StatusCode::kResourceExhausted});
   }
-  return Verdict{Outcome::kDecoded, 0, absl::OkStatus()};
+  return Verdict{Outcome::kComputed, 0, absl::OkStatus()};
 }
 
 absl::Status CheckStoreEmptiesOnClose(kvcache::SessionStore& store) {

@@ -470,7 +470,7 @@ void SessionSeeds(Rng& rng, CorpusWriter& out) {
     r.set_data(kvcache::SnapshotBytes(x) + kvcache::SnapshotBytes(y));
     out.Add("import_two", Family::kImportSessions, r);
     r.set_data(kvcache::SnapshotBytes((*e)[0]));
-    out.Add("import_live_id", Family::kImportSessions, r);
+    out.Add("import_refused_live_id", Family::kImportSessions, r);
   }
 }
 

@@ -1,7 +1,9 @@
 #include "tests/util/session_mirror.h"
 
+#include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "base/random.h"
 #include "core/attention.h"
 #include "core/convert.h"
@@ -135,6 +137,54 @@ absl::StatusOr<std::vector<float>> SessionMirror::Reference(
   if (!st.ok()) return st;
   if (weights != nullptr) *weights = std::move(w);
   return out;
+}
+
+OneTokenStep MakeOneTokenStep(const std::string& id,
+                              const SessionMirror& mirror, int64_t hq,
+                              uint64_t seed) {
+  const MirrorShape& shape = mirror.shape();
+  OneTokenStep step;
+  const std::vector<float> q = RandomValues(seed, hq * shape.head_dim);
+  step.key = RandomValues(seed + 1, int64_t{shape.kv_heads} * shape.head_dim);
+  step.value =
+      RandomValues(seed + 2, int64_t{shape.kv_heads} * shape.value_dim);
+  v1::SessionQuery* part = step.request.add_sessions();
+  part->set_session_id(id);
+  *part->mutable_query() = WireRows(DType::kFloat32, 1, hq, shape.head_dim, q);
+  *part->mutable_key() =
+      WireRows(DType::kFloat32, 1, shape.kv_heads, shape.head_dim, step.key);
+  *part->mutable_value() =
+      WireRows(DType::kFloat32, 1, shape.kv_heads, shape.value_dim, step.value);
+  part->set_position(mirror.tokens(0));
+  return step;
+}
+
+std::string CheckOneTokenStep(const OneTokenStep& step,
+                              const v1::AttendSessionsResponse& response,
+                              double tolerance, SessionMirror* mirror) {
+  mirror->Append(0, step.key, step.value);
+  if (response.results_size() != 1 ||
+      response.results(0).tokens() != mirror->tokens(0)) {
+    return absl::StrCat("expected one result of ", mirror->tokens(0),
+                        " tokens, got ",
+                        response.ShortDebugString().substr(0, 200));
+  }
+  const v1::Tensor& query = step.request.sessions(0).query();
+  absl::StatusOr<std::vector<float>> ref = mirror->Reference(
+      0, query.shape(1), WireFloats(query), PagedAttentionInputs());
+  if (!ref.ok()) return std::string(ref.status().message());
+  const std::vector<float> got = WireFloats(response.results(0).output());
+  if (got.size() != ref->size()) {
+    return absl::StrCat("output of ", got.size(), " elements, expected ",
+                        ref->size());
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::abs(got[i] - (*ref)[i]) <= tolerance)) {
+      return absl::StrCat("output[", i, "] = ", got[i], ", reference ",
+                          (*ref)[i], " (tolerance ", tolerance, ")");
+    }
+  }
+  return "";
 }
 
 }  // namespace attnserve::testing

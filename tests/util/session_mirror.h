@@ -77,6 +77,24 @@ class SessionMirror {
   std::vector<std::vector<float>> keys_, values_;
 };
 
+// A decode step of one session of layer 0 that appends one token: seeded
+// random q [1, hq, D], k [1, Hkv, D], v [1, Hkv, Dv] (f32 on the wire) at the
+// mirror's next position.
+struct OneTokenStep {
+  v1::AttendSessionsRequest request;
+  std::vector<float> key, value;
+};
+OneTokenStep MakeOneTokenStep(const std::string& id,
+                              const SessionMirror& mirror, int64_t hq,
+                              uint64_t seed);
+
+// Appends the step's token to `mirror` and checks `response` against it: the
+// tokens, and every output element within `tolerance` of the reference. ""
+// when it matches, else what differs.
+std::string CheckOneTokenStep(const OneTokenStep& step,
+                              const v1::AttendSessionsResponse& response,
+                              double tolerance, SessionMirror* mirror);
+
 }  // namespace attnserve::testing
 
 #endif  // ATTNSERVE_TESTS_UTIL_SESSION_MIRROR_H_

@@ -24,12 +24,9 @@ namespace attnserve {
 namespace {
 
 using ::attnserve::testing::MirrorShape;
-using ::attnserve::testing::RandomValues;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::SessionMirror;
 using ::attnserve::testing::TempDir;
-using ::attnserve::testing::WireFloats;
-using ::attnserve::testing::WireRows;
 using ::attnserve::testing::WireShape;
 using ::testing::HasSubstr;
 
@@ -61,33 +58,18 @@ void Create(v1::SessionService::Stub& stub, Sequence& seq) {
 
 // A step appending one token, checked against the mirror.
 void Step(v1::SessionService::Stub& stub, Sequence& seq, uint64_t seed) {
-  const MirrorShape& shape = seq.mirror.shape();
-  const int64_t position = seq.mirror.tokens(0);
-  const std::vector<float> q = RandomValues(seed, 4 * shape.head_dim);
-  const std::vector<float> k = RandomValues(seed + 1, 2 * shape.head_dim);
-  const std::vector<float> v = RandomValues(seed + 2, 2 * shape.value_dim);
-  v1::AttendSessionsRequest r;
-  v1::SessionQuery* part = r.add_sessions();
-  part->set_session_id(seq.id);
-  *part->mutable_query() = WireRows(DType::kFloat32, 1, 4, shape.head_dim, q);
-  *part->mutable_key() = WireRows(DType::kFloat32, 1, 2, shape.head_dim, k);
-  *part->mutable_value() = WireRows(DType::kFloat32, 1, 2, shape.value_dim, v);
-  part->set_position(position);
+  const testing::OneTokenStep step =
+      testing::MakeOneTokenStep(seq.id, seq.mirror, 4, seed);
   v1::AttendSessionsResponse response;
   grpc::ClientContext context;
-  const grpc::Status st = stub.AttendSessions(&context, r, &response);
+  const grpc::Status st =
+      stub.AttendSessions(&context, step.request, &response);
   ASSERT_TRUE(st.ok()) << seq.id << ": " << st.error_message();
-  seq.mirror.Append(0, k, v);
-  ASSERT_EQ(response.results(0).tokens(), position + 1);
-  absl::StatusOr<std::vector<float>> ref = seq.mirror.Reference(
-      0, 4, WireFloats(part->query()), PagedAttentionInputs());
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  const std::vector<float> got = WireFloats(response.results(0).output());
-  ASSERT_EQ(got.size(), ref->size());
-  const double tolerance = shape.dtype == DType::kFloat32 ? 1e-5 : 2e-3;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], (*ref)[i], tolerance) << seq.id;
-  }
+  const double tolerance =
+      seq.mirror.shape().dtype == DType::kFloat32 ? 1e-5 : 2e-3;
+  EXPECT_EQ(testing::CheckOneTokenStep(step, response, tolerance, &seq.mirror),
+            "")
+      << seq.id;
 }
 
 TEST(E2eSessionRestartTest, SessionsKeptInADirectoryContinueAfterARestart) {

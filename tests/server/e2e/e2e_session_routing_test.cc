@@ -47,7 +47,6 @@ using ::attnserve::testing::RandomValues;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::SessionMirror;
 using ::attnserve::testing::TempDir;
-using ::attnserve::testing::WireFloats;
 using ::attnserve::testing::WireRows;
 using ::attnserve::testing::WireShape;
 
@@ -359,31 +358,20 @@ struct Sequence {
   int retries = 0;
 };
 
-// One decode step of `seq` through the balancer: a new token's query, key and
-// value. UNAVAILABLE (the replica drains, hands the session over, or is
-// gone) is retried until the step is taken, for at most 30 s; any other
-// error fails the test. The output is checked against the reference.
+// One decode step of `seq` through the balancer. UNAVAILABLE (the replica
+// drains, hands the session over, or is gone) is retried until the step is
+// taken, for at most 30 s; any other error fails the test. The output is
+// checked against the reference.
 void DecodeStep(v1::SessionService::Stub& stub, Sequence& seq, int step) {
-  const MirrorShape& shape = seq.mirror.shape();
-  const int64_t position = seq.mirror.tokens(0);
-  const uint64_t seed = std::hash<std::string>()(seq.id) + 1000 * step;
-  const std::vector<float> q = RandomValues(seed, 4 * shape.head_dim);
-  const std::vector<float> k = RandomValues(seed + 1, 2 * shape.head_dim);
-  const std::vector<float> v = RandomValues(seed + 2, 2 * shape.value_dim);
-  v1::AttendSessionsRequest r;
-  v1::SessionQuery* part = r.add_sessions();
-  part->set_session_id(seq.id);
-  *part->mutable_query() = WireRows(DType::kFloat32, 1, 4, shape.head_dim, q);
-  *part->mutable_key() = WireRows(DType::kFloat32, 1, 2, shape.head_dim, k);
-  *part->mutable_value() = WireRows(DType::kFloat32, 1, 2, shape.value_dim, v);
-  part->set_position(position);
+  const testing::OneTokenStep s = testing::MakeOneTokenStep(
+      seq.id, seq.mirror, 4, std::hash<std::string>()(seq.id) + 1000 * step);
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   v1::AttendSessionsResponse response;
   grpc::Status st;
   while (true) {
     grpc::ClientContext context;
     Route(&context, seq.id);
-    st = stub.AttendSessions(&context, r, &response);
+    st = stub.AttendSessions(&context, s.request, &response);
     if (st.error_code() != grpc::StatusCode::UNAVAILABLE ||
         absl::Now() > give_up) {
       break;
@@ -393,16 +381,8 @@ void DecodeStep(v1::SessionService::Stub& stub, Sequence& seq, int step) {
   }
   ASSERT_TRUE(st.ok()) << seq.id << " step " << step << ": " << st.error_code()
                        << " " << st.error_message();
-  seq.mirror.Append(0, k, v);
-  ASSERT_EQ(response.results(0).tokens(), position + 1);
-  absl::StatusOr<std::vector<float>> ref =
-      seq.mirror.Reference(0, 4, q, PagedAttentionInputs());
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  const std::vector<float> got = WireFloats(response.results(0).output());
-  ASSERT_EQ(got.size(), ref->size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], (*ref)[i], 1e-5) << seq.id << " step " << step;
-  }
+  EXPECT_EQ(testing::CheckOneTokenStep(s, response, 1e-5, &seq.mirror), "")
+      << seq.id << " step " << step;
 }
 
 // A rolling restart of one of two replicas while eight sequences decode: the
