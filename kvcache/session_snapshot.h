@@ -14,7 +14,7 @@
 //     4 int8), i64 max_tokens, i64 ttl (ns), i64 tokens of each layer
 //   rows: layer by layer, token by token, kv head by kv head: the key, its
 //     scale (int8 only, f32), the value, its scale (int8 only)
-//   u32 CRC-32 (zlib's) of everything before it
+//   u32 Adler-32 (zlib's) of everything before it
 //
 // Snapshots are read one after another from a stream of bytes in pieces of
 // any size (SnapshotReader), so a transfer needs no buffer of its own: rows go
@@ -69,7 +69,7 @@ class SnapshotWriter {
   int64_t rows_ = 0;
   int64_t total_ = 0;
   int64_t written_ = 0;
-  uint32_t crc_ = 0;
+  uint32_t sum_ = 0;
   // The token row being written (its number across layers), read from the
   // cache when the writer reaches it.
   std::string row_;
@@ -118,7 +118,7 @@ class SnapshotReader {
   State state_ = State::kPreamble;
   std::string buffer_;  // a preamble, header, partial row or trailer
   size_t need_ = 0;     // bytes buffer_ must reach
-  uint32_t crc_ = 0;
+  uint32_t sum_ = 0;
   int64_t snapshot_bytes_ = 0;  // of the current snapshot so far
   SnapshotHeader header_;
   std::optional<SessionCache> cache_;
