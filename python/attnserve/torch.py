@@ -229,11 +229,11 @@ class KVCache:
 
             try:
                 try:
-                    results = self._step_retrying(layer, parts, sinks)
+                    results = self._step_retrying(layer, parts, sinks, ks is not None)
                 except NotFound:
                     if self.on_lost is None or not self._recover():
                         raise
-                    results = self._step_retrying(layer, parts, sinks)  # once more
+                    results = self._step_retrying(layer, parts, sinks, ks is not None)
             except Exception:
                 if ks is not None:
                     self._resync(layer)
@@ -249,20 +249,37 @@ class KVCache:
 
     __call__ = attend
 
-    def _step_retrying(self, layer, parts, sinks):
+    def _step_retrying(self, layer, parts, sinks, appends):
         """One layer call, tried again while it is refused with Unavailable
-        (for at most handoff_wait seconds)."""
+        (for at most handoff_wait seconds), unless the server kept its appends
+        (it failed after them: trying again would append the tokens twice)."""
         give_up = time.monotonic() + self.handoff_wait
         delay = 0.01
         while True:
             try:
                 return self._step(layer, parts(), sinks)
             except Unavailable:
-                if time.monotonic() + delay > give_up:
+                if time.monotonic() + delay > give_up or (appends and self._kept(layer)):
                     raise
                 self.retried += 1
                 time.sleep(delay)
                 delay = min(2 * delay, 0.2)
+
+    def _kept(self, layer):
+        """Whether the server holds more tokens of `layer` than the cache
+        counted (a call that failed after its appends). The sessions of the
+        batch live on one server: a server that cannot be asked (draining,
+        gone, or the sessions moving) refused the call before appending."""
+        for i, s in enumerate(self._sessions):
+            if s is None:
+                continue
+            try:
+                held = s.info(timeout=1.0).layer_tokens[layer]
+            except Exception:
+                return False
+            if held != self._lengths[i][layer]:
+                return True
+        return False
 
     def _resync(self, layer):
         """After a failed call with new keys: the tokens each session's layer
