@@ -124,17 +124,16 @@ void SnapshotWriter::Next(int64_t max, std::string* out) {
     if (written_ < head) {
       piece = absl::string_view(head_).substr(static_cast<size_t>(written_));
     } else if (written_ < head + rows_) {
-      // Rows are numbered across the layers in order.
-      const int64_t row = (written_ - head) / row_bytes;
-      if (row != loaded_row_) {
-        int64_t r = row;
-        int layer = 0;
-        while (r >= session_.header.layer_tokens[static_cast<size_t>(layer)]) {
-          r -= session_.header.layer_tokens[static_cast<size_t>(layer++)];
+      // Rows are written in order: the next one is read when the last one
+      // is used up (layers without tokens skipped).
+      if ((written_ - head) % row_bytes == 0) {
+        while (next_token_ ==
+               session_.header.layer_tokens[static_cast<size_t>(next_layer_)]) {
+          ++next_layer_;
+          next_token_ = 0;
         }
         row_.resize(static_cast<size_t>(row_bytes));
-        session_.cache->ReadRow(layer, r, row_.data());
-        loaded_row_ = row;
+        session_.cache->ReadRow(next_layer_, next_token_++, row_.data());
       }
       piece = absl::string_view(row_).substr(
           static_cast<size_t>((written_ - head) % row_bytes));

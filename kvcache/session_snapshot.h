@@ -70,10 +70,11 @@ class SnapshotWriter {
   int64_t total_ = 0;
   int64_t written_ = 0;
   uint32_t sum_ = 0;
-  // The token row being written (its number across layers), read from the
-  // cache when the writer reaches it.
+  // The token row being written, read from the cache when the writer reaches
+  // it, and the row after it.
   std::string row_;
-  int64_t loaded_row_ = -1;
+  int next_layer_ = 0;
+  int64_t next_token_ = 0;
 };
 
 // A snapshot as one string (tests, small sessions).
@@ -103,8 +104,6 @@ class SnapshotReader {
   // OK when the bytes fed end at a snapshot's end; DataLoss (truncated) when
   // they stop inside one.
   absl::Status Finish() const;
-  // The id of the snapshot being read, if its header has been read.
-  const std::string& current_id() const { return header_.id; }
 
  private:
   enum class State { kPreamble, kHeader, kRows, kTrailer, kFailed };

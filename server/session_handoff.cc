@@ -12,12 +12,12 @@ namespace attnserve::server {
 
 SessionHandoff::SessionHandoff(const HandoffOptions& options,
                                kvcache::SessionStore* store)
-    : store_(store), deadline_(absl::Now() + options.timeout) {
+    : store_(store) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(-1);
   stub_ = v1::SessionService::NewStub(
       grpc::CreateCustomChannel(options.target, options.credentials, args));
-  context_.set_deadline(absl::ToChronoTime(deadline_));
+  context_.set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
   if (!options.token.empty()) {
     context_.AddMetadata("authorization", "Bearer " + options.token);
   }

@@ -55,7 +55,6 @@ class SessionHandoff {
 
  private:
   kvcache::SessionStore* const store_;
-  const absl::Time deadline_;
   std::unique_ptr<v1::SessionService::Stub> stub_;
   grpc::ClientContext context_;
   v1::ImportSessionsResponse response_;

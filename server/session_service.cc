@@ -11,6 +11,7 @@
 #include "server/rpc/status_util.h"
 #include "server/rpc/stream_reactor.h"
 #include "server/session_codec.h"
+#include "server/session_piece_stream.h"
 #include "server/step_channel.h"
 #include "server/tracked_unary_reactor.h"
 
@@ -143,74 +144,51 @@ grpc::ServerUnaryReactor* SessionService::AppendKv(
                 [&] { return ApplyAppendKv(*request, *store_, response); });
 }
 
-// AppendKvStream: chunks applied one at a time, in order; the first error
-// ends the call. Each chunk counts against the memory budget while it is
-// applied (its bytes are held until the next read reuses the message).
-class SessionService::AppendStream
-    : public grpc::ServerReadReactor<v1::AppendKvRequest> {
+// AppendKvStream: chunks of one session applied in order (PieceStream).
+class SessionService::AppendStream final
+    : public PieceStream<v1::AppendKvRequest> {
  public:
   AppendStream(SessionService* service, grpc::CallbackServerContext* context,
                v1::SessionInfo* response)
-      : service_(service), response_(response), received_(absl::Now()) {
-    service_->work_.Begin();
-    const absl::Status admitted = service_->admission_->Admit(*context);
-    if (!admitted.ok()) {
-      End(admitted);
-      return;
-    }
-    StartRead(&chunk_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the client finished sending (or the call was cancelled)
-      End(chunks_ == 0 ? absl::InvalidArgumentError(
-                             "no chunks: the stream ended before any message")
-                       : absl::OkStatus());
-      return;
-    }
-    const int64_t chunk_bytes = static_cast<int64_t>(chunk_.ByteSizeLong());
-    bytes_ += chunk_bytes;
-    absl::StatusOr<MemoryBudget::Reservation> reserved =
-        service_->Reserve(chunk_bytes);
-    absl::Status status = reserved.status();
-    if (status.ok() && chunks_ > 0 && chunk_.session_id() != session_id_) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("session_id: \"", chunk_.session_id(),
-                       "\" differs from the stream's \"", session_id_,
-                       "\" (one session per stream)"));
-    } else if (status.ok()) {
-      session_id_ = chunk_.session_id();
-      status = ApplyAppendKv(chunk_, *service_->store_, response_);
-    }
-    if (reserved.ok()) reserved->Release();
-    if (!status.ok()) {
-      End(absl::Status(status.code(), absl::StrCat("chunk ", chunks_, ": ",
-                                                   status.message())));
-      return;
-    }
-    ++chunks_;
-    StartRead(&chunk_);
-  }
-
-  void OnDone() override {
-    service_->work_.End();
-    delete this;
+      : PieceStream(service, context, Method::kAppendKvStream),
+        response_(response) {
+    Start();
   }
 
  private:
-  void End(const absl::Status& status) {
-    if (!status.ok()) response_->Clear();
-    Finish(service_->Answer(Method::kAppendKvStream, status, received_, bytes_,
-                            static_cast<int64_t>(response_->ByteSizeLong())));
+  absl::Status Apply(const v1::AppendKvRequest& chunk) override {
+    if (pieces() > 0 && chunk.session_id() != session_id_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("session_id: \"", chunk.session_id(),
+                       "\" differs from the stream's \"", session_id_,
+                       "\" (one session per stream)"));
+    }
+    session_id_ = chunk.session_id();
+    return ApplyAppendKv(chunk, *service()->store_, response_);
   }
 
-  SessionService* const service_;
+  absl::Status PieceError(absl::Status status) override {
+    return absl::Status(status.code(), absl::StrCat("chunk ", pieces(), ": ",
+                                                    status.message()));
+  }
+
+  absl::Status Finished() override {
+    return pieces() == 0 ? absl::InvalidArgumentError(
+                               "no chunks: the stream ended before any message")
+                         : absl::OkStatus();
+  }
+
+  absl::Status Conclude(absl::Status status) override {
+    if (!status.ok()) response_->Clear();
+    return status;
+  }
+
+  int64_t ResponseBytes() const override {
+    return static_cast<int64_t>(response_->ByteSizeLong());
+  }
+
   v1::SessionInfo* const response_;
-  const absl::Time received_;
-  v1::AppendKvRequest chunk_;
   std::string session_id_;
-  int64_t chunks_ = 0;
-  int64_t bytes_ = 0;
 };
 
 grpc::ServerReadReactor<v1::AppendKvRequest>* SessionService::AppendKvStream(

@@ -114,6 +114,8 @@ class SessionService final : public v1::SessionService::CallbackService {
                                        v1::SessionInfo* response) override;
 
  private:
+  template <typename Piece>
+  class PieceStream;  // server/session_piece_stream.h
   class AppendStream;
   class ExportStream;
   class ImportStream;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/session_codec.h"
+#include "server/session_piece_stream.h"
 #include "server/session_service.h"
 
 namespace attnserve::server {
@@ -97,105 +98,72 @@ SessionService::ExportSessions(grpc::CallbackServerContext* context,
   return new ExportStream(this, context, *request);
 }
 
-// ImportSessions: pieces fed to a snapshot reader in order; each session is
-// added once its checksum is verified. Refused while the server drains.
+// ImportSessions: pieces fed to a snapshot reader in order (PieceStream);
+// each session is added once its checksum is verified. Refused while the
+// server drains.
 class SessionService::ImportStream final
-    : public grpc::ServerReadReactor<v1::SessionTransferChunk> {
+    : public PieceStream<v1::SessionTransferChunk> {
  public:
   ImportStream(SessionService* service, grpc::CallbackServerContext* context,
                v1::ImportSessionsResponse* response)
-      : service_(service),
+      : PieceStream(service, context, Method::kImportSessions),
         response_(response),
-        received_(absl::Now()),
         reader_(service->store_->NewReader()) {
-    service_->work_.Begin();
-    const absl::Status admitted = service_->admission_->Admit(*context);
-    if (!admitted.ok()) {
-      End(admitted);
-      return;
-    }
-    StartRead(&chunk_);
+    Start();
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the client finished sending (or the call was cancelled)
-      End(reader_.Finish());
-      return;
-    }
-    const int64_t chunk_bytes = static_cast<int64_t>(chunk_.ByteSizeLong());
-    bytes_ += chunk_bytes;
-    absl::StatusOr<MemoryBudget::Reservation> reserved =
-        service_->Reserve(chunk_bytes);
-    absl::Status status = reserved.status();
-    if (status.ok()) status = Announce();
-    const absl::Status fed = status.ok() ? reader_.Feed(chunk_.data()) : status;
+ private:
+  absl::Status Apply(const v1::SessionTransferChunk& piece) override {
+    absl::Status status = Announce(piece);
+    const absl::Status fed = status.ok() ? reader_.Feed(piece.data()) : status;
     // The snapshots completed before a bad one are added.
     while (std::optional<kvcache::SnapshotReader::Session> s =
                reader_.TakeCompleted()) {
       absl::StatusOr<kvcache::SessionInfo> imported =
-          service_->store_->Import(*std::move(s));
-      if (!imported.ok()) {
-        status = imported.status();
-        break;
-      }
+          service()->store_->Import(*std::move(s));
+      if (!imported.ok()) return imported.status();
       EncodeInfo(*imported, response_->add_sessions());
     }
-    if (status.ok()) status = fed;
-    if (reserved.ok()) reserved->Release();
-    if (!status.ok()) {
-      End(status);
-      return;
-    }
-    ++chunks_;
-    StartRead(&chunk_);
+    return status.ok() ? fed : status;
   }
 
-  void OnDone() override {
-    service_->work_.End();
-    delete this;
+  absl::Status Finished() override { return reader_.Finish(); }
+
+  absl::Status Conclude(absl::Status status) override {
+    service()->store_->EndArrivals(announced_);
+    if (status.ok()) return status;
+    return absl::Status(
+        status.code(),
+        absl::StrCat(status.message(), " (", response_->sessions_size(),
+                     " sessions imported before it)"));
   }
 
- private:
-  absl::Status Announce() {
-    if (chunk_.announce_size() == 0) return absl::OkStatus();
-    if (chunks_ > 0) {
+  int64_t ResponseBytes() const override {
+    return static_cast<int64_t>(response_->ByteSizeLong());
+  }
+
+  absl::Status Announce(const v1::SessionTransferChunk& piece) {
+    if (piece.announce_size() == 0) return absl::OkStatus();
+    if (pieces() > 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("announce: set on piece ", chunks_,
+          absl::StrCat("announce: set on piece ", pieces(),
                        " (only the first piece may announce sessions)"));
     }
-    const int64_t most = service_->store_->options().max_sessions;
-    if (chunk_.announce_size() > most) {
+    const int64_t most = service()->store_->options().max_sessions;
+    if (piece.announce_size() > most) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "announce: ", chunk_.announce_size(),
+          "announce: ", piece.announce_size(),
           " sessions, more than this server may hold (", most, ")"));
     }
-    announced_.assign(chunk_.announce().begin(), chunk_.announce().end());
+    announced_.assign(piece.announce().begin(), piece.announce().end());
     constexpr absl::Duration kLongestArrival = absl::Minutes(10);
-    service_->store_->Announce(announced_, absl::Now() + kLongestArrival);
+    service()->store_->Announce(announced_, absl::Now() + kLongestArrival);
     return absl::OkStatus();
   }
 
-  void End(const absl::Status& status) {
-    service_->store_->EndArrivals(announced_);
-    absl::Status answer = status;
-    if (!status.ok()) {
-      answer = absl::Status(
-          status.code(),
-          absl::StrCat(status.message(), " (", response_->sessions_size(),
-                       " sessions imported before it)"));
-    }
-    Finish(service_->Answer(Method::kImportSessions, answer, received_, bytes_,
-                            static_cast<int64_t>(response_->ByteSizeLong())));
-  }
-
-  SessionService* const service_;
   v1::ImportSessionsResponse* const response_;
-  const absl::Time received_;
   kvcache::SnapshotReader reader_;
-  v1::SessionTransferChunk chunk_;
   std::vector<std::string> announced_;
-  int64_t chunks_ = 0;
-  int64_t bytes_ = 0;
 };
 
 grpc::ServerReadReactor<v1::SessionTransferChunk>*
