@@ -357,7 +357,7 @@ class AsyncClient(_Base):
 
     async def import_sessions(self, data, *, route_key=None, timeout=None):
         """As Client.import_sessions: the SessionInfo of each session created."""
-        data = memoryview(bytes(data))
+        data = memoryview(data).cast("B")  # bytes, bytearray or any buffer, uncopied
         piece = 1 << 20
         with await self._data() as (_, stub):
             try:

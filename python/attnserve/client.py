@@ -570,7 +570,7 @@ class Client(_Base):
         """Creates the sessions of snapshots (bytes, as export_sessions returns
         them); their SessionInfo, in order. DataLoss for snapshots that are
         truncated or corrupted, AlreadyExists for a session live here."""
-        data = memoryview(bytes(data))
+        data = memoryview(data).cast("B")  # bytes, bytearray or any buffer, uncopied
         piece = 1 << 20
         chunks = (spb.SessionTransferChunk(data=bytes(data[i:i + piece]))
                   for i in range(0, len(data), piece))
