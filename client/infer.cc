@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "client/attend_call.h"
 #include "client/check.h"
 #include "client/hosted_model.h"
 #include "client/rpc_status.h"
@@ -100,7 +101,7 @@ grpc::Status CallNative(v1::AttentionService::Stub& stub,
                         grpc::ClientContext* context,
                         const v1::AttendRequest& request,
                         v1::AttendResponse* response) {
-  return stub.Attend(context, request, response);
+  return CallAttend(stub, context, request, response);
 }
 
 grpc::Status CallNative(v1::AttentionService::Stub& stub,

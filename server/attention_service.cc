@@ -1,5 +1,6 @@
 #include "server/attention_service.h"
 
+#include <algorithm>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -62,10 +63,10 @@ class AttentionService::Streams final
       done(absl::UnavailableError("server is shutting down"));
       return;
     }
-    service_->Process<Kind>(request, message.request_bytes, response,
-                            message.received, message.is_cancelled,
-                            message.deadline, message.held,
-                            /*ticket=*/nullptr, std::move(done));
+    service_->Process<Kind>(
+        request, message.request_bytes, response, message.received,
+        message.is_cancelled, message.deadline, message.held,
+        /*ticket=*/nullptr, /*prepaid=*/{}, std::move(done));
   }
 
   void Answered(const Request& request, const v1::AttendResponse& response,
@@ -107,6 +108,7 @@ void AttentionService::Process(
     v1::AttendResponse* response, absl::Time received,
     std::function<bool()> is_cancelled, absl::Time deadline,
     MemoryBudget::Reservation* held, std::shared_ptr<QueueTicket> ticket,
+    MemoryBudget::Reservation prepaid,
     absl::AnyInvocable<void(absl::Status)> done) {
   const DecodeContext decode_context{validator_, &options_.limits,
                                      options_.models, options_.shared_memory};
@@ -116,16 +118,21 @@ void AttentionService::Process(
     done(decoded.status());
     return;
   }
-  MemoryBudget::Reservation reservation;
+  MemoryBudget::Reservation reservation = std::move(prepaid);
   if (options_.budget != nullptr) {
-    absl::StatusOr<MemoryBudget::Reservation> reserved =
-        options_.budget->Reserve(request_bytes + Kind::HeldBytes(*decoded));
-    if (!reserved.ok()) {
-      metrics_->RecordRejection(Rejection::kMemoryBudget);
-      done(reserved.status());
-      return;
+    const int64_t needed = request_bytes + Kind::HeldBytes(*decoded);
+    if (needed < reservation.bytes()) {
+      reservation.Shrink(needed);
+    } else {
+      absl::StatusOr<MemoryBudget::Reservation> reserved =
+          options_.budget->Reserve(needed - reservation.bytes());
+      if (!reserved.ok()) {
+        metrics_->RecordRejection(Rejection::kMemoryBudget);
+        done(reserved.status());
+        return;
+      }
+      reservation.Absorb(*std::move(reserved));
     }
-    reservation = *std::move(reserved);
   }
   // run and reject share the completion, and the reservation with it; the
   // scheduler calls exactly one of them, then drops both.
@@ -313,7 +320,7 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
   Process<Kind>(
       *request, request_bytes, response, received,
       [context] { return context->IsCancelled(); }, CallDeadline(*context),
-      reactor->held(), ticket, std::move(finish));
+      reactor->held(), ticket, /*prepaid=*/{}, std::move(finish));
   return reactor;
 }
 
@@ -324,7 +331,8 @@ void AttentionService::SubmitAttend(
     absl::AnyInvocable<void(absl::Status)> done) {
   Process<AttendKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
                       response, received, std::move(is_cancelled), deadline,
-                      /*held=*/nullptr, std::move(ticket), std::move(done));
+                      /*held=*/nullptr, std::move(ticket), /*prepaid=*/{},
+                      std::move(done));
 }
 
 void AttentionService::SubmitModel(
@@ -334,7 +342,8 @@ void AttentionService::SubmitModel(
     absl::AnyInvocable<void(absl::Status)> done) {
   Process<ModelKind>(request, static_cast<int64_t>(request.ByteSizeLong()),
                      response, received, std::move(is_cancelled), deadline,
-                     /*held=*/nullptr, std::move(ticket), std::move(done));
+                     /*held=*/nullptr, std::move(ticket), /*prepaid=*/{},
+                     std::move(done));
 }
 
 grpc::ServerUnaryReactor* AttentionService::Attend(
@@ -377,5 +386,15 @@ grpc::ServerUnaryReactor* AttentionService::GetServerInfo(
   reactor->Finish(grpc_status);
   return reactor;
 }
+
+// AttendPieces (attend_pieces.cc) hands its requests to these.
+template void AttentionService::Process<AttendKind>(
+    const v1::AttendRequest&, int64_t, v1::AttendResponse*, absl::Time,
+    std::function<bool()>, absl::Time, MemoryBudget::Reservation*,
+    std::shared_ptr<QueueTicket>, MemoryBudget::Reservation,
+    absl::AnyInvocable<void(absl::Status)>);
+template void AttentionService::RecordAnswer<AttendKind>(
+    const v1::AttendRequest&, Method, grpc::StatusCode, double, int64_t,
+    int64_t);
 
 }  // namespace attnserve::server

@@ -35,6 +35,8 @@ namespace attnserve::server {
 
 struct ServiceOptions {
   RequestLimits limits;
+  // Largest request sent in pieces (AttendPieces), --max_request_bytes.
+  int64_t max_request_bytes = int64_t{256} << 20;
   // Messages of one AttendStream being computed or waiting to be written;
   // reading pauses beyond it (backpressure).
   int max_stream_inflight = 16;
@@ -127,11 +129,16 @@ class AttentionService final : public v1::AttentionService::CallbackService {
                                         v1::AttendResponse* response) override;
   grpc::ServerBidiReactor<v1::ModelRequest, v1::AttendResponse>*
   AttendModelStream(grpc::CallbackServerContext* context) override;
+  grpc::ServerReadReactor<v1::RequestPiece>* AttendPieces(
+      grpc::CallbackServerContext* context,
+      v1::AttendResponse* response) override;
 
  private:
   // The StreamProcessor (stream_reactor.h) of Kind's streams.
   template <typename Kind>
   class Streams;
+  // The reactor of one AttendPieces call (attend_pieces.cc).
+  class PiecesReactor;
 
   // The unary handler of Attend and AttendModel.
   template <typename Kind>
@@ -142,15 +149,18 @@ class AttentionService final : public v1::AttentionService::CallbackService {
   // Decodes and queues one request of `request_bytes` (its serialized size,
   // which the caller has counted already); `done` is called exactly once, on
   // a worker or inline, with the final status (response filled and timed when
-  // OK). The call's memory-budget reservation is moved into `held` just
-  // before `done`, for the caller to keep until the answer is sent; with
-  // `held` null it is released then.
+  // OK). The call reserves its request, response and working bytes less
+  // what `prepaid` (bytes the caller reserved for it while receiving it)
+  // already holds. The call's memory-budget reservation is moved into
+  // `held` just before `done`, for the caller to keep until the answer is
+  // sent; with `held` null it is released then.
   template <typename Kind>
   void Process(const typename Kind::Request& request, int64_t request_bytes,
                v1::AttendResponse* response, absl::Time received,
                std::function<bool()> is_cancelled, absl::Time deadline,
                MemoryBudget::Reservation* held,
                std::shared_ptr<QueueTicket> ticket,
+               MemoryBudget::Reservation prepaid,
                absl::AnyInvocable<void(absl::Status)> done);
 
   // Computes one decoded request alone into `response` (timing and compute

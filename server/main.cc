@@ -44,7 +44,16 @@ ABSL_FLAG(absl::Duration, send_timeout, absl::Seconds(60),
           "after it was ready (a client that stopped reading or vanished), "
           "freeing its memory");
 ABSL_FLAG(attnserve::base::ByteSize, max_request_bytes, {int64_t{256} << 20},
-          "largest request message (bytes, or with a unit: 256MiB)");
+          "largest request, in one message or an Attend request sent in "
+          "pieces (bytes, or with a unit: 256MiB)");
+ABSL_FLAG(attnserve::base::ByteSize, max_message_bytes, {int64_t{16} << 20},
+          "largest message received; larger Attend requests are sent in "
+          "pieces (AttendPieces), admitted against --max_inflight_bytes "
+          "before the rest arrives");
+ABSL_FLAG(attnserve::base::ByteSize, max_transport_bytes, {int64_t{256} << 20},
+          "gRPC's buffers for messages being received and sent (its resource "
+          "quota); past it streams being received are cancelled "
+          "(RESOURCE_EXHAUSTED)");
 ABSL_FLAG(attnserve::base::ByteSize, max_response_bytes, {int64_t{256} << 20},
           "largest response message");
 ABSL_FLAG(double, max_request_flops, 1e12,
@@ -193,6 +202,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_threads_per_worker);
   options.scheduler.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes).bytes;
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes).bytes;
+  options.max_transport_bytes = absl::GetFlag(FLAGS_max_transport_bytes).bytes;
   options.send_timeout = absl::GetFlag(FLAGS_send_timeout);
   options.max_streams_per_connection =
       absl::GetFlag(FLAGS_max_streams_per_connection);

@@ -35,6 +35,7 @@ enum class Method {
   kGetServerInfo,
   kAttendModel,
   kAttendModelStream,
+  kAttendPieces,
   // SessionService.
   kCreateSession,
   kAppendKv,

@@ -42,6 +42,17 @@
 namespace attnserve::server {
 namespace {
 
+// A message must hold one request piece and the fields around it.
+constexpr int64_t kSmallestMessageBytes =
+    wire::kRequestPieceBytes + (int64_t{64} << 10);
+
+// The bytes of one stream the server takes ahead of reading them: a piece.
+// Calls whose request comes in pieces wait for their budget with at most
+// this much of the request in the transport (a unary request is still
+// received whole, within --max_message_bytes).
+constexpr int kServerStreamLookaheadBytes =
+    static_cast<int>(wire::kRequestPieceBytes);
+
 // A file a flag names; errors are InvalidArgument (a bad flag) and start with
 // the flag.
 absl::StatusOr<std::string> ReadFile(const std::string& path,
@@ -168,11 +179,25 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
     const ServerOptions& options) {
   for (auto [value, flag] :
        {std::pair{options.max_request_bytes, "--max_request_bytes"},
-        std::pair{options.max_response_bytes, "--max_response_bytes"}}) {
+        std::pair{options.max_response_bytes, "--max_response_bytes"},
+        std::pair{options.max_message_bytes, "--max_message_bytes"},
+        std::pair{options.max_transport_bytes, "--max_transport_bytes"}}) {
     if (value < 1 || value > INT_MAX) {
       return absl::InvalidArgumentError(absl::StrCat(
           flag, " must be in [1, ", INT_MAX, "] (gRPC's limit), got ", value));
     }
+  }
+  if (options.max_message_bytes < kSmallestMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes must be at least ", kSmallestMessageBytes,
+        " (a request piece of ", wire::kRequestPieceBytes,
+        " bytes and its envelope), got ", options.max_message_bytes));
+  }
+  if (options.max_transport_bytes < options.max_message_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_transport_bytes (", options.max_transport_bytes,
+        ") must hold at least one largest message (--max_message_bytes = ",
+        options.max_message_bytes, ")"));
   }
   if (!(options.max_request_flops > 0)) {
     return absl::InvalidArgumentError("--max_request_flops must be positive");
@@ -335,6 +360,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
 
   ServiceOptions service_options;
   service_options.limits.max_response_bytes = options.max_response_bytes;
+  service_options.max_request_bytes = options.max_request_bytes;
   service_options.limits.max_flops = options.max_request_flops;
   v1::ServerInfo& info = service_options.info;
   info.set_version(ATTNSERVE_VERSION);
@@ -345,6 +371,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   info.set_max_queue(options.scheduler.max_queue);
   info.set_max_request_bytes(options.max_request_bytes);
   info.set_max_response_bytes(options.max_response_bytes);
+  info.set_max_message_bytes(
+      std::min(options.max_message_bytes, options.max_request_bytes));
   impl->models->Describe(&info);
   v1::SessionLimits* session_limits = info.mutable_sessions();
   session_limits->set_kv_cache_bytes(options.sessions.budget_bytes);
@@ -411,7 +439,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   builder.RegisterService(impl->inference_service.get());
   builder.RegisterService(impl->shared_memory_service.get());
   wire::ServerTransportOptions transport;
-  transport.max_request_bytes = options.max_request_bytes;
+  transport.max_message_bytes =
+      std::min(options.max_message_bytes, options.max_request_bytes);
+  transport.stream_lookahead_bytes = kServerStreamLookaheadBytes;
   transport.max_response_bytes = options.max_response_bytes;
   transport.max_connection_age = options.max_connection_age;
   impl->streams_per_connection =
@@ -429,23 +459,11 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
       std::min(options.send_timeout, absl::Seconds(20));
   transport.max_connection_age_grace = options.shutdown_grace;
   wire::ApplyServerTransport(transport, &builder);
-  // gRPC's own buffers (messages being read, written) are held to the budget
-  // and two connections' open streams of largest requests: past it gRPC
+  // gRPC's own buffers (messages being read, written): past the quota gRPC
   // cancels streams it is receiving (RST_STREAM ENHANCE_YOUR_CALM,
-  // RESOURCE_EXHAUSTED to the client), and under that pressure it also
-  // closes idle connections (GOAWAY), a health checker's among them. It
-  // reclaims after the fact, so the per-connection stream cap above is the
-  // bound that holds at once; docs/operations.md has both. (With one largest
-  // request above the budget, 64 callers of 100 MiB over two connections
-  // made gRPC close the health checker's idle connection in 1 of 4 runs;
-  // with one connection's streams, in 1 of 9.)
-  // Streams and request bytes are each at most INT_MAX: the product fits.
-  const int64_t connection_streams =
-      int64_t{impl->streams_per_connection} * options.max_request_bytes;
-  constexpr int64_t kQuarter = std::numeric_limits<int64_t>::max() / 4;
+  // RESOURCE_EXHAUSTED to the client). docs/operations.md has the bound.
   grpc::ResourceQuota quota("attnserve");
-  quota.Resize(static_cast<size_t>(std::min(budget->limit(), kQuarter) +
-                                   2 * std::min(connection_streams, kQuarter)));
+  quota.Resize(static_cast<size_t>(options.max_transport_bytes));
   builder.SetResourceQuota(quota);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {

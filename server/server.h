@@ -27,9 +27,17 @@ struct ServerOptions {
   // HTTP address of /metrics; empty disables metrics over HTTP.
   std::string metrics_listen = "0.0.0.0:9464";
   SchedulerOptions scheduler;
-  // Largest request and response messages (also set on the gRPC server).
+  // Largest request (a message, or an Attend request sent in pieces with
+  // AttendPieces) and largest response payload.
   int64_t max_request_bytes = int64_t{256} << 20;
   int64_t max_response_bytes = int64_t{256} << 20;
+  // Largest message received (gRPC's receive limit, at most
+  // max_request_bytes is used). The transport buffers a unary request whole
+  // before the memory budget sees it, so this bounds what one open call can
+  // make the server hold unaccounted; larger Attend requests come in pieces
+  // (AttendPieces), admitted against the budget at their first piece. At
+  // least wire::kRequestPieceBytes plus 64 KiB.
+  int64_t max_message_bytes = int64_t{16} << 20;
   // Largest attention FLOP count of one request.
   double max_request_flops = 1e12;
   // Softmax Attend requests of fewer FLOPs are small
@@ -43,9 +51,12 @@ struct ServerOptions {
   std::function<void(const CallStages&)> observe_stages;
   // Bytes that calls in flight may hold at once (server/rpc/memory_budget.h);
   // 0 (default) = half of the memory the process may use (the cgroup limit,
-  // else physical memory). The transport's own buffers (gRPC's resource
-  // quota) are held to this plus one largest request.
+  // else physical memory).
   int64_t max_inflight_bytes = 0;
+  // gRPC's resource quota: the transport's own buffers (messages being
+  // received or sent, before and after the budget holds them). Past it gRPC
+  // cancels streams it is receiving (RESOURCE_EXHAUSTED to the client).
+  int64_t max_transport_bytes = int64_t{256} << 20;
   // How long in-flight calls may take to finish after Shutdown starts.
   absl::Duration shutdown_grace = absl::Seconds(30);
   // When positive, each client connection is closed (GOAWAY) after about this

@@ -16,7 +16,7 @@ int ClampToInt(int64_t bytes) {
 
 void ApplyServerTransport(const ServerTransportOptions& options,
                           grpc::ServerBuilder* builder) {
-  builder->SetMaxReceiveMessageSize(ClampToInt(options.max_request_bytes));
+  builder->SetMaxReceiveMessageSize(ClampToInt(options.max_message_bytes));
   // The codec limits the tensor payload to max_response_bytes; the message
   // around it must still fit through gRPC's own limit.
   builder->SetMaxSendMessageSize(
@@ -26,7 +26,8 @@ void ApplyServerTransport(const ServerTransportOptions& options,
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE,
                               kHttp2MaxFrameBytes);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
-                              kHttp2StreamLookaheadBytes);
+                              options.stream_lookahead_bytes);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   if (options.keepalive_time > absl::ZeroDuration()) {
     builder->AddChannelArgument(
         GRPC_ARG_KEEPALIVE_TIME_MS,

@@ -21,14 +21,23 @@ namespace attnserve::wire {
 inline constexpr int kHttp2MaxFrameBytes = (1 << 24) - 1;
 inline constexpr int kHttp2StreamLookaheadBytes = 64 << 20;
 
+// The pieces attnserve's clients cut a request into when it is larger than
+// one piece (AttendPieces); a server's --max_message_bytes is at least a
+// piece and its envelope.
+inline constexpr int64_t kRequestPieceBytes = int64_t{1} << 20;
+
 // Room in a response for everything around its tensors (request id, shapes,
 // timing, error text), added to the payload limit to get gRPC's send limit.
 inline constexpr int64_t kResponseEnvelopeBytes = 64 * 1024;
 
 struct ServerTransportOptions {
-  // Largest request message received (at most INT_MAX; larger values are
-  // clamped).
-  int64_t max_request_bytes = int64_t{256} << 20;
+  // Largest message received (at most INT_MAX; larger values are clamped).
+  int64_t max_message_bytes = int64_t{256} << 20;
+  // The bytes of a stream the server accepts ahead of reading them (the
+  // HTTP/2 stream window it offers; the server does not grow it with
+  // gRPC's bandwidth-delay probing, so this is what a stream not being read
+  // can make it hold).
+  int stream_lookahead_bytes = kHttp2StreamLookaheadBytes;
   // Largest response tensor payload; the send limit is this plus
   // kResponseEnvelopeBytes.
   int64_t max_response_bytes = int64_t{256} << 20;

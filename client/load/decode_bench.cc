@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "attnserve/v1/sessions.grpc.pb.h"
+#include "client/attend_call.h"
 #include "client/load/latency_histogram.h"
 #include "client/request_builder.h"
 #include "client/rpc_status.h"
@@ -187,7 +188,8 @@ class Sequence {
       v1::AttendResponse response;
       grpc::ClientContext context;
       PrepareContext(o_.connection, &context);
-      if (!Check(phase, "Attend", attention_->Attend(&context, r, &response))) {
+      if (!Check(phase, "Attend",
+                 CallAttend(*attention_, &context, r, &response))) {
         return false;
       }
     }

@@ -518,6 +518,36 @@ def place_attend_outputs(req, placed, out):
         req.weights_shared_memory.CopyFrom(placed.output("weights", weights, T.FLOAT32))
 
 
+# Requests larger than one piece go in pieces of this size (AttendPieces), so
+# that no message passes the server's --max_message_bytes and the server admits
+# the call before the rest is sent; the C++ client's wire::kRequestPieceBytes.
+PIECE_BYTES = 1 << 20
+
+
+class RequestPieces:
+    """A serialized AttendRequest as the RequestPiece messages of AttendPieces;
+    iterable again (a retried call sends them again)."""
+
+    def __init__(self, data):
+        self._data = data
+
+    def __iter__(self):
+        view = memoryview(self._data)
+        for at in range(0, len(view), PIECE_BYTES):
+            piece = pb.RequestPiece(data=bytes(view[at:at + PIECE_BYTES]))
+            if at == 0:
+                piece.request_bytes = len(view)
+            yield piece
+
+
+def attend_call(stub, req):
+    """The (method, request) of one Attend call on `stub`: one message when the
+    request fits in a piece, else AttendPieces."""
+    if req.ByteSize() <= PIECE_BYTES:
+        return stub.Attend, req
+    return stub.AttendPieces, RequestPieces(req.SerializeToString())
+
+
 def decode_attend(response, kind, return_weights, placed=None):
     """The result of an AttendResponse; `placed` reads what the server wrote in
     shared memory (shared_attend_request's Placement)."""

@@ -147,7 +147,8 @@ class AsyncClient(_Base):
         error = None
         try:
             with await self._data() as (stub, _):
-                resp = await self._call(stub.Attend, req, timeout=timeout, idempotent=True)
+                resp = await self._call(*C.attend_call(stub, req), timeout=timeout,
+                                        idempotent=True)
             return C.decode_attend(resp, kind, return_weights, placed)
         except Error as e:
             error = e

@@ -311,7 +311,8 @@ class Client(_Base):
         error = None
         try:
             with self._data() as (stub, _):
-                resp = self._call(stub.Attend, req, timeout=timeout, idempotent=True)
+                resp = self._call(*C.attend_call(stub, req), timeout=timeout,
+                                  idempotent=True)
             return C.decode_attend(resp, kind, return_weights, placed)
         except Error as e:
             error = e

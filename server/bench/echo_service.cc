@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Start(
   builder.RegisterService(&echo->service_);
   // The same limits and transport arguments as server/server.cc.
   wire::ServerTransportOptions transport;
-  transport.max_request_bytes = options.max_request_bytes;
+  transport.max_message_bytes = options.max_request_bytes;
   transport.max_response_bytes = options.max_response_bytes;
   wire::ApplyServerTransport(transport, &builder);
   echo->server_ = builder.BuildAndStart();

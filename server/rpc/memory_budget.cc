@@ -1,5 +1,8 @@
 #include "server/rpc/memory_budget.h"
 
+#include <cassert>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -11,6 +14,25 @@ void MemoryBudget::Reservation::Release() {
   }
   budget_ = nullptr;
   bytes_ = 0;
+}
+
+void MemoryBudget::Reservation::Absorb(Reservation other) {
+  if (budget_ == nullptr) {
+    *this = std::move(other);
+    return;
+  }
+  if (other.budget_ == nullptr) return;
+  assert(other.budget_ == budget_);
+  bytes_ += std::exchange(other.bytes_, 0);
+  other.budget_ = nullptr;
+}
+
+void MemoryBudget::Reservation::Shrink(int64_t bytes) {
+  assert(bytes >= 0 && bytes <= bytes_);
+  if (budget_ != nullptr) {
+    budget_->used_.fetch_sub(bytes_ - bytes, std::memory_order_relaxed);
+  }
+  bytes_ = bytes;
 }
 
 absl::StatusOr<MemoryBudget::Reservation> MemoryBudget::Reserve(int64_t bytes) {

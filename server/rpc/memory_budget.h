@@ -39,6 +39,10 @@ class MemoryBudget {
 
     int64_t bytes() const { return bytes_; }
     void Release();
+    // Takes over `other`'s bytes: both of one budget, or either empty.
+    void Absorb(Reservation other);
+    // Gives back all but `bytes` (0 <= bytes <= bytes()).
+    void Shrink(int64_t bytes);
 
    private:
     friend class MemoryBudget;

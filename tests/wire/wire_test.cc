@@ -166,15 +166,15 @@ class WireTransportTest : public ::testing::Test {
 
 TEST_F(WireTransportTest, ServerLimitsAreApplied) {
   ServerTransportOptions options;
-  options.max_request_bytes = 64 << 10;
+  options.max_message_bytes = 64 << 10;
   options.max_response_bytes = 1 << 10;
   Start(options);
   EXPECT_TRUE(Call(8 << 20, 32 << 10).ok());
-  // Received: above max_request_bytes.
+  // Received: above max_message_bytes.
   EXPECT_EQ(Call(8 << 20, 128 << 10).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
   // Sent: the payload limit plus the envelope bounds the response.
-  options.max_request_bytes = 1 << 20;
+  options.max_message_bytes = 1 << 20;
   server_->Shutdown();
   Start(options);
   EXPECT_TRUE(Call(8 << 20, 32 << 10).ok());

@@ -39,6 +39,11 @@ class AttentionServiceStub(object):
                 request_serializer=attnserve_dot_v1_dot_attention__pb2.ModelRequest.SerializeToString,
                 response_deserializer=attnserve_dot_v1_dot_attention__pb2.AttendResponse.FromString,
                 )
+        self.AttendPieces = channel.stream_unary(
+                '/attnserve.v1.AttentionService/AttendPieces',
+                request_serializer=attnserve_dot_v1_dot_attention__pb2.RequestPiece.SerializeToString,
+                response_deserializer=attnserve_dot_v1_dot_attention__pb2.AttendResponse.FromString,
+                )
 
 
 class AttentionServiceServicer(object):
@@ -80,6 +85,15 @@ class AttentionServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AttendPieces(self, request_iterator, context):
+        """One Attend call whose request is sent in pieces: for requests larger than
+        one message may be (--max_message_bytes). The server admits the call
+        against its memory budget from the first piece, before the rest is sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AttentionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -106,6 +120,11 @@ def add_AttentionServiceServicer_to_server(servicer, server):
             'AttendModelStream': grpc.stream_stream_rpc_method_handler(
                     servicer.AttendModelStream,
                     request_deserializer=attnserve_dot_v1_dot_attention__pb2.ModelRequest.FromString,
+                    response_serializer=attnserve_dot_v1_dot_attention__pb2.AttendResponse.SerializeToString,
+            ),
+            'AttendPieces': grpc.stream_unary_rpc_method_handler(
+                    servicer.AttendPieces,
+                    request_deserializer=attnserve_dot_v1_dot_attention__pb2.RequestPiece.FromString,
                     response_serializer=attnserve_dot_v1_dot_attention__pb2.AttendResponse.SerializeToString,
             ),
     }
@@ -199,6 +218,23 @@ class AttentionService(object):
             metadata=None):
         return grpc.experimental.stream_stream(request_iterator, target, '/attnserve.v1.AttentionService/AttendModelStream',
             attnserve_dot_v1_dot_attention__pb2.ModelRequest.SerializeToString,
+            attnserve_dot_v1_dot_attention__pb2.AttendResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def AttendPieces(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/attnserve.v1.AttentionService/AttendPieces',
+            attnserve_dot_v1_dot_attention__pb2.RequestPiece.SerializeToString,
             attnserve_dot_v1_dot_attention__pb2.AttendResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -216,6 +216,7 @@ TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
                              "GetServerInfo",
                              "AttendModel",
                              "AttendModelStream",
+                             "AttendPieces",
                              "CreateSession",
                              "AppendKv",
                              "AppendKvStream",
@@ -272,7 +273,7 @@ TEST_F(MetricsTest, EveryLabelChildExistsUpFront) {
   for (const Line& line : scrape) {
     requests_series += line.name == "attnserve_requests_total";
   }
-  EXPECT_EQ(requests_series, 32 * 17);
+  EXPECT_EQ(requests_series, 33 * 17);
   int model_series = 0;
   for (const Line& line : scrape) {
     model_series += line.name == "attnserve_model_requests_total";

@@ -1,0 +1,45 @@
+#include "client/attend_call.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "wire/transport.h"
+
+namespace attnserve::client {
+
+grpc::Status CallAttend(v1::AttentionService::StubInterface& stub,
+                        grpc::ClientContext* context,
+                        const v1::AttendRequest& request,
+                        v1::AttendResponse* response) {
+  if (static_cast<int64_t>(request.ByteSizeLong()) <=
+      wire::kRequestPieceBytes) {
+    return stub.Attend(context, request, response);
+  }
+  return CallAttendInPieces(stub, context, request.SerializeAsString(),
+                            response);
+}
+
+grpc::Status CallAttendInPieces(v1::AttentionService::StubInterface& stub,
+                                grpc::ClientContext* context,
+                                absl::string_view bytes,
+                                v1::AttendResponse* response) {
+  std::unique_ptr<grpc::ClientWriterInterface<v1::RequestPiece>> writer =
+      stub.AttendPieces(context, response);
+  v1::RequestPiece piece;
+  piece.set_request_bytes(static_cast<int64_t>(bytes.size()));
+  for (size_t at = 0; at < bytes.size();) {
+    const size_t size = std::min<size_t>(
+        bytes.size() - at, static_cast<size_t>(wire::kRequestPieceBytes));
+    piece.set_data(bytes.data() + at, size);
+    at += size;
+    // A refused call (the server answered early) takes no more pieces.
+    if (!writer->Write(piece)) break;
+    piece.clear_request_bytes();
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+}  // namespace attnserve::client

@@ -1,0 +1,30 @@
+#ifndef ATTNSERVE_CLIENT_ATTEND_CALL_H_
+#define ATTNSERVE_CLIENT_ATTEND_CALL_H_
+
+// One Attend call as attnserve's clients make it: a request that fits in one
+// piece (wire::kRequestPieceBytes) goes as one message (Attend), a larger one
+// in pieces (AttendPieces), so that the server admits it against its memory
+// budget before the rest is sent and no message passes the server's
+// --max_message_bytes.
+
+#include "absl/strings/string_view.h"
+#include "attnserve/v1/attention.grpc.pb.h"
+#include "grpcpp/client_context.h"
+
+namespace attnserve::client {
+
+grpc::Status CallAttend(v1::AttentionService::StubInterface& stub,
+                        grpc::ClientContext* context,
+                        const v1::AttendRequest& request,
+                        v1::AttendResponse* response);
+
+// An Attend call in pieces whatever the size, of a request already
+// serialized (`request_bytes`, not empty).
+grpc::Status CallAttendInPieces(v1::AttentionService::StubInterface& stub,
+                                grpc::ClientContext* context,
+                                absl::string_view request_bytes,
+                                v1::AttendResponse* response);
+
+}  // namespace attnserve::client
+
+#endif  // ATTNSERVE_CLIENT_ATTEND_CALL_H_
