@@ -65,9 +65,9 @@ struct ServerOptions {
   // (default) = connections live as long as the client keeps them.
   absl::Duration max_connection_age = absl::ZeroDuration();
   // Calls one client connection may have open at once; its further calls
-  // wait on the client's side, unsent. gRPC receives a unary request whole
+  // wait on the client's side, unsent. gRPC receives a message whole
   // before the server sees it, so this bounds what one connection can make
-  // the server buffer: max_streams_per_connection x max_request_bytes. 0
+  // the server buffer: max_streams_per_connection x max_message_bytes. 0
   // (default) = max_inflight_bytes / max_request_bytes, within [8, 1024].
   int max_streams_per_connection = 0;
   // A call whose client has not taken its answer (response or stream

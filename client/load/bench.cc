@@ -13,6 +13,7 @@
 #include "client/tensors/wire_names.h"
 #include "client/tensors/wire_tensor.h"
 #include "client/v2_messages.h"
+#include "wire/transport.h"
 
 namespace attnserve::client {
 namespace {
@@ -89,7 +90,8 @@ ExitCode CheckTargets(
 // A request beyond a server's limit would only give errors.
 ExitCode CheckRequestBytes(const BenchOptions& options,
                            const std::vector<v1::ServerInfo>& infos,
-                           int64_t request_bytes, std::ostream& err) {
+                           int64_t request_bytes, bool pieces,
+                           std::ostream& err) {
   for (size_t t = 0; t < infos.size(); ++t) {
     const v1::ServerInfo& info = infos[t];
     if (info.max_request_bytes() > 0 &&
@@ -97,6 +99,16 @@ ExitCode CheckRequestBytes(const BenchOptions& options,
       err << "error: " << options.connection.targets[t] << ": the request has "
           << request_bytes << " bytes, beyond the server's --max_request_bytes="
           << info.max_request_bytes() << "\n";
+      return kExitRpcFailed;
+    }
+    // Streams, hosted models and v2 send the request as one message.
+    if (!pieces && info.max_message_bytes() > 0 &&
+        request_bytes > info.max_message_bytes()) {
+      err << "error: " << options.connection.targets[t] << ": the request has "
+          << request_bytes
+          << " bytes, beyond the server's --max_message_bytes="
+          << info.max_message_bytes()
+          << " for one message (only unary Attend calls go in pieces)\n";
       return kExitRpcFailed;
     }
   }
@@ -227,8 +239,11 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     report.request_text = absl::StrCat("v2 of ", report.request_text);
   }
   report.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
-  if (const ExitCode code =
-          CheckRequestBytes(options, infos, report.request_bytes, err);
+  // As attnserve's clients send it (client/attend_call.h).
+  report.pieces = !hosted && !v2 && !options.stream &&
+                  report.request_bytes > wire::kRequestPieceBytes;
+  if (const ExitCode code = CheckRequestBytes(options, infos, report.request_bytes,
+                                              report.pieces, err);
       code != kExitOk) {
     return code;
   }
@@ -249,6 +264,10 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     spec.arrival = options.arrival;
     spec.max_outstanding = options.max_outstanding;
     spec.stream = options.stream;
+    if (report.pieces) {
+      spec.method = kAttendPiecesMethod;
+      spec.pieces = true;
+    }
     if (hosted) {
       spec.method = kAttendModelMethod;
       spec.stream_method = kAttendModelStreamMethod;

@@ -36,10 +36,11 @@ std::string LevelValue(const BenchReport& report, const LevelReport& level) {
                           : absl::StrCat(level.concurrency);
 }
 
-// "Attend", "AttendStream", "AttendModel", "AttendModelStream",
-// "ModelInfer" or "ModelStreamInfer".
+// "Attend", "AttendStream", "AttendPieces", "AttendModel",
+// "AttendModelStream", "ModelInfer" or "ModelStreamInfer".
 std::string MethodName(const BenchReport& report) {
   if (report.v2) return report.stream ? "ModelStreamInfer" : "ModelInfer";
+  if (report.pieces) return "AttendPieces";
   return absl::StrCat("Attend", report.model.empty() ? "" : "Model",
                       report.stream ? "Stream" : "");
 }

@@ -32,6 +32,9 @@ struct BenchReport {
   // "constant" or "poisson" (open loop).
   std::string arrival;
   bool stream = false;
+  // Unary Attend calls whose request is larger than one piece go in pieces
+  // (AttendPieces), as attnserve's clients send them.
+  bool pieces = false;
   // The load was Open Inference Protocol ModelInfer calls (--protocol v2).
   bool v2 = false;
   // The hosted model called (AttendModel/AttendModelStream); empty = Attend.

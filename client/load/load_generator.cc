@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,7 @@
 #include "grpcpp/support/client_callback.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "inference/grpc_predict_v2.pb.h"
+#include "wire/transport.h"
 
 namespace attnserve::client {
 namespace {
@@ -192,6 +194,32 @@ class StreamLane
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// One AttendPieces call: the request's pieces written one after another,
+// then the answer; deletes itself when done.
+class PiecesCall
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  PiecesCall(Generator* generator, absl::Time scheduled, int channel)
+      : generator_(generator), scheduled_(scheduled), channel_(channel) {}
+
+  void Start(grpc::GenericStub& stub, const ConnectionOptions& connection,
+             const std::string& method,
+             const std::vector<grpc::ByteBuffer>* pieces);
+
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override {}  // answer_ holds the response
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  Generator* const generator_;
+  const absl::Time scheduled_;
+  const int channel_;
+  grpc::ClientContext context_;
+  grpc::ByteBuffer answer_;
+  const std::vector<grpc::ByteBuffer>* pieces_ = nullptr;
+  size_t next_ = 0;
+};
+
 class Generator {
  public:
   Generator(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
@@ -208,8 +236,22 @@ class Generator {
     const size_t targets = connection.targets.size();
     targets_ = targets > 0 && channels.size() % targets == 0 ? targets : 1;
     const std::string bytes = request.SerializeAsString();
-    grpc::Slice slice(bytes);
-    request_ = grpc::ByteBuffer(&slice, 1);
+    if (!spec_.pieces) {
+      grpc::Slice slice(bytes);
+      request_ = grpc::ByteBuffer(&slice, 1);
+      return;
+    }
+    for (size_t at = 0; at < bytes.size() || at == 0;) {
+      v1::RequestPiece piece;
+      if (at == 0) piece.set_request_bytes(static_cast<int64_t>(bytes.size()));
+      const size_t size = std::min<size_t>(
+          bytes.size() - at, static_cast<size_t>(wire::kRequestPieceBytes));
+      piece.set_data(bytes.data() + at, size);
+      at += size;
+      grpc::Slice slice(piece.SerializeAsString());
+      pieces_.emplace_back(&slice, 1);
+      if (size == 0) break;
+    }
   }
 
   LoadResult Run(const ProgressFn& progress) {
@@ -349,23 +391,39 @@ class Generator {
   }
 
   void StartUnary(absl::Time scheduled) {
+    const int channel = TakeChannel();
+    if (spec_.pieces) {
+      auto* call = new PiecesCall(this, scheduled, channel);
+      call->Start(*stubs_[channel], connection_, spec_.method, &pieces_);
+      return;
+    }
     auto* call = new UnaryCall;
     call->scheduled = scheduled;
-    call->channel = TakeChannel();
+    call->channel = channel;
     PrepareContext(connection_, &call->context);
     stubs_[call->channel]->UnaryCall(
         &call->context, spec_.method, grpc::StubOptions(), &request_,
         &call->answer, [this, call](grpc::Status status) {
-          GiveBackChannel(call->channel);
-          Answered(call->channel, call->scheduled, status, &call->answer);
+          UnaryDone(call->channel, call->scheduled, status, &call->answer);
           delete call;
-          if (SendAgain()) {
-            StartUnary(absl::Now());
-          } else {
-            Retire(1);
-          }
         });
   }
+
+ public:
+  // A unary call (or a call in pieces) on `channel` has ended: counted, and
+  // its slot sends again or retires.
+  void UnaryDone(int channel, absl::Time scheduled, const grpc::Status& status,
+                 grpc::ByteBuffer* answer) {
+    GiveBackChannel(channel);
+    Answered(channel, scheduled, status, answer);
+    if (SendAgain()) {
+      StartUnary(absl::Now());
+    } else {
+      Retire(1);
+    }
+  }
+
+ private:
 
   void StartLanes() {
     // Each stream may live as long as the whole level plus one call timeout.
@@ -461,6 +519,8 @@ class Generator {
   const LoadSpec spec_;
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
   grpc::ByteBuffer request_;
+  // spec_.pieces: the request's RequestPiece messages, serialized.
+  std::vector<grpc::ByteBuffer> pieces_;
   Window window_;
   LoadTally tally_;
   std::vector<std::unique_ptr<StreamLane>> lanes_;
@@ -478,6 +538,32 @@ class Generator {
   bool sender_done_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+void PiecesCall::Start(grpc::GenericStub& stub,
+                       const ConnectionOptions& connection,
+                       const std::string& method,
+                       const std::vector<grpc::ByteBuffer>* pieces) {
+  pieces_ = pieces;
+  PrepareContext(connection, &context_);
+  stub.PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(), this);
+  StartRead(&answer_);
+  StartWrite(&(*pieces_)[0]);
+  StartCall();
+}
+
+void PiecesCall::OnWriteDone(bool ok) {
+  if (!ok) return;  // the call ended (refused early): OnDone has its status
+  if (++next_ < pieces_->size()) {
+    StartWrite(&(*pieces_)[next_]);
+  } else {
+    StartWritesDone();
+  }
+}
+
+void PiecesCall::OnDone(const grpc::Status& status) {
+  generator_->UnaryDone(channel_, scheduled_, status, &answer_);
+  delete this;
+}
 
 void StreamLane::Start(grpc::GenericStub& stub,
                        const ConnectionOptions& deadline_options) {

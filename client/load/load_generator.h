@@ -6,7 +6,8 @@
 // loop (a fixed number of requests outstanding) or open loop (a schedule of
 // send times, constant or Poisson), as unary calls or as messages on
 // bidirectional streams (Attend/AttendStream, AttendModel/AttendModelStream),
-// and tallies every measured request.
+// or an Attend request in pieces (AttendPieces), and tallies every measured
+// request.
 
 #include <cstdint>
 #include <functional>
@@ -30,6 +31,8 @@ enum class Arrival { kConstant, kPoisson };
 inline constexpr char kAttendMethod[] = "/attnserve.v1.AttentionService/Attend";
 inline constexpr char kAttendStreamMethod[] =
     "/attnserve.v1.AttentionService/AttendStream";
+inline constexpr char kAttendPiecesMethod[] =
+    "/attnserve.v1.AttentionService/AttendPieces";
 inline constexpr char kAttendModelMethod[] =
     "/attnserve.v1.AttentionService/AttendModel";
 inline constexpr char kAttendModelStreamMethod[] =
@@ -62,6 +65,9 @@ struct LoadSpec {
   // ModelInferResponses and ModelStreamInferResponses).
   std::string method = kAttendMethod;
   std::string stream_method = kAttendStreamMethod;
+  // Unary calls send the request in pieces (client/attend_call.h), `method`
+  // taking a stream of RequestPieces (AttendPieces). Default off.
+  bool pieces = false;
   // Requests scheduled during the warm-up are sent but not measured; then
   // the measurement window lasts `duration`. Defaults 1 s and 5 s.
   absl::Duration warmup = absl::Seconds(1);

@@ -525,19 +525,32 @@ PIECE_BYTES = 1 << 20
 
 
 class RequestPieces:
-    """A serialized AttendRequest as the RequestPiece messages of AttendPieces;
-    iterable again (a retried call sends them again)."""
+    """A serialized AttendRequest as the RequestPiece messages of AttendPieces.
+    iter() of it starts again from the first piece: a retried call (the
+    clients' _call) sends them all again."""
 
     def __init__(self, data):
-        self._data = data
+        self._data = memoryview(data)
+        self._at = 0
 
     def __iter__(self):
-        view = memoryview(self._data)
-        for at in range(0, len(view), PIECE_BYTES):
-            piece = pb.RequestPiece(data=bytes(view[at:at + PIECE_BYTES]))
-            if at == 0:
-                piece.request_bytes = len(view)
-            yield piece
+        self._at = 0
+        return self
+
+    def __next__(self):
+        at = self._at
+        if at >= len(self._data):
+            raise StopIteration
+        self._at = at + PIECE_BYTES
+        piece = pb.RequestPiece(data=bytes(self._data[at:self._at]))
+        if at == 0:
+            piece.request_bytes = len(self._data)
+        return piece
+
+
+def fresh(request):
+    """A call's request for one attempt: pieces start again from the first."""
+    return iter(request) if isinstance(request, RequestPieces) else request
 
 
 def attend_call(stub, req):

@@ -105,7 +105,8 @@ class AsyncClient(_Base):
         md = self._metadata if metadata is None else metadata
         while True:
             try:
-                return await method(request, timeout=X.remaining(deadline), metadata=md)
+                return await method(C.fresh(request), timeout=X.remaining(deadline),
+                                    metadata=md)
             except grpc.RpcError as e:
                 err = e
             delay = next(delays, None) if X.is_retryable(err) else None

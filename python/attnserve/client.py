@@ -239,7 +239,8 @@ class Client(_Base):
         md = self._metadata if metadata is None else metadata
         while True:
             try:
-                return method(request, timeout=X.remaining(deadline), metadata=md)
+                return method(C.fresh(request), timeout=X.remaining(deadline),
+                              metadata=md)
             except grpc.RpcError as e:
                 err = e
             delay = next(delays, None) if X.is_retryable(err) else None

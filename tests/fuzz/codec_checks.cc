@@ -1,5 +1,6 @@
 #include "tests/fuzz/codec_checks.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "kvcache/session_snapshot.h"
 #include "model/attention_layer.h"
 #include "server/model_codec.h"
+#include "server/request_pieces.h"
 #include "server/session_codec.h"
 
 namespace attnserve::fuzz {
@@ -385,6 +387,52 @@ absl::StatusOr<Verdict> CheckImportSessions(
          absl::StatusCode::kResourceExhausted});
   }
   return Verdict{Outcome::kComputed, 0, absl::OkStatus()};
+}
+
+absl::StatusOr<Verdict> CheckAttendPieces(const v1::RequestPiece& piece,
+                                          AttentionEngine& engine,
+                                          const server::RequestLimits& limits,
+                                          double max_compute_flops,
+                                          v1::AttendResponse* response) {
+  constexpr int64_t kMaxRequestBytes = int64_t{1} << 20;
+  server::RequestPieces whole(kMaxRequestBytes);
+  v1::RequestPiece copy = piece;
+  absl::Status status = whole.Add(copy);
+  v1::AttendRequest request;
+  if (status.ok()) status = whole.Parse(&request);
+  // The same data in small pieces.
+  server::RequestPieces cut(kMaxRequestBytes);
+  absl::Status cut_status;
+  const std::string& data = piece.data();
+  for (size_t at = 0, n = 0; cut_status.ok() && (at < data.size() || n == 0);
+       ++n) {
+    v1::RequestPiece small;
+    if (n == 0) small.set_request_bytes(piece.request_bytes());
+    const size_t size = std::min<size_t>(data.size() - at, n % 7 + 1);
+    small.set_data(data.substr(at, size));
+    at += size;
+    cut_status = cut.Add(small);
+  }
+  v1::AttendRequest cut_request;
+  if (cut_status.ok()) cut_status = cut.Parse(&cut_request);
+  if (status.ok() != cut_status.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "one piece: ", status.ToString(), "; small pieces: ",
+        cut_status.ToString()));
+  }
+  if (!status.ok()) {
+    return Refused("AttendPieces", status,
+                   {absl::StatusCode::kInvalidArgument});
+  }
+  v1::AttendRequest parsed;
+  if (!parsed.ParseFromString(data) ||
+      parsed.SerializeAsString() != request.SerializeAsString() ||
+      cut_request.SerializeAsString() != request.SerializeAsString()) {
+    return absl::InternalError(
+        "the pieces parsed into another request than their bytes");
+  }
+  return CheckAttendRequest(request, engine, limits, max_compute_flops,
+                            response);
 }
 
 absl::Status CheckStoreEmptiesOnClose(kvcache::SessionStore& store) {

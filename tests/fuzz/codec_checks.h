@@ -111,6 +111,16 @@ absl::StatusOr<Verdict> CheckGetSession(const v1::GetSessionRequest& request,
 absl::StatusOr<Verdict> CheckImportSessions(
     const v1::SessionTransferChunk& chunk, kvcache::SessionStore& store);
 
+// RequestPiece (AttendPieces): its data sent as one piece and again cut into
+// pieces of 1 to 7 bytes (request_bytes in the first only) give the same
+// answer: refused by RequestPieces with INVALID_ARGUMENT, or the request
+// protobuf parses from the data, checked as CheckAttendRequest checks it.
+absl::StatusOr<Verdict> CheckAttendPieces(const v1::RequestPiece& piece,
+                                          AttentionEngine& engine,
+                                          const server::RequestLimits& limits,
+                                          double max_compute_flops,
+                                          v1::AttendResponse* response);
+
 // Ends every session of `store` and checks that its blocks were all given
 // back (used bytes 0): the accounting of whatever the calls before did.
 absl::Status CheckStoreEmptiesOnClose(kvcache::SessionStore& store);

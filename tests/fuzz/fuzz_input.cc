@@ -217,6 +217,14 @@ absl::StatusOr<Verdict> RunInput(const uint8_t* data, size_t size) {
           data, size, evict, [](const auto& m, kvcache::SessionStore& s) {
             return CheckGetSession(m, s);
           });
+    case Family::kAttendPieces: {
+      v1::RequestPiece piece;
+      if (!Parse(data, size, &piece))
+        return Verdict{Outcome::kUnparsed, 0, absl::OkStatus()};
+      v1::AttendResponse response;
+      return CheckAttendPieces(piece, *f.engine, f.limits, kMaxFlops,
+                               &response);
+    }
     case Family::kImportSessions:
       return OnSessions<v1::SessionTransferChunk>(
           data, size, evict, [](const auto& m, kvcache::SessionStore& s) {

@@ -35,8 +35,9 @@ enum class Family : uint8_t {
   kCloseSession = 8,
   kGetSession = 9,
   kImportSessions = 10,  // v1::SessionTransferChunk
+  kAttendPieces = 11,    // v1::RequestPiece (its data cut into many pieces)
 };
-inline constexpr int kFamilyCount = 11;
+inline constexpr int kFamilyCount = 12;
 
 inline constexpr uint64_t kModelSeed = 20261201;
 

@@ -97,6 +97,17 @@ void AttendSeeds(Rng& rng, CorpusWriter& out) {
   r.mutable_lsh()->set_num_buckets(2);
   r.mutable_lsh()->set_chunk_size(2);
   out.Add("attend_refused_lsh_key", Family::kAttend, r);
+  {
+    // The first Attend seed as the data of AttendPieces; announced with a
+    // byte too many (refused).
+    const std::string bytes = seeds[0].SerializeAsString();
+    v1::RequestPiece piece;
+    piece.set_request_bytes(static_cast<int64_t>(bytes.size()));
+    piece.set_data(bytes);
+    out.Add("pieces", Family::kAttendPieces, piece);
+    piece.set_request_bytes(piece.request_bytes() + 1);
+    out.Add("pieces_refused_short", Family::kAttendPieces, piece);
+  }
 }
 
 void ModelSeeds(Rng& rng, CorpusWriter& out) {

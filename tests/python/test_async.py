@@ -140,3 +140,16 @@ def test_async_relative_bias(server):
     # The session's steps are the last three rows of the causal attention over its 40.
     for x in (step, streamed, batched):
         assert_close(x, want[0, :, -3:].transpose(0, 1), 1e-5)
+
+
+def test_async_request_past_the_message_limit_goes_in_pieces(server):
+    # 20 MiB of keys and values: past the server's one-message limit.
+    q = random((1, 2, 3, 64), seed=40)
+    k = random((1, 2, 20480, 64), seed=41)
+    v = random((1, 2, 20480, 64), seed=42)
+
+    async def main():
+        async with attnserve.AsyncClient(server.target, timeout=60) as c:
+            return await c.attend(q, k, v)
+
+    assert_close(asyncio.run(main()), attention(q, k, v)[0], 1e-5)

@@ -35,3 +35,15 @@ def test_stream_of_large_messages(client):
     for out in outs:
         assert_close(out, want, 1e-5)
 
+
+
+def test_request_past_the_message_limit_goes_in_pieces(client):
+    # k and v 10 MiB each: past the server's one-message limit (16 MiB by
+    # default), so only a call in pieces (AttendPieces) can be served.
+    q = random((1, 2, 4, 64), seed=10)
+    k = random((1, 2, 20480, 64), seed=11)
+    v = random((1, 2, 20480, 64), seed=12)
+    client.attend(q[..., :1, :], k[..., :8, :], v[..., :8, :])  # opens the channels
+    assert q.nbytes + k.nbytes + v.nbytes > client.limits.max_message_bytes
+    out = client.attend(q, k, v, is_causal=True)
+    assert_close(out, attention(q, k, v, is_causal=True)[0], 1e-5)

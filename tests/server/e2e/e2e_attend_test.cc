@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/attention.grpc.pb.h"
+#include "client/attend_call.h"
 #include "core/attention.h"
 #include "core/reference.h"
 #include "gmock/gmock.h"
@@ -189,6 +190,20 @@ class E2eAttendTest : public ServerTest {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(60));
     return stub_->Attend(&context, request, response);
+  }
+
+  // An AttendPieces call of exactly `pieces`.
+  grpc::Status SendPieces(const std::vector<v1::RequestPiece>& pieces,
+                          v1::AttendResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(60));
+    auto writer = stub_->AttendPieces(&context, response);
+    for (const v1::RequestPiece& piece : pieces) {
+      if (!writer->Write(piece)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
   }
 
   std::unique_ptr<v1::AttentionService::Stub> stub_;
@@ -426,6 +441,106 @@ TEST_F(E2eAttendTest, GetServerInfoDescribesTheServer) {
   EXPECT_EQ(info.threads_per_worker(), 2);
   EXPECT_EQ(info.max_queue(), 256);
   EXPECT_EQ(info.max_request_bytes(), int64_t{256} << 20);
+  EXPECT_EQ(info.max_message_bytes(), int64_t{16} << 20);
+}
+
+TEST_F(E2eAttendTest, RequestsInPiecesMatchTheReference) {
+  std::vector<WireCase> cases = SweepCases();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("case ", i));
+    WireCase& c = cases[i];
+    const v1::AttendRequest request = c.Build(100 + i);
+    v1::AttendResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = client::CallAttendInPieces(
+        *stub_, &context, request.SerializeAsString(), &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.request_id(), request.request_id());
+    ExpectMatches(c, response);
+  }
+  // Pieces of any size: 7 bytes each, and the first piece empty.
+  WireCase& c = cases.back();
+  const v1::AttendRequest request = c.Build(7);
+  const std::string bytes = request.SerializeAsString();
+  std::vector<v1::RequestPiece> pieces(1);
+  pieces[0].set_request_bytes(static_cast<int64_t>(bytes.size()));
+  for (size_t at = 0; at < bytes.size(); at += 7) {
+    pieces.emplace_back().set_data(bytes.substr(at, 7));
+  }
+  v1::AttendResponse response;
+  const grpc::Status status = SendPieces(pieces, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ExpectMatches(c, response);
+}
+
+// A request past the message limit as one message is refused by gRPC; the
+// same request in pieces, as attnserve's clients send it, is served.
+TEST_F(E2eAttendTest, ARequestPastTheMessageLimitGoesInPieces) {
+  WireCase c;  // one query against 34 000 keys: 17 MiB, little to compute
+  c.hq = 1;
+  c.hkv = 1;
+  c.lq = 1;
+  c.lk = 34000;
+  c.d = 64;
+  c.dv = 64;
+  const v1::AttendRequest request = c.Build(3);
+  ASSERT_GT(request.ByteSizeLong(), size_t{16} << 20);
+  v1::AttendResponse response;
+  const grpc::Status refused = Call(request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("larger than max"));
+  grpc::ClientContext context;
+  const grpc::Status served =
+      client::CallAttend(*stub_, &context, request, &response);
+  ASSERT_TRUE(served.ok()) << served.error_message();
+  ExpectMatches(c, response);
+}
+
+TEST_F(E2eAttendTest, MalformedPiecesGetClearErrors) {
+  v1::AttendRequest request = SweepCases()[0].Build(5);
+  const std::string bytes = request.SerializeAsString();
+  const int64_t size = static_cast<int64_t>(bytes.size());
+  auto piece = [](int64_t announced, std::string data) {
+    v1::RequestPiece p;
+    p.set_request_bytes(announced);
+    p.set_data(std::move(data));
+    return p;
+  };
+  const std::string half = bytes.substr(0, bytes.size() / 2);
+  const std::string rest = bytes.substr(bytes.size() / 2);
+  struct Case {
+    std::vector<v1::RequestPiece> pieces;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {{}, "ended after 0 bytes of the 0"},
+      {{piece(0, bytes)}, "request_bytes must be between 1 and"},
+      {{piece(-5, bytes)}, "got -5"},
+      {{piece((int64_t{256} << 20) + 1, bytes)},
+       "--max_request_bytes = 268435456"},
+      {{piece(size, half), piece(size, rest)}, "request_bytes is set in piece 1"},
+      {{piece(size, half)}, absl::StrCat("ended after ", half.size(),
+                                         " bytes of the ", size)},
+      {{piece(size, half), piece(0, rest), piece(0, "x")},
+       "carry more than the"},
+      {{piece(8, "\xff\xff\xff\xff\xff\xff\xff\xff")},
+       "not a serialized AttendRequest"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("case ", i));
+    v1::AttendResponse response;
+    const grpc::Status status = SendPieces(cases[i].pieces, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr(cases[i].error));
+  }
+  // The request itself is checked as an Attend request is.
+  request.mutable_query()->set_data("short");
+  v1::AttendResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = client::CallAttendInPieces(
+      *stub_, &context, request.SerializeAsString(), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("query"));
 }
 
 }  // namespace

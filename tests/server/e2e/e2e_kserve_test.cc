@@ -973,13 +973,21 @@ TEST(KserveAuthE2eTest, TokenGuardsEverythingButLivenessAndReadiness) {
   EXPECT_EQ(response.outputs_size(), 1);
 }
 
+// The flags of a server that takes v2 requests of up to 128 MiB, as one
+// message each.
+constexpr char kLargeMessages[] = "--max_message_bytes=128MiB";
+constexpr char kLargeTransport[] = "--max_transport_bytes=512MiB";
+
 // A large ModelInfer keeps the server in its grace period after SIGTERM:
 // meanwhile ServerReady and ModelReady say not ready, new inferences are
 // UNAVAILABLE, and the call in flight still completes.
 // As a native call: a ModelInfer cancelled while queued is taken out of the
 // queue at once (its bytes go then), answered and never computed.
 TEST(KserveCancelE2eTest, InferCancelledInTheQueueFreesItsBytesAtOnce) {
-  auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=1"});
+  // v2 requests come as one message: this one (64 MiB) needs a larger
+  // --max_message_bytes than the default.
+  auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=1",
+                                      kLargeMessages, kLargeTransport});
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = GRPCInferenceService::NewStub((*server)->Channel());
   // About 140 GFLOP: a second or so on one thread, long enough to act while
@@ -1034,8 +1042,9 @@ TEST(KserveCancelE2eTest, InferCancelledInTheQueueFreesItsBytesAtOnce) {
 }
 
 TEST(KserveDrainE2eTest, DrainingIsNotReadyAndFinishesInFlightInference) {
-  auto server = ServerProcess::Start(
-      {"--workers=1", "--threads_per_worker=1", "--shutdown_grace=30s"});
+  auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=1",
+                                      "--shutdown_grace=30s", kLargeMessages,
+                                      kLargeTransport});
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = (*server)->Channel();
   auto stub = GRPCInferenceService::NewStub(channel);

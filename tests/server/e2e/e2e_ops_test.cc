@@ -1071,7 +1071,8 @@ TEST(E2eReflectionTest, ListsServicesAndDescribesTheApi) {
       }
       EXPECT_THAT(methods, ::testing::UnorderedElementsAre(
                                "Attend", "AttendStream", "GetServerInfo",
-                               "AttendModel", "AttendModelStream"));
+                               "AttendModel", "AttendModelStream",
+                               "AttendPieces"));
     }
   }
   EXPECT_EQ(found, 1);
