@@ -41,6 +41,7 @@ class AttentionService::PiecesReactor final
   }
 
   void OnReadDone(bool ok) override {
+    guard_.Disarm();
     if (!ok) {  // the client has sent every piece (or the call ended)
       Submit();
       return;
@@ -49,6 +50,12 @@ class AttentionService::PiecesReactor final
     if (!status.ok()) {
       Answer(status);
       return;
+    }
+    // A client that stops sending would hold the bytes reserved for its
+    // request for ever: without a next piece within --send_timeout the call
+    // is cancelled, as one whose answer is not taken.
+    if (service_->options_.watchdog != nullptr) {
+      service_->options_.watchdog->Arm(context_, &guard_);
     }
     StartRead(&piece_);
   }
@@ -107,13 +114,13 @@ class AttentionService::PiecesReactor final
         static_cast<int64_t>(response_->ByteSizeLong());
     service_->RecordAnswer<AttendKind>(
         request_, Method::kAttendPieces, grpc_status.error_code(),
-        absl::ToDoubleSeconds(absl::Now() - received_), pieces_.received_bytes(),
-        response_bytes);
+        absl::ToDoubleSeconds(absl::Now() - received_),
+        pieces_.received_bytes(), response_bytes);
     service_->work_.Answered();
     ATTNSERVE_LOG(LogLevel::kDebug, "AttendPieces id=", request_.request_id(),
                   " code=", grpc_status.error_code(),
-                  " bytes_in=", pieces_.received_bytes(), " bytes_out=", response_bytes,
-                  " ", status.message());
+                  " bytes_in=", pieces_.received_bytes(),
+                  " bytes_out=", response_bytes, " ", status.message());
     if (service_->options_.watchdog != nullptr) {
       service_->options_.watchdog->Arm(context_, &guard_);
     }
@@ -132,6 +139,7 @@ class AttentionService::PiecesReactor final
   // The call's bytes until gRPC is done with the answer.
   MemoryBudget::Reservation held_;
   const std::shared_ptr<QueueTicket> ticket_ = std::make_shared<QueueTicket>();
+  // Armed while the next piece is awaited, and while the answer is sent.
   SendWatchdog::Guard guard_;
 };
 

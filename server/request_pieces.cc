@@ -90,10 +90,10 @@ absl::Status RequestPieces::Add(v1::RequestPiece& piece) {
 absl::Status RequestPieces::Parse(v1::AttendRequest* request) {
   if (request_bytes_ == 0 || received_bytes_ != request_bytes_) {
     pieces_.clear();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AttendPieces: the pieces ended after ", received_bytes_,
-        " bytes of the ", request_bytes_,
-        " that the first piece announced (request_bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AttendPieces: the pieces ended after ", received_bytes_,
+                     " bytes of the ", request_bytes_,
+                     " that the first piece announced (request_bytes)"));
   }
   PiecesInput input(&pieces_);
   const bool parsed = request->ParseFromZeroCopyStream(&input);

@@ -105,8 +105,7 @@ ExitCode CheckRequestBytes(const BenchOptions& options,
     if (!pieces && info.max_message_bytes() > 0 &&
         request_bytes > info.max_message_bytes()) {
       err << "error: " << options.connection.targets[t] << ": the request has "
-          << request_bytes
-          << " bytes, beyond the server's --max_message_bytes="
+          << request_bytes << " bytes, beyond the server's --max_message_bytes="
           << info.max_message_bytes()
           << " for one message (only unary Attend calls go in pieces)\n";
       return kExitRpcFailed;
@@ -242,8 +241,8 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
   // As attnserve's clients send it (client/attend_call.h).
   report.pieces = !hosted && !v2 && !options.stream &&
                   report.request_bytes > wire::kRequestPieceBytes;
-  if (const ExitCode code = CheckRequestBytes(options, infos, report.request_bytes,
-                                              report.pieces, err);
+  if (const ExitCode code = CheckRequestBytes(
+          options, infos, report.request_bytes, report.pieces, err);
       code != kExitOk) {
     return code;
   }

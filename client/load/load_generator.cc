@@ -424,7 +424,6 @@ class Generator {
   }
 
  private:
-
   void StartLanes() {
     // Each stream may live as long as the whole level plus one call timeout.
     ConnectionOptions stream_options = connection_;

@@ -416,9 +416,9 @@ absl::StatusOr<Verdict> CheckAttendPieces(const v1::RequestPiece& piece,
   v1::AttendRequest cut_request;
   if (cut_status.ok()) cut_status = cut.Parse(&cut_request);
   if (status.ok() != cut_status.ok()) {
-    return absl::InternalError(absl::StrCat(
-        "one piece: ", status.ToString(), "; small pieces: ",
-        cut_status.ToString()));
+    return absl::InternalError(
+        absl::StrCat("one piece: ", status.ToString(),
+                     "; small pieces: ", cut_status.ToString()));
   }
   if (!status.ok()) {
     return Refused("AttendPieces", status,

@@ -496,6 +496,34 @@ TEST_F(E2eAttendTest, ARequestPastTheMessageLimitGoesInPieces) {
   ExpectMatches(c, response);
 }
 
+// A client that announces a request and stops sending its pieces holds the
+// bytes reserved for it only until --send_timeout passes without a piece.
+TEST_F(E2eAttendTest, AClientThatStopsSendingPiecesIsCancelled) {
+  StartServer({"--send_timeout=1s"});
+  auto stub = v1::AttentionService::NewStub(channel());
+  const std::string used = R"(attnserve_inflight_bytes{state="used"})";
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(60));
+  v1::AttendResponse response;
+  auto writer = stub->AttendPieces(&context, &response);
+  v1::RequestPiece first;
+  first.set_request_bytes(int64_t{64} << 20);
+  first.set_data(std::string(1000, '\0'));
+  ASSERT_TRUE(writer->Write(first));
+  EXPECT_GE(::attnserve::testing::AwaitMetric(server(), used, 128 << 20),
+            128 << 20)
+      << "the request's bytes, twice, reserved at the first piece";
+  // Nothing more is sent; the server cancels the call.
+  EXPECT_EQ(::attnserve::testing::AwaitMetricAtMost(server(), used, 0,
+                                                    absl::Seconds(20)),
+            0);
+  EXPECT_GE(::attnserve::testing::MetricSample(server(),
+                                               "attnserve_send_timeouts_total"),
+            1);
+  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
 TEST_F(E2eAttendTest, MalformedPiecesGetClearErrors) {
   v1::AttendRequest request = SweepCases()[0].Build(5);
   const std::string bytes = request.SerializeAsString();
@@ -518,9 +546,10 @@ TEST_F(E2eAttendTest, MalformedPiecesGetClearErrors) {
       {{piece(-5, bytes)}, "got -5"},
       {{piece((int64_t{256} << 20) + 1, bytes)},
        "--max_request_bytes = 268435456"},
-      {{piece(size, half), piece(size, rest)}, "request_bytes is set in piece 1"},
-      {{piece(size, half)}, absl::StrCat("ended after ", half.size(),
-                                         " bytes of the ", size)},
+      {{piece(size, half), piece(size, rest)},
+       "request_bytes is set in piece 1"},
+      {{piece(size, half)},
+       absl::StrCat("ended after ", half.size(), " bytes of the ", size)},
       {{piece(size, half), piece(0, rest), piece(0, "x")},
        "carry more than the"},
       {{piece(8, "\xff\xff\xff\xff\xff\xff\xff\xff")},

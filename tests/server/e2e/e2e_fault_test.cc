@@ -462,9 +462,11 @@ TEST(E2eSlowClientTest, AStoppedClientIsCancelledAtTheSendTimeout) {
     execv(argv[0], argv.data());
     _exit(127);
   }
-  // Stopped once the server holds the call (decoded, reserved).
+  // Stopped once the server computes the call (received whole, reserved,
+  // out of the queue).
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (MetricSample(**server, used) <= 0 && absl::Now() < give_up) {
+  while (MetricSample(**server, "attnserve_queue_duration_seconds_count") < 1 &&
+         absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(2));
   }
   ASSERT_EQ(kill(client, SIGSTOP), 0);

@@ -1069,10 +1069,10 @@ TEST(E2eReflectionTest, ListsServicesAndDescribesTheApi) {
       for (const auto& method : service.method()) {
         methods.push_back(method.name());
       }
-      EXPECT_THAT(methods, ::testing::UnorderedElementsAre(
-                               "Attend", "AttendStream", "GetServerInfo",
-                               "AttendModel", "AttendModelStream",
-                               "AttendPieces"));
+      EXPECT_THAT(methods,
+                  ::testing::UnorderedElementsAre(
+                      "Attend", "AttendStream", "GetServerInfo", "AttendModel",
+                      "AttendModelStream", "AttendPieces"));
     }
   }
   EXPECT_EQ(found, 1);
