@@ -561,6 +561,18 @@ def attend_call(stub, req):
     return stub.AttendPieces, RequestPieces(req.SerializeToString())
 
 
+def append_chunk_tokens(req, tokens, limits):
+    """None when the AppendKvRequest `req` of `tokens` new tokens fits in one
+    message of the server (`limits`: its ServerInfo, max_message_bytes; None =
+    not known); else how many tokens a chunk of an AppendKvStream may hold."""
+    limit = getattr(limits, "max_message_bytes", 0) if limits is not None else 0
+    room = limit - (64 << 10)
+    size = req.ByteSize()
+    if not limit or size <= room or tokens < 2:
+        return None
+    return max(1, room * tokens // size)
+
+
 def decode_attend(response, kind, return_weights, placed=None):
     """The result of an AttendResponse; `placed` reads what the server wrote in
     shared memory (shared_attend_request's Placement)."""

@@ -578,9 +578,12 @@ class AsyncSession(_SessionHandle):
     async def append(self, layer, key, value, *, position=None, chunk_tokens=None,
                      timeout=None):
         if chunk_tokens is None:
-            return await self.client._session_call(
-                "AppendKv", C.append_request(self.session_id, layer, key, value, position),
-                self, idempotent=False, timeout=timeout)
+            req = C.append_request(self.session_id, layer, key, value, position)
+            chunk_tokens = C.append_chunk_tokens(req, int(C.T.as_array(key).shape[0]),
+                                                 self.client.limits)
+            if chunk_tokens is None:
+                return await self.client._session_call("AppendKv", req, self,
+                                                   idempotent=False, timeout=timeout)
         if int(chunk_tokens) < 1:
             raise ValueError(f"chunk_tokens: must be >= 1, got {chunk_tokens}")
         chunks = list(_append_chunks(self.session_id, layer, C.T.as_array(key),

@@ -671,12 +671,17 @@ class Session(_SessionHandle):
 
         position (optional) must equal the tokens the layer holds. With
         chunk_tokens, the tokens go in chunks over one AppendKvStream (a prefill
-        larger than one message). Returns the SessionInfo after the call.
+        larger than one message); without, so do tokens that would pass the
+        server's max_message_bytes in one message. Returns the SessionInfo after
+        the call.
         """
         if chunk_tokens is None:
-            return self.client._session_call(
-                "AppendKv", C.append_request(self.session_id, layer, key, value, position),
-                self, idempotent=False, timeout=timeout)
+            req = C.append_request(self.session_id, layer, key, value, position)
+            chunk_tokens = C.append_chunk_tokens(req, int(C.T.as_array(key).shape[0]),
+                                                 self.client.limits)
+            if chunk_tokens is None:
+                return self.client._session_call("AppendKv", req, self,
+                                                   idempotent=False, timeout=timeout)
         if int(chunk_tokens) < 1:
             raise ValueError(f"chunk_tokens: must be >= 1, got {chunk_tokens}")
         chunks = list(_append_chunks(self.session_id, layer, C.T.as_array(key),

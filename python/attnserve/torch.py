@@ -40,7 +40,8 @@ class KVCache:
         ("float32", "bfloat16", "float16"): the shape of every session.
     batch_size: the number of sequences; None = the batch of the first call.
     prefill_chunk: at most this many new tokens per sequence go in one call; a
-        longer prefill is sent in chunks, each one call for the whole batch.
+        longer prefill is sent in chunks, each one call for the whole batch (and
+        smaller chunks when a call would pass the server's max_message_bytes).
     transport: what makes the layer calls: any object with the method
         attend_sessions(layer, parts, **kw) of attnserve.Client (the default is
         the client itself).
@@ -143,6 +144,20 @@ class KVCache:
                 f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
                 f"lengths={self.lengths() if self._lengths else []})")
 
+    def _chunk_tokens(self, b, hq, element_bytes, appends):
+        """prefill_chunk, or fewer tokens when a call of that many would pass the
+        server's one-message limit (max_message_bytes)."""
+        if self.client.limits is None:
+            self.client._open()  # the server's limits, before its first call
+        limit = self.client.limits.max_message_bytes
+        if not limit:
+            return self.prefill_chunk
+        row = hq * self.head_dim
+        if appends:
+            row += self.num_kv_heads * (self.head_dim + self.value_dim)
+        room = limit - (64 << 10) - 512 * b  # the fields around the tensors
+        return max(1, min(self.prefill_chunk, room // (b * row * element_bytes)))
+
     def _new_batch(self, batch_size):
         self._batch_size = batch_size
         self._sessions = [None] * batch_size
@@ -217,8 +232,10 @@ class KVCache:
         ks = None if k is None else k.detach().transpose(1, 2).contiguous()
         vs = None if v is None else v.detach().transpose(1, 2).contiguous()
         outs = []
-        for start in range(0, t, self.prefill_chunk):
-            stop = min(t, start + self.prefill_chunk)
+        chunk = self._chunk_tokens(b, hq, max(x.element_size() for x in (q, k, v)
+                                              if x is not None), k is not None)
+        for start in range(0, t, chunk):
+            stop = min(t, start + chunk)
 
             def parts():
                 sessions = [self._session(i) for i in range(b)]

@@ -182,6 +182,23 @@ def test_prefill_in_chunks_and_decode_match_sdpa_with_gqa(client):
         assert all(i.shape.num_kv_heads == HKV and i.shape.head_dim == D for i in infos)
 
 
+def test_a_prefill_past_the_message_limit_goes_in_chunks_that_fit(start_server):
+    # 3 sequences x 2000 tokens of 768 bytes a token: 1.5 MiB in one call, past a
+    # server that takes messages of at most 1.0625 MiB.
+    limit = (1 << 20) + (64 << 10)
+    srv = start_server(f"--max_message_bytes={limit}")
+    client = attnserve.Client(srv.target, timeout=30)
+    transport = CountingTransport(client)
+    with new_cache(client, prefill_chunk=4096, transport=transport) as cache:
+        mirror = Mirror(3)
+        step(cache, mirror, 2000, seed=1)
+        per_layer = [c for c in transport.calls if c[0] == 0]
+        assert len(per_layer) == 2 and sum(c[2][0] for c in per_layer) == 2000
+        assert all(c[2][0] * 3 * (HQ * D + HKV * 2 * D) * 4 < limit for c in per_layer)
+        step(cache, mirror, 1, seed=2)
+    client.close()
+
+
 def test_softcap_for_the_model_and_sinks_per_layer(client):
     # Gemma 2 soft-caps every layer alike; gpt-oss's sinks are a parameter of each layer.
     sinks = [torch.nn.Parameter(torch.tensor([0.5, -1.0, 1.5, 0.0]) + layer)

@@ -64,6 +64,19 @@ def test_chunked_prefill_with_lnew_queries_and_mask_options(client):
         assert_close(everything, step_reference(q, keys, values)[0], 1e-5)
 
 
+def test_a_prefill_past_the_message_limit_is_streamed_by_itself(start_server):
+    # 4000 tokens of 2 x 64 f32 keys and values: 4 MiB, past a server that takes
+    # messages of at most 1.0625 MiB; append without chunk_tokens streams it.
+    srv = start_server(f"--max_message_bytes={(1 << 20) + (64 << 10)}")
+    keys, values = random((4000, 2, 64), seed=8), random((4000, 2, 64), seed=9)
+    with attnserve.Client(srv.target, timeout=30) as c:
+        with c.create_session("py-big", num_kv_heads=2, head_dim=64) as s:
+            assert s.append(0, keys, values, position=0).layer_tokens == (4000,)
+            q = random((1, 4, 64), seed=10)
+            assert_close(s.attend(0, q), step_reference(q, keys, values,
+                                                        is_causal=True)[0], 1e-5)
+
+
 def stateless(client, q, keys, values, **kw):
     """The stateless Attend of a step's queries over the same tokens: BLHD, batch 1,
     bottom-right causal; (output, weights) as a step returns them."""

@@ -859,6 +859,50 @@ TEST_F(E2eSessionTest, AStreamedPrefillNamesTheFailingChunk) {
   ASSERT_TRUE(Close(c, "chunks").ok());
 }
 
+// A client that goes away in the middle of a streamed prefill: the chunks
+// the server applied stay (whole chunks, never part of one), nothing is left
+// pinned, the session goes on from there and closes like any other.
+TEST_F(E2eSessionTest, AnAppendStreamCancelledMidwayKeepsWholeChunks) {
+  ASSERT_NE(server_, nullptr);
+  Client c(*server_);
+  MirrorShape shape;
+  ASSERT_TRUE(c.Create("vanished", shape).ok());
+  auto chunk = [](int i, int64_t position) {
+    v1::AppendKvRequest r;
+    r.set_session_id("vanished");
+    r.set_position(position);
+    *r.mutable_key() =
+        WireRows(DType::kFloat32, 4, 2, 16, RandomValues(i, 128));
+    *r.mutable_value() =
+        WireRows(DType::kFloat32, 4, 2, 16, RandomValues(i + 9, 128));
+    return r;
+  };
+  {
+    grpc::ClientContext context;
+    v1::SessionInfo info;
+    auto writer = c.stub().AppendKvStream(&context, &info);
+    for (int i = 0; i < 20; ++i) {
+      if (!writer->Write(chunk(i, 4 * i))) break;
+    }
+    context.TryCancel();  // no WritesDone: the client is gone
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  v1::SessionInfo info;
+  ASSERT_TRUE(Get(c, "vanished", &info).ok());
+  const int64_t tokens = info.layer_tokens(0);
+  EXPECT_EQ(tokens % 4, 0) << "a chunk is appended whole or not at all";
+  EXPECT_LE(tokens, 80);
+  // The session goes on where the applied chunks end.
+  v1::SessionInfo after;
+  ASSERT_TRUE(c.Call(&v1::SessionService::Stub::AppendKv,
+                     chunk(99, tokens), &after)
+                  .ok());
+  EXPECT_EQ(after.layer_tokens(0), tokens + 4);
+  ASSERT_TRUE(Close(c, "vanished").ok());
+  EXPECT_EQ(Get(c, "vanished", &info).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
 TEST_F(E2eSessionTest, AForkCostsNoKvMemoryUntilItDiverges) {
   ASSERT_NE(server_, nullptr);
   Client c(*server_);
