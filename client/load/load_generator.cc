@@ -404,18 +404,22 @@ class Generator {
     stubs_[call->channel]->UnaryCall(
         &call->context, spec_.method, grpc::StubOptions(), &request_,
         &call->answer, [this, call](grpc::Status status) {
-          UnaryDone(call->channel, call->scheduled, status, &call->answer);
-          delete call;
+          UnaryAnswered(call->channel, call->scheduled, status, &call->answer);
+          delete call;  // before UnaryNext: the last Retire may end Run
+          UnaryNext();
         });
   }
 
  public:
-  // A unary call (or a call in pieces) on `channel` has ended: counted, and
-  // its slot sends again or retires.
-  void UnaryDone(int channel, absl::Time scheduled, const grpc::Status& status,
-                 grpc::ByteBuffer* answer) {
+  // A unary call (or a call in pieces) on `channel` has ended: counted.
+  void UnaryAnswered(int channel, absl::Time scheduled,
+                     const grpc::Status& status, grpc::ByteBuffer* answer) {
     GiveBackChannel(channel);
     Answered(channel, scheduled, status, answer);
+  }
+  // Then, once the call is freed, its slot sends again or retires (the last
+  // retirement may end Run, and with it the stubs and channels).
+  void UnaryNext() {
     if (SendAgain()) {
       StartUnary(absl::Now());
     } else {
@@ -560,8 +564,10 @@ void PiecesCall::OnWriteDone(bool ok) {
 }
 
 void PiecesCall::OnDone(const grpc::Status& status) {
-  generator_->UnaryDone(channel_, scheduled_, status, &answer_);
-  delete this;
+  Generator* const generator = generator_;
+  generator->UnaryAnswered(channel_, scheduled_, status, &answer_);
+  delete this;  // before UnaryNext: the last Retire may end Run
+  generator->UnaryNext();
 }
 
 void StreamLane::Start(grpc::GenericStub& stub,

@@ -140,6 +140,26 @@ TEST_F(AttnctlBenchTest, ClosedLoopCountsAgreeWithTheServersMetrics) {
   EXPECT_EQ(AwaitMetric(*server_, kOkAttend, before + ok), before + ok);
 }
 
+// A request larger than one piece goes in pieces, as attnctl infer and the
+// Python package send it: counted by the server as AttendPieces.
+TEST_F(AttnctlBenchTest, ALargeRequestGoesInPieces) {
+  const std::string series =
+      R"(attnserve_requests_total{code="OK",method="AttendPieces"})";
+  const double before = MetricSample(*server_, series);
+  // q, k and v of [1, 4, 1024, 64] f32: 3 MiB.
+  const CommandResult r =
+      Bench({"--heads=4", "--lq=1024", "--dim=64", "--concurrency=2",
+             "--duration=1s", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  EXPECT_EQ(j["method"], "AttendPieces");
+  EXPECT_TRUE(j["errors"].empty()) << j.dump(2);
+  const int64_t ok = j["ok"].get<int64_t>();
+  EXPECT_GT(ok, 0);
+  EXPECT_EQ(AwaitMetric(*server_, series, before + ok), before + ok);
+}
+
 // ModelInfer calls, and with --stream ModelStreamInfer messages: the server
 // counts each under its own method and none as Attend or as the other one.
 TEST_F(AttnctlBenchTest, ProtocolV2SendsModelInferCallsOrStreamMessages) {

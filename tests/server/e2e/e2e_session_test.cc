@@ -894,9 +894,9 @@ TEST_F(E2eSessionTest, AnAppendStreamCancelledMidwayKeepsWholeChunks) {
   EXPECT_LE(tokens, 80);
   // The session goes on where the applied chunks end.
   v1::SessionInfo after;
-  ASSERT_TRUE(c.Call(&v1::SessionService::Stub::AppendKv,
-                     chunk(99, tokens), &after)
-                  .ok());
+  ASSERT_TRUE(
+      c.Call(&v1::SessionService::Stub::AppendKv, chunk(99, tokens), &after)
+          .ok());
   EXPECT_EQ(after.layer_tokens(0), tokens + 4);
   ASSERT_TRUE(Close(c, "vanished").ok());
   EXPECT_EQ(Get(c, "vanished", &info).error_code(),
