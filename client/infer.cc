@@ -10,7 +10,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "client/attend_call.h"
 #include "client/check.h"
 #include "client/hosted_model.h"
 #include "client/rpc_status.h"
@@ -21,6 +20,7 @@
 #include "client/tensors/wire_tensor.h"
 #include "client/v2_messages.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "wire/attend_call.h"
 #include "wire/v2_names.h"
 
 namespace attnserve::client {
@@ -101,7 +101,7 @@ grpc::Status CallNative(v1::AttentionService::Stub& stub,
                         grpc::ClientContext* context,
                         const v1::AttendRequest& request,
                         v1::AttendResponse* response) {
-  return CallAttend(stub, context, request, response);
+  return wire::CallAttend(stub, context, request, response);
 }
 
 grpc::Status CallNative(v1::AttentionService::Stub& stub,

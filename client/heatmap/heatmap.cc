@@ -11,13 +11,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "client/attend_call.h"
 #include "client/rpc_status.h"
 #include "client/tensors/input_files.h"
 #include "client/tensors/wire_names.h"
 #include "client/tensors/wire_tensor.h"
 #include "core/block_sparse.h"
 #include "wire/attend.h"
+#include "wire/attend_call.h"
 
 namespace attnserve::client {
 namespace {
@@ -297,7 +297,8 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
   grpc::ClientContext context;
   PrepareContext(options.connection, &context);
   v1::AttendResponse response;
-  const grpc::Status rpc = CallAttend(*stub, &context, request, &response);
+  const grpc::Status rpc =
+      wire::CallAttend(*stub, &context, request, &response);
   if (!rpc.ok()) {
     err << RpcErrorLine(rpc) << "\n";
     return kExitRpcFailed;

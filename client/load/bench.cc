@@ -238,7 +238,7 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     report.request_text = absl::StrCat("v2 of ", report.request_text);
   }
   report.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
-  // As attnserve's clients send it (client/attend_call.h).
+  // As attnserve's clients send it (wire/attend_call.h).
   report.pieces = !hosted && !v2 && !options.stream &&
                   report.request_bytes > wire::kRequestPieceBytes;
   if (const ExitCode code = CheckRequestBytes(

@@ -15,13 +15,13 @@
 #include "absl/time/clock.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "attnserve/v1/sessions.grpc.pb.h"
-#include "client/attend_call.h"
 #include "client/load/latency_histogram.h"
 #include "client/request_builder.h"
 #include "client/rpc_status.h"
 #include "client/session.h"
 #include "client/step_channel.h"
 #include "nlohmann/json.hpp"
+#include "wire/attend_call.h"
 #include "wire/dtype.h"
 
 namespace attnserve::client {
@@ -189,7 +189,7 @@ class Sequence {
       grpc::ClientContext context;
       PrepareContext(o_.connection, &context);
       if (!Check(phase, "Attend",
-                 CallAttend(*attention_, &context, r, &response))) {
+                 wire::CallAttend(*attention_, &context, r, &response))) {
         return false;
       }
     }

@@ -65,7 +65,7 @@ struct LoadSpec {
   // ModelInferResponses and ModelStreamInferResponses).
   std::string method = kAttendMethod;
   std::string stream_method = kAttendStreamMethod;
-  // Unary calls send the request in pieces (client/attend_call.h), `method`
+  // Unary calls send the request in pieces (wire/attend_call.h), `method`
   // taking a stream of RequestPieces (AttendPieces). Default off.
   bool pieces = false;
   // Requests scheduled during the warm-up are sent but not measured; then

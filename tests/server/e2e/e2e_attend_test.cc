@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "client/attend_call.h"
 #include "core/attention.h"
 #include "core/reference.h"
 #include "gmock/gmock.h"
@@ -20,6 +19,7 @@
 #include "tests/server/e2e/server_fixture.h"
 #include "tests/util/test_util.h"
 #include "tests/util/wire_tensor.h"
+#include "wire/attend_call.h"
 #include "wire/dtype.h"
 
 namespace attnserve {
@@ -452,7 +452,7 @@ TEST_F(E2eAttendTest, RequestsInPiecesMatchTheReference) {
     const v1::AttendRequest request = c.Build(100 + i);
     v1::AttendResponse response;
     grpc::ClientContext context;
-    const grpc::Status status = client::CallAttendInPieces(
+    const grpc::Status status = wire::CallAttendInPieces(
         *stub_, &context, request.SerializeAsString(), &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(response.request_id(), request.request_id());
@@ -491,7 +491,7 @@ TEST_F(E2eAttendTest, ARequestPastTheMessageLimitGoesInPieces) {
   EXPECT_THAT(refused.error_message(), HasSubstr("larger than max"));
   grpc::ClientContext context;
   const grpc::Status served =
-      client::CallAttend(*stub_, &context, request, &response);
+      wire::CallAttend(*stub_, &context, request, &response);
   ASSERT_TRUE(served.ok()) << served.error_message();
   ExpectMatches(c, response);
 }
@@ -566,7 +566,7 @@ TEST_F(E2eAttendTest, MalformedPiecesGetClearErrors) {
   request.mutable_query()->set_data("short");
   v1::AttendResponse response;
   grpc::ClientContext context;
-  const grpc::Status status = client::CallAttendInPieces(
+  const grpc::Status status = wire::CallAttendInPieces(
       *stub_, &context, request.SerializeAsString(), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("query"));

@@ -35,7 +35,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "attnserve/v1/attention.grpc.pb.h"
-#include "client/attend_call.h"
 #include "core/attention.h"
 #include "core/reference.h"
 #include "gmock/gmock.h"
@@ -46,6 +45,7 @@
 #include "tests/util/server_process.h"
 #include "tests/util/test_util.h"
 #include "tests/util/wire_tensor.h"
+#include "wire/attend_call.h"
 #include "wire/transport.h"
 
 namespace attnserve {
@@ -310,7 +310,7 @@ TEST(E2eOverloadTest, LargeCallsPastTheBudgetHoldMemoryAndHealth) {
         v1::AttendResponse response;
         const absl::Time start = absl::Now();
         const grpc::Status status =
-            client::CallAttendInPieces(*stub, &context, request, &response);
+            wire::CallAttendInPieces(*stub, &context, request, &response);
         record(status, absl::ToDoubleSeconds(absl::Now() - start), "in pieces");
       }
     });

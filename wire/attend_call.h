@@ -1,8 +1,9 @@
-#ifndef ATTNSERVE_CLIENT_ATTEND_CALL_H_
-#define ATTNSERVE_CLIENT_ATTEND_CALL_H_
+#ifndef ATTNSERVE_WIRE_ATTEND_CALL_H_
+#define ATTNSERVE_WIRE_ATTEND_CALL_H_
 
-// One Attend call as attnserve's clients make it: a request that fits in one
-// piece (wire::kRequestPieceBytes) goes as one message (Attend), a larger one
+// One Attend call as attnserve's clients make it (attnctl, the benchmarks,
+// the tests): a request that fits in one piece (kRequestPieceBytes) goes as
+// one message (Attend), a larger one
 // in pieces (AttendPieces), so that the server admits it against its memory
 // budget before the rest is sent and no message passes the server's
 // --max_message_bytes.
@@ -11,7 +12,7 @@
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "grpcpp/client_context.h"
 
-namespace attnserve::client {
+namespace attnserve::wire {
 
 grpc::Status CallAttend(v1::AttentionService::StubInterface& stub,
                         grpc::ClientContext* context,
@@ -25,6 +26,6 @@ grpc::Status CallAttendInPieces(v1::AttentionService::StubInterface& stub,
                                 absl::string_view request_bytes,
                                 v1::AttendResponse* response);
 
-}  // namespace attnserve::client
+}  // namespace attnserve::wire
 
-#endif  // ATTNSERVE_CLIENT_ATTEND_CALL_H_
+#endif  // ATTNSERVE_WIRE_ATTEND_CALL_H_

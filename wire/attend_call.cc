@@ -1,4 +1,4 @@
-#include "client/attend_call.h"
+#include "wire/attend_call.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -7,14 +7,13 @@
 
 #include "wire/transport.h"
 
-namespace attnserve::client {
+namespace attnserve::wire {
 
 grpc::Status CallAttend(v1::AttentionService::StubInterface& stub,
                         grpc::ClientContext* context,
                         const v1::AttendRequest& request,
                         v1::AttendResponse* response) {
-  if (static_cast<int64_t>(request.ByteSizeLong()) <=
-      wire::kRequestPieceBytes) {
+  if (static_cast<int64_t>(request.ByteSizeLong()) <= kRequestPieceBytes) {
     return stub.Attend(context, request, response);
   }
   return CallAttendInPieces(stub, context, request.SerializeAsString(),
@@ -31,7 +30,7 @@ grpc::Status CallAttendInPieces(v1::AttentionService::StubInterface& stub,
   piece.set_request_bytes(static_cast<int64_t>(bytes.size()));
   for (size_t at = 0; at < bytes.size();) {
     const size_t size = std::min<size_t>(
-        bytes.size() - at, static_cast<size_t>(wire::kRequestPieceBytes));
+        bytes.size() - at, static_cast<size_t>(kRequestPieceBytes));
     piece.set_data(bytes.data() + at, size);
     at += size;
     // A refused call (the server answered early) takes no more pieces.
@@ -42,4 +41,4 @@ grpc::Status CallAttendInPieces(v1::AttentionService::StubInterface& stub,
   return writer->Finish();
 }
 
-}  // namespace attnserve::client
+}  // namespace attnserve::wire
