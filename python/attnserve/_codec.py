@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _shared_memory as S
 from . import _tensors as T
+from ._transport import RESPONSE_ENVELOPE_BYTES
 from .errors import InvalidArgument
 from .types import (BlockSparse, LinearAttention, LshAttention, RelativeBias, SessionInfo,
                     SessionShape)
@@ -566,7 +567,7 @@ def append_chunk_tokens(req, tokens, limits):
     message of the server (`limits`: its ServerInfo, max_message_bytes; None =
     not known); else how many tokens a chunk of an AppendKvStream may hold."""
     limit = getattr(limits, "max_message_bytes", 0) if limits is not None else 0
-    room = limit - (64 << 10)
+    room = limit - RESPONSE_ENVELOPE_BYTES  # the fields around the tensors
     size = req.ByteSize()
     if not limit or size <= room or tokens < 2:
         return None

@@ -681,7 +681,7 @@ class Session(_SessionHandle):
                                                  self.client.limits)
             if chunk_tokens is None:
                 return self.client._session_call("AppendKv", req, self,
-                                                   idempotent=False, timeout=timeout)
+                                                 idempotent=False, timeout=timeout)
         if int(chunk_tokens) < 1:
             raise ValueError(f"chunk_tokens: must be >= 1, got {chunk_tokens}")
         chunks = list(_append_chunks(self.session_id, layer, C.T.as_array(key),

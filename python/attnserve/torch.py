@@ -26,6 +26,7 @@ import uuid
 import torch
 
 from ._codec import relative_bias_message
+from ._transport import RESPONSE_ENVELOPE_BYTES
 from .errors import NotFound, Unavailable
 
 __all__ = ["KVCache"]
@@ -155,7 +156,7 @@ class KVCache:
         row = hq * self.head_dim
         if appends:
             row += self.num_kv_heads * (self.head_dim + self.value_dim)
-        room = limit - (64 << 10) - 512 * b  # the fields around the tensors
+        room = limit - RESPONSE_ENVELOPE_BYTES - 512 * b  # the fields around the tensors
         return max(1, min(self.prefill_chunk, room // (b * row * element_bytes)))
 
     def _new_batch(self, batch_size):
