@@ -284,9 +284,10 @@ def at(pattern):
     return next((i for i, l in enumerate(lines) if re.search(pattern, l)), None)
 term, stopped = at(r" I received SIGTERM, draining$"), at(r" I stopped$")
 call = next((i for i, l in enumerate(lines) if term is not None and i > term and
-             re.search(r" D Attend id=attnctl-infer code=0 ", l)), None)
+             re.search(r" D AttendPieces id=attnctl-infer code=0 ", l)), None)
 if term is None or stopped is None or call is None or not term < call < stopped:
-    sys.exit("expected 'received SIGTERM, draining', then the call's 'Attend ... code=0', then 'stopped'")
+    sys.exit("expected 'received SIGTERM, draining', then the call's 'AttendPieces ... code=0' "
+             "(attnctl sends its 48 MiB request in pieces), then 'stopped'")
 t = [datetime.datetime.fromisoformat(lines[i].split()[0].rstrip("Z")) for i in (term, stopped)]
 date, clock = sys.argv[2].split()[:2]  # podman's "2006-01-02 15:04:05.999999999 +0000 UTC"
 exited = datetime.datetime.fromisoformat(f"{date} {clock[:15]}")
