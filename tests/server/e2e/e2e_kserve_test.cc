@@ -1030,8 +1030,9 @@ TEST(KserveCancelE2eTest, InferCancelledInTheQueueFreesItsBytesAtOnce) {
   EXPECT_EQ(second.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_FALSE(first.done.HasBeenNotified())
       << "the first call ended before the cancel";
-  EXPECT_EQ(::attnserve::testing::MetricSample(
-                **server, R"(attnserve_rejected_total{reason="cancelled"})"),
+  // Counted just after the answer: awaited, not sampled.
+  EXPECT_EQ(::attnserve::testing::AwaitMetric(
+                **server, R"(attnserve_rejected_total{reason="cancelled"})", 1),
             1);
   ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(kPatience));
   EXPECT_TRUE(first.status.ok()) << first.status.error_message();
