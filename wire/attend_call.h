@@ -8,6 +8,8 @@
 // budget before the rest is sent and no message passes the server's
 // --max_message_bytes.
 
+#include <cstddef>
+
 #include "absl/strings/string_view.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "grpcpp/client_context.h"
@@ -18,6 +20,10 @@ grpc::Status CallAttend(v1::AttentionService::StubInterface& stub,
                         grpc::ClientContext* context,
                         const v1::AttendRequest& request,
                         v1::AttendResponse* response);
+
+// The piece of the serialized request `request_bytes` that starts at `at`
+// (at most kRequestPieceBytes; the first also announces the size).
+v1::RequestPiece PieceAt(absl::string_view request_bytes, size_t at);
 
 // An Attend call in pieces whatever the size, of a request already
 // serialized (`request_bytes`, not empty).

@@ -26,6 +26,7 @@
 #include "grpcpp/support/client_callback.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "inference/grpc_predict_v2.pb.h"
+#include "wire/attend_call.h"
 #include "wire/transport.h"
 
 namespace attnserve::client {
@@ -241,16 +242,10 @@ class Generator {
       request_ = grpc::ByteBuffer(&slice, 1);
       return;
     }
-    for (size_t at = 0; at < bytes.size() || at == 0;) {
-      v1::RequestPiece piece;
-      if (at == 0) piece.set_request_bytes(static_cast<int64_t>(bytes.size()));
-      const size_t size = std::min<size_t>(
-          bytes.size() - at, static_cast<size_t>(wire::kRequestPieceBytes));
-      piece.set_data(bytes.data() + at, size);
-      at += size;
-      grpc::Slice slice(piece.SerializeAsString());
+    for (size_t at = 0; at < bytes.size();
+         at += static_cast<size_t>(wire::kRequestPieceBytes)) {
+      grpc::Slice slice(wire::PieceAt(bytes, at).SerializeAsString());
       pieces_.emplace_back(&slice, 1);
-      if (size == 0) break;
     }
   }
 
