@@ -15,6 +15,7 @@
 #include "core/scoring.h"
 #include "core/status_macros.h"
 #include "model/layer_ops.h"
+#include "model/local_attention.h"
 #include "model/packed_matmul.h"
 
 namespace attnserve::model {
@@ -164,6 +165,8 @@ struct AttentionLayer::Impl {
   std::vector<float> norm_weight, norm_bias, additive_v;
   // Linformer's [k, max_len] projections of keys and values.
   std::vector<float> linformer_e, linformer_f;
+  // Local-p's W_p [A_p, d_model] and v_p [A_p].
+  std::vector<float> local_w_p, local_v_p;
   std::unique_ptr<PackedMatmul> q_proj, k_proj, v_proj, o_proj;
   // Per query head: q·W_h (general); q·W1_hᵀ and k·W2_hᵀ (additive).
   std::vector<std::unique_ptr<PackedMatmul>> general, additive_q, additive_k;
@@ -189,6 +192,8 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
   impl->additive_dim = w.additive_dim;
   impl->linformer_e = w.linformer_e;
   impl->linformer_f = w.linformer_f;
+  impl->local_w_p = w.local_w_p;
+  impl->local_v_p = w.local_v_p;
   // The config as loaded may leave A to the tensors; the layer's config says
   // it (GetServerInfo reports it, and clients count FLOPs with it).
   if (config.scoring == Scoring::kAdditive) {
@@ -396,7 +401,17 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
                      {shape.batch, attended, c.num_kv_heads, c.head_dim});
   attention.value = attention.key;
   ApplyMethod(c, &attention);
-  ASSIGN_OR_RETURN(const AttentionPlan plan, engine.Validate(attention));
+  // Local attention hands the engine its window as a float mask (the
+  // request's own explicit mask folded in), and local-p asks for the weights.
+  if (c.local != LocalAttention::kNone && !attention.mask.explicit_mask) {
+    attention.mask.explicit_mask =
+        MakeTensorView(&kPlaceholder, DType::kFloat32,
+                       {shape.batch, 1, shape.q_len, shape.k_len});
+  }
+  ASSIGN_OR_RETURN(
+      const AttentionPlan plan,
+      engine.Validate(attention, in.return_weights ||
+                                     c.local == LocalAttention::kPredictive));
   shape.attention_flops = plan.shape.flops;
   return shape;
 }
@@ -422,6 +437,10 @@ double AttentionLayer::Flops(const LayerShape& s) const {
     flops += 2 * (q_rows + k_rows) * c.num_heads * c.head_dim * a;
     flops += 2 * pairs * a;
   }
+  if (c.local == LocalAttention::kPredictive) {
+    flops += 2 * q_rows * c.d_model * double(c.local_dim);  // W_p·x
+    flops += 2 * pairs * c.head_dim;  // P·v again, after the Gaussian
+  }
   return flops;
 }
 
@@ -432,8 +451,12 @@ int64_t AttentionLayer::WorkingBytes(const LayerShape& s) const {
   const double k_rows = double(s.batch) * s.k_len;
   // x (and its normed copy), y; q, the attention rows (and general scoring's
   // q); memory, k and v.
-  const double floats = q_rows * (3.0 * d + 3.0 * impl_->q_width()) +
-                        k_rows * (d + 2.0 * impl_->kv_width());
+  double floats = q_rows * (3.0 * d + 3.0 * impl_->q_width()) +
+                  k_rows * (d + 2.0 * impl_->kv_width());
+  if (c.local != LocalAttention::kNone) {
+    // The window mask and local-p's weights, [B, Hq, Lq, Lk] each at most.
+    floats += 2.0 * double(s.batch) * c.num_heads * s.q_len * s.k_len;
+  }
   const double bytes = 4.0 * floats;
   return bytes > 4e18 ? int64_t{4} << 60 : static_cast<int64_t>(bytes);
 }
@@ -566,6 +589,8 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
         Operand(general_q.data(), q_rows * m.q_width(), bf16, &q_bits),
         operand_dtype, {b, lq, hq, hd});
     attention.scale = 1.0f;
+  } else if (c.scoring == Scoring::kDot) {
+    attention.scale = 1.0f;
   } else if (c.scoring == Scoring::kAdditive) {
     const int64_t ad = m.additive_dim;
     std::vector<float> qa(static_cast<size_t>(q_rows * hq * ad));
@@ -592,11 +617,56 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
         MakeTensorView(scores.data(), DType::kFloat32, {b, hq, lq, lk});
     attention.scale = 0.0f;
   }
+  // Luong's local attention: the window around each query's aligned
+  // position joins the mask; local-p then weighs the softmax by a Gaussian
+  // around it and recomputes P·v.
+  const LocalCall local{
+      b, lq, lk, positions, in.memory.has_value(), in.mask.key_lengths};
+  std::vector<double> aligned;
+  std::vector<float> window_mask;
+  if (c.local != LocalAttention::kNone) {
+    aligned =
+        AlignedPositions(c, local, queries_from, m.local_w_p, m.local_v_p);
+    if (c.scoring == Scoring::kAdditive) {
+      AddLocalWindow(c, local, aligned, hq, scores.data());
+    } else {
+      const int64_t heads = in.mask.explicit_mask ? hq : 1;
+      window_mask.assign(static_cast<size_t>(b * heads * lq * lk), 0.0f);
+      if (in.mask.explicit_mask) {
+        AddExplicitMask(*in.mask.explicit_mask, {b, hq, lq, lk},
+                        window_mask.data());
+      }
+      AddLocalWindow(c, local, aligned, heads, window_mask.data());
+      attention.mask.explicit_mask = MakeTensorView(
+          window_mask.data(), DType::kFloat32, {b, heads, lq, lk});
+    }
+  }
   AttentionOutputs attention_out;
   attention_out.output =
       MakeMutableTensorView(a.data(), DType::kFloat32, {b, lq, hq, hd});
   attention_out.weights = out.weights;
+  const bool predictive = c.local == LocalAttention::kPredictive;
+  std::vector<float> local_weights;
+  if (predictive && !out.weights) {
+    local_weights.resize(static_cast<size_t>(b * hq * lq * lk));
+    attention_out.weights = MakeMutableTensorView(
+        local_weights.data(), DType::kFloat32, {b, hq, lq, lk});
+  }
   RETURN_IF_ERROR(engine.Run(attention, attention_out));
+  if (predictive) {
+    // P·v over the values the engine read (rounded to bf16 for a bf16
+    // model).
+    std::vector<float> rounded;
+    const float* values = v.data();
+    if (bf16) {
+      rounded.resize(v.size());
+      ConvertToFloat(v_bits.data(), DType::kBFloat16, rounded.data(),
+                     rounded.size());
+      values = rounded.data();
+    }
+    ApplyGaussian(c, local, aligned, values,
+                  static_cast<float*>(attention_out.weights->data), a.data());
+  }
 
   // Output projection, residual and norm.
   std::vector<float> y(static_cast<size_t>(q_rows * d));

@@ -23,13 +23,32 @@ using nlohmann::json;
 constexpr int64_t kMaxDimension = 65536;
 
 const std::set<std::string, std::less<>>& KnownKeys() {
-  static const auto* const keys = new std::set<std::string, std::less<>>{
-      "kind",        "d_model",      "num_heads",   "num_kv_heads",
-      "head_dim",    "bias",         "norm",        "norm_eps",
-      "positional",  "rope_theta",   "scoring",     "additive_dim",
-      "dtype",       "attention",    "linformer_k", "linformer_max_len",
-      "feature_map", "num_features", "num_hashes",  "num_buckets",
-      "chunk_size",  "seed"};
+  static const auto* const keys =
+      new std::set<std::string, std::less<>>{"kind",
+                                             "d_model",
+                                             "num_heads",
+                                             "num_kv_heads",
+                                             "head_dim",
+                                             "bias",
+                                             "norm",
+                                             "norm_eps",
+                                             "positional",
+                                             "rope_theta",
+                                             "scoring",
+                                             "additive_dim",
+                                             "dtype",
+                                             "local",
+                                             "local_window",
+                                             "local_dim",
+                                             "attention",
+                                             "linformer_k",
+                                             "linformer_max_len",
+                                             "feature_map",
+                                             "num_features",
+                                             "num_hashes",
+                                             "num_buckets",
+                                             "chunk_size",
+                                             "seed"};
   return *keys;
 }
 
@@ -177,6 +196,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
   RETURN_IF_ERROR(ReadPositiveNumber(object, "rope_theta", &config.rope_theta));
   RETURN_IF_ERROR(ReadEnum<Scoring>(object, "scoring",
                                     {{"scaled_dot", Scoring::kScaledDot},
+                                     {"dot", Scoring::kDot},
                                      {"general", Scoring::kGeneral},
                                      {"additive", Scoring::kAdditive}},
                                     &config.scoring));
@@ -186,6 +206,19 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
       object, "dtype",
       {{"float32", ModelDType::kFloat32}, {"bfloat16", ModelDType::kBFloat16}},
       &config.dtype));
+  RETURN_IF_ERROR(
+      ReadEnum<LocalAttention>(object, "local",
+                               {{"none", LocalAttention::kNone},
+                                {"monotonic", LocalAttention::kMonotonic},
+                                {"predictive", LocalAttention::kPredictive}},
+                               &config.local));
+  const bool local = config.local != LocalAttention::kNone;
+  const bool predictive = config.local == LocalAttention::kPredictive;
+  // Local-p's Gaussian has σ = D / 2, so its window cannot be empty.
+  RETURN_IF_ERROR(ReadDimension(object, "local_window", predictive ? 1 : 0,
+                                /*required=*/local, &config.local_window));
+  RETURN_IF_ERROR(ReadDimension(object, "local_dim", predictive ? 1 : 0,
+                                /*required=*/predictive, &config.local_dim));
   RETURN_IF_ERROR(
       ReadEnum<AttentionKind>(object, "attention",
                               {{"softmax", AttentionKind::kSoftmax},
@@ -219,6 +252,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
                     absl::StrCat("\"", AttentionKindName(config.attention),
                                  "\" needs scoring \"scaled_dot\", got \"",
                                  ScoringName(config.scoring), "\""));
+  }
+  if (local && config.attention != AttentionKind::kSoftmax) {
+    return KeyError("local",
+                    absl::StrCat("\"", LocalAttentionName(config.local),
+                                 "\" needs attention \"softmax\", got \"",
+                                 AttentionKindName(config.attention), "\""));
   }
   if (config.attention == AttentionKind::kLsh &&
       config.num_kv_heads != config.num_heads) {
@@ -280,6 +319,9 @@ std::string ModelConfigToJson(const ModelConfig& config) {
   out["scoring"] = std::string(ScoringName(config.scoring));
   out["additive_dim"] = config.additive_dim;
   out["dtype"] = std::string(ModelDTypeName(config.dtype));
+  out["local"] = std::string(LocalAttentionName(config.local));
+  out["local_window"] = config.local_window;
+  out["local_dim"] = config.local_dim;
   out["attention"] = std::string(AttentionKindName(config.attention));
   out["linformer_k"] = config.linformer_k;
   out["linformer_max_len"] = config.linformer_max_len;
@@ -321,6 +363,8 @@ absl::string_view ScoringName(Scoring scoring) {
   switch (scoring) {
     case Scoring::kScaledDot:
       return "scaled_dot";
+    case Scoring::kDot:
+      return "dot";
     case Scoring::kGeneral:
       return "general";
     case Scoring::kAdditive:
@@ -335,6 +379,18 @@ absl::string_view ModelDTypeName(ModelDType dtype) {
       return "float32";
     case ModelDType::kBFloat16:
       return "bfloat16";
+  }
+  return "unknown";
+}
+
+absl::string_view LocalAttentionName(LocalAttention local) {
+  switch (local) {
+    case LocalAttention::kNone:
+      return "none";
+    case LocalAttention::kMonotonic:
+      return "monotonic";
+    case LocalAttention::kPredictive:
+      return "predictive";
   }
   return "unknown";
 }

@@ -25,10 +25,19 @@ enum class Positional {
 };
 enum class Scoring {
   kScaledDot,  // q·k / sqrt(head_dim)
+  kDot,        // Luong: q·k, unscaled
   kGeneral,    // Luong: q·W_h·k, unscaled
   kAdditive,   // Bahdanau: v_hᵀ·tanh(W1_h·q + W2_h·k), unscaled
 };
 enum class ModelDType { kFloat32, kBFloat16 };
+// Luong's local attention: each query attends to the keys within
+// local_window positions of its aligned position p_t.
+enum class LocalAttention {
+  kNone,        // global: every key the mask allows
+  kMonotonic,   // local-m: p_t = the query's position
+  kPredictive,  // local-p: p_t = S·sigmoid(v_pᵀ·tanh(W_p·x_t)), weights
+                // times a Gaussian around p_t (σ = local_window / 2)
+};
 // How the layer attends (docs/long_sequences.md).
 enum class AttentionKind {
   kSoftmax,    // exact softmax attention
@@ -56,6 +65,13 @@ struct ModelConfig {
   // additive.* tensors say; when set, they must agree.
   int64_t additive_dim = 0;
   ModelDType dtype = ModelDType::kFloat32;
+  LocalAttention local = LocalAttention::kNone;
+  // D of local attention: keys at most this far from p_t (required with
+  // "local").
+  int64_t local_window = 0;
+  // Local-p's hidden size A_p: local.w_p is [A_p, d_model], local.v_p [A_p]
+  // (required with "predictive").
+  int64_t local_dim = 0;
   AttentionKind attention = AttentionKind::kSoftmax;
   // Linformer: keys and values are projected along the sequence by
   // linformer.e / linformer.f [linformer_k, linformer_max_len], Lk <=
@@ -80,18 +96,22 @@ struct ModelConfig {
 // without head_dim, an odd head_dim with "rope", norm_eps or rope_theta not
 // positive and finite, dimensions above 65536, an "attention" other than
 // "softmax" with a scoring other than "scaled_dot", "linformer" without its
-// lengths, "lsh" with num_kv_heads != num_heads.
+// lengths, "lsh" with num_kv_heads != num_heads, "local" without
+// local_window (or "predictive" with a window of 0) or with an attention
+// other than "softmax", "predictive" without local_dim.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json);
 
 // The config as JSON with every key (defaults filled in), for GetServerInfo.
 std::string ModelConfigToJson(const ModelConfig& config);
 
-// "post", "pre", "none"; "none", "sinusoidal", "rope"; "scaled_dot",
-// "general", "additive"; "float32", "bfloat16".
+// "post", "pre", "none"; "none", "sinusoidal", "rope"; "scaled_dot", "dot",
+// "general", "additive"; "float32", "bfloat16"; "none", "monotonic",
+// "predictive".
 absl::string_view NormPlacementName(NormPlacement norm);
 absl::string_view PositionalName(Positional positional);
 absl::string_view ScoringName(Scoring scoring);
 absl::string_view ModelDTypeName(ModelDType dtype);
+absl::string_view LocalAttentionName(LocalAttention local);
 // "softmax", "linformer", "linear", "lsh"; "elu", "relu", "favor".
 absl::string_view AttentionKindName(AttentionKind kind);
 absl::string_view FeatureMapName(FeatureMap map);

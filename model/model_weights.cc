@@ -53,6 +53,8 @@ constexpr Slot kSlots[] = {
     {"additive.v", &LayerWeights::additive_v},
     {"linformer.e", &LayerWeights::linformer_e},
     {"linformer.f", &LayerWeights::linformer_f},
+    {"local.w_p", &LayerWeights::local_w_p},
+    {"local.v_p", &LayerWeights::local_v_p},
 };
 
 // Where the tensor `name` goes in LayerWeights; nullptr for a name no config
@@ -73,6 +75,10 @@ std::string UnusedHint(absl::string_view name, const ModelConfig& config) {
   }
   if (absl::EndsWith(name, "_proj.bias")) return " (bias is false)";
   if (absl::StartsWith(name, "norm.")) return " (norm is \"none\")";
+  if (absl::StartsWith(name, "local.")) {
+    return absl::StrCat(" (local is \"", LocalAttentionName(config.local),
+                        "\")");
+  }
   if (absl::StartsWith(name, "linformer.")) {
     return absl::StrCat(" (attention is \"",
                         AttentionKindName(config.attention), "\")");
@@ -150,6 +156,10 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config,
     const int64_t k = config.linformer_k, n = config.linformer_max_len;
     out.push_back({"linformer.e", {k, n}});
     out.push_back({"linformer.f", {k, n}});
+  }
+  if (config.local == LocalAttention::kPredictive) {
+    out.push_back({"local.w_p", {config.local_dim, d}});
+    out.push_back({"local.v_p", {config.local_dim}});
   }
   return out;
 }

@@ -34,6 +34,8 @@ struct LayerWeights {
   std::vector<float> additive_v;        // [Hq, A]
   std::vector<float> linformer_e;       // [k, max_len] when linformer
   std::vector<float> linformer_f;       // [k, max_len]
+  std::vector<float> local_w_p;  // [A_p, d_model] when local = predictive
+  std::vector<float> local_v_p;  // [A_p]
   // A (from the additive tensors); 0 unless scoring = additive.
   int64_t additive_dim = 0;
 };

@@ -72,6 +72,10 @@ LayerWeights MakeWeights(const ModelConfig& c, int64_t additive_dim) {
     w.linformer_e = Uniform(n, 15, scale);
     w.linformer_f = Uniform(n, 16, scale);
   }
+  if (c.local == LocalAttention::kPredictive) {
+    w.local_w_p = Uniform(c.local_dim * d, 17, in_scale);
+    w.local_v_p = Uniform(c.local_dim, 18, 2.0f);
+  }
   return w;
 }
 
@@ -116,6 +120,23 @@ std::vector<LayerCase> LayerCases() {
   c.rope_theta = 500.0;
   c.scoring = Scoring::kGeneral;
   add("GeneralRopeWideHeads", c);
+  c = Config(32, 4, 2, 8);
+  c.scoring = Scoring::kDot;
+  c.local = LocalAttention::kMonotonic;
+  c.local_window = 1;
+  add("DotLocalMonotonic", c);
+  c = Config(32, 4, 2, 8);
+  c.local = LocalAttention::kPredictive;
+  c.local_window = 2;
+  c.local_dim = 8;
+  c.norm = NormPlacement::kPre;
+  add("LocalPredictivePre", c);
+  c = Config(24, 4, 1, 6);
+  c.scoring = Scoring::kAdditive;
+  c.local = LocalAttention::kPredictive;
+  c.local_window = 1;
+  c.local_dim = 4;
+  add("AdditiveLocalPredictive", c, 12);
   for (LayerCase base : std::vector<LayerCase>(cases)) {
     base.name += "Bf16";
     base.config.dtype = ModelDType::kBFloat16;

@@ -86,6 +86,7 @@ TEST(ModelConfigTest, EveryEnumValueParses) {
   }
   for (const auto& [json, scoring] :
        {std::pair<const char*, Scoring>{"scaled_dot", Scoring::kScaledDot},
+        {"dot", Scoring::kDot},
         {"general", Scoring::kGeneral},
         {"additive", Scoring::kAdditive}}) {
     absl::StatusOr<ModelConfig> config = ParseModelConfig(absl::StrCat(
@@ -121,6 +122,7 @@ TEST(ModelConfigTest, ToJsonHasEveryKeyInOrder) {
             R"("num_kv_heads":4,"head_dim":16,"bias":true,"norm":"post",)"
             R"("norm_eps":1e-05,"positional":"none","rope_theta":10000.0,)"
             R"("scoring":"scaled_dot","additive_dim":0,"dtype":"float32",)"
+            R"("local":"none","local_window":0,"local_dim":0,)"
             R"("attention":"softmax","linformer_k":0,"linformer_max_len":0,)"
             R"("feature_map":"elu","num_features":256,"num_hashes":4,)"
             R"("num_buckets":64,"chunk_size":64,"seed":0})");
@@ -248,10 +250,11 @@ TEST(ModelConfigTest, UnknownEnumValues) {
       StatusIs(kInvalid, HasSubstr("key \"positional\": unknown value "
                                    "\"alibi\"")));
   EXPECT_THAT(
-      ParseError(R"({"d_model": 64, "num_heads": 4, "scoring": "dot"})"),
+      ParseError(R"({"d_model": 64, "num_heads": 4, "scoring": "cosine"})"),
       StatusIs(kInvalid,
-               HasSubstr("key \"scoring\": unknown value \"dot\" (expected "
-                         "\"scaled_dot\", \"general\", \"additive\")")));
+               HasSubstr("key \"scoring\": unknown value \"cosine\" (expected "
+                         "\"scaled_dot\", \"dot\", \"general\", "
+                         "\"additive\")")));
   EXPECT_THAT(
       ParseError(R"({"d_model": 64, "num_heads": 4, "dtype": "float16"})"),
       StatusIs(kInvalid, HasSubstr("key \"dtype\": unknown value \"float16\" "
@@ -397,6 +400,23 @@ TEST(ModelConfigVariantsTest, ParsesEveryAttentionKind) {
   EXPECT_EQ(lsh->num_hashes, 2);
   EXPECT_EQ(lsh->num_buckets, 8);
   EXPECT_EQ(lsh->chunk_size, 16);
+  auto local_m = ParseModelConfig(
+      R"({"d_model": 64, "num_heads": 4, "local": "monotonic",)"
+      R"( "local_window": 0})");
+  ASSERT_TRUE(local_m.ok()) << local_m.status();
+  EXPECT_EQ(local_m->local, LocalAttention::kMonotonic);
+  EXPECT_EQ(local_m->local_window, 0);
+  auto local_p = ParseModelConfig(
+      R"({"d_model": 64, "num_heads": 4, "scoring": "dot",)"
+      R"( "local": "predictive", "local_window": 8, "local_dim": 32})");
+  ASSERT_TRUE(local_p.ok()) << local_p.status();
+  EXPECT_EQ(local_p->local, LocalAttention::kPredictive);
+  EXPECT_EQ(local_p->local_window, 8);
+  EXPECT_EQ(local_p->local_dim, 32);
+  EXPECT_EQ(LocalAttentionName(LocalAttention::kPredictive), "predictive");
+  auto local_again = ParseModelConfig(ModelConfigToJson(*local_p));
+  ASSERT_TRUE(local_again.ok()) << local_again.status();
+  EXPECT_EQ(ModelConfigToJson(*local_again), ModelConfigToJson(*local_p));
   // The JSON GetServerInfo reports parses back to the same config.
   auto again = ParseModelConfig(ModelConfigToJson(*linear));
   ASSERT_TRUE(again.ok()) << again.status();
@@ -426,6 +446,21 @@ TEST(ModelConfigVariantsTest, RefusesBadCombinations) {
        "num_kv_heads must equal num_heads 4, got 2"},
       {R"({"d_model": 64, "num_heads": 4, "feature_map": "tanh"})",
        "key \"feature_map\": unknown value \"tanh\""},
+      {R"({"d_model": 64, "num_heads": 4, "local": "monotonic"})",
+       "missing required key \"local_window\""},
+      {R"({"d_model": 64, "num_heads": 4, "local": "predictive",)"
+       R"( "local_window": 0, "local_dim": 4})",
+       "key \"local_window\": 0 is out of range (expected 1 to 65536)"},
+      {R"({"d_model": 64, "num_heads": 4, "local": "predictive",)"
+       R"( "local_window": 4})",
+       "missing required key \"local_dim\""},
+      {R"({"d_model": 64, "num_heads": 4, "local": "p", "local_window": 4})",
+       "key \"local\": unknown value \"p\" (expected \"none\", "
+       "\"monotonic\", \"predictive\")"},
+      {R"({"d_model": 64, "num_heads": 4, "local": "monotonic",)"
+       R"( "local_window": 4, "attention": "linear"})",
+       "key \"local\": \"monotonic\" needs attention \"softmax\", got "
+       "\"linear\""},
       {R"({"d_model": 64, "num_heads": 4, "seed": -1})",
        "key \"seed\": expected a non-negative integer, got -1"},
       {R"({"d_model": 64, "num_heads": 4, "seed": 1.5})",

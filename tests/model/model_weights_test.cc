@@ -449,3 +449,38 @@ TEST(ModelWeightsTest, AdditiveDimOutOfRange) {
 
 }  // namespace
 }  // namespace attnserve::model
+
+namespace attnserve::model {
+namespace {
+
+TEST(ModelWeightsLocalTest, PredictiveLocalAttentionTakesItsTwoTensors) {
+  const ModelConfig config =
+      Config(R"({"d_model": 8, "num_heads": 2, "local": "predictive",)"
+             R"( "local_window": 2, "local_dim": 5})");
+  const std::vector<ExpectedTensor> expected = ExpectedTensors(config, 0);
+  EXPECT_EQ(Find(expected, "local.w_p").shape, (std::vector<int64_t>{5, 8}));
+  EXPECT_EQ(Find(expected, "local.v_p").shape, (std::vector<int64_t>{5}));
+  TensorSet set = TensorsFor(config, 0);
+  absl::StatusOr<LayerWeights> w = Load(config, set);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->local_w_p.size(), 40u);
+  EXPECT_EQ(w->local_v_p.size(), 5u);
+  set.Remove("local.v_p");
+  EXPECT_THAT(Load(config, set).status(),
+              StatusIs(kInvalid, HasSubstr("tensor local.v_p is missing "
+                                           "(expected shape [5])")));
+
+  const ModelConfig monotonic =
+      Config(R"({"d_model": 8, "num_heads": 2, "local": "monotonic",)"
+             R"( "local_window": 2})");
+  TensorSet plain = TensorsFor(monotonic, 0);
+  plain.Add("local.w_p", SafetensorsDType::kF32, {1, 8},
+            std::vector<float>(8, 0.0f));
+  EXPECT_THAT(Load(monotonic, plain).status(),
+              StatusIs(kInvalid, HasSubstr("tensor local.w_p is not used by "
+                                           "this config (local is "
+                                           "\"monotonic\")")));
+}
+
+}  // namespace
+}  // namespace attnserve::model

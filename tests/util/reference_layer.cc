@@ -73,6 +73,71 @@ std::vector<float> Floats(const Rows& x) {
   return std::vector<float>(x.begin(), x.end());
 }
 
+// Luong's local attention from the global weights `weights` [B, Hq, Lq, Lk]
+// (softmax over what the call's mask allows): per query row, p_t (its
+// position, or S·sigmoid(v_pᵀ tanh(W_p·src_t))), the weights renormalized
+// over the keys within local_window of p_t (a softmax over the window), times
+// local-p's Gaussian; then out [B, Lq, Hq, hd] = weights · v.
+void LocalReference(const ModelConfig& c, const LayerWeights& w,
+                    const LayerInputs& in, const Rows& src,
+                    const std::vector<float>& v, int64_t b, int64_t lq,
+                    int64_t lk, std::vector<float>* weights,
+                    std::vector<float>* out) {
+  const int64_t hq = c.num_heads, hd = c.head_dim, d = c.d_model;
+  const int64_t group = hq / c.num_kv_heads;
+  const double window = static_cast<double>(c.local_window);
+  for (int64_t bb = 0; bb < b; ++bb) {
+    for (int64_t i = 0; i < lq; ++i) {
+      const int64_t r = bb * lq + i;
+      double p = static_cast<double>(PositionOf(in, true, r, lq));
+      if (c.local == LocalAttention::kPredictive) {
+        double logit = 0;
+        for (int64_t e = 0; e < c.local_dim; ++e) {
+          double t = 0;
+          for (int64_t f = 0; f < d; ++f) {
+            t += w.local_w_p[e * d + f] * src[r * d + f];
+          }
+          logit += w.local_v_p[e] * std::tanh(t);
+        }
+        const double keys = in.mask.key_lengths.empty()
+                                ? static_cast<double>(lk)
+                                : in.mask.key_lengths[bb];
+        p = keys / (1 + std::exp(-logit));
+      }
+      for (int64_t h = 0; h < hq; ++h) {
+        float* row = weights->data() + ((bb * hq + h) * lq + i) * lk;
+        Rows a(static_cast<size_t>(lk), 0.0);
+        double total = 0;
+        for (int64_t j = 0; j < lk; ++j) {
+          const double key_position = static_cast<double>(
+              in.memory ? j : PositionOf(in, true, bb * lq + j, lq));
+          if (std::abs(key_position - p) <= window) {
+            a[j] = row[j];
+            total += row[j];
+          }
+          if (c.local == LocalAttention::kPredictive) {
+            const double sigma = window / 2;
+            a[j] *= std::exp(-(key_position - p) * (key_position - p) /
+                             (2 * sigma * sigma));
+          }
+        }
+        for (int64_t e = 0; e < hd; ++e) {
+          double sum = 0;
+          for (int64_t j = 0; j < lk; ++j) {
+            const double weight = total > 0 ? a[j] / total : 0.0;
+            sum += weight *
+                   v[((bb * lk + j) * c.num_kv_heads + h / group) * hd + e];
+          }
+          (*out)[((bb * lq + i) * hq + h) * hd + e] = static_cast<float>(sum);
+        }
+        for (int64_t j = 0; j < lk; ++j) {
+          row[j] = static_cast<float>(total > 0 ? a[j] / total : 0.0);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
@@ -182,6 +247,8 @@ absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
     }
     q = g;
     attention.scale = 1.0f;
+  } else if (c.scoring == Scoring::kDot) {
+    attention.scale = 1.0f;
   } else if (c.scoring == Scoring::kAdditive) {
     const int64_t a = w.additive_dim, group = hq / hkv;
     scores.assign(static_cast<size_t>(b * hq * lq * lk), 0.0f);
@@ -240,13 +307,22 @@ absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
   AttentionOutputs outputs;
   outputs.output =
       MakeMutableTensorView(attended.data(), DType::kFloat32, {b, lq, hq, hd});
-  if (attention_weights != nullptr) {
-    attention_weights->assign(static_cast<size_t>(b * hq * lq * lk), 0.0f);
-    outputs.weights = MakeMutableTensorView(attention_weights->data(),
+  // Local attention starts from the global weights.
+  const bool local = c.local != LocalAttention::kNone;
+  std::vector<float> global_weights;
+  std::vector<float>* weights_out = attention_weights != nullptr
+                                        ? attention_weights
+                                        : (local ? &global_weights : nullptr);
+  if (weights_out != nullptr) {
+    weights_out->assign(static_cast<size_t>(b * hq * lq * lk), 0.0f);
+    outputs.weights = MakeMutableTensorView(weights_out->data(),
                                             DType::kFloat32, {b, hq, lq, lk});
   }
   const absl::Status status = ReferenceAttention(attention, outputs);
   if (!status.ok()) return status;
+  if (local) {
+    LocalReference(c, w, in, src, vf, b, lq, lk, weights_out, &attended);
+  }
 
   Rows y = Linear(Rows(attended.begin(), attended.end()), b * lq, hq * hd, d,
                   w.o_proj_weight, bias ? &w.o_proj_bias : nullptr, bf16);
