@@ -43,7 +43,7 @@ using Json = nlohmann::json;
 
 constexpr char kHostedModels[] =
     "additive, encoder_512, general_sinusoidal, gqa_rope_pre, linformer_long, "
-    "mha_post, mqa_bf16_tensors";
+    "luong_local, mha_post, mqa_bf16_tensors";
 constexpr char kFlops[] = "attnserve_attention_flops_total";
 
 std::string ModelRequests(const std::string& model) {
@@ -111,7 +111,7 @@ TEST_F(AttnctlModelTest, InfoListsEveryModel) {
   const CommandResult r = Run({"info"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(r.out, HasSubstr("\nmax_response_bytes: "));
-  EXPECT_THAT(r.out, HasSubstr("\nmodels: 7\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nmodels: 8\n"));
   // Sorted by name, with the sizes of docs/models.md's table.
   const char* const kLines[] = {
       "  additive: d_model 32, heads 4/2, head_dim 12\n",
@@ -119,6 +119,7 @@ TEST_F(AttnctlModelTest, InfoListsEveryModel) {
       "  general_sinusoidal: d_model 32, heads 4/2, head_dim 8\n",
       "  gqa_rope_pre: d_model 64, heads 8/2, head_dim 8\n",
       "  linformer_long: d_model 64, heads 4/4, head_dim 16\n",
+      "  luong_local: d_model 32, heads 2/2, head_dim 16\n",
       "  mha_post: d_model 64, heads 4/4, head_dim 16\n",
       "  mqa_bf16_tensors: d_model 64, heads 4/1, head_dim 16\n"};
   size_t previous = 0;
@@ -129,18 +130,20 @@ TEST_F(AttnctlModelTest, InfoListsEveryModel) {
     previous = at;
   }
   // The config, every key with defaults filled in, on one line.
-  EXPECT_THAT(r.out,
-              HasSubstr("  gqa_rope_pre: d_model 64, heads 8/2, head_dim 8\n"
-                        "    config: {\"kind\":\"multi_head_attention\","
-                        "\"d_model\":64,\"num_heads\":8,\"num_kv_heads\":2,"
-                        "\"head_dim\":8,\"bias\":false,\"norm\":\"pre\","
-                        "\"norm_eps\":1e-06,\"positional\":\"rope\","
-                        "\"rope_theta\":50000.0,\"scoring\":\"scaled_dot\","
-                        "\"additive_dim\":0,\"dtype\":\"bfloat16\","
-                        "\"attention\":\"softmax\",\"linformer_k\":0,"
-                        "\"linformer_max_len\":0,\"feature_map\":\"elu\","
-                        "\"num_features\":256,\"num_hashes\":4,"
-                        "\"num_buckets\":64,\"chunk_size\":64,\"seed\":0}\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("  gqa_rope_pre: d_model 64, heads 8/2, head_dim 8\n"
+                "    config: {\"kind\":\"multi_head_attention\","
+                "\"d_model\":64,\"num_heads\":8,\"num_kv_heads\":2,"
+                "\"head_dim\":8,\"bias\":false,\"norm\":\"pre\","
+                "\"norm_eps\":1e-06,\"positional\":\"rope\","
+                "\"rope_theta\":50000.0,\"scoring\":\"scaled_dot\","
+                "\"additive_dim\":0,\"dtype\":\"bfloat16\","
+                "\"local\":\"none\",\"local_window\":0,"
+                "\"local_dim\":0,\"attention\":\"softmax\",\"linformer_k\":0,"
+                "\"linformer_max_len\":0,\"feature_map\":\"elu\","
+                "\"num_features\":256,\"num_hashes\":4,"
+                "\"num_buckets\":64,\"chunk_size\":64,\"seed\":0}\n"));
 }
 
 TEST(AttnctlModelInfoTest, AServerWithoutModelsListsNone) {

@@ -80,6 +80,13 @@ std::vector<std::pair<std::string, ModelConfig>> ExpectedModels() {
   models.push_back({"linformer_long", c});
 
   c = ModelConfig();
+  c.d_model = 32, c.num_heads = 2, c.num_kv_heads = 2, c.head_dim = 16;
+  c.norm = NormPlacement::kNone, c.scoring = Scoring::kDot;
+  c.local = LocalAttention::kPredictive;
+  c.local_window = 4, c.local_dim = 16;
+  models.push_back({"luong_local", c});
+
+  c = ModelConfig();
   c.d_model = 512, c.num_heads = 8, c.num_kv_heads = 8, c.head_dim = 64;
   models.push_back({"encoder_512", c});
   return models;
@@ -222,7 +229,7 @@ TEST(ExampleModelsTest, OutputIsByteForByteDeterministic) {
         << relative << " differs between runs";
     ++files;
   }
-  EXPECT_EQ(files, 14);
+  EXPECT_EQ(files, 16);
 }
 
 }  // namespace

@@ -179,6 +179,25 @@ TEST_F(ModelE2eTest, CrossAttentionWithPaddingAndCausal) {
   ExpectMatchesReference(request, inputs);
 }
 
+TEST_F(ModelE2eTest, LuongLocalAttentionWithPaddingAndWeights) {
+  const int64_t d = Model("luong_local").config.d_model;
+  const TestTensor hidden = TestTensor::Random(DType::kFloat32, {2, 5, d}, 5);
+  const TestTensor memory = TestTensor::Random(DType::kFloat32, {2, 20, d}, 6);
+  v1::ModelRequest request;
+  request.set_model("luong_local");
+  request.set_return_weights(true);
+  ToWire(hidden, v1::FLOAT32, request.mutable_hidden());
+  ToWire(memory, v1::FLOAT32, request.mutable_memory());
+  request.mutable_mask()->add_key_lengths(20);
+  request.mutable_mask()->add_key_lengths(11);
+  const std::vector<int32_t> lengths = {20, 11};
+  model::LayerInputs inputs;
+  inputs.hidden = hidden.view();
+  inputs.memory = memory.view();
+  inputs.mask.key_lengths = lengths;
+  ExpectMatchesReference(request, inputs);
+}
+
 TEST_F(ModelE2eTest, RopeWithPositionsInBf16) {
   const int64_t d = Model("gqa_rope_pre").config.d_model;
   const TestTensor hidden = TestTensor::Random(DType::kBFloat16, {1, 5, d}, 4);
