@@ -81,6 +81,16 @@ std::vector<LayerCase> Cases() {
   cases.push_back({"additive_512_A64_L128",
                    Encoder(Scoring::kAdditive, ModelDType::kFloat32), 64, 1,
                    128, true});
+  // Luong's local attention (D = 8), against encoder_512_f32_L512: local-m
+  // runs as the engine's sliding window, local-p through a float mask, the
+  // weights and a second P·v.
+  model::ModelConfig local = Encoder(Scoring::kDot, ModelDType::kFloat32);
+  local.local = model::LocalAttention::kMonotonic;
+  local.local_window = 8;
+  cases.push_back({"local_m_512_D8_L512", local, 0, 1, 512, false});
+  local.local = model::LocalAttention::kPredictive;
+  local.local_dim = 64;
+  cases.push_back({"local_p_512_D8_L512", local, 0, 1, 512, false});
   return cases;
 }
 
@@ -115,6 +125,10 @@ model::LayerWeights Weights(const model::ModelConfig& c, int64_t a) {
     w.additive_w_key = Uniform(h * a * hd, 11, 0.1f);
     w.additive_v = Uniform(h * a, 12, 0.1f);
     w.additive_dim = a;
+  }
+  if (c.local == model::LocalAttention::kPredictive) {
+    w.local_w_p = Uniform(c.local_dim * d, 13, s);
+    w.local_v_p = Uniform(c.local_dim, 14, 1.0f);
   }
   return w;
 }

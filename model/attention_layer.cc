@@ -165,9 +165,11 @@ struct AttentionLayer::Impl {
   std::vector<float> norm_weight, norm_bias, additive_v;
   // Linformer's [k, max_len] projections of keys and values.
   std::vector<float> linformer_e, linformer_f;
-  // Local-p's W_p [A_p, d_model] and v_p [A_p].
-  std::vector<float> local_w_p, local_v_p;
+  // Local-p's v_p [A_p] (W_p is local_proj).
+  std::vector<float> local_v_p;
   std::unique_ptr<PackedMatmul> q_proj, k_proj, v_proj, o_proj;
+  // Local-p's W_p·x, in f32 whatever the layer's dtype.
+  std::unique_ptr<PackedMatmul> local_proj;
   // Per query head: q·W_h (general); q·W1_hᵀ and k·W2_hᵀ (additive).
   std::vector<std::unique_ptr<PackedMatmul>> general, additive_q, additive_k;
 
@@ -192,7 +194,6 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
   impl->additive_dim = w.additive_dim;
   impl->linformer_e = w.linformer_e;
   impl->linformer_f = w.linformer_f;
-  impl->local_w_p = w.local_w_p;
   impl->local_v_p = w.local_v_p;
   // The config as loaded may leave A to the tensors; the layer's config says
   // it (GetServerInfo reports it, and clients count FLOPs with it).
@@ -222,6 +223,13 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
                    linear(impl->kv_width(), d, w.v_proj_weight, w.v_proj_bias));
   ASSIGN_OR_RETURN(impl->o_proj,
                    linear(d, impl->q_width(), w.o_proj_weight, w.o_proj_bias));
+  if (config.local == LocalAttention::kPredictive) {
+    PackedMatmulSpec spec;
+    spec.k = d;
+    spec.n = config.local_dim;
+    ASSIGN_OR_RETURN(impl->local_proj,
+                     PackedMatmul::Create(spec, w.local_w_p.data(), nullptr));
+  }
   if (config.scoring == Scoring::kGeneral) {
     for (int64_t h = 0; h < hq; ++h) {
       // q'·k with q' = q·W_h: W_h [hd, hd] is [k, n] as stored.
@@ -403,7 +411,15 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
   ApplyMethod(c, &attention);
   // Local attention hands the engine its window as a float mask (the
   // request's own explicit mask folded in), and local-p asks for the weights.
-  if (c.local != LocalAttention::kNone && !attention.mask.explicit_mask) {
+  const LocalCall local{shape.batch,
+                        shape.q_len,
+                        shape.k_len,
+                        in.positions.empty() ? nullptr : in.positions.data(),
+                        in.memory.has_value(),
+                        in.mask.key_lengths};
+  if (c.local != LocalAttention::kNone &&
+      !ApplyLocalBand(c, local, &attention.mask) &&
+      !attention.mask.explicit_mask) {
     attention.mask.explicit_mask =
         MakeTensorView(&kPlaceholder, DType::kFloat32,
                        {shape.batch, 1, shape.q_len, shape.k_len});
@@ -624,9 +640,15 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
       b, lq, lk, positions, in.memory.has_value(), in.mask.key_lengths};
   std::vector<double> aligned;
   std::vector<float> window_mask;
-  if (c.local != LocalAttention::kNone) {
-    aligned =
-        AlignedPositions(c, local, queries_from, m.local_w_p, m.local_v_p);
+  if (c.local != LocalAttention::kNone &&
+      !ApplyLocalBand(c, local, &attention.mask)) {
+    std::vector<float> projected;
+    if (m.local_proj) {
+      projected.resize(static_cast<size_t>(q_rows * c.local_dim));
+      RETURN_IF_ERROR(
+          m.local_proj->Run(queries_from, q_rows, projected.data()));
+    }
+    aligned = AlignedPositions(c, local, projected.data(), m.local_v_p);
     if (c.scoring == Scoring::kAdditive) {
       AddLocalWindow(c, local, aligned, hq, scores.data());
     } else {

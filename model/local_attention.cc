@@ -6,12 +6,30 @@
 
 namespace attnserve::model {
 
+bool ApplyLocalBand(const ModelConfig& c, const LocalCall& call,
+                    MaskSpec* mask) {
+  if (c.local != LocalAttention::kMonotonic || call.positions != nullptr) {
+    return false;
+  }
+  const bool aligned_free =
+      !mask->causal && !mask->window_left && !mask->window_right;
+  if (mask->alignment != CausalAlignment::kTopLeft && !aligned_free) {
+    return false;
+  }
+  mask->alignment = CausalAlignment::kTopLeft;
+  mask->window_left =
+      std::min(mask->window_left.value_or(c.local_window), c.local_window);
+  mask->window_right =
+      std::min(mask->window_right.value_or(c.local_window), c.local_window);
+  return true;
+}
+
 std::vector<double> AlignedPositions(const ModelConfig& c,
-                                     const LocalCall& call, const float* x,
-                                     const std::vector<float>& w_p,
+                                     const LocalCall& call,
+                                     const float* projected,
                                      const std::vector<float>& v_p) {
   std::vector<double> aligned(static_cast<size_t>(call.batch * call.q_len));
-  const int64_t d = c.d_model, a = c.local_dim;
+  const int64_t a = c.local_dim;
   for (int64_t b = 0; b < call.batch; ++b) {
     const double keys = call.key_lengths.empty()
                             ? static_cast<double>(call.k_len)
@@ -22,13 +40,10 @@ std::vector<double> AlignedPositions(const ModelConfig& c,
         aligned[r] = static_cast<double>(call.QueryPosition(b, i));
         continue;
       }
-      const float* row = x + r * d;
+      const float* row = projected + r * a;
       double logit = 0;
       for (int64_t e = 0; e < a; ++e) {
-        const float* w = w_p.data() + e * d;
-        double s = 0;
-        for (int64_t f = 0; f < d; ++f) s += double(w[f]) * row[f];
-        logit += double(v_p[e]) * std::tanh(s);
+        logit += double(v_p[e]) * std::tanh(double(row[e]));
       }
       aligned[r] = keys / (1.0 + std::exp(-logit));
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "core/attention.h"
 #include "model/model_config.h"
 
 namespace attnserve::model {
@@ -33,12 +34,20 @@ struct LocalCall {
   }
 };
 
+// Local-m over the default positions (query i at i, key j at j) is the band
+// |j - i| <= local_window: the engine's own sliding window, which `mask`
+// takes (narrowing a window it has) when its alignment is top-left or free.
+// False, leaving `mask` as it was, for any other call (its window then goes
+// into a float mask).
+bool ApplyLocalBand(const ModelConfig& config, const LocalCall& call,
+                    MaskSpec* mask);
+
 // p_t of every query row [B·Lq]: local-m, its position; local-p,
-// S·sigmoid(v_pᵀ·tanh(W_p·x_t)) with x [B·Lq, d_model] the rows the queries
-// are projected from, w_p [A_p, d_model], v_p [A_p] (in double precision).
+// S·sigmoid(v_pᵀ·tanh(W_p·x_t)) from `projected` [B·Lq, A_p], the rows W_p·x_t
+// (in double precision after the product), with v_p [A_p].
 std::vector<double> AlignedPositions(const ModelConfig& config,
-                                     const LocalCall& call, const float* x,
-                                     const std::vector<float>& w_p,
+                                     const LocalCall& call,
+                                     const float* projected,
                                      const std::vector<float>& v_p);
 
 // mask[b, h, i, j] (dims [B, heads, Lq, Lk], dense) += -inf where key j is
