@@ -38,7 +38,9 @@ def tensors(shape_q, shape_kv, dtype=np.float32, seed=0):
 
 
 def leftovers():
-    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(PREFIX + "py_")
+    """This process's segments (other test processes may run beside it)."""
+    mine = f"{PREFIX}py_{os.getpid()}_"
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(mine)
                   or n.startswith(PREFIX + "t_"))
 
 
