@@ -409,8 +409,9 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
                      {shape.batch, attended, c.num_kv_heads, c.head_dim});
   attention.value = attention.key;
   ApplyMethod(c, &attention);
-  // Local attention hands the engine its window as a float mask (the
-  // request's own explicit mask folded in), and local-p asks for the weights.
+  // Local attention hands the engine its window: local-m over the default
+  // positions as the engine's own window, any other as a float mask (the
+  // request's explicit mask folded in); local-p asks for the weights.
   const LocalCall local{shape.batch,
                         shape.q_len,
                         shape.k_len,

@@ -82,9 +82,12 @@ void ApplyGaussian(const ModelConfig& c, const LocalCall& call,
     for (int64_t i = 0; i < call.q_len; ++i) {
       const double p = aligned[b * call.q_len + i];
       for (int64_t j = 0; j < call.k_len; ++j) {
+        // Keys outside the window have no weight to multiply.
         const double dist = double(call.KeyPosition(b, j)) - p;
-        gauss[j] =
-            static_cast<float>(std::exp(-dist * dist / (2 * sigma * sigma)));
+        gauss[j] = std::abs(dist) > c.local_window
+                       ? 0.0f
+                       : static_cast<float>(
+                             std::exp(-dist * dist / (2 * sigma * sigma)));
       }
       for (int64_t h = 0; h < hq; ++h) {
         float* w = weights + ((b * hq + h) * call.q_len + i) * call.k_len;
