@@ -19,9 +19,6 @@ HTTP2_MAX_FRAME_BYTES = (1 << 24) - 1
 HTTP2_STREAM_LOOKAHEAD_BYTES = 64 << 20
 RESPONSE_ENVELOPE_BYTES = 64 * 1024
 _INT_MAX = (1 << 31) - 1
-# Large enough for any ServerInfo (model configs included) before the limits are
-# known; the bootstrap channel carries only GetServerInfo and health checks.
-BOOTSTRAP_MESSAGE_BYTES = 64 << 20
 
 
 MAX_CONNECTIONS = 256
@@ -67,15 +64,38 @@ def channel_options(max_send_bytes, max_receive_bytes, connection_key):
     ]
 
 
+# attnserve's default --max_request_bytes and --max_response_bytes. The
+# bootstrap channel is sized as a data channel of a server with these limits,
+# so that against such a server it is also the first data channel: a client's
+# first call then needs no second connection.
+SERVER_DEFAULT_REQUEST_BYTES = 256 << 20
+SERVER_DEFAULT_RESPONSE_BYTES = 256 << 20
+
+
+def data_channel_limits(max_request_bytes, max_response_bytes):
+    """(send, receive) message limits of a data channel to a server with these
+    limits (its ServerInfo's)."""
+    return max_request_bytes, max_response_bytes + RESPONSE_ENVELOPE_BYTES
+
+
 def data_channel_options(info, index):
-    return channel_options(info.max_request_bytes,
-                           info.max_response_bytes + RESPONSE_ENVELOPE_BYTES,
+    return channel_options(*data_channel_limits(info.max_request_bytes,
+                                                info.max_response_bytes),
                            f"data-{index}")
 
 
 def bootstrap_channel_options():
-    return channel_options(BOOTSTRAP_MESSAGE_BYTES, BOOTSTRAP_MESSAGE_BYTES,
-                           "bootstrap")
+    return channel_options(*data_channel_limits(SERVER_DEFAULT_REQUEST_BYTES,
+                                                SERVER_DEFAULT_RESPONSE_BYTES),
+                           "data-0")
+
+
+def bootstrap_serves_data(info):
+    """Whether the bootstrap channel has the options data channel 0 would have
+    for a server of ServerInfo `info` (and so can be it)."""
+    return (data_channel_limits(info.max_request_bytes, info.max_response_bytes)
+            == data_channel_limits(SERVER_DEFAULT_REQUEST_BYTES,
+                                   SERVER_DEFAULT_RESPONSE_BYTES))
 
 
 def credentials(tls):

@@ -130,7 +130,7 @@ class AsyncClient(_Base):
         return self._lease()
 
     async def close(self):
-        for c in self._channels + ([self._bootstrap] if self._bootstrap else []):
+        for c in dict.fromkeys(self._channels + ([self._bootstrap] if self._bootstrap else [])):
             await c.close()
 
     async def __aenter__(self):

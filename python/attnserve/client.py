@@ -82,7 +82,8 @@ class _Base:
         self._next = itertools.count()
 
     def _open_bootstrap(self):
-        # GetServerInfo and health checks, before the limits are known.
+        # GetServerInfo and health checks, before the limits are known; also the
+        # first data channel when the server's limits are its defaults.
         self._bootstrap = self._channel(X.bootstrap_channel_options())
         self._boot_stub = pb_grpc.AttentionServiceStub(self._bootstrap)
         # Shared-memory registrations, Status and Unregister: small messages, and
@@ -105,7 +106,10 @@ class _Base:
         self._stubs = stubs
 
     def _add_data_channel(self, stubs):
-        c = self._channel(X.data_channel_options(self._limits, len(self._channels)))
+        if not self._channels and X.bootstrap_serves_data(self._limits):
+            c = self._bootstrap  # already connected: the first call needs no other
+        else:
+            c = self._channel(X.data_channel_options(self._limits, len(self._channels)))
         self._channels.append(c)
         self._in_flight.append(0)
         stubs.append((pb_grpc.AttentionServiceStub(c), spb_grpc.SessionServiceStub(c)))
@@ -264,7 +268,7 @@ class Client(_Base):
         return self._lease()
 
     def close(self):
-        for c in self._channels + [self._bootstrap]:
+        for c in dict.fromkeys(self._channels + [self._bootstrap]):
             c.close()
 
     def __enter__(self):

@@ -159,12 +159,13 @@ def test_real_server_sees_each_connection(start_server):
     with attnserve.Client(s.target, timeout=60, connections=3) as c:
         for _ in range(3):
             assert_close(c.attend(q, k, v), attention(q, k, v)[0], 1e-5)
-        # The bootstrap channel (GetServerInfo) and three data connections.
-        assert server_side_connections(s.port) == 4
+        # Three data connections, the first of them the bootstrap channel's
+        # (GetServerInfo): the server has its default limits.
+        assert server_side_connections(s.port) == 3
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
             outs = list(pool.map(lambda _: c.attend(q, k, v), range(24)))
         assert all(np.array_equal(np.asarray(o), np.asarray(outs[0])) for o in outs)
-        assert server_side_connections(s.port) == 4
+        assert server_side_connections(s.port) == 3
 
 
 def test_sessions_keep_working_over_several_connections(start_server):
@@ -179,3 +180,15 @@ def test_sessions_keep_working_over_several_connections(start_server):
         assert tuple(session.info().layer_tokens) == (11,)
         session.close()
         assert c.open_connections == 4
+
+
+def test_a_server_with_other_limits_gets_data_connections_of_their_own(start_server):
+    # The bootstrap channel is sized for a server with the default limits; with
+    # others, the data channels are sized from GetServerInfo and open beside it.
+    s = start_server("--workers=1", "--threads_per_worker=1", "--max_response_bytes=64MiB")
+    q, k, v = (random((1, 4, 16, 16), seed=i) for i in range(3))
+    with attnserve.Client(s.target, timeout=60, connections=2) as c:
+        for _ in range(2):
+            assert_close(c.attend(q, k, v), attention(q, k, v)[0], 1e-5)
+        assert c.limits.max_response_bytes == 64 << 20
+        assert server_side_connections(s.port) == 3

@@ -996,6 +996,11 @@ TEST(KserveCancelE2eTest, InferCancelledInTheQueueFreesItsBytesAtOnce) {
   slow.hq = 16, slow.hkv = 16, slow.lq = 8192, slow.lk = 4096, slow.d = 64,
   slow.dv = 64;
   const ModelInferRequest request = ToV2(slow.Build(21), false);
+  // The call cancelled in the queue is small (4 MiB), so that it is queued
+  // well before the first one ends, however slowly a large one would arrive.
+  Case small = slow;
+  small.lq = 512, small.lk = 256;
+  const ModelInferRequest small_request = ToV2(small.Build(22), false);
   const std::string used = R"(attnserve_inflight_bytes{state="used"})";
   struct Call {
     grpc::ClientContext context;
@@ -1004,21 +1009,21 @@ TEST(KserveCancelE2eTest, InferCancelledInTheQueueFreesItsBytesAtOnce) {
     absl::Notification done;
   };
   Call first, second;
-  auto start = [&](Call* call) {
+  auto start = [&](Call* call, const ModelInferRequest* request) {
     Prepare(&call->context);
-    stub->async()->ModelInfer(&call->context, &request, &call->response,
+    stub->async()->ModelInfer(&call->context, request, &call->response,
                               [call](grpc::Status s) {
                                 call->status = std::move(s);
                                 call->done.Notify();
                               });
   };
-  start(&first);
+  start(&first, &request);
   ASSERT_GE(::attnserve::testing::AwaitMetric(
                 **server, "attnserve_queue_duration_seconds_count", 1),
             1);
   const double first_bytes = ::attnserve::testing::MetricSample(**server, used);
   ASSERT_GT(first_bytes, 0);
-  start(&second);
+  start(&second, &small_request);
   ASSERT_GE(
       ::attnserve::testing::AwaitMetric(**server, "attnserve_queue_depth", 1),
       1);
