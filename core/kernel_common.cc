@@ -1,5 +1,6 @@
 #include "core/kernel_common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -70,8 +71,21 @@ void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
         if (m[row + (k0 + c) * ms.col] == 0) bias[c] = kNegInf;
       }
     } else {
-      for (int64_t c = 0; c < n; ++c) {
-        bias[c] = LoadAsFloat(p.mask, DType::kFloat32, row + (k0 + c) * ms.col);
+      // A float mask is f32 (ResolveProblem), possibly unaligned (a
+      // message's bytes): a dense row is one copy, a broadcast one one value.
+      const char* m = static_cast<const char*>(p.mask) +
+                      (row + k0 * ms.col) * int64_t{sizeof(float)};
+      if (ms.col == 1) {
+        std::memcpy(bias, m, static_cast<size_t>(n) * sizeof(float));
+      } else if (ms.col == 0) {
+        float value;
+        std::memcpy(&value, m, sizeof value);
+        std::fill(bias, bias + n, value);
+      } else {
+        for (int64_t c = 0; c < n; ++c) {
+          std::memcpy(bias + c, m + c * ms.col * int64_t{sizeof(float)},
+                      sizeof(float));
+        }
       }
     }
   }
