@@ -61,31 +61,32 @@ void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
               int64_t k0, int64_t n, float* bias) {
   const Problem& p = *args.p;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int64_t c = 0; c < n; ++c) bias[c] = 0.0f;
-  if (p.mask != nullptr) {
-    const Strides4& ms = p.mask_strides;
-    const int64_t row = b * ms.b + h * ms.h + i * ms.row;
-    if (p.mask_dtype == DType::kBool) {
+  const Strides4& ms = p.mask_strides;
+  const int64_t row = b * ms.b + h * ms.h + i * ms.row;
+  if (p.mask == nullptr || p.mask_dtype == DType::kBool) {
+    std::fill(bias, bias + n, 0.0f);
+    if (p.mask != nullptr) {
       const char* m = static_cast<const char*>(p.mask);
       for (int64_t c = 0; c < n; ++c) {
         if (m[row + (k0 + c) * ms.col] == 0) bias[c] = kNegInf;
       }
+    }
+  } else {
+    // A float mask is f32 (ResolveProblem), possibly unaligned (a
+    // message's bytes), and sets every key's bias: a dense row is one
+    // copy, a broadcast one one value.
+    const char* m = static_cast<const char*>(p.mask) +
+                    (row + k0 * ms.col) * int64_t{sizeof(float)};
+    if (ms.col == 1) {
+      std::memcpy(bias, m, static_cast<size_t>(n) * sizeof(float));
+    } else if (ms.col == 0) {
+      float value;
+      std::memcpy(&value, m, sizeof value);
+      std::fill(bias, bias + n, value);
     } else {
-      // A float mask is f32 (ResolveProblem), possibly unaligned (a
-      // message's bytes): a dense row is one copy, a broadcast one one value.
-      const char* m = static_cast<const char*>(p.mask) +
-                      (row + k0 * ms.col) * int64_t{sizeof(float)};
-      if (ms.col == 1) {
-        std::memcpy(bias, m, static_cast<size_t>(n) * sizeof(float));
-      } else if (ms.col == 0) {
-        float value;
-        std::memcpy(&value, m, sizeof value);
-        std::fill(bias, bias + n, value);
-      } else {
-        for (int64_t c = 0; c < n; ++c) {
-          std::memcpy(bias + c, m + c * ms.col * int64_t{sizeof(float)},
-                      sizeof(float));
-        }
+      for (int64_t c = 0; c < n; ++c) {
+        std::memcpy(bias + c, m + c * ms.col * int64_t{sizeof(float)},
+                    sizeof(float));
       }
     }
   }

@@ -1,6 +1,5 @@
 #include "wire/attend_call.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
