@@ -566,10 +566,13 @@ grpc::ChannelArguments SmallWindowClient() {
 
 // A client that stops reading: the write of a 32 MiB response cannot
 // complete, so the watchdog cancels the stream after its timeout; the
-// message's budget bytes are held until then and released with it.
+// message's budget bytes are held until then and released with it. The
+// timeout leaves room for a slow (sanitized, loaded) build to fill and start
+// writing 32 MiB before the check that the bytes are still held.
 TEST_F(StreamReactorTest, AClientThatStopsReadingIsCancelledAfterTheTimeout) {
+  constexpr absl::Duration kTimeout = absl::Seconds(1);
   std::atomic<int> timeouts{0};
-  SendWatchdog watchdog(absl::Milliseconds(300), [&timeouts] { ++timeouts; });
+  SendWatchdog watchdog(kTimeout, [&timeouts] { ++timeouts; });
   MemoryBudget budget(int64_t{1} << 30);
   Start(/*max_inflight=*/16, absl::OkStatus(), &watchdog, SmallWindowClient());
   grpc::ClientContext context;
@@ -583,11 +586,15 @@ TEST_F(StreamReactorTest, AClientThatStopsReadingIsCancelledAfterTheTimeout) {
   processor_.CompleteLarge("big", 32 << 20, *std::move(reserved));
   // Held while the write is stuck: the client reads nothing.
   absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_EQ(budget.used(), 32 << 20);
-  EXPECT_EQ(processor_.released(), 0);
+  const int64_t held = budget.used();
+  const int released = processor_.released();
+  ASSERT_LT(absl::Now() - written, kTimeout)
+      << "the build was too slow to check the bytes before the timeout";
+  EXPECT_EQ(held, 32 << 20);
+  EXPECT_EQ(released, 0);
   // Then the watchdog cancels the stream, which releases the message.
   EXPECT_TRUE(processor_.WaitForReleased(1));
-  EXPECT_GE(absl::Now() - written, absl::Milliseconds(300));
+  EXPECT_GE(absl::Now() - written, kTimeout);
   EXPECT_EQ(budget.used(), 0);
   EXPECT_EQ(watchdog.cancelled(), 1);
   // The client, reading at last, finds the stream cut off mid-message.
