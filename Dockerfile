@@ -40,6 +40,7 @@ RUN apt-get update \
       libgomp1 \
       libgrpc++1.51 \
       libgrpc29 \
+      libhwy1 \
       libpng16-16 \
       libprometheus-cpp-core1.0 \
       libprometheus-cpp-pull1.0 \

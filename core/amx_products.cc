@@ -63,16 +63,6 @@ bool AmxUsable() {
   return usable;
 }
 
-// Blocks (2 × 2 tiles, 1-wide at odd edges) times the 32-wide slices of the
-// reduced dimension.
-int64_t AmxScoresSteps(int64_t m, int64_t n, int64_t d) {
-  return (RoundUp(m, 32) / 32) * (RoundUp(n, 32) / 32) * (d / 32);
-}
-
-int64_t AmxAccumulateSteps(int64_t m, int64_t n, int64_t dv) {
-  return (RoundUp(m, 32) / 32) * (RoundUp(dv, 32) / 32) * (RoundUp(n, 32) / 32);
-}
-
 #if defined(__clang__)
 #pragma clang attribute push(                                          \
     __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,fma"))), \

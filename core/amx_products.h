@@ -56,9 +56,15 @@ class AmxInterleave {
   ~AmxInterleave() = default;
 };
 
-// The steps AmxScores / AmxAccumulate take for these sizes.
-int64_t AmxScoresSteps(int64_t m, int64_t n, int64_t d);
-int64_t AmxAccumulateSteps(int64_t m, int64_t n, int64_t dv);
+// The steps AmxScores / AmxAccumulate take for these sizes: blocks (2 × 2
+// tiles, 1-wide at odd edges) times the 32-wide slices of the reduced
+// dimension.
+inline int64_t AmxScoresSteps(int64_t m, int64_t n, int64_t d) {
+  return (RoundUp(m, 32) / 32) * (RoundUp(n, 32) / 32) * (d / 32);
+}
+inline int64_t AmxAccumulateSteps(int64_t m, int64_t n, int64_t dv) {
+  return (RoundUp(m, 32) / 32) * (RoundUp(dv, 32) / 32) * (RoundUp(n, 32) / 32);
+}
 
 // s[m × RoundUp(n, 16)] (row stride lds) = q[m × d] · Kᵀ; the columns past n
 // are the zero keys' scores, 0. between->Step() after each step.

@@ -39,8 +39,10 @@ enum class KernelPath { kAuto, kFlash, kMaterialized, kDecode, kLinear, kLsh };
 // Instruction sets of our own vectorized code (softmax, exp, conversions).
 // kAmx is AVX-512 plus our own AMX tile products for the bf16 flash kernel
 // (Intel AMX-BF16; elsewhere oneDNN's primitives compute the products).
-enum class Isa { kAuto, kAvx2, kAvx512, kAmx };
-absl::string_view IsaName(Isa isa);  // "auto", "avx2", "avx512", "amx"
+// kNeon is arm64's (the only one there).
+enum class Isa { kAuto, kAvx2, kAvx512, kAmx, kNeon };
+// "auto", "avx2", "avx512", "amx", "neon"
+absl::string_view IsaName(Isa isa);
 // The Isa IsaName names; false for any other name.
 bool ParseIsa(absl::string_view name, Isa* isa);
 

@@ -469,13 +469,15 @@ absl::string_view IsaName(Isa isa) {
       return "avx512";
     case Isa::kAmx:
       return "amx";
+    case Isa::kNeon:
+      return "neon";
   }
   return "?";
 }
 
 bool ParseIsa(absl::string_view name, Isa* isa) {
   for (const Isa candidate :
-       {Isa::kAuto, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+       {Isa::kAuto, Isa::kAvx2, Isa::kAvx512, Isa::kAmx, Isa::kNeon}) {
     if (name == IsaName(candidate)) {
       *isa = candidate;
       return true;
@@ -503,21 +505,8 @@ absl::StatusOr<std::unique_ptr<AttentionEngine>> AttentionEngine::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("k_block: must be in [1, 65536], got ", options.k_block));
   }
-  const Isa detected = DetectIsa();
-  if (detected == Isa::kAuto) {
-    return absl::FailedPreconditionError(
-        "this CPU has neither AVX-512F nor AVX2+FMA+F16C");
-  }
-  const Isa isa = options.max_isa == Isa::kAuto ? detected : options.max_isa;
-  if (isa == Isa::kAvx512 && detected == Isa::kAvx2) {
-    return absl::InvalidArgumentError("max_isa: this CPU has no AVX-512F");
-  }
-  if (isa == Isa::kAmx && detected != Isa::kAmx) {
-    return absl::InvalidArgumentError(
-        "max_isa: AMX-BF16 is not usable here (the CPU lacks it, or the OS "
-        "does not grant its tile state)");
-  }
-  const VecOps* ops = isa == Isa::kAvx2 ? &Avx2VecOps() : &Avx512VecOps();
+  ASSIGN_OR_RETURN(const Isa isa, ResolveIsa(options.max_isa));
+  const VecOps* ops = &VecOpsFor(isa);
   const int threads =
       options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
   ASSIGN_OR_RETURN(MatmulCache * matmuls, MatmulCache::Shared());

@@ -20,16 +20,13 @@ absl::Status AdditiveScores(const float* qa, const float* ka, const float* v,
     return absl::InvalidArgumentError(absl::StrCat(
         "AdditiveScores: num_threads must be >= 1, got ", num_threads));
   }
-  const Isa detected = DetectIsa();
-  // Additive scores have no products: kAmx runs the AVX-512 code.
-  const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAmx;
-  if ((isa != Isa::kAvx2 && !avx512) || detected == Isa::kAuto ||
-      (avx512 && detected == Isa::kAvx2) ||
-      (isa == Isa::kAmx && detected != Isa::kAmx)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AdditiveScores: ISA ", IsaName(isa), " is not available on this CPU"));
+  const absl::StatusOr<Isa> runs = ResolveIsa(isa);
+  if (!runs.ok()) {
+    return absl::Status(
+        runs.status().code(),
+        absl::StrCat("AdditiveScores: ", runs.status().message()));
   }
-  const VecOps& ops = avx512 ? Avx512VecOps() : Avx2VecOps();
+  const VecOps& ops = VecOpsFor(*runs);
   const int64_t rows = batch * heads * q_len;
   const int threads = static_cast<int>(
       rows < num_threads ? (rows > 0 ? rows : 1) : num_threads);

@@ -1,13 +1,15 @@
 #ifndef ATTNSERVE_CORE_VEC_OPS_H_
 #define ATTNSERVE_CORE_VEC_OPS_H_
 
-// Internal: the hand-vectorized row operations of the kernels, one table per
-// ISA. Each table lives in its own file whose functions are compiled for that
-// ISA only (a GCC/Clang target pragma, no global -march), and is used only
+// Internal: the vectorized row operations of the kernels, one table per ISA.
+// Each table's functions are compiled for that ISA only (Highway's per-target
+// attributes or a target pragma, no global -march), and a table is used only
 // after the CPU has been checked to support it.
 
 #include <cstdint>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "core/attention.h"
 #include "core/tensor.h"
 
@@ -111,20 +113,19 @@ inline constexpr float kTanhQ[5] = {7.776553730e-07f, 3.285633866e-04f,
                                     2.587698027e-02f, 4.671434164e-01f,
                                     1.000000000e+00f};
 
-// The tables; the AVX-512 one needs AVX512F, the AVX2 one AVX2, FMA and F16C.
+// The tables. vec_ops_hwy.cc writes each operation once (Highway) and
+// compiles it for every target below; a table may be taken only where
+// RunnableIsas() lists its ISA.
+#if defined(__x86_64__)
+// AVX2 needs AVX2, FMA and F16C; AVX-512 needs AVX512F, BW, DQ and VL.
 // Avx512VecOps() is the best of AVX-512 for this CPU: it rounds bf16 with
-// AVX512-BF16's instruction where the CPU has it, and reads int8 rows with
-// AVX512-VNNI's where it has that; Avx512FVecOps() never does
-// (what CPUs without it run; tests check both).
+// AVX512-BF16's instruction where the CPU has it, and reads bf16 and int8
+// rows with AVX512-BF16's and AVX512-VNNI's dot products where it has those
+// (vec_ops_avx512_bf16.cc, vec_ops_avx512_vnni.cc); Avx512FVecOps() never
+// does (what CPUs without them run; tests check both).
 const VecOps& Avx512VecOps();
 const VecOps& Avx512FVecOps();
 const VecOps& Avx2VecOps();
-
-// True when the CPU has AVX512-BF16 (vcvtneps2bf16, vdpbf16ps) and AVX512BW.
-bool HasAvx512Bf16();
-
-// True when the CPU has AVX512-VNNI (vpdpwssd) and AVX512BW.
-bool HasAvx512Vnni();
 
 // kv_scores with AVX512-BF16's dot product for bf16 keys (queries rounded to
 // bf16; other dtypes go to Avx512FVecOps()'s); needs HasAvx512Bf16().
@@ -155,10 +156,34 @@ void KvAccumulateAvx512Vnni(const float* p, int64_t ldp, int64_t m,
 float ScaledExpSumBf16Avx512Bf16(const float* s, int64_t n, float scale,
                                  int64_t lo, int64_t hi, const float* bias,
                                  float row_max, uint16_t* dst);
+#elif defined(__aarch64__)
+// NEON (Advanced SIMD), which every arm64 CPU has.
+const VecOps& NeonVecOps();
+#endif
 
-// The best ISA this CPU supports (kAmx, kAvx512, kAvx2), or kAuto when it has
-// none of them.
+// True when the CPU has AVX512-BF16 (vcvtneps2bf16, vdpbf16ps) and the
+// AVX-512 table's ISA; false off x86-64.
+bool HasAvx512Bf16();
+
+// True when the CPU has AVX512-VNNI (vpdpwssd) and the AVX-512 table's ISA;
+// false off x86-64.
+bool HasAvx512Vnni();
+
+// The best ISA this CPU supports (kAmx, kAvx512 or kAvx2 on x86-64, kNeon on
+// arm64), or kAuto when it has none of them.
 Isa DetectIsa();
+
+// The ISAs this CPU runs, best first (empty when it runs none).
+std::vector<Isa> RunnableIsas();
+
+// The ISA that an engine asked for at most `max_isa` runs here: the best
+// one for kAuto, else max_isa itself when this CPU runs it. Errors name
+// what is missing.
+absl::StatusOr<Isa> ResolveIsa(Isa max_isa);
+
+// The table an engine of a runnable ISA uses (kAmx: the AVX-512 one, whose
+// rows the tile products feed).
+const VecOps& VecOpsFor(Isa isa);
 
 }  // namespace attnserve
 

@@ -6,6 +6,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -23,7 +25,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512bf16,fma")
 #endif
 
-#include "core/kv_rows_inl.h"
+#include "core/kv_rows.h"
 #include "core/vec_ops_avx512_inl.h"
 
 namespace attnserve {
@@ -203,11 +205,68 @@ void KvScoresAvx512Bf16(const float* q, int64_t ldq, int64_t m, int64_t d,
   });
 }
 
+// The bf16 exp pass (VecOps::scaled_exp_sum_bf16, as the portable tables
+// compute it in vec_ops_hwy.cc, whose comments explain the steps): 2^y with
+// a degree-4 polynomial for the fraction and scalef for the whole part; the
+// scale, log2 e and the maximum folded into one multiply-add while |row_max|
+// <= 1024.
 float ScaledExpSumBf16Avx512Bf16(const float* s, int64_t n, float scale,
                                  int64_t lo, int64_t hi, const float* bias,
                                  float row_max, uint16_t* dst) {
-  return ScaledExpSumImpl<true, uint16_t, StoreBf16Native>(s, n, scale, lo, hi,
-                                                           bias, row_max, dst);
+  lo = std::clamp<int64_t>(lo, 0, n);
+  hi = std::clamp<int64_t>(hi, lo, n);
+  std::memset(dst, 0, lo * sizeof(uint16_t));
+  std::memset(dst + hi, 0, (n - hi) * sizeof(uint16_t));
+  constexpr float kLog2e = 1.44269504088896341f;
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 log2e = _mm512_set1_ps(kLog2e);
+  const __m512 scale_log2e = _mm512_set1_ps(scale * kLog2e);
+  const __m512 max_log2e = _mm512_set1_ps(-row_max * kLog2e);
+  const bool fold = std::fabs(row_max) <= 1024.0f;
+  const auto exp = [&](int64_t c, __mmask16 m) {
+    const __m512 raw = _mm512_maskz_loadu_ps(m, s + c);
+    __m512 y;
+    if (fold && bias == nullptr) {
+      // Finite (products of finite inputs); scalef takes any exponent.
+      y = _mm512_fmadd_ps(raw, scale_log2e, max_log2e);
+    } else {
+      const __m512 t =
+          bias == nullptr ? _mm512_mul_ps(raw, vscale)
+                          : _mm512_fmadd_ps(raw, vscale,
+                                            _mm512_maskz_loadu_ps(m, bias + c));
+      y = fold
+              ? _mm512_fmadd_ps(t, log2e, max_log2e)
+              : _mm512_mul_ps(_mm512_sub_ps(t, _mm512_set1_ps(row_max)), log2e);
+      // A bias's -inf gives exactly 0 (2^-150 rounds to 0); NaN propagates.
+      y = _mm512_max_ps(_mm512_set1_ps(-150.0f), y);
+    }
+    const __m512 whole =
+        _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(y, whole);
+    __m512 p = _mm512_set1_ps(9.57007e-3f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.591781e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4024744e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9312185e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps(m, _mm512_scalef_ps(p, whole));
+  };
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
+  int64_t c = lo;
+  for (; c + 2 * kLanes <= hi; c += 2 * kLanes) {
+    const __m512 p0 = exp(c, __mmask16(0xFFFF));
+    const __m512 p1 = exp(c + kLanes, __mmask16(0xFFFF));
+    StoreBf16Native(p0, dst + c, kLanes);
+    StoreBf16Native(p1, dst + c + kLanes, kLanes);
+    sum0 = _mm512_add_ps(sum0, p0);
+    sum1 = _mm512_add_ps(sum1, p1);
+  }
+  for (; c < hi; c += kLanes) {
+    const int64_t count = hi - c < kLanes ? hi - c : kLanes;
+    const __m512 p = exp(c, TailMask(count));
+    StoreBf16Native(p, dst + c, count);
+    sum0 = _mm512_add_ps(sum0, p);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
 
 }  // namespace attnserve

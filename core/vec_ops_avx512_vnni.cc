@@ -31,7 +31,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512vnni,fma")
 #endif
 
-#include "core/kv_rows_inl.h"
+#include "core/kv_rows.h"
 #include "core/vec_ops_avx512_inl.h"
 
 namespace attnserve {

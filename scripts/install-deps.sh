@@ -38,7 +38,7 @@ build_packages=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config
   # core
-  libdnnl-dev ocl-icd-opencl-dev libabsl-dev  # dnnl's CMake config wants OpenCL
+  libdnnl-dev ocl-icd-opencl-dev libabsl-dev libhwy-dev  # dnnl's CMake config wants OpenCL
   # service and client
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libcivetweb-dev nlohmann-json3-dev libpng-dev zlib1g-dev

@@ -29,17 +29,54 @@ struct Table {
   const VecOps* ops;
 };
 
+// Every table this CPU runs (the AVX-512 ISA's two: with and without its
+// extensions).
 std::vector<Table> MachineTables() {
-  __builtin_cpu_init();
   std::vector<Table> tables;
-  if (__builtin_cpu_supports("avx512f")) {
-    tables.push_back({"avx512", &Avx512VecOps()});
-    tables.push_back({"avx512f", &Avx512FVecOps()});
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    tables.push_back({"avx2", &Avx2VecOps()});
+  for (const Isa isa : RunnableIsas()) {
+    switch (isa) {
+#if defined(__x86_64__)
+      case Isa::kAvx512:
+        tables.push_back({"avx512", &Avx512VecOps()});
+        tables.push_back({"avx512f", &Avx512FVecOps()});
+        break;
+      case Isa::kAvx2:
+        tables.push_back({"avx2", &Avx2VecOps()});
+        break;
+#elif defined(__aarch64__)
+      case Isa::kNeon:
+        tables.push_back({"neon", &NeonVecOps()});
+        break;
+#endif
+      default:  // kAmx: the AVX-512 tables
+        break;
+    }
   }
   return tables;
+}
+
+TEST(VecOpsTest, ThisCpuRunsATableAndResolvesItsIsas) {
+  ASSERT_FALSE(MachineTables().empty()) << "no table runs on this CPU";
+  const std::vector<Isa> isas = RunnableIsas();
+  EXPECT_EQ(DetectIsa(), isas.front());
+  absl::StatusOr<Isa> best = ResolveIsa(Isa::kAuto);
+  ASSERT_TRUE(best.ok()) << best.status();
+  EXPECT_EQ(*best, isas.front());
+  for (const Isa isa : isas) {
+    absl::StatusOr<Isa> resolved = ResolveIsa(isa);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    EXPECT_EQ(*resolved, isa);
+  }
+  // The other architecture's ISA is refused, naming the option.
+#if defined(__x86_64__)
+  const Isa foreign = Isa::kNeon;
+#else
+  const Isa foreign = Isa::kAvx2;
+#endif
+  absl::StatusOr<Isa> refused = ResolveIsa(foreign);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("max_isa"), std::string::npos)
+      << refused.status();
 }
 
 // One row: raw scores, an optional bias and the interval.

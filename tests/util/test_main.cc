@@ -16,17 +16,7 @@ Isa MaxTestIsa() { return g_max_isa; }
 
 Isa CapIsa(Isa isa) { return g_max_isa == Isa::kAvx2 ? Isa::kAvx2 : isa; }
 
-std::vector<Isa> MachineIsas() {
-  __builtin_cpu_init();
-  switch (DetectIsa()) {
-    case Isa::kAmx:
-      return {Isa::kAmx, Isa::kAvx512, Isa::kAvx2};
-    case Isa::kAvx512:
-      return {Isa::kAvx512, Isa::kAvx2};
-    default:
-      return {Isa::kAvx2};
-  }
-}
+std::vector<Isa> MachineIsas() { return RunnableIsas(); }
 
 std::string IsaLabel(Isa isa) {
   std::string label(IsaName(isa));
