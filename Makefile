@@ -11,7 +11,8 @@
 #              ThreadSanitizer (build-tsan/: the store alone, no gRPC or OpenMP,
 #              whose prebuilt Debian libraries TSan cannot see into), then the
 #              coverage-guided libFuzzer target over request decoding and validation
-#              (make test-fuzz)
+#              (make test-fuzz), then the arm64 build with its core, wire and
+#              KV-cache tests under qemu-aarch64 (make test-arm64)
 # make test-fuzz builds tests/fuzz/'s libFuzzer target with clang++ under
 # ASan+UBSan in build-fuzz/ (only the libraries it links) and runs it on the seed
 # corpus for FUZZ_SECONDS (default 60; e.g. `make test-fuzz FUZZ_SECONDS=600` to
@@ -30,6 +31,7 @@ BUILD_DIR      ?= build
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 FUZZ_BUILD_DIR ?= build-fuzz
+ARM64_BUILD_DIR ?= build-arm64
 FUZZ_SECONDS   ?= 60
 CMAKE_FLAGS    ?=
 JOBS           ?= $(shell nproc)
@@ -38,7 +40,7 @@ JOBS           ?= $(shell nproc)
 SANITIZE_FLAGS ?= -O2 -g1 -DNDEBUG
 
 .PHONY: all deps deps-run configure build run bench bench-quick test test-release test-sanitize test-tsan \
-        test-fuzz test-image format format-check clean
+        test-fuzz test-arm64 test-image format format-check clean
 
 all: build
 
@@ -71,7 +73,7 @@ bench: build
 bench-quick: build
 	$(BUILD_DIR)/bench/attnserve_kernel_bench --quick
 
-test: format-check test-release test-sanitize test-tsan test-fuzz
+test: format-check test-release test-sanitize test-tsan test-fuzz test-arm64
 
 test-release: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
@@ -103,6 +105,12 @@ test-fuzz: deps
 	@cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target attnserve_fuzz
 	bash tests/fuzz/run_fuzz.sh $(FUZZ_BUILD_DIR)/tests/fuzz/attnserve_fuzz \
 	  $(FUZZ_BUILD_DIR)/fuzz-run $(FUZZ_SECONDS)
+
+# The arm64 build, cross-compiled from x86-64, and its core, wire and KV-cache tests
+# under qemu-aarch64 (scripts/arm64.sh: the packages it adds, the one test it leaves
+# out under emulation).
+test-arm64: deps
+	@JOBS=$(JOBS) bash scripts/arm64.sh $(ARM64_BUILD_DIR)
 
 # Separate from `make test`: it needs root (or sudo) and podman, which a developer's
 # machine or a container may not offer. Fails, never skips, where podman cannot run.

@@ -39,9 +39,9 @@ enum class KernelPath { kAuto, kFlash, kMaterialized, kDecode, kLinear, kLsh };
 // Instruction sets of our own vectorized code (softmax, exp, conversions).
 // kAmx is AVX-512 plus our own AMX tile products for the bf16 flash kernel
 // (Intel AMX-BF16; elsewhere oneDNN's primitives compute the products).
-// kNeon is arm64's (the only one there).
-enum class Isa { kAuto, kAvx2, kAvx512, kAmx, kNeon };
-// "auto", "avx2", "avx512", "amx", "neon"
+// kNeon and kSve are arm64's.
+enum class Isa { kAuto, kAvx2, kAvx512, kAmx, kNeon, kSve };
+// "auto", "avx2", "avx512", "amx", "neon", "sve"
 absl::string_view IsaName(Isa isa);
 // The Isa IsaName names; false for any other name.
 bool ParseIsa(absl::string_view name, Isa* isa);

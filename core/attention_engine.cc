@@ -471,13 +471,15 @@ absl::string_view IsaName(Isa isa) {
       return "amx";
     case Isa::kNeon:
       return "neon";
+    case Isa::kSve:
+      return "sve";
   }
   return "?";
 }
 
 bool ParseIsa(absl::string_view name, Isa* isa) {
-  for (const Isa candidate :
-       {Isa::kAuto, Isa::kAvx2, Isa::kAvx512, Isa::kAmx, Isa::kNeon}) {
+  for (const Isa candidate : {Isa::kAuto, Isa::kAvx2, Isa::kAvx512, Isa::kAmx,
+                              Isa::kNeon, Isa::kSve}) {
     if (name == IsaName(candidate)) {
       *isa = candidate;
       return true;

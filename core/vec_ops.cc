@@ -123,11 +123,14 @@ bool HasAvx512Vnni() { return false; }
 
 std::vector<Isa> RunnableIsas() {
   std::vector<Isa> isas;
+  if (Supports(HWY_SVE)) isas.push_back(Isa::kSve);
   if (Supports(HWY_NEON)) isas.push_back(Isa::kNeon);
   return isas;
 }
 
-const VecOps& VecOpsFor(Isa) { return NeonVecOps(); }
+const VecOps& VecOpsFor(Isa isa) {
+  return isa == Isa::kSve ? SveVecOps() : NeonVecOps();
+}
 
 namespace {
 constexpr const char* kNeeds = "this CPU has no NEON";

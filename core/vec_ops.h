@@ -157,8 +157,10 @@ float ScaledExpSumBf16Avx512Bf16(const float* s, int64_t n, float scale,
                                  int64_t lo, int64_t hi, const float* bias,
                                  float row_max, uint16_t* dst);
 #elif defined(__aarch64__)
-// NEON (Advanced SIMD), which every arm64 CPU has.
+// NEON (Advanced SIMD), which every arm64 CPU has; SVE, whose table takes
+// NEON's paged-decode products (kv_scores, kv_accumulate).
 const VecOps& NeonVecOps();
+const VecOps& SveVecOps();
 #endif
 
 // True when the CPU has AVX512-BF16 (vcvtneps2bf16, vdpbf16ps) and the
@@ -169,8 +171,8 @@ bool HasAvx512Bf16();
 // false off x86-64.
 bool HasAvx512Vnni();
 
-// The best ISA this CPU supports (kAmx, kAvx512 or kAvx2 on x86-64, kNeon on
-// arm64), or kAuto when it has none of them.
+// The best ISA this CPU supports (kAmx, kAvx512 or kAvx2 on x86-64, kSve or
+// kNeon on arm64), or kAuto when it has none of them.
 Isa DetectIsa();
 
 // The ISAs this CPU runs, best first (empty when it runs none).

@@ -1,16 +1,15 @@
 // The vector-op tables (vec_ops.h), written once with Highway's portable
 // vector operations and compiled for each target this file names: AVX2 and
-// AVX-512 on x86-64, NEON on arm64. Highway's foreach_target.h includes this
-// file again for each target, with that target's namespace (N_AVX2, N_AVX3,
-// N_NEON) and compiler attributes; nothing here runs before the CPU has been
-// checked to support its target (vec_ops.cc).
+// AVX-512 on x86-64, NEON and SVE on arm64. Highway's foreach_target.h
+// includes this file again for each target, with that target's namespace
+// (N_AVX2, N_AVX3, N_NEON, N_SVE) and compiler attributes; nothing here runs
+// before the CPU has been checked to support its target (vec_ops.cc).
 
-// SSSE3 and SSE4 are below what the kernels need; SVE's sizeless vectors
-// cannot be held in the arrays the decode products keep their accumulators
-// in (NEON runs on every arm64 CPU, those with SVE too).
+// SSSE3 and SSE4 are below what the kernels need; SVE2 and the fixed-width
+// SVE targets would add nothing the SVE one lacks.
 #ifndef HWY_DISABLED_TARGETS
 #define HWY_DISABLED_TARGETS \
-  (HWY_SSSE3 | HWY_SSE4 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
+  (HWY_SSSE3 | HWY_SSE4 | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
 #endif
 
 #undef HWY_TARGET_INCLUDE
@@ -29,7 +28,13 @@
 
 // The targets the tables are for; Highway also compiles its baseline (static)
 // target, for which this file has nothing.
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_NEON
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
+    HWY_TARGET == HWY_NEON || HWY_TARGET == HWY_SVE
+
+// SVE's vectors are sizeless: they cannot be held in the arrays the decode
+// products keep their accumulators in, so the SVE table takes NEON's
+// products (SveVecOps, below).
+#define ATTNSERVE_KV_PRODUCTS (HWY_TARGET != HWY_SVE)
 
 HWY_BEFORE_NAMESPACE();
 namespace attnserve {
@@ -53,10 +58,11 @@ constexpr float kNegInf = -__builtin_inff();
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 
 // Whether this target's masked loads and stores of 32-bit lanes touch only
-// the lanes the mask selects (AVX2's vmaskmov, AVX-512's masks); elsewhere a
-// partial vector goes through a buffer, so that no byte past a row is read
-// or written.
-constexpr bool kMaskedIo = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3;
+// the lanes the mask selects (AVX2's vmaskmov, AVX-512's masks, SVE's
+// predicates); elsewhere (NEON) a partial vector goes through a buffer, so
+// that no byte past a row is read or written.
+constexpr bool kMaskedIo =
+    HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_SVE;
 
 // The paged decode's register blocking: vectors of a value row per row in
 // kv_accumulate, query rows per pass in kv_scores (AVX2 has 16 vector
@@ -97,28 +103,23 @@ inline VF KeepFirst(VF v, int64_t count) {
                         hn::Set(d, kNegInf));
 }
 
-// max(a, x), and x where x is NaN (x86's max returns its second operand when
-// one is NaN; NEON's returns the number).
-inline VF MaxKeepNaN(VF a, VF x) {
+// r, or x where x is NaN: r = max(a, x) or min(a, x) then keeps x's NaN.
+// x86's max and min return their second operand when one is NaN, so r has
+// it already; NEON's return the number.
+inline VF KeepNaN(VF x, VF r) {
 #if HWY_ARCH_X86
-  return hn::Max(a, x);
+  return r;
 #else
-  return hn::IfThenElse(hn::IsNaN(x), x, hn::Max(a, x));
+  return hn::IfThenElse(hn::IsNaN(x), x, r);
 #endif
 }
-
-// min(a, x), and x where x is NaN.
-inline VF MinKeepNaN(VF a, VF x) {
-#if HWY_ARCH_X86
-  return hn::Min(a, x);
-#else
-  return hn::IfThenElse(hn::IsNaN(x), x, hn::Min(a, x));
-#endif
-}
+inline VF MaxKeepNaN(VF a, VF x) { return KeepNaN(x, hn::Max(a, x)); }
+inline VF MinKeepNaN(VF a, VF x) { return KeepNaN(x, hn::Min(a, x)); }
 
 inline float ReduceMax(VF v) { return hn::GetLane(hn::MaxOfLanes(DF(), v)); }
 inline float ReduceAdd(VF v) { return hn::GetLane(hn::SumOfLanes(DF(), v)); }
 
+#if ATTNSERVE_KV_PRODUCTS
 // The four lanes of each 128-bit block of z added across blocks, to out[4].
 template <class D>
 inline void StoreBlockSums(D d, hn::Vec<D> z, float* out) {
@@ -146,6 +147,7 @@ inline void ReduceAdd4(VF a, VF b, VF c, VF d, float* out) {
                        hn::BitCast(df, hn::InterleaveUpper(d64, x64, y64)));
   StoreBlockSums(df, z, out);
 }
+#endif  // ATTNSERVE_KV_PRODUCTS
 
 // 2^e for whole e in [-126, 127]: the exponent bits.
 inline VF Pow2Normal(hn::Vec<DI> e) {
@@ -570,6 +572,7 @@ void DequantInt8(const int8_t* src, int64_t n, float scale, float* dst) {
   for (; c < n; ++c) dst[c] = static_cast<float>(src[c]) * scale;
 }
 
+#if ATTNSERVE_KV_PRODUCTS
 // The paged decode's products (VecOps::kv_scores and kv_accumulate) read a
 // cache's key and value rows in their stored dtype — f32, bf16, f16, or int8
 // with a scale per row — widening each vector in registers, so a decode step
@@ -796,6 +799,7 @@ void KvAccumulate(const float* p, int64_t ldp, int64_t m, const void* v,
                                              acc, ldacc);
   }
 }
+#endif  // ATTNSERVE_KV_PRODUCTS
 
 }  // namespace
 }  // namespace HWY_NAMESPACE
@@ -807,11 +811,19 @@ HWY_AFTER_NAMESPACE();
 namespace attnserve {
 namespace HWY_NAMESPACE {
 
+// Without ATTNSERVE_KV_PRODUCTS the products are null, for another target's.
 const VecOps& Table() {
+#if ATTNSERVE_KV_PRODUCTS
+  constexpr auto kv_scores = KvScores;
+  constexpr auto kv_accumulate = KvAccumulate;
+#else
+  constexpr decltype(VecOps::kv_scores) kv_scores = nullptr;
+  constexpr decltype(VecOps::kv_accumulate) kv_accumulate = nullptr;
+#endif
   static const VecOps ops = {
       ScaleMaskMax,    ExpSumF32,        ExpSumBFloat16, ScaledMax,
       ScaledExpSumF32, ScaledExpSumBf16, Scale,          StoreScaled,
-      LoadRow,         DequantInt8,      KvScores,       KvAccumulate,
+      LoadRow,         DequantInt8,      kv_scores,      kv_accumulate,
       ToBFloat16Row,   TanhDot,          SoftCap,        AddGathered};
   return ops;
 }
@@ -829,6 +841,15 @@ const VecOps& Avx2VecOps() { return N_AVX2::Table(); }
 const VecOps& Avx512FVecOps() { return N_AVX3::Table(); }
 #elif HWY_ARCH_ARM_A64
 const VecOps& NeonVecOps() { return N_NEON::Table(); }
+const VecOps& SveVecOps() {
+  static const VecOps ops = [] {
+    VecOps sve = N_SVE::Table();
+    sve.kv_scores = NeonVecOps().kv_scores;
+    sve.kv_accumulate = NeonVecOps().kv_accumulate;
+    return sve;
+  }();
+  return ops;
+}
 #endif
 
 }  // namespace attnserve

@@ -11,6 +11,12 @@
 #   scripts/install-deps.sh [--test]  everything: --run plus what `make test`,
 #                                     `make bench` and `make test-image` need (CI's set),
 #                                     and promtool in .deps/bin/ (below)
+#   scripts/install-deps.sh --arm64   only the arm64 cross build's (scripts/arm64.sh):
+#                                     Debian's aarch64 cross compiler, qemu-user, and
+#                                     the arm64 builds of the libraries (multiarch:
+#                                     the arm64 architecture is added to dpkg), and in
+#                                     .deps/arm64/ the arm64 -dev packages that cannot
+#                                     be installed beside their amd64 twins (below)
 #
 # No level installs a package that starts a service. promtool, which the deployment
 # tests run, comes with Debian's `prometheus` package, whose installation also starts
@@ -28,8 +34,9 @@ case "${1:-}" in
   "" | --test) ;;
   --run) mode=run ;;
   --build) mode=build ;;
+  --arm64) mode=arm64 ;;
   *)
-    echo "usage: $0 [--build | --run | --test]" >&2
+    echo "usage: $0 [--build | --run | --test | --arm64]" >&2
     exit 2
     ;;
 esac
@@ -72,10 +79,24 @@ test_packages=(
   podman runc debootstrap
 )
 
+arm64_packages=(
+  g++-aarch64-linux-gnu qemu-user
+  libabsl-dev:arm64 libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
+  libgrpc++-dev:arm64 libprotobuf-dev:arm64 libcivetweb-dev:arm64 libpng-dev:arm64
+  zlib1g-dev:arm64
+)
+# oneDNN's and prometheus-cpp's -dev packages cannot be installed beside their amd64
+# twins (a header and a CMake file differ): their arm64 .debs, with the libraries
+# they name, are unpacked (`dpkg-deb -x`, no maintainer scripts) into .deps/arm64/,
+# where cmake/aarch64-linux-gnu.cmake looks first.
+arm64_unpacked=(libdnnl-dev libdnnl2 prometheus-cpp-dev libprometheus-cpp-core1.0
+                libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0)
+
 packages=("${build_packages[@]}")
 case "$mode" in
   run) packages+=("${run_packages[@]}") ;;
   test) packages+=("${run_packages[@]}" "${test_packages[@]}") ;;
+  arm64) packages=("${arm64_packages[@]}") ;;
 esac
 
 sudo=""
@@ -88,6 +109,27 @@ apt_update() {
   if [ "$updated" -eq 0 ]; then
     $sudo apt-get update -qq
     updated=1
+  fi
+}
+
+if [ "$mode" = arm64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  echo "install-deps: adding the arm64 architecture to dpkg"
+  $sudo dpkg --add-architecture arm64
+  apt_update
+fi
+
+# Downloads the .debs of packages "$1"... into a new temporary directory, named in
+# $work.
+download_debs() {
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  # apt drops root to its _apt user to download, which must be able to write here.
+  if [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1; then
+    chown _apt "$work"
+  fi
+  if ! (cd "$work" && apt-get download -qq "$@") 2>/dev/null; then
+    apt_update  # no package lists yet (a fresh machine or image)
+    (cd "$work" && apt-get download -qq "$@")
   fi
 }
 
@@ -118,20 +160,25 @@ if [ "$mode" = test ]; then
   promtool="$root/.deps/bin/promtool"
   if ! "$promtool" --version >/dev/null 2>&1; then
     echo "install-deps: promtool from Debian's prometheus package into .deps/bin/ (no service)"
-    work="$(mktemp -d)"
-    trap 'rm -rf "$work"' EXIT
-    # apt drops root to its _apt user to download, which must be able to write here.
-    if [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1; then
-      chown _apt "$work"
-    fi
-    if ! (cd "$work" && apt-get download -qq prometheus) 2>/dev/null; then
-      apt_update  # no package lists yet (a fresh machine or image)
-      (cd "$work" && apt-get download -qq prometheus)
-    fi
+    download_debs prometheus
     dpkg-deb -x "$work"/prometheus_*.deb "$work/root"
     mkdir -p "$root/.deps/bin"
     install -m 755 "$work/root/usr/bin/promtool" "$promtool.new"
     mv "$promtool.new" "$promtool"
     echo "install-deps: $("$promtool" --version 2>&1 | head -1)"
+  fi
+fi
+
+if [ "$mode" = arm64 ]; then
+  prefix="$root/.deps/arm64"
+  if [ "$(cat "$prefix/unpacked" 2>/dev/null)" != "${arm64_unpacked[*]}" ]; then
+    echo "install-deps: unpacking ${arm64_unpacked[*]} (arm64) into .deps/arm64/"
+    download_debs "${arm64_unpacked[@]/%/:arm64}"
+    rm -rf "$prefix"
+    mkdir -p "$prefix"
+    for deb in "$work"/*.deb; do
+      dpkg-deb -x "$deb" "$prefix"
+    done
+    echo "${arm64_unpacked[*]}" >"$prefix/unpacked"
   fi
 fi

@@ -91,7 +91,7 @@ ABSL_FLAG(
     "file holding a bearer token every call must send (health stays open)");
 ABSL_FLAG(std::string, max_isa, "auto",
           "cap the kernels' own ISA: auto, amx (AMX tile products for bf16), "
-          "avx512 or avx2 on x86-64; auto or neon on arm64");
+          "avx512 or avx2 on x86-64; auto, sve or neon on arm64");
 ABSL_FLAG(std::string, model_repository, "",
           "directory of hosted attention layers (DIR/<name>/config.json and "
           "model.safetensors, docs/models.md); empty = none");
@@ -264,8 +264,9 @@ int main(int argc, char** argv) {
   }
   const std::string isa = absl::GetFlag(FLAGS_max_isa);
   if (!attnserve::ParseIsa(isa, &options.scheduler.engine.max_isa)) {
-    return Fail("--max_isa must be auto, amx, avx512, avx2 or neon, got \"" +
-                isa + "\"");
+    return Fail(
+        "--max_isa must be auto, amx, avx512, avx2, sve or neon, got \"" + isa +
+        "\"");
   }
 
   // Block the shutdown signals in every thread (the ones started below inherit

@@ -277,7 +277,9 @@ void ExpectMatchesReference(AttentionEngine& engine, const Case& c,
     } else if (s.lk > 0) {
       EXPECT_NEAR(sum, c.sinks.empty() ? 1.0 : ref_sum, 1e-4)
           << "weights row " << row;
-      if (!c.sinks.empty()) EXPECT_LT(ref_sum, 1.0) << "weights row " << row;
+      if (!c.sinks.empty()) {
+        EXPECT_LT(ref_sum, 1.0) << "weights row " << row;
+      }
     }
   }
 }
@@ -303,6 +305,10 @@ std::string PathName(KernelPath p) {
       return "Materialized";
     case KernelPath::kDecode:
       return "Decode";
+    case KernelPath::kLinear:
+      return "Linear";
+    case KernelPath::kLsh:
+      return "Lsh";
     case KernelPath::kAuto:
       return "Auto";
   }

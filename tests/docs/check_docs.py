@@ -318,6 +318,7 @@ EXTERNAL_INCLUDES = [
     ("oneapi/", "oneDNN"),
     ("dnnl.hpp", "oneDNN"),
     ("omp.h", "OpenMP"),
+    ("hwy/", "Highway"),
     ("png.h", "libpng"),
     ("attnserve/", "proto/"),     # generated from proto/attnserve/
     ("inference/", "proto/"),     # generated from proto/inference/

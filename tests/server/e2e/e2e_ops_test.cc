@@ -1334,7 +1334,8 @@ TEST(E2eBadFlagsTest, ExitNonZeroWithAClearMessage) {
            {"--workers=0", "workers: must be >= 1, got 0"},
            {"--listen=bogus", R"(cannot listen on "bogus" (--listen))"},
            {"--threads_per_worker=-2", "threads_per_worker: must be >= 0"},
-           {"--max_isa=sse2", "--max_isa must be auto, amx, avx512 or avx2"},
+           {"--max_isa=sse2",
+            "--max_isa must be auto, amx, avx512, avx2, sve or neon"},
            {"--max_connection_age=-1s",
             "--max_connection_age must be 0 (off) or between 100ms and 24 "
             "days, got -1s"},
