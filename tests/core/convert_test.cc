@@ -19,17 +19,17 @@ namespace {
 
 using ::testing::ElementsAre;
 
-float FromBits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
+// The bits of `from` as a To of the same size.
+template <typename To, typename From>
+To BitCast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
 }
 
-uint32_t ToBits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
+float FromBits(uint32_t bits) { return BitCast<float>(bits); }
+uint32_t ToBits(float f) { return BitCast<uint32_t>(f); }
 
 // A 16-bit float format described by its field widths, decoded and rounded with
 // plain double arithmetic so the tests share no code with core/convert.cc.
@@ -235,16 +235,11 @@ __attribute__((target("f16c"))) float HardwareFloat16ToFloat(uint16_t h) {
 }
 #elif defined(__aarch64__)
 uint16_t HardwareFloatToFloat16(float f) {
-  const __fp16 h = static_cast<__fp16>(f);
-  uint16_t bits;
-  std::memcpy(&bits, &h, sizeof bits);
-  return bits;
+  return BitCast<uint16_t>(static_cast<__fp16>(f));
 }
 
 float HardwareFloat16ToFloat(uint16_t bits) {
-  __fp16 h;
-  std::memcpy(&h, &bits, sizeof h);
-  return static_cast<float>(h);
+  return static_cast<float>(BitCast<__fp16>(bits));
 }
 #endif
 
