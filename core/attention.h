@@ -174,9 +174,18 @@ struct AttentionInputs {
 // Where results go. `output` has the output shape (see Layout) in any of the
 // three float dtypes; its last dimension must be dense. `weights`, when
 // present, is kFloat32 [B, Hq, Lq, Lk], dense.
+//
+// `entropy` and `max_weight` (softmax method only), each when present
+// kFloat32 [B, Hq, Lq] (AttentionShape::row_stats_shape), dense: per query
+// row, the entropy -sum_j w_j ln w_j (in nats) of its weights w and its
+// largest weight, computed by every kernel without a weights tensor (0 and 0
+// for a row with no allowed key). A head whose entropy collapses to 0 or
+// stays at ln(allowed keys) is one to look at.
 struct AttentionOutputs {
   MutableTensorView output;
   std::optional<MutableTensorView> weights;
+  std::optional<MutableTensorView> entropy;
+  std::optional<MutableTensorView> max_weight;
 };
 
 // The dimensions of a validated call.
@@ -186,6 +195,8 @@ struct AttentionShape {
   // In the call's layout.
   std::array<int64_t, 4> output_shape{};
   std::array<int64_t, 4> weights_shape{};
+  // Of AttentionOutputs::entropy and ::max_weight: [B, Hq, Lq].
+  std::array<int64_t, 3> row_stats_shape{};
   // Dense-attention FLOPs, 2·B·Hq·Lq·Lk·(D + Dv).
   double dense_flops() const;
   // The FLOPs this call's method and layout compute (set by Validate): dense

@@ -364,6 +364,12 @@ class Engine final : public AttentionEngine {
     args.out_strides = out_strides;
     args.weights =
         weights ? static_cast<float*>(outputs.weights->data) : nullptr;
+    if (outputs.entropy) {
+      args.entropy = static_cast<float*>(outputs.entropy->data);
+    }
+    if (outputs.max_weight) {
+      args.max_weight = static_cast<float*>(outputs.max_weight->data);
+    }
     args.ops = ops_;
     args.gemm_dtype = GemmDType(problem);
     const int64_t row_sets = s.batch * s.q_heads;
@@ -381,7 +387,9 @@ class Engine final : public AttentionEngine {
       args.k_block = bs * std::max<int64_t>(1, options_.k_block / bs);
     }
     args.num_threads = threads;
-    args.amx = isa_ == Isa::kAmx && args.gemm_dtype == DType::kBFloat16;
+    // The AMX path's interleaved softmax keeps no row statistics.
+    args.amx = isa_ == Isa::kAmx && args.gemm_dtype == DType::kBFloat16 &&
+               !args.row_stats();
     return args;
   }
 

@@ -1,7 +1,7 @@
 // The decode kernel: the rows of all query heads of a GQA group together (so
 // K and V are read once per group), the keys split across threads, the
-// partial (max, sum, acc) merged at the end; a batch of calls (sessions) runs
-// as one item list.
+// partial (max, sum, entropy sum, acc) merged at the end; a batch of calls
+// (sessions) runs as one item list.
 
 #include <algorithm>
 #include <cmath>
@@ -65,7 +65,7 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
     plan.first_partial = partial_floats;
     items += plan.sets * plan.splits;
     partial_floats +=
-        plan.sets * plan.splits * plan.chunk * (p.shape.value_dim + 2);
+        plan.sets * plan.splits * plan.chunk * (p.shape.value_dim + 3);
   }
   // Items (and, below, merges) are grouped by call: the call of a global index
   // is found by binary search over the calls' first indices, not a scan (a
@@ -83,7 +83,8 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
         1);
   };
 
-  // Partial results per (set, split): max and sum per row, acc per row.
+  // Partial results per (set, split): max, sum and entropy sum (row_u, zero
+  // without row statistics) per row, acc per row.
   std::vector<float> partial(static_cast<size_t>(partial_floats));
   absl::Status st =
       ParallelFor(num_threads, ws, items, [&](Workspace* w, int64_t global) {
@@ -132,13 +133,15 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
         const int64_t k_begin = split * plan.blocks_per_split * kb;
         const int64_t k_end =
             std::min(s.k_len, k_begin + plan.blocks_per_split * kb);
-        const int64_t stride = plan.chunk * (dv + 2);
+        const int64_t stride = plan.chunk * (dv + 3);
         float* out = partial.data() + plan.first_partial + item * stride;
         if (k_begin >= k_end) {
           std::fill(out, out + rows.count, kNegInf);
           std::fill(out + plan.chunk, out + plan.chunk + rows.count, 0.0f);
-          std::fill(out + 2 * plan.chunk,
-                    out + 2 * plan.chunk + rows.count * dv, 0.0f);
+          std::fill(out + 2 * plan.chunk, out + 2 * plan.chunk + rows.count,
+                    0.0f);
+          std::fill(out + 3 * plan.chunk,
+                    out + 3 * plan.chunk + rows.count * dv, 0.0f);
           return absl::OkStatus();
         }
         absl::Status st =
@@ -147,7 +150,14 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
         std::memcpy(out, w->row_max.Get<float>(0), rows.count * sizeof(float));
         std::memcpy(out + plan.chunk, w->row_sum.Get<float>(0),
                     rows.count * sizeof(float));
-        std::memcpy(out + 2 * plan.chunk, w->acc.Get<float>(0),
+        if (args.row_stats()) {
+          std::memcpy(out + 2 * plan.chunk, w->row_u.Get<float>(0),
+                      rows.count * sizeof(float));
+        } else {
+          std::fill(out + 2 * plan.chunk, out + 2 * plan.chunk + rows.count,
+                    0.0f);
+        }
+        std::memcpy(out + 3 * plan.chunk, w->acc.Get<float>(0),
                     rows.count * dv * sizeof(float));
         return absl::OkStatus();
       });
@@ -168,7 +178,7 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
         const int64_t b = set / (plan.chunks * p.shape.kv_heads);
         const int64_t r0 = c * plan.chunk;
         const int64_t count = std::min(plan.chunk, plan.group_rows - r0);
-        const int64_t stride = plan.chunk * (dv + 2);
+        const int64_t stride = plan.chunk * (dv + 3);
         const float* base = partial.data() + plan.first_partial;
         float* merged = w->acc.Get<float>(dv);
         for (int64_t r = 0; r < count; ++r) {
@@ -176,21 +186,25 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
           for (int64_t sp = 0; sp < splits; ++sp) {
             max = std::max(max, base[(set * splits + sp) * stride + r]);
           }
-          float sum = 0.0f;
+          float sum = 0.0f, u = 0.0f;
           std::fill(merged, merged + dv, 0.0f);
           if (max != kNegInf) {
             for (int64_t sp = 0; sp < splits; ++sp) {
               const float* part = base + (set * splits + sp) * stride;
               if (part[r] == kNegInf) continue;
-              const float alpha = std::exp(part[r] - max);
-              sum += alpha * part[plan.chunk + r];
-              const float* a = part + 2 * plan.chunk + r * dv;
+              const float shift = part[r] - max;
+              const float alpha = std::exp(shift);
+              const float part_sum = part[plan.chunk + r];
+              sum += alpha * part_sum;
+              // As AddToRow rescales it (online_softmax.cc).
+              u += alpha * (part[2 * plan.chunk + r] + shift * part_sum);
+              const float* a = part + 3 * plan.chunk + r * dv;
               for (int64_t d = 0; d < dv; ++d) merged[d] += alpha * a[d];
             }
           }
           const int64_t h = hkv * p.group + (r0 + r) % p.group;
           const int64_t i = (r0 + r) / p.group;
-          StoreRow(args, merged, max, sum, b, h, i);
+          StoreRow(args, merged, max, sum, u, b, h, i);
         }
         return absl::OkStatus();
       });

@@ -48,8 +48,10 @@ absl::Status RunTile(const KernelArgs& args, Workspace* w, int64_t item) {
   const float* acc = w->acc.Get<float>(0);
   const float* max = w->row_max.Get<float>(0);
   const float* sum = w->row_sum.Get<float>(0);
+  const float* u = args.row_stats() ? w->row_u.Get<float>(0) : nullptr;
   for (int64_t r = 0; r < rows.count; ++r) {
-    StoreRow(args, acc + r * s.value_dim, max[r], sum[r], b, h, i0 + r);
+    StoreRow(args, acc + r * s.value_dim, max[r], sum[r],
+             u != nullptr ? u[r] : 0.0f, b, h, i0 + r);
   }
   return absl::OkStatus();
 }

@@ -45,6 +45,9 @@ class ScratchBuffer {
 struct Workspace {
   std::unique_ptr<MatmulRunner> matmul;
   ScratchBuffer scores, probs, acc, row_max, row_sum, q, k, v, bias;
+  // With row statistics (KernelArgs::row_stats): each row's running
+  // sum of exp(s - max)·(s - max), from which StoreRowStats takes the entropy.
+  ScratchBuffer row_u;
   std::vector<int64_t> row_head, row_index, row_lo, row_hi;
   std::vector<int64_t> block_starts;  // block-sparse: the blocks of a product
   // Zero-padded copies of a ragged edge's query rows, keys and values.
@@ -73,6 +76,10 @@ struct KernelArgs {
   DType out_dtype = DType::kFloat32;
   Strides4 out_strides;
   float* weights = nullptr;  // dense [B, Hq, Lq, Lk] or null
+  // Dense [B, Hq, Lq] or null (AttentionOutputs::entropy, ::max_weight).
+  float* entropy = nullptr;
+  float* max_weight = nullptr;
+  bool row_stats() const { return entropy != nullptr || max_weight != nullptr; }
   const VecOps* ops = nullptr;
   DType gemm_dtype = DType::kFloat32;  // operand type of the products
   int64_t q_block = 64;
@@ -225,6 +232,16 @@ inline int64_t KeyBlockEnd(int64_t k0, int64_t k_block, int64_t allowed_end,
 // sink, shifted by the larger of max and sink so that no exp overflows; 0
 // for a row with nothing allowed (max -inf).
 float SinkNormalizer(float sink, float max, float sum);
+
+// Stores row (b, h, i)'s entropy and largest weight where the call wants
+// them (KernelArgs::entropy, ::max_weight).
+inline void StoreRowStats(const KernelArgs& args, int64_t b, int64_t h,
+                          int64_t i, float entropy, float max_weight) {
+  const AttentionShape& s = args.p->shape;
+  const int64_t at = (b * s.q_heads + h) * s.q_len + i;
+  if (args.entropy != nullptr) args.entropy[at] = entropy;
+  if (args.max_weight != nullptr) args.max_weight[at] = max_weight;
+}
 
 // Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi,
 // T5's relative bias, the block-sparse layout) of args.p for query row i of

@@ -56,6 +56,19 @@ struct RowGroup {
   int64_t rows = 0;   // multiplied: count, or padded to PaddedRows(count)
 };
 
+// The statistics of a row of weights (its allowed span): entropy and the
+// largest weight.
+void StoreWeightStats(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
+                      const float* w, int64_t n) {
+  float entropy = 0.0f, largest = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    // NaN weights (from NaN inputs) make both NaN.
+    if (!(w[j] == 0.0f)) entropy -= w[j] * std::log(w[j]);
+    largest = std::isnan(w[j]) ? w[j] : std::max(largest, w[j]);
+  }
+  StoreRowStats(args, b, h, i, entropy, largest);
+}
+
 int64_t QueryBlocks(const KernelArgs& args) {
   return (args.p->shape.q_len + args.q_block - 1) / args.q_block;
 }
@@ -105,6 +118,9 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
   if (lo_all >= hi_all) {
     // Lk = 0 leaves weights empty (and possibly null): nothing to clear.
     if (lk > 0) std::memset(weights, 0, m * lk * sizeof(float));
+    if (args.row_stats()) {
+      for (int64_t r = 0; r < m; ++r) StoreRowStats(args, b, h, i0 + r, 0, 0);
+    }
   } else {
     const int64_t span_begin = lo_all / kb * kb;
     const int64_t span_end =
@@ -161,6 +177,7 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
                              hi[r] - span_begin, bias);
       if (max == kNegInf) {
         std::memset(x, 0, span * sizeof(float));
+        if (args.row_stats()) StoreRowStats(args, b, h, i0 + r, 0, 0);
         continue;
       }
       const float sum = ops.exp_sum_f32(x, span, max, x);
@@ -168,6 +185,7 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
       ops.scale(x, span,
                 p.sinks != nullptr ? SinkNormalizer(p.sinks[h], max, sum)
                                    : 1.0f / sum);
+      if (args.row_stats()) StoreWeightStats(args, b, h, i0 + r, x, span);
     }
 
     // P·V, the probabilities through a tile (the product operand type,

@@ -45,6 +45,7 @@ struct BlockContext {
   Workspace* ws;
   float* row_max;
   float* row_sum;
+  float* row_u;  // with row statistics (KernelArgs::row_stats), else null
   float* acc;
   float* scores;
   uint16_t* probs16;  // bf16 products only
@@ -94,19 +95,43 @@ struct SpanOperands {
 // one product instead of a full part and a tail costs less than the copy.
 constexpr size_t kWholeSpanCopyBytes = 32 << 10;
 
-// Row r's running max becomes new_max (its acc and sum rescaled when it
-// grew), and `sum` (of probabilities relative to new_max) is added.
-void AddToRow(const BlockContext& c, int64_t r, float new_max, float sum) {
+// Row r's running max becomes new_max (its acc, sum and entropy sum
+// rescaled when it grew), and `sum` (of probabilities relative to new_max)
+// and `u` (their entropy sum, EntropySum) are added.
+void AddToRow(const BlockContext& c, int64_t r, float new_max, float sum,
+              float u) {
   if (new_max != c.row_max[r]) {
     if (c.row_max[r] != kNegInf) {
       const int64_t dv = c.args.p->shape.value_dim;
-      const float alpha = std::exp(c.row_max[r] - new_max);
+      const float shift = c.row_max[r] - new_max;
+      const float alpha = std::exp(shift);
       c.args.ops->scale(c.acc + r * dv, dv, alpha);
+      // p·(t - old) becomes alpha·p·(t - old + shift).
+      if (c.row_u != nullptr) {
+        c.row_u[r] = alpha * (c.row_u[r] + shift * c.row_sum[r]);
+      }
       c.row_sum[r] *= alpha;
     }
     c.row_max[r] = new_max;
   }
   c.row_sum[r] += sum;
+  if (c.row_u != nullptr) c.row_u[r] += u;
+}
+
+// The sum of exp(t - max)·(t - max) over keys [lo, hi) (clipped to [0, n))
+// of a row whose scores t are scale·s + bias (what the exp pass reads): with
+// the sum of exp(t - max) and the row's normalizer, its weights' entropy
+// (StoreRow). Masked keys (t = -inf) add nothing.
+float EntropySum(const float* s, int64_t n, int64_t lo, int64_t hi, float scale,
+                 const float* bias, float max) {
+  float u = 0.0f;
+  for (int64_t j = std::max<int64_t>(lo, 0); j < std::min(hi, n); ++j) {
+    const float t = scale * s[j] + (bias != nullptr ? bias[j] : 0.0f);
+    if (t == kNegInf) continue;
+    const float d = t - max;
+    u += std::exp(d) * d;
+  }
+  return u;
 }
 
 // The online-softmax update of row r of the set by its scores against keys
@@ -146,6 +171,10 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
     return;
   }
   const float new_max = std::max(c.row_max[r], tile_max);
+  // Before the f32 exp pass overwrites the scores.
+  const float u = c.row_u != nullptr
+                      ? EntropySum(s, n, lo, hi, p.pass_scale(), bias, new_max)
+                      : 0.0f;
   float sum;
   if (bf16) {
     sum = ops.scaled_exp_sum_bf16(s, n, p.pass_scale(), lo, hi, bias, new_max,
@@ -156,7 +185,7 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
         ops.scaled_exp_sum_f32(s, n, p.pass_scale(), lo, hi, bias, new_max, s);
     std::memset(s + n, 0, (cols - n) * sizeof(float));
   }
-  AddToRow(c, r, new_max, sum);
+  AddToRow(c, r, new_max, sum, u);
 }
 
 // The softmax of queued rows (bf16 products), run in small units between
@@ -263,7 +292,8 @@ class InterleavedRows final : public AmxInterleave {
     pos_ += count;
     if (pos_ == n_) {
       std::memset(probs + n_, 0, (cols_ - n_) * sizeof(uint16_t));
-      AddToRow(c_, r, new_max_, sum_);
+      // (No row statistics on AMX tiles: ArgsFor.)
+      AddToRow(c_, r, new_max_, sum_, /*u=*/0.0f);
       pos_ = -1;
       ++next_;
     }
@@ -721,6 +751,7 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
                  ws,
                  ws->row_max.Get<float>(m),
                  ws->row_sum.Get<float>(m),
+                 args.row_stats() ? ws->row_u.Get<float>(m) : nullptr,
                  ws->acc.Get<float>(held * dv),
                  ws->scores.Get<float>(held * lds),
                  bf16 ? ws->probs.Get<uint16_t>(held * ldp) : nullptr,
@@ -744,6 +775,7 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
   }
   std::fill(c.row_max, c.row_max + m, kNegInf);
   std::fill(c.row_sum, c.row_sum + m, 0.0f);
+  if (c.row_u != nullptr) std::fill(c.row_u, c.row_u + m, 0.0f);
   std::fill(c.acc, c.acc + held * dv, 0.0f);
 
   int64_t lo_all, hi_all;
@@ -763,12 +795,19 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
 }
 
 void StoreRow(const KernelArgs& args, const float* acc, float max, float sum,
-              int64_t b, int64_t h, int64_t i) {
+              float u, int64_t b, int64_t h, int64_t i) {
   float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   if (args.p->sinks != nullptr)
     inv = SinkNormalizer(args.p->sinks[h], max, sum);
   args.ops->store_scaled(acc, args.p->shape.value_dim, inv,
                          OutputRow(args, b, h, i), args.out_dtype);
+  if (!args.row_stats()) return;
+  // The weights are w = inv·exp(t - max): the largest is inv, and
+  // -sum w·ln w = -inv·(u + sum·ln inv) (rounding may take a one-key row's
+  // a hair below 0; NaN stays NaN).
+  float entropy = inv == 0.0f ? 0.0f : -inv * (u + sum * std::log(inv));
+  if (entropy < 0.0f) entropy = 0.0f;
+  StoreRowStats(args, b, h, i, entropy, inv);
 }
 
 }  // namespace attnserve

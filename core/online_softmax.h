@@ -33,18 +33,20 @@ struct RowSet {
 // Runs the online softmax of `rows` over keys [k_begin, k_end) (block aligned
 // at k_begin). On return the workspace holds, per row, the running max
 // (row_max), the sum of exp(s - max) (row_sum) and the unnormalized output
-// (acc, ld = Dv). With `pad_rows` (flash), a set shorter than a query block
-// multiplies its last row group as padded rows ("Tile shapes").
+// (acc, ld = Dv), and with row statistics (KernelArgs::row_stats) the sum of
+// exp(s - max)·(s - max) (row_u). With `pad_rows` (flash), a set shorter than a
+// query block multiplies its last row group as padded rows ("Tile shapes").
 absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
                         int64_t k_begin, int64_t k_end, bool pad_rows,
                         Workspace* ws);
 
 // Writes acc row / sum (or zeros when nothing was allowed) to output row
-// (b, h, i); `max` is the row's running max (-inf when nothing was allowed),
-// against which head h's attention sink, when the call has one, adds
-// exp(sink - max) to the sum.
+// (b, h, i), and the row's statistics from `u` (its row_u) where the call
+// wants them; `max` is the row's running max (-inf when nothing was
+// allowed), against which head h's attention sink, when the call has one,
+// adds exp(sink - max) to the sum.
 void StoreRow(const KernelArgs& args, const float* acc, float max, float sum,
-              int64_t b, int64_t h, int64_t i);
+              float u, int64_t b, int64_t h, int64_t i);
 
 }  // namespace attnserve
 

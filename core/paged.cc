@@ -15,14 +15,17 @@ namespace {
 // Stands in for key and value data where only shapes are read (validation).
 const char kPlaceholder = 0;
 
-// [d0, d1, d2] as [1, d0, d1, d2] with the same strides.
+// [d0, ...] (rank 2 or 3) as [1, d0, ...] with the same strides.
 template <typename View>
 View AddBatch(const View& v) {
   View out = v;
-  out.rank = 4;
-  out.shape = {1, v.shape[0], v.shape[1], v.shape[2]};
-  out.strides = {v.shape[0] * v.strides[0], v.strides[0], v.strides[1],
-                 v.strides[2]};
+  out.rank = v.rank + 1;
+  out.shape[0] = 1;
+  out.strides[0] = v.shape[0] * v.strides[0];
+  for (int d = 0; d < v.rank; ++d) {
+    out.shape[d + 1] = v.shape[d];
+    out.strides[d + 1] = v.strides[d];
+  }
   return out;
 }
 
@@ -181,6 +184,8 @@ AttentionOutputs PagedOutputs(const PagedSequence& seq) {
   AttentionOutputs out;
   out.output = AddBatch(seq.output);
   if (seq.weights) out.weights = AddBatch(*seq.weights);
+  if (seq.entropy) out.entropy = AddBatch(*seq.entropy);
+  if (seq.max_weight) out.max_weight = AddBatch(*seq.max_weight);
   return out;
 }
 

@@ -89,6 +89,10 @@ struct PagedSequence {
   // by the materialized kernel over a contiguous copy of its cache (a slower
   // path than the in-place decode kernel).
   std::optional<MutableTensorView> weights;
+  // When present: f32 [Hq, Lnew], dense, each (AttentionOutputs::entropy,
+  // ::max_weight).
+  std::optional<MutableTensorView> entropy;
+  std::optional<MutableTensorView> max_weight;
 };
 
 // The query heads a paged call may have: [1, kMaxPagedQueryHeads].

@@ -318,6 +318,7 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
     s.output_shape = {s.batch, s.q_len, s.q_heads, s.value_dim};
   }
   s.weights_shape = {s.batch, s.q_heads, s.q_len, s.k_len};
+  s.row_stats_shape = {s.batch, s.q_heads, s.q_len};
 
   p.dtype = dtype;
   p.layout = in.layout;
@@ -501,6 +502,27 @@ absl::StatusOr<Strides4> ResolveOutput(const Problem& p,
     }
     if (w.num_elements() > 0 && w.data == nullptr) {
       return absl::InvalidArgumentError("weights: null data");
+    }
+  }
+  for (const auto& [name, stats] :
+       {std::pair("entropy", &outputs.entropy),
+        std::pair("max_weight", &outputs.max_weight)}) {
+    if (!stats->has_value()) continue;
+    if (p.method != AttentionMethod::kSoftmax) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": only softmax attention has weights to summarize"));
+    }
+    const MutableTensorView& t = **stats;
+    if (t.dtype != DType::kFloat32 || t.rank != 3 ||
+        !std::equal(s.row_stats_shape.begin(), s.row_stats_shape.end(),
+                    t.shape.begin()) ||
+        !t.is_contiguous()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": expected dense f32 ", ShapeString(s.row_stats_shape),
+          ", got ", DTypeName(t.dtype), " ", ShapeString(t.dims())));
+    }
+    if (t.num_elements() > 0 && t.data == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": null data"));
     }
   }
   TensorView as_output;

@@ -110,10 +110,13 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
             if (allowed[j]) sum += std::exp(scores[j] - max_score);
           }
         }
+        double entropy = 0.0, max_weight = 0.0;
         for (int64_t j = 0; j < s.k_len; ++j) {
           double prob = 0.0;
           if (!zero_row && allowed[j]) {
             prob = std::exp(scores[j] - max_score) / sum;
+            if (prob > 0.0) entropy -= prob * std::log(prob);
+            max_weight = std::isnan(prob) ? prob : std::max(max_weight, prob);
             const int64_t v_row = p.v_strides.offset(b, kv_head, j);
             for (int64_t c = 0; c < s.value_dim; ++c) {
               acc[c] +=
@@ -127,6 +130,16 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
             StoreFromFloat(weights->data, DType::kFloat32, w,
                            static_cast<float>(prob));
           }
+        }
+        const int64_t stats_at = (b * s.q_heads + h) * s.q_len + i;
+        if (std::isnan(max_weight)) entropy = max_weight;
+        if (outputs.entropy) {
+          static_cast<float*>(outputs.entropy->data)[stats_at] =
+              static_cast<float>(entropy);
+        }
+        if (outputs.max_weight) {
+          static_cast<float*>(outputs.max_weight->data)[stats_at] =
+              static_cast<float>(max_weight);
         }
         const int64_t out_row = out_strides.offset(b, h, i);
         for (int64_t c = 0; c < s.value_dim; ++c) {

@@ -215,9 +215,10 @@ float Tolerance(DType dtype) {
   return dtype == DType::kFloat32 ? 1e-5f : 2e-2f;
 }
 
-// Runs the engine and the reference on `c` and compares output (and weights).
+// Runs the engine and the reference on `c` and compares output (and weights,
+// and with `row_stats` each row's entropy and largest weight).
 void ExpectMatchesReference(AttentionEngine& engine, const Case& c,
-                            KernelPath path) {
+                            KernelPath path, bool row_stats = false) {
   const bool weights = path == KernelPath::kMaterialized;
   const AttentionInputs in = c.Inputs(path);
   const Shape& s = c.shape;
@@ -229,12 +230,29 @@ void ExpectMatchesReference(AttentionEngine& engine, const Case& c,
   for (int64_t i = 0; i < w.size(); ++i) w.Set(i, std::nanf(""));
   AttentionOutputs outputs{out.mutable_view(), std::nullopt};
   if (weights) outputs.weights = w.mutable_view();
+  const std::vector<int64_t> stats_shape = {s.b, s.hq, s.lq};
+  TestTensor entropy(DType::kFloat32, stats_shape);
+  TestTensor max_weight(DType::kFloat32, stats_shape);
+  TestTensor ref_entropy(DType::kFloat32, stats_shape);
+  TestTensor ref_max_weight(DType::kFloat32, stats_shape);
+  if (row_stats) {
+    for (int64_t i = 0; i < entropy.size(); ++i) {
+      entropy.Set(i, std::nanf(""));
+      max_weight.Set(i, std::nanf(""));
+    }
+    outputs.entropy = entropy.mutable_view();
+    outputs.max_weight = max_weight.mutable_view();
+  }
   ASSERT_TRUE(engine.Run(in, outputs).ok()) << engine.Run(in, outputs);
 
   TestTensor ref_out(DType::kFloat32, c.OutputShape());
   TestTensor ref_w(DType::kFloat32, {s.b, s.hq, s.lq, s.lk});
   AttentionOutputs ref_outputs{ref_out.mutable_view(), std::nullopt};
   if (weights) ref_outputs.weights = ref_w.mutable_view();
+  if (row_stats) {
+    ref_outputs.entropy = ref_entropy.mutable_view();
+    ref_outputs.max_weight = ref_max_weight.mutable_view();
+  }
   ASSERT_TRUE(ReferenceAttention(in, ref_outputs).ok());
 
   const float tol =
@@ -248,6 +266,21 @@ void ExpectMatchesReference(AttentionEngine& engine, const Case& c,
     if (!(std::fabs(got - ref) <= bound) && reported++ < 5) {
       ADD_FAILURE() << "output[" << i << "] = " << got << ", reference " << ref
                     << ", |err| " << std::fabs(got - ref) << " > " << bound;
+    }
+  }
+  if (row_stats) {
+    // Entropy is up to ln(Lk) nats, computed from f32 scores.
+    const float stol = c.dtype == DType::kFloat32 ? 2e-5f : 2e-3f;
+    for (int64_t i = 0; i < entropy.size(); ++i) {
+      for (const auto& [name, got, ref] :
+           {std::tuple("entropy", entropy.at(i), ref_entropy.at(i)),
+            std::tuple("max_weight", max_weight.at(i), ref_max_weight.at(i))}) {
+        if (!(std::fabs(got - ref) <= stol * (1.0f + std::fabs(ref))) &&
+            reported++ < 5) {
+          ADD_FAILURE() << name << "[" << i << "] = " << got << ", reference "
+                        << ref;
+        }
+      }
     }
   }
   if (!weights) return;
@@ -351,7 +384,10 @@ TEST_P(EngineMaskTest, MatchesReference) {
     c.mask = mask;
     c.Build(static_cast<uint64_t>(shape.lq * 131 + static_cast<int>(mask)));
     SCOPED_TRACE(absl::StrCat("Lq=", shape.lq, " Lk=", shape.lk));
-    ExpectMatchesReference(*engine, c, path);
+    // Row statistics with the small tiles (where every row's softmax spans
+    // several key blocks and splits); the default tiles without them (on an
+    // AMX CPU, the tile path, which keeps none).
+    ExpectMatchesReference(*engine, c, path, /*row_stats=*/small_tiles);
   }
 }
 
@@ -397,7 +433,10 @@ TEST_P(EngineShapeTest, MatchesReference) {
   c.out_dtype = DType::kFloat32;
   c.mask = mask;
   c.Build(7);
-  ExpectMatchesReference(*engine, c, path);
+  // Row statistics with f32 inputs (bf16 ones keep the AMX tile path, which
+  // has none, on a CPU with AMX).
+  ExpectMatchesReference(*engine, c, path,
+                         /*row_stats=*/dtype == DType::kFloat32);
 }
 
 INSTANTIATE_TEST_SUITE_P(

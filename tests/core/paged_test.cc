@@ -96,6 +96,7 @@ struct PagedCase {
   bool sinks = false;
   bool relative_bias = false;  // T5's decoder bias: 8 buckets, distance 40
   std::vector<bool> weights;   // per sequence; empty = none
+  bool row_stats = false;      // every sequence's entropy and max weight
   Isa isa = Isa::kAuto;
 
   std::string Name() const {
@@ -116,7 +117,7 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
 
   const size_t n = c.tokens.size();
   std::vector<std::unique_ptr<Cache>> caches;
-  std::vector<TestTensor> queries, outputs, weights;
+  std::vector<TestTensor> queries, outputs, weights, entropies, max_weights;
   std::vector<float> slopes;
   for (int64_t h = 0; h < c.hq; ++h) slopes.push_back(0.1f * (h + 1));
   std::vector<float> sinks;
@@ -145,6 +146,12 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
     const bool w = !c.weights.empty() && c.weights[i];
     weights.emplace_back(DType::kFloat32,
                          std::vector<int64_t>{c.hq, c.lnew[i], c.tokens[i]});
+    entropies.emplace_back(DType::kFloat32,
+                           std::vector<int64_t>{c.hq, c.lnew[i]});
+    entropies.back().Fill(NAN);
+    max_weights.emplace_back(DType::kFloat32,
+                             std::vector<int64_t>{c.hq, c.lnew[i]});
+    max_weights.back().Fill(NAN);
   }
   for (size_t i = 0; i < n; ++i) {
     seqs[i].query = queries[i].view();
@@ -153,6 +160,10 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
     seqs[i].output = outputs[i].mutable_view();
     if (!c.weights.empty() && c.weights[i]) {
       seqs[i].weights = weights[i].mutable_view();
+    }
+    if (c.row_stats) {
+      seqs[i].entropy = entropies[i].mutable_view();
+      seqs[i].max_weight = max_weights[i].mutable_view();
     }
   }
   PagedAttentionInputs in;
@@ -202,9 +213,13 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
     ref_in.mask.relative_bias = relative_bias;
     TestTensor ref_out(DType::kFloat32, {1, c.lnew[i], c.hq, c.dv});
     TestTensor ref_w(DType::kFloat32, {1, c.hq, c.lnew[i], c.tokens[i]});
+    TestTensor ref_entropy(DType::kFloat32, {1, c.hq, c.lnew[i]});
+    TestTensor ref_max_weight(DType::kFloat32, {1, c.hq, c.lnew[i]});
     AttentionOutputs ref_outputs;
     ref_outputs.output = ref_out.mutable_view();
     ref_outputs.weights = ref_w.mutable_view();
+    ref_outputs.entropy = ref_entropy.mutable_view();
+    ref_outputs.max_weight = ref_max_weight.mutable_view();
     ASSERT_TRUE(ReferenceAttention(ref_in, ref_outputs).ok());
     for (int64_t e = 0; e < ref_out.size(); ++e) {
       const float ref = ref_out.at(e);
@@ -215,6 +230,17 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
       for (int64_t e = 0; e < ref_w.size(); ++e) {
         ASSERT_NEAR(weights[i].at(e), ref_w.at(e), tol)
             << "weights element " << e;
+      }
+    }
+    if (c.row_stats) {
+      // Entropy (up to ln(tokens) nats) from f32 scores.
+      const float stol = std::max(tol, 2e-5f);
+      for (int64_t e = 0; e < ref_entropy.size(); ++e) {
+        ASSERT_NEAR(entropies[i].at(e), ref_entropy.at(e),
+                    stol * (1 + ref_entropy.at(e)))
+            << "entropy element " << e;
+        ASSERT_NEAR(max_weights[i].at(e), ref_max_weight.at(e), stol)
+            << "max_weight element " << e;
       }
     }
   }
@@ -290,6 +316,7 @@ TEST_P(PagedTest, SoftcapSinksAndRelativeBiasInEveryPath) {
     c.tokens = {300, 64, 5, 0};
     c.lnew = {1, 40, 2, 1};
     c.weights = {false, false, true, false};
+    c.row_stats = true;
     c.softcap = 0.75f;
     c.sinks = true;
     ExpectPagedMatchesReference(c);
@@ -311,6 +338,9 @@ TEST_P(PagedTest, EmptyCachesAndWeights) {
   c.lnew = {1, 4, 2};
   c.weights = {false, true, false};
   c.dtype = DType::kBFloat16;
+  ExpectPagedMatchesReference(c);
+  // An empty cache's rows: entropy and max weight 0.
+  c.row_stats = true;
   ExpectPagedMatchesReference(c);
 }
 

@@ -491,6 +491,33 @@ TEST_P(ValidationTest, WeightsNullData) {
   EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("weights: null data")));
 }
 
+TEST_P(ValidationTest, RowStatsWrongShapeDTypeOrNull) {
+  outputs_.entropy = Output(kF32, {2, 4, 3});
+  outputs_.max_weight = Output(kF32, {2, 4, 3});
+  EXPECT_TRUE(Call().ok()) << Call();
+  // [B, Hq, Lq] whatever the layout.
+  outputs_.entropy = Output(kF32, {2, 3, 4});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("entropy: expected dense f32 [2, 4, "
+                                           "3], got f32 [2, 3, 4]")));
+  outputs_.entropy.reset();
+  outputs_.max_weight = Output(DType::kBFloat16, {2, 4, 3});
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("max_weight: expected dense f32 [2, "
+                                           "4, 3], got bf16 [2, 4, 3]")));
+  outputs_.max_weight = Output(kF32, {2, 4, 3});
+  outputs_.max_weight->data = nullptr;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("max_weight: null data")));
+}
+
+TEST_P(ValidationTest, RowStatsOnlyForSoftmax) {
+  outputs_.weights.reset();
+  outputs_.entropy = Output(kF32, {2, 4, 3});
+  inputs_.method = AttentionMethod::kLinear;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("entropy: only softmax "
+                                                   "attention has weights")));
+}
+
 INSTANTIATE_TEST_SUITE_P(Reference, ValidationTest,
                          ::testing::Values(Runner{"reference",
                                                   ReferenceAttention}));
