@@ -3,6 +3,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -108,10 +109,13 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
   const int64_t output_shape[] = {s.batch, s.q_len, d_model};
   const int64_t weights_shape[] = {s.batch, layer.config().num_heads, s.q_len,
                                    s.k_len};
-  ASSIGN_OR_RETURN(
-      decoded.response_payload_bytes,
-      CheckResponseBytes(output_shape, decoded.output_dtype,
-                         decoded.return_weights, weights_shape, limits));
+  std::vector<ResponsePart> parts = {
+      {"output", output_shape, decoded.output_dtype}};
+  if (decoded.return_weights) {
+    parts.push_back({"weights", weights_shape, DType::kFloat32});
+  }
+  ASSIGN_OR_RETURN(decoded.response_payload_bytes,
+                   CheckResponseBytes(parts, limits));
   decoded.working_bytes = layer.WorkingBytes(s);
   decoded.flops = layer.Flops(s);
   if (decoded.flops > limits.max_flops) {

@@ -3,6 +3,7 @@
 #include <array>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -90,40 +91,27 @@ absl::StatusOr<char*> PlaceOutput(absl::string_view name,
 
 }  // namespace
 
-absl::StatusOr<int64_t> CheckResponseBytes(
-    absl::Span<const int64_t> output_shape, DType output_dtype, bool weights,
-    absl::Span<const int64_t> weights_shape, const RequestLimits& limits,
-    bool output) {
-  int64_t output_bytes = 0;
-  if (output) {
-    ASSIGN_OR_RETURN(output_bytes,
-                     DenseBytes("output", output_shape, output_dtype));
+absl::StatusOr<int64_t> CheckResponseBytes(absl::Span<const ResponsePart> parts,
+                                           const RequestLimits& limits) {
+  int64_t total = 0;
+  bool overflows = false;
+  std::string listed;
+  for (const ResponsePart& part : parts) {
+    ASSIGN_OR_RETURN(const int64_t bytes,
+                     DenseBytes(part.name, part.shape, part.dtype));
+    overflows = overflows || bytes > kInt64Max - total;
+    if (!overflows) total += bytes;
+    absl::StrAppend(&listed, listed.empty() ? "" : "; ", part.name, " ",
+                    ShapeString(part.shape), " of ", DTypeName(part.dtype),
+                    ": ", bytes, " bytes");
   }
-  int64_t weights_bytes = 0;
-  if (weights) {
-    ASSIGN_OR_RETURN(weights_bytes,
-                     DenseBytes("weights", weights_shape, DType::kFloat32));
-  }
-  const bool sum_overflows = weights_bytes > kInt64Max - output_bytes;
-  if (sum_overflows ||
-      output_bytes + weights_bytes > limits.max_response_bytes) {
-    const std::string total = sum_overflows
-                                  ? "more than 2^63"
-                                  : absl::StrCat(output_bytes + weights_bytes);
+  if (overflows || total > limits.max_response_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "response: ", total, " bytes (",
-        output ? absl::StrCat("output ", ShapeString(output_shape), " of ",
-                              DTypeName(output_dtype), ": ", output_bytes,
-                              " bytes")
-               : "",
-        weights ? absl::StrCat(output ? "; " : "", "weights ",
-                               ShapeString(weights_shape),
-                               " of f32: ", weights_bytes, " bytes")
-                : "",
-        ") exceed the limit of ", limits.max_response_bytes,
+        "response: ", overflows ? "more than 2^63" : absl::StrCat(total),
+        " bytes (", listed, ") exceed the limit of ", limits.max_response_bytes,
         " bytes (the server's --max_response_bytes flag)"));
   }
-  return output_bytes + weights_bytes;
+  return total;
 }
 
 absl::StatusOr<DecodedRequest> DecodeRequest(
@@ -136,12 +124,19 @@ absl::StatusOr<DecodedRequest> DecodeRequest(
   ASSIGN_OR_RETURN(decoded.plan,
                    engine.Validate(decoded.inputs, decoded.return_weights));
   const AttentionShape& shape = decoded.plan.shape;
-  ASSIGN_OR_RETURN(
-      decoded.response_payload_bytes,
-      CheckResponseBytes(
-          shape.output_shape, decoded.output_dtype,
-          decoded.return_weights && decoded.weights_ref == nullptr,
-          shape.weights_shape, limits, decoded.output_ref == nullptr));
+  std::vector<ResponsePart> parts;
+  if (decoded.output_ref == nullptr) {
+    parts.push_back({"output", shape.output_shape, decoded.output_dtype});
+  }
+  if (decoded.return_weights && decoded.weights_ref == nullptr) {
+    parts.push_back({"weights", shape.weights_shape, DType::kFloat32});
+  }
+  if (decoded.return_weight_stats) {
+    parts.push_back({"entropy", shape.row_stats_shape, DType::kFloat32});
+    parts.push_back({"max_weight", shape.row_stats_shape, DType::kFloat32});
+  }
+  ASSIGN_OR_RETURN(decoded.response_payload_bytes,
+                   CheckResponseBytes(parts, limits));
   if (decoded.output_ref != nullptr) {
     ASSIGN_OR_RETURN(decoded.output_data,
                      PlaceOutput("output", *decoded.output_ref,
@@ -187,6 +182,17 @@ AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
                                   response->mutable_weights());
   } else {
     response->clear_weights();
+  }
+  if (decoded.return_weight_stats) {
+    outputs.entropy =
+        wire::PrepareTensor(DType::kFloat32, decoded.plan.shape.row_stats_shape,
+                            response->mutable_entropy());
+    outputs.max_weight =
+        wire::PrepareTensor(DType::kFloat32, decoded.plan.shape.row_stats_shape,
+                            response->mutable_max_weight());
+  } else {
+    response->clear_entropy();
+    response->clear_max_weight();
   }
   response->mutable_timing()->set_flops(decoded.plan.shape.flops);
   return outputs;

@@ -66,15 +66,18 @@ AttentionOutputs PrepareResponse(const DecodedRequest& decoded,
 
 // Helpers the model codec (server/model_codec.h) shares.
 
-// Bytes of the output (and, when `weights`, the f32 weights) of a response;
-// ResourceExhausted naming both shapes and --max_response_bytes when they
-// exceed limits.max_response_bytes.
-// With `output` false the output's bytes are not counted (it goes into
-// shared memory).
-absl::StatusOr<int64_t> CheckResponseBytes(
-    absl::Span<const int64_t> output_shape, DType output_dtype, bool weights,
-    absl::Span<const int64_t> weights_shape, const RequestLimits& limits,
-    bool output = true);
+// One tensor a response carries in its bytes (CheckResponseBytes).
+struct ResponsePart {
+  absl::string_view name;  // "output", "weights", ...
+  absl::Span<const int64_t> shape;
+  DType dtype = DType::kFloat32;
+};
+
+// The bytes of `parts` (a response's tensors that travel in it: not those
+// placed in shared memory); ResourceExhausted naming each part and
+// --max_response_bytes when they exceed limits.max_response_bytes.
+absl::StatusOr<int64_t> CheckResponseBytes(absl::Span<const ResponsePart> parts,
+                                           const RequestLimits& limits);
 
 // Bytes of a dense `dtype` tensor of `shape`; InvalidArgument naming `name`
 // when the element count overflows.

@@ -208,6 +208,7 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
     RETURN_IF_ERROR(CheckRelativeBias(*d.relative_bias, hq, "relative_bias"));
   }
   d.return_weights = request.return_weights();
+  d.return_weight_stats = request.return_weight_stats();
   ASSIGN_OR_RETURN(
       d.output_dtype,
       wire::DecodeOutputDType(request.output_dtype(), d.queries[0].dtype));
@@ -255,11 +256,13 @@ absl::StatusOr<SessionsAdmission> AdmitSessions(
     flops += step.dense_flops();
     bytes += lnew * hq * s.value_dim * out_size;
     if (d.return_weights) bytes += hq * lnew * tokens * 4;
+    if (d.return_weight_stats) bytes += 2 * hq * lnew * 4;
   }
   if (bytes > limits.max_response_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("response: ", bytes, " bytes of outputs",
                      d.return_weights ? " and weights" : "",
+                     d.return_weight_stats ? " and weight statistics" : "",
                      " exceed the limit of ", limits.max_response_bytes,
                      " bytes (the server's --max_response_bytes flag)"));
   }
@@ -311,6 +314,13 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
       const int64_t w_shape[] = {hq, lnew, layer.tokens};
       seq.weights = wire::PrepareTensor(DType::kFloat32, w_shape,
                                         result->mutable_weights());
+    }
+    if (d.return_weight_stats) {
+      const int64_t stats_shape[] = {hq, lnew};
+      seq.entropy = wire::PrepareTensor(DType::kFloat32, stats_shape,
+                                        result->mutable_entropy());
+      seq.max_weight = wire::PrepareTensor(DType::kFloat32, stats_shape,
+                                           result->mutable_max_weight());
     }
   }
   PagedAttentionInputs& in = call->inputs;

@@ -58,6 +58,7 @@ struct DecodedSessionsRequest {
   absl::Span<const float> sinks;
   std::optional<RelativeBiasSpec> relative_bias;
   bool return_weights = false;
+  bool return_weight_stats = false;
   DType output_dtype = DType::kFloat32;
 };
 absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(

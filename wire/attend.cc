@@ -266,6 +266,14 @@ absl::StatusOr<AttendCall> DecodeAttend(const v1::AttendRequest& request,
   ASSIGN_OR_RETURN(call.output_dtype, DecodeOutputDType(request.output_dtype(),
                                                         inputs.query.dtype));
   call.return_weights = request.return_weights();
+  call.return_weight_stats = request.return_weight_stats();
+  if (call.return_weight_stats &&
+      request.method_case() != v1::AttendRequest::METHOD_NOT_SET) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "return_weight_stats: only softmax attention has weights to "
+        "summarize, not ",
+        request.has_linear() ? "linear" : "LSH", " attention"));
+  }
   if (request.has_output_shared_memory()) {
     call.output_ref = &request.output_shared_memory();
   }

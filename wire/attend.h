@@ -38,6 +38,8 @@ struct AttendCall {
   // output_dtype, or the inputs' dtype when unspecified.
   DType output_dtype = DType::kFloat32;
   bool return_weights = false;
+  // Each query row's entropy and largest weight (softmax attention only).
+  bool return_weight_stats = false;
   // Where the output and the weights go when the request places them in
   // shared memory; null = in the response.
   const v1::SharedMemoryRef* output_ref = nullptr;
@@ -46,10 +48,11 @@ struct AttendCall {
 
 // Decodes every field of `request`: layout, method, query/key/value (one
 // float dtype, rank 4, bytes matching the shape; in the message or, through
-// `shared`, in shared memory), mask, scale, output dtype, weights and the
-// output references. InvalidArgument naming the field ("key.dtype",
-// "mask.alignment", "linear.feature_map", ...); `shared`'s errors; when
-// `shared` is null, FailedPrecondition for a tensor in shared memory.
+// `shared`, in shared memory), mask, scale, output dtype, weights, weight
+// statistics and the output references. InvalidArgument naming the field
+// ("key.dtype", "mask.alignment", "linear.feature_map", ...); `shared`'s
+// errors; when `shared` is null, FailedPrecondition for a tensor in shared
+// memory.
 absl::StatusOr<AttendCall> DecodeAttend(const v1::AttendRequest& request,
                                         SharedInputs* shared);
 

@@ -29,6 +29,9 @@ inline constexpr char kV2AlibiSlopes[] = "alibi_slopes";
 // Outputs of every model.
 inline constexpr char kV2Output[] = "output";
 inline constexpr char kV2Weights[] = "weights";
+// Outputs of model "attention" (AttendResponse.entropy, max_weight).
+inline constexpr char kV2Entropy[] = "entropy";
+inline constexpr char kV2MaxWeight[] = "max_weight";
 
 // Request parameters (the model's list in server/kserve/infer_codec.cc says
 // which model takes which).
@@ -40,6 +43,7 @@ inline constexpr char kV2Scale[] = "scale";
 inline constexpr char kV2Softcap[] = "softcap";
 inline constexpr char kV2Layout[] = "layout";
 inline constexpr char kV2ReturnWeights[] = "return_weights";
+inline constexpr char kV2ReturnWeightStats[] = "return_weight_stats";
 inline constexpr char kV2OutputDatatype[] = "output_datatype";
 
 // Triton's system shared-memory extension: a tensor in a registered region.

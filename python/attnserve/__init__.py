@@ -17,7 +17,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
 from .plot import plot_weights
 from .types import (BlockSparse, LinearAttention, LshAttention, ModelInfo, RelativeBias,
                     ServerInfo, SessionInfo, SessionLimits, SessionShape,
-                    SharedMemoryRegionInfo, SharedMemoryStatus)
+                    SharedMemoryRegionInfo, SharedMemoryStatus, WeightStats)
 
 __version__ = "0.1.0"
 
@@ -30,4 +30,5 @@ __all__ = [
     "Unimplemented", "Unknown", "plot_weights", "BlockSparse", "LinearAttention",
     "LshAttention", "ModelInfo", "RelativeBias", "ServerInfo", "SessionInfo",
     "SessionLimits", "SessionShape", "SharedMemoryRegionInfo", "SharedMemoryStatus",
+    "WeightStats",
 ]

@@ -16,7 +16,7 @@ from . import _tensors as T
 from ._transport import RESPONSE_ENVELOPE_BYTES
 from .errors import InvalidArgument
 from .types import (BlockSparse, LinearAttention, LshAttention, RelativeBias, SessionInfo,
-                    SessionShape)
+                    SessionShape, WeightStats)
 from .v1 import attention_pb2 as pb
 from .v1 import sessions_pb2 as spb
 
@@ -390,8 +390,8 @@ def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causa
                    scale=None, enable_gqa=True, key_lengths=None, window=None,
                    alibi_slopes=None, softcap=None, sinks=None, relative_bias=None,
                    alignment="top_left", layout="BHLD", return_weights=False,
-                   output_dtype=None, block_sparse=None, linear=None, lsh=None, request_id="",
-                   check=True):
+                   return_weight_stats=False, output_dtype=None, block_sparse=None,
+                   linear=None, lsh=None, request_id="", check=True):
     """(AttendRequest, kind of the query)."""
     check_dropout(dropout_p)
     req = pb.AttendRequest(request_id=request_id)
@@ -442,6 +442,7 @@ def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causa
     if sinks is not None:
         req.sinks[:] = float_list(sinks)
     req.return_weights = bool(return_weights)
+    req.return_weight_stats = bool(return_weight_stats)
     req.output_dtype = output_dtype_wire(output_dtype)
     if check:
         q_shape = T.shape_of(q)
@@ -579,13 +580,24 @@ def decode_attend(response, kind, return_weights, placed=None):
     shared memory (shared_attend_request's Placement)."""
     if placed is not None:
         out = placed.collect(response.output, "output", kind)
-        if not return_weights:
-            return out
-        return out, placed.collect(response.weights, "weights", kind)
-    out = T.from_wire(response.output, kind)
-    if not return_weights:
-        return out
-    return out, T.from_wire(response.weights, kind, "weights")
+        weights = (placed.collect(response.weights, "weights", kind)
+                   if return_weights else None)
+    else:
+        out = T.from_wire(response.output, kind)
+        weights = T.from_wire(response.weights, kind, "weights") if return_weights else None
+    return _result(out, weights, response, kind)
+
+
+def _result(out, weights, message, kind):
+    """out, or (out[, weights][, WeightStats]) with what the call asked for
+    (the weight statistics when the message carries them)."""
+    parts = [out]
+    if weights is not None:
+        parts.append(weights)
+    if message.HasField("entropy"):
+        parts.append(WeightStats(T.from_wire(message.entropy, kind, "entropy"),
+                                 T.from_wire(message.max_weight, kind, "max_weight")))
+    return parts[0] if len(parts) == 1 else tuple(parts)
 
 
 def model_request(model, hidden, memory=None, *, attn_mask=None, is_causal=False,
@@ -702,8 +714,8 @@ def session_query(part, at, session_id, query, key=None, value=None, position=No
 
 def attend_sessions_request(layer, parts, *, causal=True, window_left=None,
                             alibi_slopes=None, scale=None, softcap=None, sinks=None,
-                            relative_bias=None, return_weights=False, output_dtype=None,
-                            request_id=""):
+                            relative_bias=None, return_weights=False,
+                            return_weight_stats=False, output_dtype=None, request_id=""):
     """parts: (session_id, query, key, value, position) tuples. (request, kinds)."""
     req = spb.AttendSessionsRequest(request_id=request_id, layer=int(layer))
     kinds = [session_query(req.sessions.add(), f"sessions[{i}].", *p)
@@ -724,13 +736,13 @@ def attend_sessions_request(layer, parts, *, causal=True, window_left=None,
     if relative_bias is not None:
         req.relative_bias.CopyFrom(relative_bias_message(relative_bias, "relative_bias"))
     req.return_weights = bool(return_weights)
+    req.return_weight_stats = bool(return_weight_stats)
     req.output_dtype = output_dtype_wire(output_dtype)
     return req, kinds
 
 
 def decode_session_results(response, kinds, return_weights):
-    out = []
-    for r, kind in zip(response.results, kinds):
-        o = T.from_wire(r.output, kind)
-        out.append((o, T.from_wire(r.weights, kind, "weights")) if return_weights else o)
-    return out
+    return [_result(T.from_wire(r.output, kind),
+                    T.from_wire(r.weights, kind, "weights") if return_weights else None,
+                    r, kind)
+            for r, kind in zip(response.results, kinds)]

@@ -306,11 +306,12 @@ class AsyncClient(_Base):
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                               alibi_slopes=None, scale=None, softcap=None, sinks=None,
                               relative_bias=None, return_weights=False, output_dtype=None,
-                              route_key=None, timeout=None):
+                              route_key=None, timeout=None, return_weight_stats=False):
         req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
                                                     alibi_slopes, scale, softcap, sinks,
                                                     relative_bias, return_weights,
-                                                    output_dtype, route_key)
+                                                    output_dtype, route_key,
+                                                    return_weight_stats)
         with await self._data() as (_, stub):
             resp = await self._call(stub.AttendSessions, req, timeout=timeout,
                                     idempotent=not appends, metadata=self._md(route))
@@ -410,11 +411,11 @@ class AsyncSessionStream(_AsyncSteps):
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                               alibi_slopes=None, scale=None, softcap=None, sinks=None,
                               relative_bias=None, return_weights=False, output_dtype=None,
-                              route_key=None, timeout=None):
+                              route_key=None, timeout=None, return_weight_stats=False):
         """As SessionStream.attend_sessions."""
         req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
                                    softcap, sinks, relative_bias, return_weights,
-                                   output_dtype)
+                                   output_dtype, return_weight_stats)
         async with self._lock:
             self._check_open()
             try:
@@ -496,11 +497,11 @@ class AsyncStepChannel(_AsyncSteps):
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                               alibi_slopes=None, scale=None, softcap=None, sinks=None,
                               relative_bias=None, return_weights=False, output_dtype=None,
-                              route_key=None, timeout=None):
+                              route_key=None, timeout=None, return_weight_stats=False):
         """As StepChannel.attend_sessions."""
         req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
                                    softcap, sinks, relative_bias, return_weights,
-                                   output_dtype)
+                                   output_dtype, return_weight_stats)
         answer = await self.step_bytes(req.SerializeToString())
         return self._answer(spb.AttendSessionsResponse.FromString(answer), kinds,
                             return_weights)

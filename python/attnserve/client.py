@@ -281,9 +281,9 @@ class Client(_Base):
     def attend(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                scale=None, enable_gqa=True, key_lengths=None, window=None,
                alibi_slopes=None, softcap=None, sinks=None, relative_bias=None,
-               alignment="top_left", layout="BHLD", return_weights=False, output_dtype=None,
-               block_sparse=None, linear=None, lsh=None, shared_memory=None, out=None,
-               timeout=None):
+               alignment="top_left", layout="BHLD", return_weights=False,
+               return_weight_stats=False, output_dtype=None, block_sparse=None, linear=None,
+               lsh=None, shared_memory=None, out=None, timeout=None):
         """Scaled dot-product attention on the server; docs/python.md has every argument.
 
         The first arguments are torch's scaled_dot_product_attention(query, key,
@@ -300,6 +300,11 @@ class Client(_Base):
         relative position bias, an attnserve.RelativeBias (T5 scales no scores:
         pass scale=1.0 with it). Softmax attention only.
 
+        Returns the output, or a tuple (output[, weights][, stats]) with
+        return_weights and return_weight_stats (stats: an attnserve.WeightStats
+        of each query row's entropy and largest weight, [B, Hq, Lq], computed
+        without the weights).
+
         shared_memory: a region of shared_memory(): the tensors go through it
         (arrays are copied in for the call; SharedTensors of region.put are
         used in place) and the server writes the results there. out: a
@@ -310,9 +315,9 @@ class Client(_Base):
             scale=scale, enable_gqa=enable_gqa, key_lengths=key_lengths, window=window,
             alibi_slopes=alibi_slopes, softcap=softcap, sinks=sinks,
             relative_bias=relative_bias, alignment=alignment, layout=layout,
-            return_weights=return_weights, output_dtype=output_dtype,
-            block_sparse=block_sparse, linear=linear, lsh=lsh, shared_memory=shared_memory,
-            out=out)
+            return_weights=return_weights, return_weight_stats=return_weight_stats,
+            output_dtype=output_dtype, block_sparse=block_sparse, linear=linear, lsh=lsh,
+            shared_memory=shared_memory, out=out)
         error = None
         try:
             with self._data() as (stub, _):
@@ -502,16 +507,18 @@ class Client(_Base):
     def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                         alibi_slopes=None, scale=None, softcap=None, sinks=None,
                         relative_bias=None, return_weights=False, output_dtype=None,
-                        route_key=None, timeout=None):
+                        route_key=None, timeout=None, return_weight_stats=False):
         """One decode batch: parts are (session, query[, key, value[, position]])
         tuples (session a Session or an id); returns each part's output
-        [Lnew, Hq, value_dim] (with return_weights, (output, weights)) in order.
+        [Lnew, Hq, value_dim] (with return_weights and return_weight_stats,
+        (output[, weights][, WeightStats of [Hq, Lnew]])) in order.
         softcap, sinks ([Hq]) and relative_bias as in attend (a step is bottom-right:
         its queries are the layer's last positions)."""
         req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
                                                     alibi_slopes, scale, softcap, sinks,
                                                     relative_bias, return_weights,
-                                                    output_dtype, route_key)
+                                                    output_dtype, route_key,
+                                                    return_weight_stats)
         with self._data() as (_, stub):
             resp = self._call(stub.AttendSessions, req, timeout=timeout,
                               idempotent=not appends, metadata=self._md(route))
@@ -599,7 +606,8 @@ class Client(_Base):
 
 
 def _sessions_call(layer, parts, causal, window_left, alibi_slopes, scale, softcap, sinks,
-                   relative_bias, return_weights, output_dtype, route_key):
+                   relative_bias, return_weights, output_dtype, route_key,
+                   return_weight_stats=False):
     tuples, ids = [], []
     appends = False
     for p in parts:
@@ -616,7 +624,8 @@ def _sessions_call(layer, parts, causal, window_left, alibi_slopes, scale, softc
     req, kinds = C.attend_sessions_request(
         layer, tuples, causal=causal, window_left=window_left, alibi_slopes=alibi_slopes,
         scale=scale, softcap=softcap, sinks=sinks, relative_bias=relative_bias,
-        return_weights=return_weights, output_dtype=output_dtype)
+        return_weights=return_weights, return_weight_stats=return_weight_stats,
+        output_dtype=output_dtype)
     return req, kinds, route_key or (ids[0] if ids else None), appends
 
 
@@ -694,15 +703,18 @@ class Session(_SessionHandle):
 
     def attend(self, layer, query, key=None, value=None, *, position=None, causal=True,
                window_left=None, alibi_slopes=None, scale=None, softcap=None, sinks=None,
-               relative_bias=None, return_weights=False, output_dtype=None, timeout=None):
+               relative_bias=None, return_weights=False, output_dtype=None, timeout=None,
+               return_weight_stats=False):
         """One step: appends key/value (when given), then attends query
-        [Lnew, Hq, head_dim] over the layer's tokens; the output [Lnew, Hq, value_dim]."""
+        [Lnew, Hq, head_dim] over the layer's tokens; the output [Lnew, Hq, value_dim]
+        (a tuple with return_weights or return_weight_stats, as attend_sessions')."""
         return self.client.attend_sessions(
             layer, [(self, query, key, value, position)], causal=causal,
             window_left=window_left, alibi_slopes=alibi_slopes, scale=scale,
             softcap=softcap, sinks=sinks, relative_bias=relative_bias,
             return_weights=return_weights, output_dtype=output_dtype,
-            route_key=self.route, timeout=timeout)[0]
+            route_key=self.route, timeout=timeout,
+            return_weight_stats=return_weight_stats)[0]
 
     def fork(self, child_id="", *, ttl=None, timeout=None):
         """A child sharing every block copy-on-write; returns its Session."""
@@ -744,10 +756,11 @@ class _StepStream:
 
     @staticmethod
     def _request(layer, parts, causal, window_left, alibi_slopes, scale, softcap, sinks,
-                 relative_bias, return_weights, output_dtype):
+                 relative_bias, return_weights, output_dtype, return_weight_stats=False):
         req, kinds, _, _ = _sessions_call(layer, parts, causal, window_left, alibi_slopes,
                                           scale, softcap, sinks, relative_bias,
-                                          return_weights, output_dtype, None)
+                                          return_weights, output_dtype, None,
+                                          return_weight_stats)
         return req, kinds
 
     @staticmethod
@@ -783,12 +796,12 @@ class _BlockingSteps(_StepStream):
     def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                         alibi_slopes=None, scale=None, softcap=None, sinks=None,
                         relative_bias=None, return_weights=False, output_dtype=None,
-                        route_key=None, timeout=None):
+                        route_key=None, timeout=None, return_weight_stats=False):
         """As Client.attend_sessions; route_key and timeout are the stream's or
         channel's (given when it was opened) and are ignored here."""
         req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
                                    softcap, sinks, relative_bias, return_weights,
-                                   output_dtype)
+                                   output_dtype, return_weight_stats)
         return self._answer(self._exchange(req), kinds, return_weights)
 
 

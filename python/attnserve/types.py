@@ -2,7 +2,7 @@
 
 import dataclasses
 import json
-from typing import Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +64,17 @@ class LshAttention:
     num_buckets: int = 2
     chunk_size: int = 64
     seed: int = 0
+
+
+class WeightStats(NamedTuple):
+    """Per query row, what its attention weights come to, without the weights
+    (return_weight_stats=True): entropy -sum_j w_j ln w_j in nats (ln of the
+    allowed keys when uniform, 0 when one key takes all) and max_weight, the
+    largest weight; both [B, Hq, Lq] for attend, [Hq, Lnew] for a session step,
+    0 and 0 for a row with no allowed key."""
+
+    entropy: object
+    max_weight: object
 
 
 @dataclasses.dataclass(frozen=True)

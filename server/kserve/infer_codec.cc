@@ -26,8 +26,18 @@ using inference::InferTensorContents;
 using inference::ModelInferRequest;
 
 // The indices of "output" and "weights" in every model's outputs.
+// Model outputs by index (ModelInterface::outputs); the last two are model
+// "attention"'s only.
 constexpr int kOutputIndex = 0;
 constexpr int kWeightsIndex = 1;
+constexpr int kEntropyIndex = 2;
+constexpr int kMaxWeightIndex = 3;
+
+// What a request's parameters ask the response to carry.
+struct Returned {
+  bool weights = false;
+  bool weight_stats = false;
+};
 
 const std::vector<v1::DataType>& FloatTypes() {
   static const auto* const types =
@@ -61,10 +71,14 @@ ModelInterface AttentionInterface() {
   m.inputs.push_back(Spec(wire::kV2Sinks, {v1::FLOAT32}, {-1}, true));
   m.outputs.push_back(Spec(wire::kV2Output, FloatTypes(), rank4, false));
   m.outputs.push_back(Spec(wire::kV2Weights, {v1::FLOAT32}, rank4, true));
-  m.parameters = {
-      wire::kV2Causal,        wire::kV2Alignment,  wire::kV2Scale,
-      wire::kV2Softcap,       wire::kV2WindowLeft, wire::kV2WindowRight,
-      wire::kV2ReturnWeights, wire::kV2Layout,     wire::kV2OutputDatatype};
+  const std::vector<int64_t> rank3 = {-1, -1, -1};
+  m.outputs.push_back(Spec(wire::kV2Entropy, {v1::FLOAT32}, rank3, true));
+  m.outputs.push_back(Spec(wire::kV2MaxWeight, {v1::FLOAT32}, rank3, true));
+  m.parameters = {wire::kV2Causal,        wire::kV2Alignment,
+                  wire::kV2Scale,         wire::kV2Softcap,
+                  wire::kV2WindowLeft,    wire::kV2WindowRight,
+                  wire::kV2ReturnWeights, wire::kV2ReturnWeightStats,
+                  wire::kV2Layout,        wire::kV2OutputDatatype};
   return m;
 }
 
@@ -189,7 +203,7 @@ absl::StatusOr<double> NumberParameter(absl::string_view field,
 
 absl::Status ApplyParameters(const ModelInterface& model,
                              const ModelInferRequest& request, NativeCall* call,
-                             bool* return_weights) {
+                             Returned* returned) {
   const bool attend = model.hosted == nullptr;
   v1::Mask* mask =
       attend ? call->attend.mutable_mask() : call->hosted.mutable_mask();
@@ -213,7 +227,9 @@ absl::Status ApplyParameters(const ModelInterface& model,
       ASSIGN_OR_RETURN(const bool causal, BoolParameter(field, value));
       mask->set_causal(causal);
     } else if (key == wire::kV2ReturnWeights) {
-      ASSIGN_OR_RETURN(*return_weights, BoolParameter(field, value));
+      ASSIGN_OR_RETURN(returned->weights, BoolParameter(field, value));
+    } else if (key == wire::kV2ReturnWeightStats) {
+      ASSIGN_OR_RETURN(returned->weight_stats, BoolParameter(field, value));
     } else if (key == wire::kV2Alignment) {
       ASSIGN_OR_RETURN(const std::string name, EnumParameter(field, value));
       v1::Alignment alignment;
@@ -547,7 +563,7 @@ absl::Status DecodeInput(int index, const TensorSpec& spec,
 
 absl::Status DecodeOutputs(const ModelInterface& model,
                            const ModelInferRequest& request,
-                           bool return_weights, NativeCall* call) {
+                           const Returned& returned, NativeCall* call) {
   call->outputs.clear();
   for (int i = 0; i < request.outputs_size(); ++i) {
     const auto& wanted = request.outputs(i);
@@ -577,7 +593,11 @@ absl::Status DecodeOutputs(const ModelInterface& model,
   }
   if (call->outputs.empty()) {
     call->outputs.push_back(kOutputIndex);
-    if (return_weights) call->outputs.push_back(kWeightsIndex);
+    if (returned.weights) call->outputs.push_back(kWeightsIndex);
+    if (returned.weight_stats) {
+      call->outputs.push_back(kEntropyIndex);
+      call->outputs.push_back(kMaxWeightIndex);
+    }
   }
   return absl::OkStatus();
 }
@@ -626,8 +646,8 @@ absl::Status ToNative(const ModelInterface& model, ModelInferRequest& request,
     call->hosted.set_request_id(request.id());
     call->hosted.set_model(model.hosted->name);
   }
-  bool return_weights = false;
-  RETURN_IF_ERROR(ApplyParameters(model, request, call, &return_weights));
+  Returned returned;
+  RETURN_IF_ERROR(ApplyParameters(model, request, call, &returned));
 
   // Inputs in shared memory have no raw_input_contents entry (Triton's
   // clients send none for them): the entries are the other inputs', in order.
@@ -675,15 +695,20 @@ absl::Status ToNative(const ModelInterface& model, ModelInferRequest& request,
     }
   }
 
-  RETURN_IF_ERROR(DecodeOutputs(model, request, return_weights, call));
-  if (std::find(call->outputs.begin(), call->outputs.end(), kWeightsIndex) !=
-      call->outputs.end()) {
-    return_weights = true;
-  }
+  RETURN_IF_ERROR(DecodeOutputs(model, request, returned, call));
+  // An output asked for by name is returned whatever the parameters say.
+  const auto wanted = [&](int index) {
+    return std::find(call->outputs.begin(), call->outputs.end(), index) !=
+           call->outputs.end();
+  };
+  returned.weights = returned.weights || wanted(kWeightsIndex);
   if (attend) {
-    call->attend.set_return_weights(return_weights);
+    call->attend.set_return_weights(returned.weights);
+    call->attend.set_return_weight_stats(returned.weight_stats ||
+                                         wanted(kEntropyIndex) ||
+                                         wanted(kMaxWeightIndex));
   } else {
-    call->hosted.set_return_weights(return_weights);
+    call->hosted.set_return_weights(returned.weights);
   }
   return absl::OkStatus();
 }
@@ -695,8 +720,11 @@ void ToInferResponse(const NativeCall& call, const ModelInferRequest& request,
   response->set_model_version(kModelVersion);
   response->set_id(request.id());
   for (int index : call.outputs) {
-    v1::Tensor* tensor = index == kWeightsIndex ? native.mutable_weights()
-                                                : native.mutable_output();
+    v1::Tensor* tensor = index == kWeightsIndex   ? native.mutable_weights()
+                         : index == kEntropyIndex ? native.mutable_entropy()
+                         : index == kMaxWeightIndex
+                             ? native.mutable_max_weight()
+                             : native.mutable_output();
     auto* out = response->add_outputs();
     out->set_name(call.model->outputs[index].name);
     out->set_datatype(wire::V2DataTypeName(tensor->dtype()));

@@ -117,5 +117,13 @@ def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=F
     return out, weights
 
 
+def weight_stats(weights):
+    """(entropy -sum w ln w in nats, largest weight) of each row of weights
+    [..., Lk] in float64; 0 and 0 for a row of zeros."""
+    w = to_torch64(weights)
+    logs = torch.where(w > 0, torch.log(w.clamp_min(1e-300)), torch.zeros_like(w))
+    return -(w * logs).sum(dim=-1), w.amax(dim=-1) if w.shape[-1] else w.sum(dim=-1)
+
+
 def random(shape, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import attnserve
-from reference import attention, random, relative_bucket
+from reference import attention, random, relative_bucket, weight_stats
 
 B, HQ, HKV, LQ, LK, D = 2, 4, 2, 5, 7, 16
 
@@ -85,6 +85,44 @@ def test_masks_match_torch_f32(client, case):
     assert isinstance(out, np.ndarray) and out.dtype == np.float32
     assert_close(out, want_out, 1e-5)
     assert_close(weights, want_w, 1e-5)
+
+
+@pytest.mark.parametrize("case", sorted(MASK_CASES))
+def test_weight_stats_match_the_weights_entropy_and_max(client, case):
+    # Without weights (the flash kernel) and with them (the materialized one).
+    q, k, v = qkv()
+    kw = MASK_CASES[case]
+    want_entropy, want_max = weight_stats(attention(q, k, v, **kw)[1])
+    out, stats = client.attend(q, k, v, return_weight_stats=True, **kw)
+    assert isinstance(stats, attnserve.WeightStats)
+    assert stats.entropy.dtype == np.float32 and stats.entropy.shape == (B, HQ, LQ)
+    assert_close(stats.entropy, want_entropy, 1e-5)
+    assert_close(stats.max_weight, want_max, 1e-6)
+    assert_close(out, attention(q, k, v, **kw)[0], 1e-5)
+    out, weights, stats = client.attend(q, k, v, return_weights=True,
+                                        return_weight_stats=True, **kw)
+    assert_close(stats.entropy, want_entropy, 1e-5)
+    assert_close(stats.max_weight, want_max, 1e-6)
+
+
+def test_weight_stats_of_a_decode_over_many_keys(client):
+    # Lq 1 against 3000 keys runs the decode kernel (keys split across threads);
+    # torch tensors in, torch tensors out.
+    q, k, v = (torch.from_numpy(x) for x in qkv(lq=1, lk=3000, d=64, seed=5))
+    out, stats = client.attend(q, k, v, return_weight_stats=True)
+    want_entropy, want_max = weight_stats(attention(q, k, v)[1])
+    assert isinstance(stats.entropy, torch.Tensor)
+    assert_close(stats.entropy, want_entropy, 1e-4)
+    assert_close(stats.max_weight, want_max, 1e-6)
+    # Nearly uniform scores over 3000 keys: close to ln(3000).
+    assert (stats.entropy > math.log(3000) - 1).all()
+
+
+def test_weight_stats_are_for_softmax_attention_only(client):
+    q, k, v = qkv()
+    with pytest.raises(attnserve.InvalidArgument, match="return_weight_stats: only softmax "
+                       "attention has weights to summarize, not linear attention"):
+        client.attend(q, k, v, linear=attnserve.LinearAttention(), return_weight_stats=True)
 
 
 @pytest.mark.parametrize("lq,lk", [(3, 8), (8, 3), (6, 6)])

@@ -12,7 +12,7 @@ import attnserve
 from attnserve.v1 import attention_pb2 as pb
 from attnserve.v1 import sessions_pb2 as spb
 from attnserve.v1 import sessions_pb2_grpc as spb_grpc
-from reference import attention, random
+from reference import attention, random, weight_stats
 from test_parity import T5SelfAttention, assert_close, t5_states
 
 HKV, HQ, D = 2, 4, 8
@@ -62,6 +62,34 @@ def test_chunked_prefill_with_lnew_queries_and_mask_options(client):
         assert_close(w, want_w, 1e-5)
         everything = s.attend(0, q, causal=False)
         assert_close(everything, step_reference(q, keys, values)[0], 1e-5)
+
+
+def test_weight_stats_of_steps_in_the_decode_kernel(client):
+    # 1000 cached tokens and a batch of two sessions through a stream: each
+    # step's entropy and largest weight per query head, with no weights sent.
+    keys, values = random((1000, HKV, D), seed=70), random((1000, HKV, D), seed=71)
+    with client.create_session("py-stats-a", num_kv_heads=HKV, head_dim=D) as a, \
+            client.create_session("py-stats-b", num_kv_heads=HKV, head_dim=D) as b:
+        a.append(0, keys, values)
+        b.append(0, keys[:40], values[:40])
+        qa, qb = random((1, HQ, D), seed=72), random((2, HQ, D), seed=73)
+        opts = dict(sinks=[0.5, -1.0, 2.0, 0.25], alibi_slopes=[0.01, 0.02, 0.03, 0.04])
+        with client.session_stream() as stream:
+            (out_a, stats_a), (out_b, stats_b) = stream.attend_sessions(
+                0, [(a, qa), (b, qb)], return_weight_stats=True, **opts)
+        for q, n, out, stats in ((qa, 1000, out_a, stats_a), (qb, 40, out_b, stats_b)):
+            want_out, want_w = step_reference(q, keys[:n], values[:n], is_causal=True,
+                                              **opts)
+            assert_close(out, want_out, 1e-5)
+            want_entropy, want_max = weight_stats(want_w)  # [Hq, Lnew]
+            assert stats.entropy.shape == (HQ, len(q))
+            assert_close(stats.entropy, want_entropy, 1e-4)
+            assert_close(stats.max_weight, want_max, 1e-6)
+        # A unary step with weights too: the statistics of the weights it returns.
+        out, w, stats = a.attend(0, qa, return_weights=True, return_weight_stats=True)
+        want_entropy, want_max = weight_stats(w)
+        assert_close(stats.entropy, want_entropy, 1e-4)
+        assert_close(stats.max_weight, want_max, 1e-6)
 
 
 def test_a_prefill_past_the_message_limit_is_streamed_by_itself(start_server):
