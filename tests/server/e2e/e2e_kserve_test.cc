@@ -417,6 +417,36 @@ TEST_F(KserveE2eTest, RequestedOutputsChooseWhatIsReturned) {
   EXPECT_EQ(got.raw_output_contents(0).size(), 1u * 2 * 5 * 7 * 4);
 }
 
+TEST_F(KserveE2eTest, WeightStatsAreTheOutputsEntropyAndMaxWeight) {
+  Case c;
+  c.causal = true;
+  v1::AttendRequest native_request = c.Build(11);
+  native_request.set_return_weight_stats(true);
+  v1::AttendResponse native;
+  {
+    grpc::ClientContext context;
+    Prepare(&context);
+    ASSERT_TRUE(native_->Attend(&context, native_request, &native).ok());
+  }
+  ASSERT_TRUE(native.has_entropy());
+  ModelInferRequest r = ToV2(native_request, false);
+  (*r.mutable_parameters())["return_weight_stats"].set_bool_param(true);
+  ModelInferResponse got;
+  ASSERT_THAT(Infer(r, &got), StatusIs(absl::StatusCode::kOk, ::testing::_));
+  ASSERT_EQ(got.outputs_size(), 3);
+  ExpectSame(got, 0, "output", native.output());
+  ExpectSame(got, 1, "entropy", native.entropy());
+  ExpectSame(got, 2, "max_weight", native.max_weight());
+  EXPECT_THAT(got.outputs(1).shape(), ElementsAre(1, 2, 5));
+  // Asked for by name, without the parameter: only that output.
+  ModelInferRequest named = ToV2(native_request, false);
+  named.add_outputs()->set_name("max_weight");
+  ASSERT_THAT(Infer(named, &got),
+              StatusIs(absl::StatusCode::kOk, ::testing::_));
+  ASSERT_EQ(got.outputs_size(), 1);
+  ExpectSame(got, 0, "max_weight", native.max_weight());
+}
+
 TEST_F(KserveE2eTest, HostedModelsEqualAttendModel) {
   grpc::ClientContext info_context;
   Prepare(&info_context);
@@ -545,9 +575,12 @@ TEST_F(KserveE2eTest, MetadataConfigReadinessAndStatistics) {
     EXPECT_EQ(meta.inputs(0).datatype(), "FP32");
     EXPECT_THAT(meta.inputs(0).shape(), ElementsAre(-1, -1, -1, -1));
     EXPECT_EQ(meta.inputs(4).datatype(), "INT32");
-    ASSERT_EQ(meta.outputs_size(), 2);
+    ASSERT_EQ(meta.outputs_size(), 4);
     EXPECT_EQ(meta.outputs(0).name(), "output");
     EXPECT_EQ(meta.outputs(1).name(), "weights");
+    EXPECT_EQ(meta.outputs(2).name(), "entropy");
+    EXPECT_EQ(meta.outputs(3).name(), "max_weight");
+    EXPECT_THAT(meta.outputs(3).shape(), ElementsAre(-1, -1, -1));
   }
   {
     grpc::ClientContext context;
@@ -578,7 +611,7 @@ TEST_F(KserveE2eTest, MetadataConfigReadinessAndStatistics) {
     EXPECT_FALSE(config.config().input(0).optional());
     EXPECT_EQ(config.config().input(3).data_type(), inference::TYPE_BOOL);
     EXPECT_TRUE(config.config().input(3).optional());
-    EXPECT_EQ(config.config().output_size(), 2);
+    EXPECT_EQ(config.config().output_size(), 4);
     EXPECT_FALSE(config.config().model_transaction_policy().decoupled());
   }
   // Statistics count this model's calls: one success and one failure more.

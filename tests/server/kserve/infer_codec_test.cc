@@ -112,6 +112,45 @@ TEST(InferCodecTest, ParametersAndSmallInputsReachTheNativeFields) {
   EXPECT_THAT(call.outputs, ElementsAre(1, 0));
 }
 
+TEST(InferCodecTest, WeightStatsByParameterOrByName) {
+  const std::vector<ModelInterface> models = ModelInterfaces(nullptr);
+  ModelInferRequest r = SmallAttention();
+  (*r.mutable_parameters())["return_weight_stats"].set_bool_param(true);
+  NativeCall call;
+  ASSERT_TRUE(ToNative(models[0], r, &call).ok());
+  EXPECT_TRUE(call.attend.return_weight_stats());
+  EXPECT_FALSE(call.attend.return_weights());
+  EXPECT_THAT(call.outputs, ElementsAre(0, 2, 3));
+
+  ModelInferRequest named = SmallAttention();
+  named.add_outputs()->set_name("entropy");
+  ASSERT_TRUE(ToNative(models[0], named, &call).ok());
+  EXPECT_TRUE(call.attend.return_weight_stats());
+  EXPECT_THAT(call.outputs, ElementsAre(2));
+  v1::AttendResponse native;
+  native.mutable_entropy()->set_dtype(v1::FLOAT32);
+  native.mutable_entropy()->add_shape(1);
+  native.mutable_entropy()->set_data("ent!");
+  inference::ModelInferResponse response;
+  ToInferResponse(call, named, native, &response);
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).name(), "entropy");
+  EXPECT_EQ(response.raw_output_contents(0), "ent!");
+
+  // Statistics are the attention model's: in shared memory, or of a hosted
+  // model, they are refused by name.
+  ModelInferRequest placed = SmallAttention();
+  auto* out = placed.add_outputs();
+  out->set_name("max_weight");
+  (*out->mutable_parameters())["shared_memory_region"].set_string_param("r");
+  (*out->mutable_parameters())["shared_memory_byte_size"].set_int64_param(4);
+  EXPECT_THAT(
+      ToNative(models[0], placed, &call),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("outputs[0] (max_weight).parameters: "
+                         "shared_memory_region is set, but only")));
+}
+
 TEST(InferCodecTest, TypedBoolAndIntContentsBecomeBytes) {
   const std::vector<ModelInterface> models = ModelInterfaces(nullptr);
   ModelInferRequest r;
