@@ -1,5 +1,8 @@
 #include "client/infer.h"
 
+#include <algorithm>
+#include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -45,6 +48,27 @@ void PrintTensorLine(absl::string_view name, const v1::Tensor& tensor,
   out << "\n";
 }
 
+// Each query head's mean over its rows of an f32 [B, Hq, Lq] tensor (the
+// weights' entropy): a head near 0 attends one key, one near ln(Lk) spreads
+// evenly. At most the first 32 heads.
+void PrintHeadMeans(const v1::Tensor& tensor, std::ostream& out) {
+  if (tensor.shape_size() != 3 || tensor.dtype() != v1::FLOAT32) return;
+  const int64_t b = tensor.shape(0), hq = tensor.shape(1), lq = tensor.shape(2);
+  if (b * hq * lq * 4 != static_cast<int64_t>(tensor.data().size())) return;
+  std::vector<float> values(static_cast<size_t>(b * hq * lq));
+  std::memcpy(values.data(), tensor.data().data(), tensor.data().size());
+  std::vector<std::string> means;
+  for (int64_t h = 0; h < std::min<int64_t>(hq, 32); ++h) {
+    double sum = 0;
+    for (int64_t i = 0; i < b; ++i) {
+      for (int64_t r = 0; r < lq; ++r) sum += values[(i * hq + h) * lq + r];
+    }
+    means.push_back(absl::StrFormat("%.3g", b * lq > 0 ? sum / (b * lq) : 0.0));
+  }
+  out << absl::StrFormat("%-8s mean entropy per head: %s%s\n", "heads",
+                         absl::StrJoin(means, " "), hq > 32 ? " ..." : "");
+}
+
 void PrintRequest(const v1::AttendRequest& request, std::ostream& out) {
   out << absl::StrFormat("%-8s %s\n", "layout", LayoutName(request.layout()));
   PrintTensorLine("query", request.query(), false, out);
@@ -62,6 +86,11 @@ void PrintResponse(const v1::AttendResponse& response, absl::Duration connect,
   PrintTensorLine("output", response.output(), true, out);
   if (response.has_weights()) {
     PrintTensorLine("weights", response.weights(), true, out);
+  }
+  if (response.has_entropy()) {
+    PrintTensorLine("entropy", response.entropy(), true, out);
+    PrintTensorLine("max_w", response.max_weight(), true, out);
+    PrintHeadMeans(response.entropy(), out);
   }
   const v1::Timing& t = response.timing();
   out << absl::StrFormat(

@@ -125,6 +125,7 @@ void ApplyCallOptions(const CallOptions& options, v1::AttendRequest* request) {
     request->clear_scale();
   }
   request->set_return_weights(options.return_weights);
+  request->set_return_weight_stats(options.return_weight_stats);
   request->set_output_dtype(options.output_dtype);
   request->clear_method();
   if (options.linear) *request->mutable_linear() = *options.linear;

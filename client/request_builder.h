@@ -48,6 +48,8 @@ struct CallOptions {
   // Unset (default) = the server's 1/sqrt(D).
   std::optional<float> scale;
   bool return_weights = false;
+  // Each query row's weight entropy and largest weight (softmax only).
+  bool return_weight_stats = false;
   // DATA_TYPE_UNSPECIFIED (default) = the inputs' dtype.
   v1::DataType output_dtype = v1::DATA_TYPE_UNSPECIFIED;
   // The long-sequence variants (docs/long_sequences.md): a block-sparse

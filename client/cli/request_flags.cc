@@ -57,6 +57,10 @@ ABSL_FLAG(std::string, key_lengths, "",
 ABSL_FLAG(std::string, scale, "", "multiplies q.k; empty = 1/sqrt(D)");
 ABSL_FLAG(bool, return_weights, false,
           "also return the attention weights (f32 [B, Hq, Lq, Lk])");
+ABSL_FLAG(bool, return_weight_stats, false,
+          "also return each query row's weight entropy and largest weight "
+          "(f32 [B, Hq, Lq] each; softmax attention only) without the "
+          "weights");
 ABSL_FLAG(std::string, output_dtype, "",
           "f32, bf16 or f16; empty = the inputs' dtype");
 ABSL_FLAG(std::string, method, "softmax",
@@ -226,7 +230,8 @@ FlagGroup RandomInputFlagGroup() {
 FlagGroup CallFlagGroup() {
   return {"call",
           {"layout", "causal", "alignment", "window_left", "window_right",
-           "key_lengths", "scale", "return_weights", "output_dtype"}};
+           "key_lengths", "scale", "return_weights", "return_weight_stats",
+           "output_dtype"}};
 }
 
 FlagGroup VariantFlagGroup() {
@@ -306,6 +311,7 @@ absl::StatusOr<RequestSpec> RequestSpecFromFlags() {
   if (!scale.ok()) return scale.status();
   call.scale = *scale;
   call.return_weights = absl::GetFlag(FLAGS_return_weights);
+  call.return_weight_stats = absl::GetFlag(FLAGS_return_weight_stats);
   const std::string output_dtype = absl::GetFlag(FLAGS_output_dtype);
   if (!output_dtype.empty()) {
     absl::StatusOr<v1::DataType> parsed =

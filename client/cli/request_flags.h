@@ -19,7 +19,7 @@ namespace attnserve::client {
 // --batch --heads --kv_heads --lq --lk --dim --dv --dtype --seed
 FlagGroup RandomInputFlagGroup();
 // --layout --causal --alignment --window_left --window_right --key_lengths
-// --scale --return_weights --output_dtype
+// --scale --return_weights --return_weight_stats --output_dtype
 FlagGroup CallFlagGroup();
 
 // --method --feature_map --num_features --num_hashes --num_buckets

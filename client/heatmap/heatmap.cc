@@ -169,7 +169,8 @@ std::vector<std::string> SplitTokens(absl::string_view text) {
 }
 
 Heatmap HeatmapFromWeights(const v1::Tensor& weights, int64_t batch_index,
-                           std::optional<int64_t> head) {
+                           std::optional<int64_t> head,
+                           const v1::Tensor* entropy) {
   Heatmap heatmap;
   const int64_t heads = weights.shape(1);
   heatmap.q_len = static_cast<int>(weights.shape(2));
@@ -185,6 +186,20 @@ Heatmap HeatmapFromWeights(const v1::Tensor& weights, int64_t batch_index,
                           panel_size * sizeof(float);
     std::memcpy(panel.weights.data(), weights.data().data() + offset,
                 panel_size * sizeof(float));
+    if (entropy != nullptr) {
+      panel.entropy.resize(static_cast<size_t>(heatmap.q_len));
+      std::memcpy(panel.entropy.data(),
+                  entropy->data().data() +
+                      (static_cast<size_t>(batch_index) * heads + h) *
+                          heatmap.q_len * sizeof(float),
+                  heatmap.q_len * sizeof(float));
+      double sum = 0;
+      for (float e : panel.entropy) sum += e;
+      absl::StrAppend(
+          &panel.title, ", entropy ",
+          absl::StrFormat("%.2f",
+                          heatmap.q_len > 0 ? sum / heatmap.q_len : 0.0));
+    }
     heatmap.panels.push_back(std::move(panel));
   }
   return heatmap;
@@ -237,6 +252,7 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
   }
   CallOptions call = options.spec.call;
   call.return_weights = true;
+  call.return_weight_stats = true;
 
   v1::AttendRequest request;
   request.set_request_id(options.request_id);
@@ -317,8 +333,23 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
     return kExitRpcFailed;
   }
 
+  const v1::Tensor& entropy = response.entropy();
+  const bool has_entropy = entropy.dtype() == v1::FLOAT32 &&
+                           wire::ShapeText(entropy) ==
+                               absl::StrCat("[", dims.batch, ", ", dims.heads,
+                                            ", ", dims.q_len, "]") &&
+                           static_cast<int64_t>(entropy.data().size()) ==
+                               wire::NumElements(entropy) * 4;
+  if (!has_entropy) {
+    err << "error: the server's entropy is "
+        << wire::ShortDataTypeName(entropy.dtype()) << " "
+        << wire::ShapeText(entropy) << " with " << entropy.data().size()
+        << " bytes; expected f32 [" << dims.batch << ", " << dims.heads << ", "
+        << dims.q_len << "]\n";
+    return kExitRpcFailed;
+  }
   Heatmap heatmap =
-      HeatmapFromWeights(weights, options.batch_index, options.head);
+      HeatmapFromWeights(weights, options.batch_index, options.head, &entropy);
   heatmap.key_labels = options.key_tokens;
   if (!options.query_tokens.empty()) {
     heatmap.query_labels = options.query_tokens;

@@ -67,10 +67,13 @@ struct HeatmapOptions {
 std::vector<std::string> SplitTokens(absl::string_view text);
 
 // The panels of `weights` (FLOAT32 [B, Hq, Lq, Lk]) for batch element
-// `batch_index`, one per head, or only `head`, titled "head h". Indices must
-// be in range.
+// `batch_index`, one per head, or only `head`, titled "head h". With
+// `entropy` (FLOAT32 [B, Hq, Lq], AttendResponse.entropy), each panel takes
+// its rows' entropy and its title their mean ("head h, entropy 1.23").
+// Indices must be in range.
 Heatmap HeatmapFromWeights(const v1::Tensor& weights, int64_t batch_index,
-                           std::optional<int64_t> head);
+                           std::optional<int64_t> head,
+                           const v1::Tensor* entropy = nullptr);
 
 // The block-sparse layout of `request` (its Mask.block_sparse) over q_len x
 // k_len as a panel titled "block layout": `on` where the layout allows key j

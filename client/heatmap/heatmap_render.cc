@@ -352,8 +352,11 @@ std::string RenderHeatmapText(const Heatmap& heatmap, bool ansi_color) {
             TextCell(panel.weights[static_cast<size_t>(i) * heatmap.k_len + j],
                      heatmap.vmax, ansi_color));
       }
-      absl::StrAppend(&out, ansi_color ? "\x1b[0m|" : "|", "\n");
-      absl::StrAppend(&text, out);
+      absl::StrAppend(&out, ansi_color ? "\x1b[0m|" : "|");
+      if (!panel.entropy.empty()) {
+        absl::StrAppend(&out, absl::StrFormat(" %.2f", panel.entropy[i]));
+      }
+      absl::StrAppend(&text, out, "\n");
     }
     absl::StrAppend(&text, frame);
   }
@@ -375,6 +378,17 @@ std::string RenderHeatmapText(const Heatmap& heatmap, bool ansi_color) {
                                 "m  \x1b[0m")
                  : std::string("blank"),
       " = exactly 0 (masked)\n");
+  const bool entropy = std::any_of(
+      heatmap.panels.begin(), heatmap.panels.end(),
+      [](const HeatmapPanel& panel) { return !panel.entropy.empty(); });
+  if (entropy) {
+    absl::StrAppend(
+        &text,
+        "right of each row: the entropy of its weights in nats (0 = "
+        "one key takes all; ln(",
+        heatmap.k_len, ") = ", absl::StrFormat("%.2f", std::log(heatmap.k_len)),
+        " = spread evenly over every key)\n");
+  }
   return text;
 }
 

@@ -17,6 +17,9 @@ struct HeatmapPanel {
   // Drawn above the panel, e.g. "head 3".
   std::string title;
   std::vector<float> weights;
+  // Each query row's weight entropy in nats (q_len of them), or empty
+  // (default): the text picture prints it right of the row.
+  std::vector<float> entropy;
 };
 
 struct Heatmap {

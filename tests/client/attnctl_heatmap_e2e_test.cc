@@ -6,6 +6,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/heatmap/colormap.h"
@@ -54,7 +56,9 @@ Heatmap Expected(int heads, int q, int k, std::vector<std::string> query_labels,
   heatmap.q_len = q;
   heatmap.k_len = k;
   for (int h = 0; h < heads; ++h) {
-    heatmap.panels.push_back({absl::StrCat("head ", h), {}});
+    // Titled as attnctl titles them: "head h, entropy d.dd" (its font is
+    // fixed-width, so any entropy under 10 lays out the same).
+    heatmap.panels.push_back({absl::StrCat("head ", h, ", entropy 0.00"), {}});
   }
   heatmap.query_labels = std::move(query_labels);
   heatmap.key_labels = std::move(key_labels);
@@ -183,8 +187,8 @@ TEST_F(AttnctlHeatmapTest, NpyQueryAndKeyGiveTheReferenceColours) {
            "--tokens=a b c d e f g", "--query_tokens=v w x y z",
            "--window_left=3", "--vmax=1", "--png=" + path, "--ascii"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_THAT(r.out, HasSubstr("\nhead 0\n"));
-  EXPECT_THAT(r.out, HasSubstr("\nhead 1\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nhead 0, entropy "));
+  EXPECT_THAT(r.out, HasSubstr("\nhead 1, entropy "));
   EXPECT_THAT(r.out, HasSubstr("\nz |"));
 
   // The reference weights, with a value of the same shape attnctl makes up.
@@ -238,11 +242,30 @@ TEST_F(AttnctlHeatmapTest, AsciiHasTheTokensAndOneBlockPerHead) {
   std::vector<std::string> titles;
   int rows = 0;
   for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
-    if (absl::StartsWith(line, "head ")) titles.emplace_back(line);
-    if (absl::StrContains(line, " |")) ++rows;
+    if (absl::StartsWith(line, "head ")) {
+      titles.emplace_back(line.substr(0, line.find(',')));
+      // The rows' mean entropy: between 0 (one key) and ln 6 (all six).
+      float mean = -1;
+      ASSERT_TRUE(absl::SimpleAtof(line.substr(line.rfind(' ') + 1), &mean))
+          << line;
+      EXPECT_GT(mean, 0.0f);
+      EXPECT_LE(mean, std::log(6.0f) + 1e-3f);
+    }
+    if (absl::StrContains(line, " |")) {
+      ++rows;
+      // Each row ends with its entropy, as the server computed it.
+      float entropy = -1;
+      ASSERT_TRUE(absl::SimpleAtof(line.substr(line.rfind('|') + 1), &entropy))
+          << line;
+      EXPECT_GE(entropy, 0.0f);
+      EXPECT_LE(entropy, std::log(6.0f) + 1e-3f);
+    }
   }
   EXPECT_EQ(titles, (std::vector<std::string>{"head 0", "head 1", "head 2"}));
   EXPECT_EQ(rows, 3 * 6);
+  EXPECT_THAT(r.out, HasSubstr("\nright of each row: the entropy of its "
+                               "weights in nats (0 = one key takes all; "
+                               "ln(6) = 1.79 = spread evenly"));
   for (const std::string& token : SplitTokens(kSentence)) {
     // Right-aligned row labels ("dessert" is the longest), 6 cells of 2.
     EXPECT_THAT(r.out,
@@ -261,7 +284,7 @@ TEST_F(AttnctlHeatmapTest, AsciiHasTheTokensAndOneBlockPerHead) {
       Run({"--heads=1", "--lq=3", "--ascii", "--color=always", "--head=0"});
   ASSERT_EQ(colour.exit_code, 0) << Describe(colour);
   EXPECT_THAT(colour.out, HasSubstr("\x1b[48;5;"));
-  EXPECT_THAT(colour.out, HasSubstr("\x1b[0m|\n"));
+  EXPECT_THAT(colour.out, HasSubstr("\x1b[0m| "));
 }
 
 TEST_F(AttnctlHeatmapTest, HeadAndBatchIndexSelectThePanel) {
@@ -270,7 +293,7 @@ TEST_F(AttnctlHeatmapTest, HeadAndBatchIndexSelectThePanel) {
       Run({"--batch=2", "--heads=4", "--head=3", "--batch_index=1", "--lq=5",
            "--vmax=0.5", "--png", path, "--ascii"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
-  EXPECT_THAT(r.out, HasSubstr("\nhead 3\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nhead 3, entropy "));
   EXPECT_THAT(r.out, Not(HasSubstr("head 0")));
   EXPECT_THAT(r.out, StartsWith("attention weights, batch 1: Lq 5 x Lk 5\n"));
   EXPECT_THAT(r.out, HasSubstr("weights 0 to 0.5 in 9"));
@@ -278,7 +301,7 @@ TEST_F(AttnctlHeatmapTest, HeadAndBatchIndexSelectThePanel) {
   absl::StatusOr<DecodedPng> png = ReadPng(path);
   ASSERT_TRUE(png.ok()) << png.status();
   Heatmap expected = Expected(1, 5, 5, {}, {}, 0.5);
-  expected.panels[0].title = "head 3";
+  expected.panels[0].title = "head 3, entropy 0.00";
   expected.caption = "attention weights, batch 1: Lq 5 x Lk 5";
   const HeatmapLayout layout = ComputeHeatmapLayout(expected);
   EXPECT_EQ(png->width, static_cast<uint32_t>(layout.width));

@@ -514,6 +514,32 @@ TEST(HeatmapFromWeightsTest, PicksTheBatchElementAndHeads) {
   EXPECT_THAT(one.panels[0].weights, ElementsAre(4, 5, 6, 7));
 }
 
+TEST(HeatmapFromWeightsTest, TakesEachRowsEntropyAndTitlesTheMean) {
+  // [B=1, Hq=2, Lq=2, Lk=2]: head 1's rows uniform (ln 2) and one-hot (0).
+  v1::Tensor weights, entropy;
+  weights.set_dtype(v1::FLOAT32);
+  for (int64_t d : {1, 2, 2, 2}) weights.add_shape(d);
+  const std::vector<float> w = {1, 0, 0, 1, 0.5f, 0.5f, 1, 0};
+  weights.set_data(w.data(), w.size() * sizeof(float));
+  entropy.set_dtype(v1::FLOAT32);
+  for (int64_t d : {1, 2, 2}) entropy.add_shape(d);
+  const std::vector<float> e = {0, 0, std::log(2.0f), 0};
+  entropy.set_data(e.data(), e.size() * sizeof(float));
+
+  Heatmap heatmap = HeatmapFromWeights(weights, 0, 1, &entropy);
+  ASSERT_EQ(heatmap.panels.size(), 1u);
+  EXPECT_EQ(heatmap.panels[0].title, "head 1, entropy 0.35");
+  EXPECT_THAT(heatmap.panels[0].entropy, ElementsAre(std::log(2.0f), 0.0f));
+  const std::string text = RenderHeatmapText(heatmap, false);
+  EXPECT_THAT(text, HasSubstr("| 0.69\n"));
+  EXPECT_THAT(text, HasSubstr("| 0.00\n"));
+  EXPECT_THAT(text, HasSubstr("right of each row: the entropy of its weights "
+                              "in nats (0 = one key takes all; ln(2) = 0.69"));
+  // Without entropy, neither.
+  EXPECT_THAT(RenderHeatmapText(HeatmapFromWeights(weights, 0, 1), false),
+              Not(HasSubstr("entropy")));
+}
+
 TEST(HeatmapTokensTest, SplitOnWhitespaceKeepingPunctuation) {
   EXPECT_THAT(SplitTokens("Life is short, eat dessert first"),
               ElementsAre("Life", "is", "short,", "eat", "dessert", "first"));
