@@ -14,7 +14,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      FailedPrecondition, Internal, InvalidArgument, NotFound, OutOfRange,
                      PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable,
                      Unimplemented, Unknown)
-from .plot import plot_weights
+from .plot import plot_entropy, plot_weights
 from .types import (BlockSparse, LinearAttention, LshAttention, ModelInfo, RelativeBias,
                     ServerInfo, SessionInfo, SessionLimits, SessionShape,
                     SharedMemoryRegionInfo, SharedMemoryStatus, WeightStats)
@@ -27,7 +27,7 @@ __all__ = [
     "Error", "Aborted", "AlreadyExists", "Cancelled", "DataLoss", "DeadlineExceeded",
     "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",
     "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable",
-    "Unimplemented", "Unknown", "plot_weights", "BlockSparse", "LinearAttention",
+    "Unimplemented", "Unknown", "plot_entropy", "plot_weights", "BlockSparse", "LinearAttention",
     "LshAttention", "ModelInfo", "RelativeBias", "ServerInfo", "SessionInfo",
     "SessionLimits", "SessionShape", "SharedMemoryRegionInfo", "SharedMemoryStatus",
     "WeightStats",
