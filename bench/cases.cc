@@ -26,6 +26,7 @@ CaseSpec MakeCase(CaseSpec spec) {
   absl::StrAppend(&n, "_d", spec.d, "_", std::string(DTypeName(spec.dtype)));
   if (spec.softcap_sinks) absl::StrAppend(&n, "_softcap_sinks");
   if (spec.relative_bias) absl::StrAppend(&n, "_t5bias");
+  if (spec.weight_stats) absl::StrAppend(&n, "_stats");
   return spec;
 }
 
@@ -89,6 +90,9 @@ std::vector<CaseSpec> AllCases() {
   s = Flash(f32, 1, 16, 2048, 64);
   s.relative_bias = true;
   add(s);
+  s = Flash(f32, 1, 16, 2048, 64);
+  s.weight_stats = true;
+  add(s);
 
   s = Flash(f32, 1, 32, 1, 128);
   s.path = KernelPath::kDecode;
@@ -101,6 +105,9 @@ std::vector<CaseSpec> AllCases() {
   add(s);
   s.softcap_sinks = false;
   s.relative_bias = true;
+  add(s);
+  s.relative_bias = false;
+  s.weight_stats = true;
   add(s);
 
   s = Flash(f32, 1, 8, 1024, 64);
@@ -140,7 +147,9 @@ CaseBuffers::CaseBuffers(const CaseSpec& s)
       out(q.size()),
       weights(s.path == KernelPath::kMaterialized
                   ? s.b * s.hq * s.lq * s.lk * sizeof(float)
-                  : 0) {
+                  : 0),
+      entropy(s.weight_stats ? s.b * s.hq * s.lq * sizeof(float) : 0),
+      max_weight(entropy.size()) {
   base::SplitMix64 rng(kSeed);
   const size_t elem = DTypeSize(s.dtype);
   FillRandom(q.data(), s.dtype, q.size() / elem, rng);
@@ -149,6 +158,10 @@ CaseBuffers::CaseBuffers(const CaseSpec& s)
   // Touched so that page faults are not timed and resident memory is counted.
   std::memset(out.data(), 0, out.size());
   if (weights.size() > 0) std::memset(weights.data(), 0, weights.size());
+  if (entropy.size() > 0) {
+    std::memset(entropy.data(), 0, entropy.size());
+    std::memset(max_weight.data(), 0, max_weight.size());
+  }
   if (s.softcap_sinks) {
     for (int64_t h = 0; h < s.hq; ++h)
       sinks.push_back(rng.Uniform(-1.0f, 1.0f));
@@ -192,6 +205,12 @@ AttentionOutputs CaseBuffers::outputs() {
   if (weights.size() > 0) {
     o.weights = MakeMutableTensorView(weights.data(), DType::kFloat32,
                                       {spec.b, spec.hq, spec.lq, spec.lk});
+  }
+  if (entropy.size() > 0) {
+    o.entropy = MakeMutableTensorView(entropy.data(), DType::kFloat32,
+                                      {spec.b, spec.hq, spec.lq});
+    o.max_weight = MakeMutableTensorView(max_weight.data(), DType::kFloat32,
+                                         {spec.b, spec.hq, spec.lq});
   }
   return o;
 }

@@ -34,6 +34,8 @@ struct CaseSpec {
   bool softcap_sinks = false;
   // T5's relative bias (32 buckets, distance 128, bidirectional).
   bool relative_bias = false;
+  // Each row's weight entropy and largest weight as outputs (no weights).
+  bool weight_stats = false;
   bool quick = false;  // part of --quick
   // kPeakRss cases run on this many threads whatever --threads says.
   int fixed_threads = 0;
@@ -77,6 +79,7 @@ struct CaseBuffers {
 
   CaseSpec spec;
   AlignedBuffer q, k, v, out, weights;
+  AlignedBuffer entropy, max_weight;  // f32 [B, Hq, Lq] with weight_stats
   std::vector<float> sinks;      // [Hq] with softcap_sinks
   std::vector<float> rel_table;  // [Hq, 32] with relative_bias
 };

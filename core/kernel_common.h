@@ -4,6 +4,7 @@
 // Internal: what the three kernels (flash, decode, materialized) share: their
 // arguments, the per-thread workspace, operand access and the per-row mask.
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -233,14 +234,21 @@ inline int64_t KeyBlockEnd(int64_t k0, int64_t k_block, int64_t allowed_end,
 // for a row with nothing allowed (max -inf).
 float SinkNormalizer(float sink, float max, float sum);
 
-// Stores row (b, h, i)'s entropy and largest weight where the call wants
-// them (KernelArgs::entropy, ::max_weight).
+// Stores the statistics of row (b, h, i) where the call wants them
+// (KernelArgs::entropy, ::max_weight), for weights w = inv·exp(t - max) with
+// sum = Σ exp(t - max) and u = Σ exp(t - max)·(t - max) over the allowed
+// keys (VecOps::scaled_exp_entropy_f32): the largest weight is inv, and
+// -Σ w·ln w = -inv·(u + sum·ln inv). inv = 0 (nothing allowed) gives 0 and 0;
+// rounding may take a one-key row's entropy a hair below 0 (stored as 0);
+// NaN stays NaN.
 inline void StoreRowStats(const KernelArgs& args, int64_t b, int64_t h,
-                          int64_t i, float entropy, float max_weight) {
+                          int64_t i, float inv, float sum, float u) {
+  float entropy = inv == 0.0f ? 0.0f : -inv * (u + sum * std::log(inv));
+  if (entropy < 0.0f) entropy = 0.0f;
   const AttentionShape& s = args.p->shape;
   const int64_t at = (b * s.q_heads + h) * s.q_len + i;
   if (args.entropy != nullptr) args.entropy[at] = entropy;
-  if (args.max_weight != nullptr) args.max_weight[at] = max_weight;
+  if (args.max_weight != nullptr) args.max_weight[at] = inv;
 }
 
 // Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi,

@@ -56,19 +56,6 @@ struct RowGroup {
   int64_t rows = 0;   // multiplied: count, or padded to PaddedRows(count)
 };
 
-// The statistics of a row of weights (its allowed span): entropy and the
-// largest weight.
-void StoreWeightStats(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
-                      const float* w, int64_t n) {
-  float entropy = 0.0f, largest = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    // NaN weights (from NaN inputs) make both NaN.
-    if (!(w[j] == 0.0f)) entropy -= w[j] * std::log(w[j]);
-    largest = std::isnan(w[j]) ? w[j] : std::max(largest, w[j]);
-  }
-  StoreRowStats(args, b, h, i, entropy, largest);
-}
-
 int64_t QueryBlocks(const KernelArgs& args) {
   return (args.p->shape.q_len + args.q_block - 1) / args.q_block;
 }
@@ -119,7 +106,9 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
     // Lk = 0 leaves weights empty (and possibly null): nothing to clear.
     if (lk > 0) std::memset(weights, 0, m * lk * sizeof(float));
     if (args.row_stats()) {
-      for (int64_t r = 0; r < m; ++r) StoreRowStats(args, b, h, i0 + r, 0, 0);
+      for (int64_t r = 0; r < m; ++r) {
+        StoreRowStats(args, b, h, i0 + r, 0.0f, 0.0f, 0.0f);
+      }
     }
   } else {
     const int64_t span_begin = lo_all / kb * kb;
@@ -177,15 +166,23 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
                              hi[r] - span_begin, bias);
       if (max == kNegInf) {
         std::memset(x, 0, span * sizeof(float));
-        if (args.row_stats()) StoreRowStats(args, b, h, i0 + r, 0, 0);
+        if (args.row_stats()) {
+          StoreRowStats(args, b, h, i0 + r, 0.0f, 0.0f, 0.0f);
+        }
         continue;
       }
-      const float sum = ops.exp_sum_f32(x, span, max, x);
+      // (The masked keys' -inf give p = 0 in either pass.)
+      float u = 0.0f;
+      const float sum = args.row_stats()
+                            ? ops.scaled_exp_entropy_f32(x, span, 1.0f, 0, span,
+                                                         nullptr, max, x, &u)
+                            : ops.exp_sum_f32(x, span, max, x);
       // Head h's attention sink: a term of the sum with no value.
-      ops.scale(x, span,
-                p.sinks != nullptr ? SinkNormalizer(p.sinks[h], max, sum)
-                                   : 1.0f / sum);
-      if (args.row_stats()) StoreWeightStats(args, b, h, i0 + r, x, span);
+      const float inv = p.sinks != nullptr
+                            ? SinkNormalizer(p.sinks[h], max, sum)
+                            : 1.0f / sum;
+      ops.scale(x, span, inv);
+      if (args.row_stats()) StoreRowStats(args, b, h, i0 + r, inv, sum, u);
     }
 
     // P·V, the probabilities through a tile (the product operand type,

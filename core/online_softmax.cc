@@ -97,7 +97,7 @@ constexpr size_t kWholeSpanCopyBytes = 32 << 10;
 
 // Row r's running max becomes new_max (its acc, sum and entropy sum
 // rescaled when it grew), and `sum` (of probabilities relative to new_max)
-// and `u` (their entropy sum, EntropySum) are added.
+// and `u` (their entropy sum: VecOps::scaled_exp_entropy_f32) are added.
 void AddToRow(const BlockContext& c, int64_t r, float new_max, float sum,
               float u) {
   if (new_max != c.row_max[r]) {
@@ -116,22 +116,6 @@ void AddToRow(const BlockContext& c, int64_t r, float new_max, float sum,
   }
   c.row_sum[r] += sum;
   if (c.row_u != nullptr) c.row_u[r] += u;
-}
-
-// The sum of exp(t - max)·(t - max) over keys [lo, hi) (clipped to [0, n))
-// of a row whose scores t are scale·s + bias (what the exp pass reads): with
-// the sum of exp(t - max) and the row's normalizer, its weights' entropy
-// (StoreRow). Masked keys (t = -inf) add nothing.
-float EntropySum(const float* s, int64_t n, int64_t lo, int64_t hi, float scale,
-                 const float* bias, float max) {
-  float u = 0.0f;
-  for (int64_t j = std::max<int64_t>(lo, 0); j < std::min(hi, n); ++j) {
-    const float t = scale * s[j] + (bias != nullptr ? bias[j] : 0.0f);
-    if (t == kNegInf) continue;
-    const float d = t - max;
-    u += std::exp(d) * d;
-  }
-  return u;
 }
 
 // The online-softmax update of row r of the set by its scores against keys
@@ -171,12 +155,20 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
     return;
   }
   const float new_max = std::max(c.row_max[r], tile_max);
-  // Before the f32 exp pass overwrites the scores.
-  const float u = c.row_u != nullptr
-                      ? EntropySum(s, n, lo, hi, p.pass_scale(), bias, new_max)
-                      : 0.0f;
-  float sum;
-  if (bf16) {
+  float sum, u = 0.0f;
+  if (c.row_u != nullptr) {
+    // With row statistics the accurate f32 pass, which also sums p·(t - max)
+    // (bf16 products: into a row of its own, then rounded).
+    float* probs = bf16 ? ws->row.Get<float>(n) : s;
+    sum = ops.scaled_exp_entropy_f32(s, n, p.pass_scale(), lo, hi, bias,
+                                     new_max, probs, &u);
+    if (bf16) {
+      ops.to_bf16(probs, n, probs16);
+      std::memset(probs16 + n, 0, (cols - n) * sizeof(uint16_t));
+    } else {
+      std::memset(s + n, 0, (cols - n) * sizeof(float));
+    }
+  } else if (bf16) {
     sum = ops.scaled_exp_sum_bf16(s, n, p.pass_scale(), lo, hi, bias, new_max,
                                   probs16);
     std::memset(probs16 + n, 0, (cols - n) * sizeof(uint16_t));
@@ -801,13 +793,7 @@ void StoreRow(const KernelArgs& args, const float* acc, float max, float sum,
     inv = SinkNormalizer(args.p->sinks[h], max, sum);
   args.ops->store_scaled(acc, args.p->shape.value_dim, inv,
                          OutputRow(args, b, h, i), args.out_dtype);
-  if (!args.row_stats()) return;
-  // The weights are w = inv·exp(t - max): the largest is inv, and
-  // -sum w·ln w = -inv·(u + sum·ln inv) (rounding may take a one-key row's
-  // a hair below 0; NaN stays NaN).
-  float entropy = inv == 0.0f ? 0.0f : -inv * (u + sum * std::log(inv));
-  if (entropy < 0.0f) entropy = 0.0f;
-  StoreRowStats(args, b, h, i, entropy, inv);
+  if (args.row_stats()) StoreRowStats(args, b, h, i, inv, sum, u);
 }
 
 }  // namespace attnserve

@@ -405,6 +405,42 @@ float ScaledExpSum(const float* s, int64_t n, float scale, int64_t lo,
   return ReduceAdd(hn::Add(sum0, sum1));
 }
 
+// VecOps::scaled_exp_entropy_f32: ScaledExpSum's f32 pass with the sum of
+// p·(t - row_max) beside the sum of p.
+float ScaledExpEntropyF32(const float* s, int64_t n, float scale, int64_t lo,
+                          int64_t hi, const float* bias, float row_max,
+                          float* dst, float* u) {
+  lo = std::clamp<int64_t>(lo, 0, n);
+  hi = std::clamp<int64_t>(hi, lo, n);
+  std::memset(dst, 0, static_cast<size_t>(lo) * sizeof(float));
+  std::memset(dst + hi, 0, static_cast<size_t>(n - hi) * sizeof(float));
+  const DF d;
+  const int64_t lanes = Lanes();
+  const VF vscale = hn::Set(d, scale);
+  const VF vmax = hn::Set(d, row_max);
+  const VF zero = hn::Zero(d);
+  VF sum0 = zero, sum1 = zero, u0 = zero, u1 = zero;
+  // One vector of keys from c: its p stored, added to `sum` and p·(t - max),
+  // where p is not 0 (a masked key's t is -inf), to `usum`.
+  const auto step = [&](int64_t c, int64_t count, VF& sum, VF& usum) {
+    const VF x = hn::Sub(ScaledScores(s, bias, c, count, vscale), vmax);
+    // Lanes past count were loaded as zeros: their p is dropped.
+    const VF p =
+        hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(count)), Exp(x));
+    StoreF32(p, dst + c, count);
+    sum = hn::Add(sum, p);
+    usum = hn::Add(usum, hn::IfThenZeroElse(hn::Eq(p, zero), hn::Mul(p, x)));
+  };
+  int64_t c = lo;
+  for (; c + 2 * lanes <= hi; c += 2 * lanes) {
+    step(c, lanes, sum0, u0);
+    step(c + lanes, lanes, sum1, u1);
+  }
+  for (; c < hi; c += lanes) step(c, std::min(lanes, hi - c), sum0, u0);
+  *u = ReduceAdd(hn::Add(u0, u1));
+  return ReduceAdd(hn::Add(sum0, sum1));
+}
+
 // The plain exp passes (VecOps::exp_sum_*): the scaled pass at scale 1 over
 // the whole row, with the accurate Exp (rows may hold -inf).
 float ExpSumF32(const float* s, int64_t n, float m, float* dst) {
@@ -820,11 +856,23 @@ const VecOps& Table() {
   constexpr decltype(VecOps::kv_scores) kv_scores = nullptr;
   constexpr decltype(VecOps::kv_accumulate) kv_accumulate = nullptr;
 #endif
-  static const VecOps ops = {
-      ScaleMaskMax,    ExpSumF32,        ExpSumBFloat16, ScaledMax,
-      ScaledExpSumF32, ScaledExpSumBf16, Scale,          StoreScaled,
-      LoadRow,         DequantInt8,      kv_scores,      kv_accumulate,
-      ToBFloat16Row,   TanhDot,          SoftCap,        AddGathered};
+  static const VecOps ops = {ScaleMaskMax,
+                             ExpSumF32,
+                             ExpSumBFloat16,
+                             ScaledMax,
+                             ScaledExpSumF32,
+                             ScaledExpSumBf16,
+                             Scale,
+                             StoreScaled,
+                             LoadRow,
+                             DequantInt8,
+                             kv_scores,
+                             kv_accumulate,
+                             ToBFloat16Row,
+                             TanhDot,
+                             SoftCap,
+                             AddGathered,
+                             ScaledExpEntropyF32};
   return ops;
 }
 

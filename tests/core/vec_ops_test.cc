@@ -1,9 +1,9 @@
 // The flash kernels' softmax passes (VecOps::scaled_max, scaled_exp_sum_f32,
-// scaled_exp_sum_bf16) and the paged decode's products over stored rows
-// (kv_scores, kv_accumulate, dequant_int8) of every table this CPU can run,
-// against double arithmetic: row lengths around the vector widths, intervals
-// empty, clipped and partial, with and without a bias (holding -inf), positive,
-// negative and zero scales.
+// scaled_exp_entropy_f32, scaled_exp_sum_bf16) and the paged decode's products
+// over stored rows (kv_scores, kv_accumulate, dequant_int8) of every table this
+// CPU can run, against double arithmetic: row lengths around the vector widths,
+// intervals empty, clipped and partial, with and without a bias (holding -inf),
+// positive, negative and zero scales.
 
 #include "core/vec_ops.h"
 
@@ -237,6 +237,38 @@ TEST(VecOpsTest, ScaledExpSumMatchesExpOfTheScaledScores) {
           1.0 / 256, 2e-4);
       // Nothing past n is written.
       for (int64_t c = r.n(); c < r.n() + 3; ++c) EXPECT_EQ(p16[c], 0xBEEF);
+    }
+  }
+}
+
+TEST(VecOpsTest, ScaledExpEntropyIsTheF32PassAndTheSumOfPTimesTMinusMax) {
+  for (const Table& t : MachineTables()) {
+    for (const Row& r : Rows()) {
+      const float row_max = t.ops->scaled_max(r.s.data(), r.n(), r.scale, r.lo,
+                                              r.hi, r.bias_ptr());
+      if (row_max == kNegInf) continue;
+      const std::string name =
+          t.name + " n=" + std::to_string(r.n()) +
+          " lo=" + std::to_string(r.lo) + " hi=" + std::to_string(r.hi) +
+          " scale=" + std::to_string(r.scale) + (r.use_bias ? " bias" : "");
+      std::vector<float> p = r.s;
+      float u = 1.0f;
+      const float sum =
+          t.ops->scaled_exp_entropy_f32(p.data(), r.n(), r.scale, r.lo, r.hi,
+                                        r.bias_ptr(), row_max, p.data(), &u);
+      CheckExpPass(
+          name, r, row_max, p, sum,
+          [](float x) { return static_cast<double>(x); }, 1e-6, 5e-6);
+      // Σ exp(t - max)·(t - max): masked keys (t = -inf) add nothing; each
+      // term within its p's error, and |t - max| rounded in f32.
+      double want = 0.0, bound = 0.0;
+      for (int64_t c = 0; c < r.n(); ++c) {
+        const double x = r.T(c) - row_max;
+        if (std::isinf(x)) continue;
+        want += std::exp(x) * x;
+        bound += std::exp(x) * std::fabs(x) * (2e-6 + std::fabs(x) * 0x1p-23);
+      }
+      EXPECT_NEAR(u, want, bound + 1e-6 * std::fabs(want) + 1e-30) << name;
     }
   }
 }
