@@ -175,7 +175,8 @@ absl::StatusOr<Verdict> CheckAttendRequest(const v1::AttendRequest& request,
   }
   const AttentionOutputs outputs = server::PrepareResponse(*decoded, response);
   const int64_t prepared = static_cast<int64_t>(
-      response->output().data().size() + response->weights().data().size());
+      response->output().data().size() + response->weights().data().size() +
+      response->entropy().data().size() + response->max_weight().data().size());
   if (prepared != decoded->response_payload_bytes) {
     return absl::InternalError(absl::StrCat("PrepareResponse sized ", prepared,
                                             " bytes, DecodeRequest counted ",

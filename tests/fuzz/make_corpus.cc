@@ -88,8 +88,12 @@ void AttendSeeds(Rng& rng, CorpusWriter& out) {
     r.set_return_weights(false);
     out.Add("attend_refused_flops", Family::kAttend, r);
   }
-  // Edges the decoder refuses: an unknown layout, LSH with a key.
+  // Weight statistics without the weights, and refused with LSH.
   v1::AttendRequest r = seeds[0];
+  r.set_return_weight_stats(true);
+  out.Add("attend_weight_stats", Family::kAttend, r);
+  // Edges the decoder refuses: an unknown layout, LSH with a key.
+  r = seeds[0];
   r.set_layout(static_cast<v1::Layout>(7));
   out.Add("attend_refused_layout", Family::kAttend, r);
   r = seeds[0];
@@ -375,6 +379,9 @@ void SessionSeeds(Rng& rng, CorpusWriter& out) {
     r.set_return_weights(true);
     r.set_output_dtype(v1::FLOAT16);
     out.Add("sessions_bf16_weights", Family::kAttendSessions, r);
+    r.set_return_weights(false);
+    r.set_return_weight_stats(true);
+    out.Add("sessions_bf16_weight_stats", Family::kAttendSessions, r);
   }
   {
     // "d", empty until this call: its first tokens and queries, layer 1.
