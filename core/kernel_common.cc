@@ -57,6 +57,28 @@ float SinkNormalizer(float sink, float max, float sum) {
   return a / (sum * a + 1.0f);
 }
 
+bool UniformBias(const KernelArgs& args, int64_t h, int64_t i, int64_t k0,
+                 int64_t n, float* value) {
+  const Problem& p = *args.p;
+  if (p.rel_table == nullptr || p.mask != nullptr || p.alibi != nullptr ||
+      p.block_layout != nullptr || n <= 0) {
+    return false;
+  }
+  // Relative positions [first, first + n) against the array's
+  // [rel_first, -rel_first].
+  const int64_t first = k0 - (i + p.diag_offset);
+  const float* table = p.rel_table + h * p.rel_buckets;
+  if (first + n - 1 < p.rel_first) {
+    *value = table[p.rel_below];
+    return true;
+  }
+  if (first > -p.rel_first) {
+    *value = table[p.rel_above];
+    return true;
+  }
+  return false;
+}
+
 void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
               int64_t k0, int64_t n, float* bias) {
   const Problem& p = *args.p;

@@ -251,6 +251,15 @@ inline void StoreRowStats(const KernelArgs& args, int64_t b, int64_t h,
   if (args.max_weight != nullptr) args.max_weight[at] = inv;
 }
 
+// When FillBias would add one value to every key of [k0, k0 + n) of query
+// row i of head h — T5's relative bias is the call's only elementwise part
+// and those keys all lie past one edge of its bucket array (where every
+// position's bucket is rel_below, or rel_above: far from the diagonal) —
+// sets *value to it and returns true; the kernels then shift the row's
+// maximum instead of reading a row of biases. Else false.
+bool UniformBias(const KernelArgs& args, int64_t h, int64_t i, int64_t k0,
+                 int64_t n, float* value);
+
 // Fills bias[0, n) with the elementwise mask parts (explicit mask, ALiBi,
 // T5's relative bias, the block-sparse layout) of args.p for query row i of
 // (b, h) against keys [k0, k0 + n).

@@ -133,18 +133,28 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
   const bool bf16 = args.gemm_dtype == DType::kBFloat16;
   float* s = c.scores + r * c.lds;
   uint16_t* probs16 = bf16 ? c.probs16 + r * c.ldp : nullptr;
-  float* bias = use_bias ? c.bias : nullptr;
-  if (bias != nullptr) {
-    FillBias(args, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n,
-             bias);
-  }
-  if (p.softcap > 0) ops.soft_cap(s, n, p.scale, p.softcap);
   const int64_t lo = all_allowed ? 0 : ws->row_lo[r] - k0;
   const int64_t hi = all_allowed ? n : ws->row_hi[r] - k0;
+  float* bias = use_bias ? c.bias : nullptr;
+  // A bias that is one value over the row's allowed keys here: no bias row,
+  // the passes run against max - shift (exp(t + shift - max)).
+  float shift = 0.0f;
+  if (bias != nullptr) {
+    const int64_t a = std::max<int64_t>(lo, 0), z = std::min(hi, n);
+    if (UniformBias(args, ws->row_head[r], ws->row_index[r], k0 + a, z - a,
+                    &shift)) {
+      bias = nullptr;
+    } else {
+      FillBias(args, c.rows.batch, ws->row_head[r], ws->row_index[r], k0, n,
+               bias);
+    }
+  }
+  if (p.softcap > 0) ops.soft_cap(s, n, p.scale, p.softcap);
   // Two passes over the raw scores: the row's maximum, then the
   // probabilities (written once, over the n real keys; the padding keys'
   // are zeros).
-  const float tile_max = ops.scaled_max(s, n, p.pass_scale(), lo, hi, bias);
+  float tile_max = ops.scaled_max(s, n, p.pass_scale(), lo, hi, bias);
+  if (tile_max != kNegInf) tile_max += shift;
   if (tile_max == kNegInf) {
     // Nothing allowed in this block: it adds nothing to the row.
     if (bf16) {
@@ -155,13 +165,14 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
     return;
   }
   const float new_max = std::max(c.row_max[r], tile_max);
+  const float pass_max = new_max - shift;
   float sum, u = 0.0f;
   if (c.row_u != nullptr) {
     // With row statistics the accurate f32 pass, which also sums p·(t - max)
     // (bf16 products: into a row of its own, then rounded).
     float* probs = bf16 ? ws->row.Get<float>(n) : s;
     sum = ops.scaled_exp_entropy_f32(s, n, p.pass_scale(), lo, hi, bias,
-                                     new_max, probs, &u);
+                                     pass_max, probs, &u);
     if (bf16) {
       ops.to_bf16(probs, n, probs16);
       std::memset(probs16 + n, 0, (cols - n) * sizeof(uint16_t));
@@ -169,12 +180,12 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
       std::memset(s + n, 0, (cols - n) * sizeof(float));
     }
   } else if (bf16) {
-    sum = ops.scaled_exp_sum_bf16(s, n, p.pass_scale(), lo, hi, bias, new_max,
+    sum = ops.scaled_exp_sum_bf16(s, n, p.pass_scale(), lo, hi, bias, pass_max,
                                   probs16);
     std::memset(probs16 + n, 0, (cols - n) * sizeof(uint16_t));
   } else {
     sum =
-        ops.scaled_exp_sum_f32(s, n, p.pass_scale(), lo, hi, bias, new_max, s);
+        ops.scaled_exp_sum_f32(s, n, p.pass_scale(), lo, hi, bias, pass_max, s);
     std::memset(s + n, 0, (cols - n) * sizeof(float));
   }
   AddToRow(c, r, new_max, sum, u);
