@@ -339,6 +339,16 @@ inline void StoreBf16(VF p, uint16_t* dst, int64_t count) {
   StoreHalves(ToBFloat16(p), dst, count);
 }
 
+// The exp passes' interval [lo, hi) clipped to [0, n), and dst zeroed
+// outside it.
+template <typename Dst>
+void ZeroOutside(int64_t n, int64_t* lo, int64_t* hi, Dst* dst) {
+  *lo = std::clamp<int64_t>(*lo, 0, n);
+  *hi = std::clamp<int64_t>(*hi, *lo, n);
+  std::memset(dst, 0, static_cast<size_t>(*lo) * sizeof(Dst));
+  std::memset(dst + *hi, 0, static_cast<size_t>(n - *hi) * sizeof(Dst));
+}
+
 // The exp pass of a row: p = exp(ScaledScores - row_max) on [lo, hi), 0 on
 // the rest of [0, n), each vector (or the count < Lanes() of a tail) of p
 // stored by Store(p, dst + c, count). Returns the sum of the p (before any
@@ -351,10 +361,7 @@ inline void StoreBf16(VF p, uint16_t* dst, int64_t count) {
 template <bool kForBf16, typename Dst, void (*Store)(VF, Dst*, int64_t)>
 float ScaledExpSum(const float* s, int64_t n, float scale, int64_t lo,
                    int64_t hi, const float* bias, float row_max, Dst* dst) {
-  lo = std::clamp<int64_t>(lo, 0, n);
-  hi = std::clamp<int64_t>(hi, lo, n);
-  std::memset(dst, 0, static_cast<size_t>(lo) * sizeof(Dst));
-  std::memset(dst + hi, 0, static_cast<size_t>(n - hi) * sizeof(Dst));
+  ZeroOutside(n, &lo, &hi, dst);
   const DF d;
   const int64_t lanes = Lanes();
   constexpr float kLog2e = 1.44269504088896341f;
@@ -410,10 +417,7 @@ float ScaledExpSum(const float* s, int64_t n, float scale, int64_t lo,
 float ScaledExpEntropyF32(const float* s, int64_t n, float scale, int64_t lo,
                           int64_t hi, const float* bias, float row_max,
                           float* dst, float* u) {
-  lo = std::clamp<int64_t>(lo, 0, n);
-  hi = std::clamp<int64_t>(hi, lo, n);
-  std::memset(dst, 0, static_cast<size_t>(lo) * sizeof(float));
-  std::memset(dst + hi, 0, static_cast<size_t>(n - hi) * sizeof(float));
+  ZeroOutside(n, &lo, &hi, dst);
   const DF d;
   const int64_t lanes = Lanes();
   const VF vscale = hn::Set(d, scale);
