@@ -80,8 +80,8 @@ struct CaseBuffers {
   CaseSpec spec;
   AlignedBuffer q, k, v, out, weights;
   AlignedBuffer entropy, max_weight;  // f32 [B, Hq, Lq] with weight_stats
-  std::vector<float> sinks;      // [Hq] with softcap_sinks
-  std::vector<float> rel_table;  // [Hq, 32] with relative_bias
+  std::vector<float> sinks;           // [Hq] with softcap_sinks
+  std::vector<float> rel_table;       // [Hq, 32] with relative_bias
 };
 
 }  // namespace attnserve::bench

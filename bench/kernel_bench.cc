@@ -122,7 +122,8 @@ constexpr char kDecodeT5Bias8192[] =
 constexpr char kDecodeForms8192[] =
     "decode_b1_h32kv8_lq1_lk8192_d128_f32_softcap_sinks";
 constexpr char kStats2048[] = "flash_b1_h16_l2048_d64_f32_stats";
-constexpr char kDecodeStats8192[] = "decode_b1_h32kv8_lq1_lk8192_d128_f32_stats";
+constexpr char kDecodeStats8192[] =
+    "decode_b1_h32kv8_lq1_lk8192_d128_f32_stats";
 
 class Benchmark {
  public:
@@ -463,8 +464,8 @@ class Benchmark {
               kDecode8192, kFormsTimeRatio);
     TimeRatio("summary_weight_stats_time_ratio_l2048", kStats2048, kFlash2048,
               kFormsTimeRatio);
-    TimeRatio("summary_weight_stats_time_ratio_decode_lk8192",
-              kDecodeStats8192, kDecode8192, kFormsTimeRatio);
+    TimeRatio("summary_weight_stats_time_ratio_decode_lk8192", kDecodeStats8192,
+              kDecode8192, kFormsTimeRatio);
     for (int threads : options_.threads) {
       const Json* r = Find(kFlash2048, threads);
       if (r == nullptr || r->at("unfused_speedup").is_null()) continue;

@@ -144,11 +144,10 @@ TEST(InferCodecTest, WeightStatsByParameterOrByName) {
   out->set_name("max_weight");
   (*out->mutable_parameters())["shared_memory_region"].set_string_param("r");
   (*out->mutable_parameters())["shared_memory_byte_size"].set_int64_param(4);
-  EXPECT_THAT(
-      ToNative(models[0], placed, &call),
-      StatusIs(absl::StatusCode::kInvalidArgument,
-               HasSubstr("outputs[0] (max_weight).parameters: "
-                         "shared_memory_region is set, but only")));
+  EXPECT_THAT(ToNative(models[0], placed, &call),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("outputs[0] (max_weight).parameters: "
+                                 "shared_memory_region is set, but only")));
 }
 
 TEST(InferCodecTest, TypedBoolAndIntContentsBecomeBytes) {
