@@ -23,9 +23,9 @@ def _entropy(rows):
 
 def plot_entropy(stats, heads=None, *, batch=0, keys=None, tokens=None, title=None):
     """Draws each head's weight entropy (nats) along the query rows and returns the
-    matplotlib Figure: the seed of debugging attention, where a head whose entropy
-    collapses to 0 (one key takes every row's weight) or stays at ln(keys) (every
-    key the same) points at a broken positional encoding or temperature.
+    matplotlib Figure. A head whose entropy collapses to 0 (one key takes every row's
+    weight) or stays at ln(keys) (every key the same) points at a broken positional
+    encoding or temperature.
 
     stats: an attnserve.WeightStats (attend(..., return_weight_stats=True), no
     weights downloaded), or its entropy alone: [B, Hq, Lq] (attend) or [Hq, Lq] (a

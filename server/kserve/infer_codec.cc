@@ -25,9 +25,8 @@ using inference::InferParameter;
 using inference::InferTensorContents;
 using inference::ModelInferRequest;
 
-// The indices of "output" and "weights" in every model's outputs.
-// Model outputs by index (ModelInterface::outputs); the last two are model
-// "attention"'s only.
+// Model outputs by index (ModelInterface::outputs): every model's "output"
+// and "weights", then model "attention"'s weight statistics.
 constexpr int kOutputIndex = 0;
 constexpr int kWeightsIndex = 1;
 constexpr int kEntropyIndex = 2;
