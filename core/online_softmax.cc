@@ -168,13 +168,12 @@ void SoftmaxRow(const BlockContext& c, int64_t r, int64_t k0, int64_t n,
   const float pass_max = new_max - shift;
   float sum, u = 0.0f;
   if (c.row_u != nullptr) {
-    // With row statistics the accurate f32 pass, which also sums p·(t - max)
-    // (bf16 products: into a row of its own, then rounded).
-    float* probs = bf16 ? ws->row.Get<float>(n) : s;
+    // With row statistics the accurate f32 pass, which also sums p·(t - max),
+    // in place (bf16 products: then rounded into their row).
     sum = ops.scaled_exp_entropy_f32(s, n, p.pass_scale(), lo, hi, bias,
-                                     pass_max, probs, &u);
+                                     pass_max, s, &u);
     if (bf16) {
-      ops.to_bf16(probs, n, probs16);
+      ops.to_bf16(s, n, probs16);
       std::memset(probs16 + n, 0, (cols - n) * sizeof(uint16_t));
     } else {
       std::memset(s + n, 0, (cols - n) * sizeof(float));

@@ -95,7 +95,8 @@ struct VecOps {
                        int64_t n);
   // As scaled_exp_sum_f32, and *u = the sum over [lo, hi) of p[c] · (t[c] -
   // row_max) (p = 0 adds 0, whatever t is): with the sum and the row's
-  // normalizer, the entropy of its weights (RowEntropy in kernel_common.h).
+  // normalizer, the entropy of its weights (StoreRowStats in
+  // kernel_common.h).
   float (*scaled_exp_entropy_f32)(const float* s, int64_t n, float scale,
                                   int64_t lo, int64_t hi, const float* bias,
                                   float row_max, float* dst, float* u);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "wire/attend.h"
@@ -109,7 +110,7 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
   const int64_t output_shape[] = {s.batch, s.q_len, d_model};
   const int64_t weights_shape[] = {s.batch, layer.config().num_heads, s.q_len,
                                    s.k_len};
-  std::vector<ResponsePart> parts = {
+  absl::InlinedVector<ResponsePart, 2> parts = {
       {"output", output_shape, decoded.output_dtype}};
   if (decoded.return_weights) {
     parts.push_back({"weights", weights_shape, DType::kFloat32});

@@ -3,8 +3,8 @@
 #include <array>
 #include <limits>
 #include <string>
-#include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -95,17 +95,21 @@ absl::StatusOr<int64_t> CheckResponseBytes(absl::Span<const ResponsePart> parts,
                                            const RequestLimits& limits) {
   int64_t total = 0;
   bool overflows = false;
-  std::string listed;
   for (const ResponsePart& part : parts) {
     ASSIGN_OR_RETURN(const int64_t bytes,
                      DenseBytes(part.name, part.shape, part.dtype));
     overflows = overflows || bytes > kInt64Max - total;
     if (!overflows) total += bytes;
-    absl::StrAppend(&listed, listed.empty() ? "" : "; ", part.name, " ",
-                    ShapeString(part.shape), " of ", DTypeName(part.dtype),
-                    ": ", bytes, " bytes");
   }
   if (overflows || total > limits.max_response_bytes) {
+    // Each part again, for the message (DenseBytes passed for every one).
+    std::string listed;
+    for (const ResponsePart& part : parts) {
+      absl::StrAppend(&listed, listed.empty() ? "" : "; ", part.name, " ",
+                      ShapeString(part.shape), " of ", DTypeName(part.dtype),
+                      ": ", *DenseBytes(part.name, part.shape, part.dtype),
+                      " bytes");
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
         "response: ", overflows ? "more than 2^63" : absl::StrCat(total),
         " bytes (", listed, ") exceed the limit of ", limits.max_response_bytes,
@@ -124,7 +128,7 @@ absl::StatusOr<DecodedRequest> DecodeRequest(
   ASSIGN_OR_RETURN(decoded.plan,
                    engine.Validate(decoded.inputs, decoded.return_weights));
   const AttentionShape& shape = decoded.plan.shape;
-  std::vector<ResponsePart> parts;
+  absl::InlinedVector<ResponsePart, 4> parts;
   if (decoded.output_ref == nullptr) {
     parts.push_back({"output", shape.output_shape, decoded.output_dtype});
   }

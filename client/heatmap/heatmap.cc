@@ -151,6 +151,22 @@ absl::Status CheckDims(const HeatmapOptions& options, const Dims& dims) {
   return absl::OkStatus();
 }
 
+// Whether the server's `name` tensor is f32 of `shape` with its bytes;
+// prints the error when it is not.
+bool IsF32OfShape(absl::string_view name, const v1::Tensor& tensor,
+                  const std::string& shape, std::ostream& err) {
+  if (tensor.dtype() == v1::FLOAT32 && wire::ShapeText(tensor) == shape &&
+      static_cast<int64_t>(tensor.data().size()) ==
+          wire::NumElements(tensor) * 4) {
+    return true;
+  }
+  err << "error: the server's " << name << ": "
+      << wire::ShortDataTypeName(tensor.dtype()) << " "
+      << wire::ShapeText(tensor) << " with " << tensor.data().size()
+      << " bytes; expected f32 " << shape << "\n";
+  return false;
+}
+
 int64_t CountKept(const BlockLayout& layout) {
   int64_t kept = 0;
   for (int64_t qb = 0; qb < layout.q_blocks(); ++qb) {
@@ -320,32 +336,15 @@ ExitCode RunHeatmap(const HeatmapOptions& options, std::ostream& out,
     return kExitRpcFailed;
   }
   const v1::Tensor& weights = response.weights();
-  const std::string expected =
-      absl::StrCat("[", dims.batch, ", ", dims.heads, ", ", dims.q_len, ", ",
-                   dims.k_len, "]");
-  if (weights.dtype() != v1::FLOAT32 || wire::ShapeText(weights) != expected ||
-      static_cast<int64_t>(weights.data().size()) !=
-          wire::NumElements(weights) * 4) {
-    err << "error: the server's weights are "
-        << wire::ShortDataTypeName(weights.dtype()) << " "
-        << wire::ShapeText(weights) << " with " << weights.data().size()
-        << " bytes; expected f32 " << expected << "\n";
-    return kExitRpcFailed;
-  }
-
   const v1::Tensor& entropy = response.entropy();
-  const bool has_entropy = entropy.dtype() == v1::FLOAT32 &&
-                           wire::ShapeText(entropy) ==
-                               absl::StrCat("[", dims.batch, ", ", dims.heads,
-                                            ", ", dims.q_len, "]") &&
-                           static_cast<int64_t>(entropy.data().size()) ==
-                               wire::NumElements(entropy) * 4;
-  if (!has_entropy) {
-    err << "error: the server's entropy is "
-        << wire::ShortDataTypeName(entropy.dtype()) << " "
-        << wire::ShapeText(entropy) << " with " << entropy.data().size()
-        << " bytes; expected f32 [" << dims.batch << ", " << dims.heads << ", "
-        << dims.q_len << "]\n";
+  if (!IsF32OfShape("weights", weights,
+                    absl::StrCat("[", dims.batch, ", ", dims.heads, ", ",
+                                 dims.q_len, ", ", dims.k_len, "]"),
+                    err) ||
+      !IsF32OfShape("entropy", entropy,
+                    absl::StrCat("[", dims.batch, ", ", dims.heads, ", ",
+                                 dims.q_len, "]"),
+                    err)) {
     return kExitRpcFailed;
   }
   Heatmap heatmap =
