@@ -91,6 +91,11 @@ struct MaskSpec {
   // Unset = unbounded on that side; negative = InvalidArgument.
   std::optional<int64_t> window_left;
   std::optional<int64_t> window_right;
+  // With window_left: keys j < sink_tokens are exempt from the window's left
+  // edge (StreamingLLM's kept first tokens), still subject to every other
+  // part. >= 0; softmax only; not with a block-sparse layout (whose
+  // global_tokens do this there).
+  int64_t sink_tokens = 0;
   // Empty, or [B] with 0 <= key_lengths[b] <= Lk: keys j >= key_lengths[b]
   // masked.
   absl::Span<const int32_t> key_lengths;

@@ -199,6 +199,8 @@ class Engine final : public AttentionEngine {
       problems[i] = *std::move(problem);
       problems[i].kv_blocks = seq.kv.blocks.data();
       problems[i].block_tokens = inputs.block_tokens;
+      problems[i].kv_kept_blocks = seq.kv.kept_blocks;
+      problems[i].kv_evicted_blocks = seq.kv.evicted_blocks;
       problems[i].kv_layout =
           PagedBlockLayout(inputs.kv_heads, inputs.head_dim, inputs.value_dim,
                            inputs.block_tokens, inputs.kv_dtype);

@@ -23,6 +23,10 @@ struct DecodePlan {
   int64_t sets = 0;  // batch × kv heads × chunks
   int64_t splits = 1;
   int64_t blocks_per_split = 1;
+  // The first key block any row's window reaches (0 without a window): the
+  // splits share the blocks from it on, and the first split starts at key 0
+  // (where kept first keys, sink_tokens, lie).
+  int64_t first_block = 0;
   int64_t first_item = 0;     // of this call in the batch's item list
   int64_t first_partial = 0;  // floats
 };
@@ -53,8 +57,13 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
     const Problem& p = *calls[c].p;
     const int64_t kb = calls[c].k_block;
     DecodePlan& plan = plans[c];
-    const int64_t k_blocks =
-        std::max<int64_t>(1, (p.shape.k_len + kb - 1) / kb);
+    if (p.window_left) {
+      // Row 0's window starts first (KeyRange).
+      plan.first_block =
+          std::max<int64_t>(0, p.diag_offset - *p.window_left) / kb;
+    }
+    const int64_t k_blocks = std::max<int64_t>(
+        1, (p.shape.k_len + kb - 1) / kb - plan.first_block);
     // Enough key splits to give every thread two items, never below one
     // block each.
     plan.splits = std::clamp<int64_t>(
@@ -130,9 +139,11 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
         }
         rows.q = q;
         rows.ldq = s.head_dim;
-        const int64_t k_begin = split * plan.blocks_per_split * kb;
+        const int64_t split_begin =
+            (plan.first_block + split * plan.blocks_per_split) * kb;
+        const int64_t k_begin = split == 0 ? 0 : split_begin;
         const int64_t k_end =
-            std::min(s.k_len, k_begin + plan.blocks_per_split * kb);
+            std::min(s.k_len, split_begin + plan.blocks_per_split * kb);
         const int64_t stride = plan.chunk * (dv + 3);
         float* out = partial.data() + plan.first_partial + item * stride;
         if (k_begin >= k_end) {

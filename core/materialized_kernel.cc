@@ -98,6 +98,12 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
       lo_all = std::min(lo_all, lo[r]);
       hi_all = std::max(hi_all, hi[r]);
     }
+    // The kept first keys (sink_tokens) the window excluded.
+    const int64_t sink_end = p.SinkEnd(lo[r], hi[r]);
+    if (sink_end > 0) {
+      lo_all = 0;
+      hi_all = std::max(hi_all, sink_end);
+    }
   }
   // Room for the padding rows of the last row group.
   float* acc = w->acc.Get<float>((m + kRowPad) * dv);
@@ -153,17 +159,39 @@ absl::Status RunBlock(const KernelArgs& args, Workspace* w, int64_t item) {
     }
 
     // The exact softmax of each row, in place.
-    float* bias = p.has_elementwise_mask() ? w->bias.Get<float>(span) : nullptr;
+    float* bias = p.has_elementwise_mask() || p.sink_tokens > 0
+                      ? w->bias.Get<float>(span)
+                      : nullptr;
     for (int64_t r = 0; r < m; ++r) {
       float* row = weights + r * lk;
       std::memset(row, 0, span_begin * sizeof(float));
       std::memset(row + span_end, 0, (lk - span_end) * sizeof(float));
-      if (bias != nullptr) FillBias(args, b, h, i0 + r, span_begin, span, bias);
+      const float* row_bias = nullptr;
+      if (p.has_elementwise_mask()) {
+        FillBias(args, b, h, i0 + r, span_begin, span, bias);
+        row_bias = bias;
+      }
+      // With kept first keys [0, sink_end): the interval [0, hi) less the
+      // keys between them and the window, masked through the bias (or
+      // [0, sink_end) alone when the window is empty).
+      int64_t row_lo = lo[r], row_hi = hi[r];
+      const int64_t sink_end = p.SinkEnd(lo[r], hi[r]);
+      if (sink_end > 0) {
+        if (lo[r] < hi[r]) {
+          if (row_bias == nullptr) std::fill(bias, bias + span, 0.0f);
+          std::fill(bias + (sink_end - span_begin), bias + (lo[r] - span_begin),
+                    kNegInf);
+          row_bias = bias;
+        } else {
+          row_hi = sink_end;
+        }
+        row_lo = 0;
+      }
       float* x = row + span_begin;
       if (p.softcap > 0) ops.soft_cap(x, span, p.scale, p.softcap);
       const float max =
-          ops.scale_mask_max(x, span, p.pass_scale(), lo[r] - span_begin,
-                             hi[r] - span_begin, bias);
+          ops.scale_mask_max(x, span, p.pass_scale(), row_lo - span_begin,
+                             row_hi - span_begin, row_bias);
       if (max == kNegInf) {
         std::memset(x, 0, span * sizeof(float));
         if (args.row_stats()) {

@@ -17,16 +17,22 @@
 namespace attnserve {
 namespace {
 
-// Sets each row's allowed key interval from causal/window/key_lengths, clipped
-// to [k_begin, k_end), and returns the union's block-aligned bounds.
+// Sets each row's allowed key interval from causal/window/key_lengths
+// (Problem::KeyRange), or with `sink_part` its second one, the kept first
+// keys (Problem::SinkEnd), clipped to [k_begin, k_end), and returns the
+// union's bounds.
 void RowRanges(const Problem& p, const RowSet& rows, Workspace* ws,
-               int64_t k_begin, int64_t k_end, int64_t* lo_all,
+               int64_t k_begin, int64_t k_end, bool sink_part, int64_t* lo_all,
                int64_t* hi_all) {
   *lo_all = k_end;
   *hi_all = k_begin;
   for (int64_t r = 0; r < rows.count; ++r) {
     int64_t lo, hi;
     p.KeyRange(rows.batch, ws->row_index[r], &lo, &hi);
+    if (sink_part) {
+      hi = p.SinkEnd(lo, hi);
+      lo = 0;
+    }
     lo = std::max(lo, k_begin);
     hi = std::min(hi, k_end);
     ws->row_lo[r] = lo;
@@ -780,18 +786,22 @@ absl::Status Accumulate(const KernelArgs& args, const RowSet& rows,
   if (c.row_u != nullptr) std::fill(c.row_u, c.row_u + m, 0.0f);
   std::fill(c.acc, c.acc + held * dv, 0.0f);
 
-  int64_t lo_all, hi_all;
-  RowRanges(p, rows, ws, k_begin, k_end, &lo_all, &hi_all);
-  if (lo_all >= hi_all) return absl::OkStatus();
-  const int64_t first_block = k_begin + (lo_all - k_begin) / kb * kb;
-
-  if (rows.layout_row >= 0) {
-    return AccumulateSparse(c, *p.block_layout, k_begin, first_block, hi_all,
-                            k_end);
-  }
-  for (int64_t k0 = first_block; k0 < hi_all; k0 += kb) {
-    RETURN_IF_ERROR(
-        ProcessSpan(c, k0, kb, hi_all, k_end, /*use_bias=*/c.bias != nullptr));
+  // The kept first keys (sink_tokens) the window excluded, then the window's
+  // keys: two disjoint intervals per row, into one softmax state.
+  for (const bool sink_part : {true, false}) {
+    if (sink_part && p.sink_tokens == 0) continue;
+    int64_t lo_all, hi_all;
+    RowRanges(p, rows, ws, k_begin, k_end, sink_part, &lo_all, &hi_all);
+    if (lo_all >= hi_all) continue;
+    const int64_t first_block = k_begin + (lo_all - k_begin) / kb * kb;
+    if (rows.layout_row >= 0) {
+      return AccumulateSparse(c, *p.block_layout, k_begin, first_block, hi_all,
+                              k_end);
+    }
+    for (int64_t k0 = first_block; k0 < hi_all; k0 += kb) {
+      RETURN_IF_ERROR(ProcessSpan(c, k0, kb, hi_all, k_end,
+                                  /*use_bias=*/c.bias != nullptr));
+    }
   }
   return absl::OkStatus();
 }

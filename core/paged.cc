@@ -1,6 +1,8 @@
 #include "core/paged.h"
 
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -67,6 +69,36 @@ void CopyRow(const char* block, int64_t row_at, int64_t scale_at, int64_t n,
                  reinterpret_cast<float*>(dst));
 }
 
+// A cache's dropped blocks (PagedKv::evicted_blocks) lie among its blocks,
+// after its kept first keys (sink_tokens) and before the window of its first
+// new query: no query can reach them.
+absl::Status CheckDroppedBlocks(const PagedAttentionInputs& in,
+                                const PagedSequence& seq, int64_t blocks,
+                                const std::string& at) {
+  const PagedKv& kv = seq.kv;
+  if (kv.evicted_blocks == 0) return absl::OkStatus();
+  if (kv.kept_blocks < 0 || kv.evicted_blocks < 0 ||
+      kv.kept_blocks + kv.evicted_blocks > blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        at, "kv: kept_blocks ", kv.kept_blocks, " and evicted_blocks ",
+        kv.evicted_blocks, " do not lie within its ", blocks, " blocks"));
+  }
+  const int64_t bt = in.block_tokens;
+  std::optional<int64_t> window = seq.window_left;
+  if (in.window_left && (!window || *in.window_left < *window)) {
+    window = in.window_left;
+  }
+  const int64_t first_query = kv.tokens - seq.query.shape[0];
+  if (seq.sink_tokens > kv.kept_blocks * bt || !window ||
+      first_query - *window < (kv.kept_blocks + kv.evicted_blocks) * bt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        at, "kv: its dropped tokens [", kv.kept_blocks * bt, ", ",
+        (kv.kept_blocks + kv.evicted_blocks) * bt,
+        ") are within reach of its queries"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void GatherPagedKv(const PagedAttentionInputs& in, const PagedKv& kv,
@@ -80,7 +112,18 @@ void GatherPagedKv(const PagedAttentionInputs& in, const PagedKv& kv,
   const int64_t k_row = in.head_dim * es;
   const int64_t v_row = in.value_dim * es;
   for (int64_t t = 0; t < kv.tokens; ++t) {
-    const char* block = static_cast<const char*>(kv.blocks[t / bt]);
+    int64_t index = t / bt;
+    if (index >= kv.kept_blocks) {
+      if (index < kv.kept_blocks + kv.evicted_blocks) {
+        std::memset(static_cast<char*>(keys) + t * hkv * k_row, 0,
+                    static_cast<size_t>(hkv * k_row));
+        std::memset(static_cast<char*>(values) + t * hkv * v_row, 0,
+                    static_cast<size_t>(hkv * v_row));
+        continue;
+      }
+      index -= kv.evicted_blocks;
+    }
+    const char* block = static_cast<const char*>(kv.blocks[index]);
     const int64_t row = t % bt;
     for (int64_t h = 0; h < hkv; ++h) {
       CopyRow(block, layout.key(h, row), layout.key_scale(h, row), in.head_dim,
@@ -138,10 +181,17 @@ absl::Status CheckPagedInputs(const PagedAttentionInputs& in) {
     }
     const int64_t blocks =
         (seq.kv.tokens + in.block_tokens - 1) / in.block_tokens;
-    if (static_cast<int64_t>(seq.kv.blocks.size()) < blocks) {
+    if (seq.sink_tokens != 0 && !seq.window_left) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, "sink_tokens: needs the sequence's window_left"));
+    }
+    RETURN_IF_ERROR(CheckDroppedBlocks(in, seq, blocks, at));
+    if (static_cast<int64_t>(seq.kv.blocks.size()) <
+        blocks - seq.kv.evicted_blocks) {
       return absl::InvalidArgumentError(absl::StrCat(
           at, "kv.blocks: ", seq.kv.blocks.size(), " blocks hold fewer than ",
-          seq.kv.tokens, " tokens (", blocks, " blocks needed)"));
+          seq.kv.tokens, " tokens (", blocks - seq.kv.evicted_blocks,
+          " blocks needed)"));
     }
     if (seq.weights) {
       const MutableTensorView& w = *seq.weights;
@@ -172,6 +222,11 @@ AttentionInputs PagedAsStateless(const PagedAttentionInputs& in,
   a.mask.causal = in.causal;
   a.mask.alignment = CausalAlignment::kBottomRight;
   a.mask.window_left = in.window_left;
+  if (seq.window_left &&
+      (!a.mask.window_left || *seq.window_left < *a.mask.window_left)) {
+    a.mask.window_left = seq.window_left;
+  }
+  a.mask.sink_tokens = seq.sink_tokens;
   a.mask.alibi_slopes = in.alibi_slopes;
   a.scale = in.scale;
   a.softcap = in.softcap;

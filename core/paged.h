@@ -71,10 +71,18 @@ class PagedBlockLayout {
 // One sequence's cache: block i holds tokens [i·T, (i+1)·T) (T =
 // PagedAttentionInputs::block_tokens) as PagedBlockLayout lays them out. Only
 // the first `tokens` tokens are read; `blocks` must hold at least
-// ceil(tokens / T) pointers.
+// ceil(tokens / T) - evicted_blocks pointers.
+//
+// A cache that dropped the middle of its sequence (a sink + window session)
+// holds its first kept_blocks blocks, then none of the next evicted_blocks,
+// then the rest: `blocks` lists the held ones in order. No key a query may
+// attend lies in the dropped blocks (CheckPagedInputs refuses a call where one
+// would).
 struct PagedKv {
   absl::Span<const void* const> blocks;
   int64_t tokens = 0;
+  int64_t kept_blocks = 0;
+  int64_t evicted_blocks = 0;
 };
 
 // One sequence of a paged call: its new queries against its cache.
@@ -93,6 +101,11 @@ struct PagedSequence {
   // ::max_weight).
   std::optional<MutableTensorView> entropy;
   std::optional<MutableTensorView> max_weight;
+  // The sequence's own sliding window (a sink + window session): the call's
+  // window_left narrowed to window_left, and the first sink_tokens keys
+  // exempt from it (MaskSpec::sink_tokens).
+  std::optional<int64_t> window_left;
+  int64_t sink_tokens = 0;
 };
 
 // The query heads a paged call may have: [1, kMaxPagedQueryHeads].
@@ -129,8 +142,9 @@ struct PagedAttentionInputs {
 
 // Copies a sequence's first kv.tokens tokens into dense `keys`
 // [tokens, Hkv, D] and `values` [tokens, Hkv, Dv] (in
-// PagedOperandDType(kv_dtype): an int8 cache's rows are dequantized), i.e. the
-// BLHD key and value of the equivalent stateless call (batch 1).
+// PagedOperandDType(kv_dtype): an int8 cache's rows are dequantized; the
+// dropped blocks' rows are zeros), i.e. the BLHD key and value of the
+// equivalent stateless call (batch 1).
 void GatherPagedKv(const PagedAttentionInputs& inputs, const PagedKv& kv,
                    void* keys, void* values);
 

@@ -366,6 +366,23 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
     }
     p.window_right = std::min(*m.window_right, max_window);
   }
+  if (m.sink_tokens != 0) {
+    if (m.sink_tokens < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mask.sink_tokens: must be >= 0, got ", m.sink_tokens));
+    }
+    if (!m.window_left) {
+      return absl::InvalidArgumentError(
+          "mask.sink_tokens: needs mask.window_left (the first keys it keeps "
+          "are in every row's reach without a window)");
+    }
+    if (m.block_sparse) {
+      return absl::InvalidArgumentError(
+          "mask.sink_tokens: not with mask.block_sparse (its global_tokens "
+          "keep tokens there)");
+    }
+    p.sink_tokens = std::min(m.sink_tokens, s.k_len);
+  }
   if (!m.key_lengths.empty()) {
     if (static_cast<int64_t>(m.key_lengths.size()) != s.batch) {
       return absl::InvalidArgumentError(

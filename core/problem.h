@@ -5,6 +5,7 @@
 // in elements over (batch, head, row, column) whatever the layout. Shared by
 // the engine's kernels and the reference.
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -48,6 +49,7 @@ struct Problem {
   bool causal = false;
   int64_t diag_offset = 0;  // d(i) = i + diag_offset
   std::optional<int64_t> window_left, window_right;
+  int64_t sink_tokens = 0;  // MaskSpec::sink_tokens
   const int32_t* key_lengths = nullptr;  // [B] or null
   const void* mask = nullptr;            // explicit mask or null
   DType mask_dtype = DType::kBool;
@@ -80,6 +82,9 @@ struct Problem {
   const void* const* kv_blocks = nullptr;
   int64_t block_tokens = 0;
   PagedBlockLayout kv_layout;
+  // PagedKv's: blocks from kv_kept_blocks on are kv_blocks[i - evicted].
+  int64_t kv_kept_blocks = 0;
+  int64_t kv_evicted_blocks = 0;
 
   const void* PagedKeys(int64_t h, int64_t t) const {
     return PagedAt(t, kv_layout.key(h, t % block_tokens));
@@ -96,7 +101,9 @@ struct Problem {
         PagedAt(t, kv_layout.value_scale(h, t % block_tokens)));
   }
   const void* PagedAt(int64_t t, int64_t offset) const {
-    return static_cast<const char*>(kv_blocks[t / block_tokens]) + offset;
+    int64_t block = t / block_tokens;
+    if (block >= kv_kept_blocks) block -= kv_evicted_blocks;
+    return static_cast<const char*>(kv_blocks[block]) + offset;
   }
 
   // True when some part of the mask is decided per element (explicit, ALiBi,
@@ -118,6 +125,12 @@ struct Problem {
     if (window_left && d - *window_left > l) l = d - *window_left;
     *lo = l;
     *hi = h;
+  }
+  // The end of row i's second key interval [0, SinkEnd): the first
+  // sink_tokens keys that the window's left edge excluded from KeyRange's
+  // [lo, hi) and every other part allows. 0 (empty) without sink_tokens.
+  int64_t SinkEnd(int64_t lo, int64_t hi) const {
+    return std::max<int64_t>(0, std::min({sink_tokens, lo, hi}));
   }
 };
 

@@ -46,12 +46,13 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
         const int64_t diag = i + p.diag_offset;
         int64_t lo, hi;
         p.KeyRange(b, i, &lo, &hi);
+        const int64_t sink_end = p.SinkEnd(lo, hi);
         const int64_t q_row = p.q_strides.offset(b, h, i);
         double max_score = kMinusInf;
         bool any_allowed = false;
         for (int64_t j = 0; j < s.k_len; ++j) {
           allowed[j] =
-              lo <= j && j < hi &&
+              ((lo <= j && j < hi) || j < sink_end) &&
               (p.block_layout == nullptr || p.block_layout->Allowed(i, j));
           double bias = 0.0;
           if (allowed[j] && p.mask != nullptr) {

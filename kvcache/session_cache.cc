@@ -13,9 +13,15 @@
 namespace attnserve::kvcache {
 
 std::string ShapeText(const SessionShape& s) {
-  return absl::StrCat("layers ", s.num_layers, ", kv heads ", s.num_kv_heads,
-                      ", head_dim ", s.head_dim, ", value_dim ", s.value_dim,
-                      ", ", DTypeName(s.dtype), ", max_tokens ", s.max_tokens);
+  std::string text =
+      absl::StrCat("layers ", s.num_layers, ", kv heads ", s.num_kv_heads,
+                   ", head_dim ", s.head_dim, ", value_dim ", s.value_dim,
+                   ", ", DTypeName(s.dtype), ", max_tokens ", s.max_tokens);
+  if (s.window_tokens > 0) {
+    absl::StrAppend(&text, ", window_tokens ", s.window_tokens,
+                    ", sink_tokens ", s.sink_tokens);
+  }
+  return text;
 }
 
 absl::Status ValidateShape(const SessionShape& s) {
@@ -24,8 +30,23 @@ absl::Status ValidateShape(const SessionShape& s) {
       CheckRange("shape.num_kv_heads", s.num_kv_heads, 1, kMaxKvHeads));
   RETURN_IF_ERROR(CheckRange("shape.head_dim", s.head_dim, 1, kMaxHeadDim));
   RETURN_IF_ERROR(CheckRange("shape.value_dim", s.value_dim, 1, kMaxValueDim));
-  RETURN_IF_ERROR(
-      CheckRange("shape.max_tokens", s.max_tokens, 1, kMaxSessionTokens));
+  RETURN_IF_ERROR(CheckRange("shape.window_tokens", s.window_tokens, 0,
+                             kMaxSessionTokens));
+  if (s.window_tokens == 0) {
+    RETURN_IF_ERROR(
+        CheckRange("shape.max_tokens", s.max_tokens, 1, kMaxSessionTokens));
+    if (s.sink_tokens != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shape.sink_tokens: ", s.sink_tokens,
+          " needs shape.window_tokens (a session without a window keeps "
+          "every token)"));
+    }
+  } else {
+    RETURN_IF_ERROR(
+        CheckRange("shape.max_tokens", s.max_tokens, 1, kMaxStreamTokens));
+    RETURN_IF_ERROR(CheckRange("shape.sink_tokens", s.sink_tokens, 0,
+                               kMaxSessionTokens - s.window_tokens));
+  }
   if (!IsFloatDType(s.dtype) && s.dtype != DType::kInt8) {
     return absl::InvalidArgumentError(
         absl::StrCat("shape.storage_dtype: ", DTypeName(s.dtype),
@@ -43,13 +64,32 @@ int64_t BlockBytes(const SessionShape& s, int block_tokens) {
   return BytesPerToken(s) * block_tokens;
 }
 
+int64_t ReachableTokens(const SessionShape& s, int64_t tokens, int64_t lnew) {
+  if (s.window_tokens == 0) return tokens;
+  return std::min(tokens, s.sink_tokens + s.window_tokens + lnew - 1);
+}
+
 SessionCache::SessionCache(const SessionShape& shape, int block_tokens)
     : shape_(shape),
       block_tokens_(block_tokens),
       block_bytes_(BlockBytes(shape, block_tokens)),
       layout_(shape.num_kv_heads, shape.head_dim, shape.value_dim, block_tokens,
               shape.dtype),
-      layers_(static_cast<size_t>(shape.num_layers)) {}
+      kept_blocks_((shape.sink_tokens + block_tokens - 1) / block_tokens),
+      layers_(static_cast<size_t>(shape.num_layers)) {
+  for (Layer& l : layers_) l.held_from = shape.sink_tokens;
+}
+
+std::shared_ptr<Block>& SessionCache::BlockOf(Layer& l, int64_t t) const {
+  int64_t index = t / block_tokens_;
+  if (index >= kept_blocks_) index -= l.evicted;
+  return l.blocks[static_cast<size_t>(index)];
+}
+
+const std::shared_ptr<Block>& SessionCache::BlockOf(const Layer& l,
+                                                    int64_t t) const {
+  return BlockOf(const_cast<Layer&>(l), t);
+}
 
 namespace {
 
@@ -156,29 +196,35 @@ absl::StatusOr<int64_t> SessionCache::Append(
   const int64_t t0 = l.tokens;
   const int64_t t1 = t0 + keys.shape[0];
   const int64_t bt = block_tokens_;
-  // Every block this append needs, allocated before anything changes.
+  // Every block this append needs, allocated before anything changes. (A
+  // layer moved on by SkipTo may not have the block of t0 yet.)
   std::shared_ptr<Block> copy;
-  const size_t partial = static_cast<size_t>(t0 / bt);
-  if (t0 % bt != 0 &&
-      (l.blocks[partial].use_count() > 1 || l.blocks[partial]->frozen())) {
-    ASSIGN_OR_RETURN(copy, allocate(block_bytes_));
-    std::memcpy(copy->data(), l.blocks[partial]->data(),
-                static_cast<size_t>(block_bytes_));
+  const bool partial = t0 % bt != 0 && t0 / bt < LogicalBlocks(l);
+  if (partial) {
+    const std::shared_ptr<Block>& last = BlockOf(l, t0);
+    if (last.use_count() > 1 || last->frozen()) {
+      ASSIGN_OR_RETURN(copy, allocate(block_bytes_));
+      std::memcpy(copy->data(), last->data(),
+                  static_cast<size_t>(block_bytes_));
+    }
   }
   std::vector<std::shared_ptr<Block>> fresh;
-  for (int64_t i = static_cast<int64_t>(l.blocks.size()); i * bt < t1; ++i) {
+  for (int64_t i = LogicalBlocks(l); i * bt < t1; ++i) {
     ASSIGN_OR_RETURN(std::shared_ptr<Block> block, allocate(block_bytes_));
     fresh.push_back(std::move(block));
   }
-  if (copy) l.blocks[partial] = std::move(copy);
+  if (copy) BlockOf(l, t0) = std::move(copy);
   for (std::shared_ptr<Block>& block : fresh) {
     l.blocks.push_back(std::move(block));
   }
   WriteRows(l, t0, keys, values);
   l.tokens = t1;
+  // A sink + window session drops what the first new token's window no
+  // longer reaches (a later truncate can undo this append, not more).
+  if (shape_.window_tokens > 0) DropTo(l, t0 - shape_.window_tokens + 1);
   if (index != nullptr) {
     for (int64_t i = t0 / bt; (i + 1) * bt <= t1; ++i) {
-      std::shared_ptr<Block>& full = l.blocks[static_cast<size_t>(i)];
+      std::shared_ptr<Block>& full = BlockOf(l, i * bt);
       full = index->Share(std::move(full));
     }
   }
@@ -196,8 +242,7 @@ void SessionCache::WriteRows(Layer& l, int64_t t0, const TensorView& keys,
   std::vector<float> row_buffer;
   for (int64_t r = 0; r < keys.shape[0]; ++r) {
     const int64_t t = t0 + r;
-    char* base =
-        static_cast<char*>(l.blocks[static_cast<size_t>(t / bt)]->data());
+    char* base = static_cast<char*>(BlockOf(l, t)->data());
     const int64_t row = t % bt;
     for (int64_t h = 0; h < hkv; ++h) {
       const char* k = static_cast<const char*>(keys.data) +
@@ -251,11 +296,11 @@ absl::Status SessionCache::AppendStoredRows(int layer, const char* rows,
   const int64_t row_bytes = BytesPerToken(shape_);
   for (int64_t r = 0; r < n; ++r) {
     const int64_t t = l.tokens;
-    if (t % bt == 0) {
+    if (t / bt >= LogicalBlocks(l)) {
       ASSIGN_OR_RETURN(std::shared_ptr<Block> block, allocate(block_bytes_));
       l.blocks.push_back(std::move(block));
     }
-    char* block = static_cast<char*>(l.blocks.back()->data());
+    char* block = static_cast<char*>(BlockOf(l, t)->data());
     const char* from = rows + r * row_bytes;
     ForEachRowPart(layout_, shape_, t % bt, [&](int64_t at, int64_t bytes) {
       std::memcpy(block + at, from, static_cast<size_t>(bytes));
@@ -266,11 +311,40 @@ absl::Status SessionCache::AppendStoredRows(int layer, const char* rows,
   return absl::OkStatus();
 }
 
+absl::Status SessionCache::SkipTo(int layer, int64_t position) {
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  if (shape_.window_tokens == 0 || l.tokens != shape_.sink_tokens ||
+      position < l.tokens || position > shape_.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layer ", layer, ": cannot move on from ", l.tokens, " tokens to ",
+        position, " (a sink + window session's held rows start after its ",
+        shape_.sink_tokens, " sinks, within max_tokens ", shape_.max_tokens,
+        ")"));
+  }
+  l.tokens = position;
+  DropTo(l, position);
+  return absl::OkStatus();
+}
+
+void SessionCache::DropTo(Layer& l, int64_t to) const {
+  if (to <= l.held_from) return;
+  l.held_from = to;
+  // Blocks past the kept ones whose every token lies below `to`.
+  const int64_t evicted = std::max<int64_t>(0, to / block_tokens_ - kept_blocks_);
+  const int64_t held = std::min<int64_t>(
+      evicted - l.evicted,
+      static_cast<int64_t>(l.blocks.size()) - kept_blocks_);
+  if (held > 0) {
+    l.blocks.erase(l.blocks.begin() + kept_blocks_,
+                   l.blocks.begin() + kept_blocks_ + held);
+  }
+  if (evicted > l.evicted) l.evicted = evicted;
+}
+
 void SessionCache::ReadRow(int layer, int64_t t, char* out) const {
   const Layer& l = layers_[static_cast<size_t>(layer)];
   const int64_t bt = block_tokens_;
-  const char* block =
-      static_cast<const char*>(l.blocks[static_cast<size_t>(t / bt)]->data());
+  const char* block = static_cast<const char*>(BlockOf(l, t)->data());
   ForEachRowPart(layout_, shape_, t % bt, [&](int64_t at, int64_t bytes) {
     std::memcpy(out, block + at, static_cast<size_t>(bytes));
     out += bytes;
@@ -284,7 +358,29 @@ PinnedLayer SessionCache::Pin(int layer) const {
   pinned.blocks.assign(l.blocks.begin(), l.blocks.end());
   pinned.data.reserve(l.blocks.size());
   for (const auto& block : l.blocks) pinned.data.push_back(block->data());
+  pinned.kept_blocks = kept_blocks_;
+  pinned.evicted_blocks = l.evicted;
   return pinned;
+}
+
+absl::Status SessionCache::CheckTruncate(int64_t tokens) const {
+  if (shape_.window_tokens == 0) return absl::OkStatus();
+  // A query at `tokens` sees [first, tokens) past the sinks.
+  const int64_t first =
+      std::max(shape_.sink_tokens, tokens - shape_.window_tokens + 1);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    if (l.tokens > tokens && first < tokens && first < l.held_from) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokens: ", tokens, " would reach back to token ", first,
+          ", and layer ", i, " has dropped tokens [", shape_.sink_tokens, ", ",
+          l.held_from, ") (a sink + window session keeps its first ",
+          shape_.sink_tokens, " and last ", shape_.window_tokens,
+          " tokens): it can go back to ", l.held_from + shape_.window_tokens - 1,
+          " at most, or to ", shape_.sink_tokens, " and below"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void SessionCache::Truncate(int64_t tokens) {
@@ -292,7 +388,15 @@ void SessionCache::Truncate(int64_t tokens) {
   for (Layer& l : layers_) {
     if (l.tokens <= tokens) continue;
     l.tokens = tokens;
-    l.blocks.resize(static_cast<size_t>((tokens + bt - 1) / bt));
+    int64_t blocks = (tokens + bt - 1) / bt;
+    if (tokens <= shape_.sink_tokens) {
+      // Back within the sinks: nothing past them is held any more.
+      l.held_from = shape_.sink_tokens;
+      l.evicted = 0;
+    } else if (blocks > kept_blocks_) {
+      blocks -= l.evicted;
+    }
+    l.blocks.resize(static_cast<size_t>(blocks));
   }
 }
 

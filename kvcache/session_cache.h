@@ -26,10 +26,13 @@
 
 namespace attnserve::kvcache {
 
-// Limits of a session's shape (what CreateSession accepts).
+// Limits of a session's shape (what CreateSession accepts): a session that
+// holds every token holds at most kMaxSessionTokens; a sink + window session
+// holds a few of them and may run to kMaxStreamTokens positions.
 inline constexpr int kMaxLayers = 1024;
 inline constexpr int kMaxKvHeads = 1024;
 inline constexpr int64_t kMaxSessionTokens = int64_t{1} << 24;
+inline constexpr int64_t kMaxStreamTokens = int64_t{1} << 40;
 
 struct SessionShape {
   int num_layers = 0;
@@ -38,13 +41,22 @@ struct SessionShape {
   int value_dim = 0;
   // kFloat32, kBFloat16, kFloat16 or kInt8.
   DType dtype = DType::kFloat32;
-  // Tokens one layer may hold.
+  // Tokens one layer may hold (a sink + window session: its positions).
   int64_t max_tokens = 0;
+  // A sink + window session (StreamingLLM) when window_tokens > 0: each
+  // layer keeps its first sink_tokens tokens and the last window_tokens, and
+  // drops the tokens between them as they fall out of the window. A query at
+  // position p attends to the keys in [p - window_tokens + 1, p] and the
+  // first sink_tokens (MaskSpec's window_left = window_tokens - 1 and
+  // sink_tokens). 0: every token kept.
+  int64_t window_tokens = 0;
+  int64_t sink_tokens = 0;
 
   bool operator==(const SessionShape& o) const {
     return num_layers == o.num_layers && num_kv_heads == o.num_kv_heads &&
            head_dim == o.head_dim && value_dim == o.value_dim &&
-           dtype == o.dtype && max_tokens == o.max_tokens;
+           dtype == o.dtype && max_tokens == o.max_tokens &&
+           window_tokens == o.window_tokens && sink_tokens == o.sink_tokens;
   }
   bool operator!=(const SessionShape& o) const { return !(*this == o); }
 };
@@ -62,13 +74,22 @@ int64_t BlockBytes(const SessionShape& shape, int block_tokens);
 // Bytes per token of one layer (every kv head, keys and values).
 int64_t BytesPerToken(const SessionShape& shape);
 
+// The keys `lnew` new queries of a layer holding `tokens` tokens (theirs
+// included) can reach: all of them, or for a sink + window session at most
+// its sinks, its window and the new queries' own span.
+int64_t ReachableTokens(const SessionShape& shape, int64_t tokens,
+                        int64_t lnew);
+
 // A layer pinned for an attention call: its blocks stay alive and unchanged
 // for this object's lifetime, whatever happens to the session meanwhile.
 struct PinnedLayer {
   int64_t tokens = 0;
   std::vector<std::shared_ptr<const Block>> blocks;
-  // blocks[i]->data(): what core's PagedKv takes.
+  // blocks[i]->data(): what core's PagedKv takes, with its kept_blocks and
+  // evicted_blocks (a sink + window session's dropped middle).
   std::vector<const void*> data;
+  int64_t kept_blocks = 0;
+  int64_t evicted_blocks = 0;
 };
 
 using AllocateFn =
@@ -88,8 +109,11 @@ class SessionCache {
   // naming the argument ("key.shape", "position", ...) with the expected and
   // actual values (and a non-finite key or value for int8 storage, which
   // cannot hold one); OutOfRange beyond max_tokens; `allocate`'s errors. On
-  // error
-  // nothing changes. Returns the layer's new token count.
+  // error nothing changes. A sink + window session then drops the tokens the
+  // first new token's window does not reach (the layer holds its sinks, the
+  // window_tokens - 1 tokens before this append, and this append's, so that
+  // a truncate can undo the last append). Returns the layer's new token
+  // count.
   absl::StatusOr<int64_t> Append(int layer, std::optional<int64_t> position,
                                  const TensorView& keys,
                                  const TensorView& values, AllocateFn allocate,
@@ -101,9 +125,22 @@ class SessionCache {
   // errors.
   absl::Status AppendStoredRows(int layer, const char* rows, int64_t n,
                                 AllocateFn allocate);
+  // A sink + window session's layer, holding its sinks only, moved on to
+  // `position` as if the tokens up to it had been appended and dropped (a
+  // snapshot's held rows then follow). InvalidArgument when the layer holds
+  // more than its sinks or `position` lies before them or past max_tokens.
+  absl::Status SkipTo(int layer, int64_t position);
   // Copies token `t` of `layer` into `out` (BytesPerToken bytes) in that
-  // layout: per kv head the key, its scale (int8), the value, its scale.
+  // layout: per kv head the key, its scale (int8), the value, its scale. `t`
+  // must be held (HeldFrom).
   void ReadRow(int layer, int64_t t, char* out) const;
+  // The layer holds tokens [0, min(sink_tokens, tokens)) and
+  // [HeldFrom(layer), tokens): HeldFrom is 0 for a session that keeps every
+  // token.
+  int64_t HeldFrom(int layer) const {
+    return layers_[static_cast<size_t>(layer)].held_from;
+  }
+
 
   // Checks what Append would check, without appending.
   absl::Status CheckAppend(int layer, std::optional<int64_t> position,
@@ -114,7 +151,9 @@ class SessionCache {
   PinnedLayer Pin(int layer) const;
 
   // Every layer keeps at most `tokens` tokens; whole blocks past them are
-  // released.
+  // released. CheckTruncate first: InvalidArgument (naming "tokens") when a
+  // sink + window session has dropped tokens a query at `tokens` would see.
+  absl::Status CheckTruncate(int64_t tokens) const;
   void Truncate(int64_t tokens);
 
   // A copy sharing every block (no K/V memory until one of the two writes).
@@ -133,16 +172,32 @@ class SessionCache {
  private:
   struct Layer {
     int64_t tokens = 0;
+    // The held blocks: the first kept_blocks_ of the layer, then those from
+    // kept_blocks_ + evicted on (the ones between were dropped).
     std::vector<std::shared_ptr<Block>> blocks;
+    int64_t evicted = 0;
+    // Tokens [sink_tokens, held_from) were dropped (sink + window only).
+    int64_t held_from = 0;
   };
 
   void WriteRows(Layer& layer, int64_t t0, const TensorView& keys,
                  const TensorView& values) const;
+  // The layer's blocks (held or dropped), and the one holding token t.
+  static int64_t LogicalBlocks(const Layer& l) {
+    return static_cast<int64_t>(l.blocks.size()) + l.evicted;
+  }
+  std::shared_ptr<Block>& BlockOf(Layer& l, int64_t t) const;
+  const std::shared_ptr<Block>& BlockOf(const Layer& l, int64_t t) const;
+  // Drops tokens [sink_tokens, to) of `l` (to > held_from) and the blocks
+  // they alone filled.
+  void DropTo(Layer& l, int64_t to) const;
 
   SessionShape shape_;
   int block_tokens_;
   int64_t block_bytes_;
   PagedBlockLayout layout_;
+  // Blocks a sink + window session never drops: those holding its sinks.
+  int64_t kept_blocks_;
   std::vector<Layer> layers_;
 };
 

@@ -18,8 +18,11 @@ constexpr absl::string_view kMagic = "ATTNSNAP";
 // Magic, version, header bytes.
 constexpr size_t kPreambleBytes = 16;
 // The largest header a valid snapshot has: an id of 128 bytes and 1024
-// layers' token counts, with room to spare.
-constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
+// layers' token counts and held_from, with room to spare.
+constexpr uint32_t kMaxHeaderBytes = 32 * 1024;
+// A sink + window layer holds past its held_from at most its window and the
+// last call's new tokens: a snapshot claiming more is corrupted.
+constexpr int64_t kMaxHeldSlack = kMaxSessionTokens;
 
 // The storage dtypes' codes in a snapshot (its own table: stable across
 // versions of core's enum).
@@ -85,6 +88,11 @@ class HeaderCursor {
   absl::string_view rest_;
 };
 
+// Version 2 for a sink + window session, else 1.
+uint32_t VersionOf(const SnapshotHeader& h) {
+  return h.shape.window_tokens > 0 ? 2 : 1;
+}
+
 std::string HeaderBytes(const SnapshotHeader& h) {
   std::string out;
   Put<uint32_t>(static_cast<uint32_t>(h.id.size()), &out);
@@ -96,22 +104,40 @@ std::string HeaderBytes(const SnapshotHeader& h) {
   Put<uint32_t>(CodeOf(h.shape.dtype), &out);
   Put<int64_t>(h.shape.max_tokens, &out);
   Put<int64_t>(absl::ToInt64Nanoseconds(h.ttl), &out);
-  for (int64_t tokens : h.layer_tokens) Put<int64_t>(tokens, &out);
+  if (VersionOf(h) == 1) {
+    for (int64_t tokens : h.layer_tokens) Put<int64_t>(tokens, &out);
+    return out;
+  }
+  Put<int64_t>(h.shape.window_tokens, &out);
+  Put<int64_t>(h.shape.sink_tokens, &out);
+  for (size_t i = 0; i < h.layer_tokens.size(); ++i) {
+    Put<int64_t>(h.layer_tokens[i], &out);
+    Put<int64_t>(h.HeldFrom(i), &out);
+  }
   return out;
 }
 
 }  // namespace
 
+int64_t SnapshotHeader::HeldRows(size_t layer) const {
+  const int64_t tokens = layer_tokens[layer];
+  const int64_t sinks = std::min(shape.sink_tokens, tokens);
+  return sinks + std::max<int64_t>(
+                     0, tokens - std::max(HeldFrom(layer), sinks));
+}
+
 SnapshotWriter::SnapshotWriter(ExportedSession session)
     : session_(std::move(session)) {
   const std::string header = HeaderBytes(session_.header);
   head_.append(kMagic.data(), kMagic.size());
-  Put<uint32_t>(kSnapshotVersion, &head_);
+  Put<uint32_t>(VersionOf(session_.header), &head_);
   Put<uint32_t>(static_cast<uint32_t>(header.size()), &head_);
   head_ += header;
-  int64_t tokens = 0;
-  for (int64_t t : session_.header.layer_tokens) tokens += t;
-  rows_ = tokens * BytesPerToken(session_.header.shape);
+  int64_t rows = 0;
+  for (size_t i = 0; i < session_.header.layer_tokens.size(); ++i) {
+    rows += session_.header.HeldRows(i);
+  }
+  rows_ = rows * BytesPerToken(session_.header.shape);
   total_ = static_cast<int64_t>(head_.size()) + rows_ + 4;
   sum_ = Checksum(0, {});
 }
@@ -125,10 +151,17 @@ void SnapshotWriter::Next(int64_t max, std::string* out) {
       piece = absl::string_view(head_).substr(static_cast<size_t>(written_));
     } else if (written_ < head + rows_) {
       // Rows are written in order: the next one is read when the last one
-      // is used up (layers without tokens skipped).
+      // is used up (layers without tokens skipped, and a sink + window
+      // session's dropped tokens).
       if ((written_ - head) % row_bytes == 0) {
-        while (next_token_ ==
-               session_.header.layer_tokens[static_cast<size_t>(next_layer_)]) {
+        const SnapshotHeader& h = session_.header;
+        while (true) {
+          const size_t layer = static_cast<size_t>(next_layer_);
+          if (next_token_ >= h.shape.sink_tokens &&
+              next_token_ < h.HeldFrom(layer)) {
+            next_token_ = h.HeldFrom(layer);
+          }
+          if (next_token_ < h.layer_tokens[layer]) break;
           ++next_layer_;
           next_token_ = 0;
         }
@@ -212,6 +245,11 @@ absl::Status SnapshotReader::ParseHeader() {
   h.shape.value_dim = static_cast<int>(dv);
   h.shape.dtype = *dtype;
   h.ttl = absl::Nanoseconds(ttl_ns);
+  if (version_ == 2 && (!in.Get(&h.shape.window_tokens) ||
+                        !in.Get(&h.shape.sink_tokens) ||
+                        h.shape.window_tokens <= 0)) {
+    return corrupt("the window");
+  }
   const absl::Status shape = ValidateShape(h.shape);
   if (!shape.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("session snapshot \"",
@@ -219,12 +257,24 @@ absl::Status SnapshotReader::ParseHeader() {
                                                    "\": ", shape.message()));
   }
   h.layer_tokens.resize(layers);
-  for (int64_t& tokens : h.layer_tokens) {
+  if (version_ == 2) h.layer_held_from.resize(layers);
+  for (uint32_t i = 0; i < layers; ++i) {
+    int64_t& tokens = h.layer_tokens[i];
     if (!in.Get(&tokens)) return corrupt("the tokens of each layer");
     if (tokens < 0 || tokens > h.shape.max_tokens) {
       return corrupt(absl::StrCat("a layer of ", tokens,
                                   " tokens against max_tokens ",
                                   h.shape.max_tokens));
+    }
+    if (version_ == 1) continue;
+    // Held from the sinks' end at the earliest, and at most the window's
+    // tokens past it.
+    int64_t& held_from = h.layer_held_from[i];
+    const int64_t sinks = h.shape.sink_tokens;
+    if (!in.Get(&held_from) || held_from < sinks ||
+        held_from > std::max(sinks, tokens) ||
+        tokens - held_from > h.shape.window_tokens + kMaxHeldSlack) {
+      return corrupt("the held tokens of each layer");
     }
   }
   if (!in.empty()) return corrupt("bytes after the last field");
@@ -238,8 +288,21 @@ absl::Status SnapshotReader::ParseHeader() {
 absl::Status SnapshotReader::TakeRows(absl::string_view* bytes) {
   const auto allocate = [this](int64_t n) { return allocate_(n); };
   while (layer_ < header_.shape.num_layers) {
-    const int64_t left = header_.layer_tokens[static_cast<size_t>(layer_)] -
-                         cache_->Tokens(layer_);
+    const size_t layer = static_cast<size_t>(layer_);
+    if (cache_->Tokens(layer_) == header_.shape.sink_tokens &&
+        header_.HeldFrom(layer) > header_.shape.sink_tokens) {
+      // A sink + window session's dropped tokens: its window's rows follow.
+      RETURN_IF_ERROR(cache_->SkipTo(layer_, header_.HeldFrom(layer)));
+    }
+    // Rows up to the layer's end, or first up to its sinks' end when the
+    // tokens after them were dropped.
+    int64_t end = header_.layer_tokens[layer];
+    if (header_.HeldFrom(layer) > header_.shape.sink_tokens) {
+      if (cache_->Tokens(layer_) < header_.shape.sink_tokens) {
+        end = std::min(end, header_.shape.sink_tokens);
+      }
+    }
+    const int64_t left = end - cache_->Tokens(layer_);
     if (left == 0) {
       ++layer_;
       continue;
@@ -325,11 +388,13 @@ absl::Status SnapshotReader::Feed(absl::string_view bytes) {
       uint32_t version = 0, header_bytes = 0;
       std::memcpy(&version, buffer_.data() + 8, 4);
       std::memcpy(&header_bytes, buffer_.data() + 12, 4);
-      if (version != kSnapshotVersion) {
+      if (version < 1 || version > kSnapshotVersion) {
         return Fail(absl::FailedPreconditionError(
             absl::StrCat("session snapshot: version ", version,
-                         "; this server reads version ", kSnapshotVersion)));
+                         "; this server reads versions 1 to ",
+                         kSnapshotVersion)));
       }
+      version_ = version;
       if (header_bytes > kMaxHeaderBytes) {
         return Fail(absl::DataLossError(absl::StrCat(
             "session snapshot: a header of ", header_bytes,

@@ -8,13 +8,20 @@
 // depend on either server's block size. Format (little-endian;
 // docs/sessions.md, "Moving sessions"):
 //
-//   "ATTNSNAP"  u32 version (1)  u32 header bytes H
+//   "ATTNSNAP"  u32 version  u32 header bytes H
 //   header (H bytes): u32 id bytes, id, u32 layers, u32 kv heads, u32
 //     head_dim, u32 value_dim, u32 storage dtype (1 f32, 2 bf16, 3 f16,
-//     4 int8), i64 max_tokens, i64 ttl (ns), i64 tokens of each layer
-//   rows: layer by layer, token by token, kv head by kv head: the key, its
-//     scale (int8 only, f32), the value, its scale (int8 only)
+//     4 int8), i64 max_tokens, i64 ttl (ns), then
+//     version 1: i64 tokens of each layer;
+//     version 2 (a sink + window session): i64 window_tokens, i64
+//       sink_tokens, and of each layer i64 tokens and i64 held_from
+//   rows: layer by layer, token by token (the held ones: [0, sink_tokens)
+//     and [held_from, tokens)), kv head by kv head: the key, its scale (int8
+//     only, f32), the value, its scale (int8 only)
 //   u32 Adler-32 (zlib's) of everything before it
+//
+// A session that keeps every token is written as version 1, which every
+// reader takes.
 //
 // Snapshots are read one after another from a stream of bytes in pieces of
 // any size (SnapshotReader), so a transfer needs no buffer of its own: rows go
@@ -35,7 +42,8 @@
 
 namespace attnserve::kvcache {
 
-inline constexpr uint32_t kSnapshotVersion = 1;
+// The newest version written and read.
+inline constexpr uint32_t kSnapshotVersion = 2;
 
 // What a snapshot says of its session besides the rows.
 struct SnapshotHeader {
@@ -43,6 +51,15 @@ struct SnapshotHeader {
   SessionShape shape;
   absl::Duration ttl;
   std::vector<int64_t> layer_tokens;
+  // SessionCache::HeldFrom of each layer (a sink + window session), or empty.
+  std::vector<int64_t> layer_held_from;
+
+  // The tokens of `layer` a snapshot holds a row of: [0, sink_tokens) and
+  // [held_from, tokens).
+  int64_t HeldFrom(size_t layer) const {
+    return layer_held_from.empty() ? 0 : layer_held_from[layer];
+  }
+  int64_t HeldRows(size_t layer) const;
 };
 
 // A session as it was when exported: its header and a copy of its cache that
@@ -115,6 +132,7 @@ class SnapshotReader {
   const int block_tokens_;
   Allocate allocate_;
   State state_ = State::kPreamble;
+  uint32_t version_ = 0;  // of the snapshot being read
   std::string buffer_;  // a preamble, header, partial row or trailer
   size_t need_ = 0;     // bytes buffer_ must reach
   uint32_t sum_ = 0;

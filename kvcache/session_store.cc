@@ -477,6 +477,7 @@ absl::StatusOr<SessionInfo> SessionStore::Truncate(const std::string& id,
                      " tokens in a layer; truncate only "
                      "shortens)"));
   }
+  RETURN_IF_ERROR(s->cache.CheckTruncate(tokens));
   s->cache.Truncate(tokens);
   Touch(*s);
   return InfoOf(*s);
@@ -552,6 +553,11 @@ absl::StatusOr<std::vector<ExportedSession>> SessionStore::Export(
       e.header.shape = s->cache.shape();
       e.header.ttl = s->ttl;
       e.header.layer_tokens = s->cache.LayerTokens();
+      if (e.header.shape.window_tokens > 0) {
+        for (int l = 0; l < e.header.shape.num_layers; ++l) {
+          e.header.layer_held_from.push_back(s->cache.HeldFrom(l));
+        }
+      }
       e.cache = std::make_shared<const SessionCache>(s->cache.Fork());
       exported.push_back(std::move(e));
       s->moved = remove;

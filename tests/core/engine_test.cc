@@ -52,6 +52,9 @@ enum class MaskKind {
   // causal bottom-right with ALiBi and key lengths.
   kRelativeBias,
   kRelativeBiasCausal,
+  // StreamingLLM: causal bottom-right, a sliding window and the first keys
+  // kept (sink_tokens).
+  kSinkWindow,
 };
 
 std::string MaskName(MaskKind m) {
@@ -84,6 +87,8 @@ std::string MaskName(MaskKind m) {
       return "RelativeBias";
     case MaskKind::kRelativeBiasCausal:
       return "RelativeBiasCausal";
+    case MaskKind::kSinkWindow:
+      return "SinkWindow";
   }
   return "?";
 }
@@ -177,7 +182,8 @@ struct Case {
     if (mask == MaskKind::kCausalTopLeft ||
         mask == MaskKind::kCausalBottomRight || all ||
         mask == MaskKind::kSoftcapSinks ||
-        mask == MaskKind::kRelativeBiasCausal) {
+        mask == MaskKind::kRelativeBiasCausal ||
+        mask == MaskKind::kSinkWindow) {
       m.causal = true;
       m.alignment = mask == MaskKind::kCausalTopLeft
                         ? CausalAlignment::kTopLeft
@@ -187,7 +193,14 @@ struct Case {
       m.window_left = 5;
       m.window_right = 3;
     }
-    if (all) m.window_left = 20;
+    if (all) {
+      m.window_left = 20;
+      m.sink_tokens = 4;
+    }
+    if (mask == MaskKind::kSinkWindow) {
+      m.window_left = 6;
+      m.sink_tokens = 3;
+    }
     m.key_lengths = key_lengths;
     if (explicit_mask.size() > 0) m.explicit_mask = explicit_mask.view();
     m.alibi_slopes = alibi;
@@ -402,7 +415,8 @@ INSTANTIATE_TEST_SUITE_P(
                           MaskKind::kFloatMask, MaskKind::kAlibi,
                           MaskKind::kAll, MaskKind::kSoftcap, MaskKind::kSinks,
                           MaskKind::kSoftcapSinks, MaskKind::kRelativeBias,
-                          MaskKind::kRelativeBiasCausal),
+                          MaskKind::kRelativeBiasCausal,
+                          MaskKind::kSinkWindow),
         ::testing::Values(KernelPath::kFlash, KernelPath::kMaterialized,
                           KernelPath::kDecode),
         ::testing::ValuesIn(::attnserve::testing::MachineIsas()),

@@ -20,6 +20,7 @@
 #include "core/vec_ops.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/status_matchers.h"
 #include "tests/util/test_env.h"
 #include "tests/util/test_util.h"
 
@@ -27,6 +28,7 @@ namespace attnserve {
 namespace {
 
 using ::attnserve::testing::CapIsa;
+using ::attnserve::testing::StatusIs;
 using ::attnserve::testing::TestTensor;
 using ::testing::HasSubstr;
 
@@ -97,6 +99,12 @@ struct PagedCase {
   bool relative_bias = false;  // T5's decoder bias: 8 buckets, distance 40
   std::vector<bool> weights;   // per sequence; empty = none
   bool row_stats = false;      // every sequence's entropy and max weight
+  // Each sequence's own window and kept first keys (a sink + window
+  // session), and with `drop` the blocks no query reaches left out of its
+  // block list.
+  std::optional<int64_t> seq_window_left;
+  int64_t sink_tokens = 0;
+  bool drop = false;
   Isa isa = Isa::kAuto;
 
   std::string Name() const {
@@ -153,9 +161,22 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
                              std::vector<int64_t>{c.hq, c.lnew[i]});
     max_weights.back().Fill(NAN);
   }
+  std::vector<std::vector<const void*>> held(n);
   for (size_t i = 0; i < n; ++i) {
     seqs[i].query = queries[i].view();
-    seqs[i].kv.blocks = caches[i]->pointers;
+    held[i] = caches[i]->pointers;
+    seqs[i].window_left = c.seq_window_left;
+    seqs[i].sink_tokens = c.sink_tokens;
+    if (c.drop) {
+      // Blocks past the kept keys' and before the first query's window.
+      const int64_t kept = (c.sink_tokens + c.bt - 1) / c.bt;
+      const int64_t reach = c.tokens[i] - c.lnew[i] - *c.seq_window_left;
+      const int64_t dropped = std::max<int64_t>(0, reach / c.bt - kept);
+      held[i].erase(held[i].begin() + kept, held[i].begin() + kept + dropped);
+      seqs[i].kv.kept_blocks = kept;
+      seqs[i].kv.evicted_blocks = dropped;
+    }
+    seqs[i].kv.blocks = held[i];
     seqs[i].kv.tokens = c.tokens[i];
     seqs[i].output = outputs[i].mutable_view();
     if (!c.weights.empty() && c.weights[i]) {
@@ -206,6 +227,11 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
     ref_in.mask.causal = c.causal;
     ref_in.mask.alignment = CausalAlignment::kBottomRight;
     ref_in.mask.window_left = c.window_left;
+    if (c.seq_window_left && (!c.window_left ||
+                              *c.seq_window_left < *c.window_left)) {
+      ref_in.mask.window_left = c.seq_window_left;
+    }
+    ref_in.mask.sink_tokens = c.sink_tokens;
     if (c.alibi) ref_in.mask.alibi_slopes = slopes;
     ref_in.scale = c.scale;
     ref_in.softcap = c.softcap;
@@ -329,6 +355,80 @@ TEST_P(PagedTest, SoftcapSinksAndRelativeBiasInEveryPath) {
     c.window_left.reset();
     ExpectPagedMatchesReference(c);
   }
+}
+
+// StreamingLLM's sink + window sessions: each sequence's own window with its
+// first keys kept, the blocks between them dropped from its block list, in
+// every stored dtype, decode steps, chunks (GEMMs) and weights (the dropped
+// keys' weights are zeros).
+TEST_P(PagedTest, SinkAndWindowWithTheMiddleDropped) {
+  for (DType dtype :
+       {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt8}) {
+    PagedCase c;
+    c.isa = GetParam();
+    c.dtype = dtype;
+    c.hq = 8;
+    c.hkv = 2;
+    c.tokens = {300, 181, 40, 9};
+    c.lnew = {1, 20, 3, 2};
+    c.weights = {false, false, true, false};
+    c.row_stats = true;
+    c.seq_window_left = 47;
+    c.sink_tokens = 4;
+    c.drop = true;
+    ExpectPagedMatchesReference(c);
+    // The call's own window narrower still, with ALiBi and sinks.
+    c.window_left = 30;
+    c.alibi = true;
+    c.sinks = true;
+    ExpectPagedMatchesReference(c);
+  }
+}
+
+TEST_P(PagedTest, DroppedBlocksWithinReachAreRefused) {
+  EngineOptions options;
+  options.max_isa = CapIsa(GetParam());
+  auto engine = AttentionEngine::Create(options);
+  ASSERT_TRUE(engine.ok());
+  Cache cache(DType::kFloat32, 100, 1, 8, 8, 16, 1);
+  TestTensor q = TestTensor::Random(DType::kFloat32, {1, 1, 8}, 2);
+  TestTensor out(DType::kFloat32, {1, 1, 8});
+  std::vector<const void*> held = {cache.pointers[0], cache.pointers[5],
+                                   cache.pointers[6]};
+  PagedSequence seq;
+  seq.query = q.view();
+  seq.output = out.mutable_view();
+  seq.kv.blocks = held;
+  seq.kv.tokens = 100;
+  seq.kv.kept_blocks = 1;
+  seq.kv.evicted_blocks = 4;  // tokens [16, 80)
+  seq.sink_tokens = 4;
+  PagedAttentionInputs in;
+  in.q_heads = 1;
+  in.kv_heads = 1;
+  in.head_dim = 8;
+  in.value_dim = 8;
+  in.block_tokens = 16;
+  in.sequences = absl::MakeConstSpan(&seq, 1);
+  // Query 99 sees keys from 99 - 19 = 80 on: allowed.
+  seq.window_left = 19;
+  EXPECT_TRUE((*engine)->RunPaged(in).ok());
+  for (const int64_t window : {20, 1000}) {
+    seq.window_left = window;
+    EXPECT_THAT((*engine)->RunPaged(in),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("sequences[0].kv: its dropped tokens [16, "
+                                   "80) are within reach of its queries")));
+  }
+  seq.window_left.reset();
+  EXPECT_THAT((*engine)->RunPaged(in),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("sequences[0].sink_tokens: needs")));
+  seq.window_left = 19;
+  seq.sink_tokens = 17;  // past the kept block
+  EXPECT_THAT((*engine)->RunPaged(in),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("within reach")));
 }
 
 TEST_P(PagedTest, EmptyCachesAndWeights) {

@@ -397,6 +397,19 @@ TEST(ReferenceTest, WindowLeftOnly) {
                           ElementsAre(1, 2, 3), ElementsAre(2, 3)));
 }
 
+TEST(ReferenceTest, SinkTokensKeepTheFirstKeysOutsideTheWindow) {
+  Dims d;
+  d.q_len = d.k_len = 6;
+  MaskSpec mask;
+  mask.causal = true;
+  mask.window_left = 1;
+  mask.sink_tokens = 2;
+  EXPECT_THAT(AttendedKeys(RunUniform(d, mask), 0, 0),
+              ElementsAre(ElementsAre(0), ElementsAre(0, 1),
+                          ElementsAre(0, 1, 2), ElementsAre(0, 1, 2, 3),
+                          ElementsAre(0, 1, 3, 4), ElementsAre(0, 1, 4, 5)));
+}
+
 TEST(ReferenceTest, WindowRightOnly) {
   Dims d;
   d.q_len = d.k_len = 4;

@@ -256,6 +256,28 @@ TEST_P(ValidationTest, NegativeWindows) {
                                                    ">= 0, got -2")));
 }
 
+TEST_P(ValidationTest, SinkTokens) {
+  inputs_.mask.sink_tokens = -1;
+  inputs_.mask.window_left = 4;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.sink_tokens: must be "
+                                                   ">= 0, got -1")));
+  inputs_.mask.sink_tokens = 2;
+  inputs_.mask.window_left.reset();
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid,
+                       HasSubstr("mask.sink_tokens: needs mask.window_left")));
+  inputs_.mask.window_left = 4;
+  BlockSparseSpec sparse;
+  sparse.block_size = 4;
+  sparse.local_left = 1;
+  inputs_.mask.block_sparse = sparse;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.sink_tokens: not with "
+                                                   "mask.block_sparse")));
+  inputs_.mask.block_sparse.reset();
+  inputs_.method = AttentionMethod::kLinear;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.window_left")));
+}
+
 TEST_P(ValidationTest, KeyLengthsWrongCount) {
   const int32_t one[] = {5};
   inputs_.mask.key_lengths = one;

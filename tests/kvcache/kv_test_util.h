@@ -48,8 +48,10 @@ inline float ReadPinned(const PinnedLayer& layer, const SessionShape& s,
                         int64_t e) {
   const PagedBlockLayout layout(s.num_kv_heads, s.head_dim, s.value_dim,
                                 block_tokens, s.dtype);
-  const char* base = static_cast<const char*>(
-      layer.data[static_cast<size_t>(t / block_tokens)]);
+  int64_t block = t / block_tokens;
+  if (block >= layer.kept_blocks) block -= layer.evicted_blocks;
+  const char* base =
+      static_cast<const char*>(layer.data[static_cast<size_t>(block)]);
   const int64_t row = t % block_tokens;
   const char* at = base + (value ? layout.value(h, row) : layout.key(h, row));
   const float element = LoadAsFloat(at, s.dtype, e);

@@ -239,10 +239,19 @@ TEST(SessionSnapshotTest, BadSnapshotsAreRefusedWithTheReason) {
   }
   {
     std::string other = good;
-    other[8] = 2;  // version 2
+    other[8] = 3;  // version 3
     absl::Status st = refused(other);
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(st.message(), HasSubstr("version 2"));
+    EXPECT_THAT(st.message(), HasSubstr("version 3; this server reads "
+                                        "versions 1 to 2"));
+  }
+  {
+    // Version 2 is a sink + window session's, whose header has more fields.
+    std::string other = good;
+    other[8] = 2;
+    absl::Status st = refused(other);
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(st.message(), HasSubstr("header is corrupted"));
   }
   {
     // The layer count (after the id's length and the 1-byte id) out of
