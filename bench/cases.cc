@@ -27,6 +27,8 @@ CaseSpec MakeCase(CaseSpec spec) {
   if (spec.softcap_sinks) absl::StrAppend(&n, "_softcap_sinks");
   if (spec.relative_bias) absl::StrAppend(&n, "_t5bias");
   if (spec.weight_stats) absl::StrAppend(&n, "_stats");
+  if (spec.window > 0) absl::StrAppend(&n, "_w", spec.window);
+  if (spec.sink_tokens > 0) absl::StrAppend(&n, "_sink", spec.sink_tokens);
   return spec;
 }
 
@@ -83,6 +85,11 @@ std::vector<CaseSpec> AllCases() {
   s = Flash(f32, 1, 16, 4096, 64);
   s.causal = true;
   add(s);
+  // A sliding window, and StreamingLLM's with its first keys kept.
+  s.window = 512;
+  add(s);
+  s.sink_tokens = 4;
+  add(s);
 
   s = Flash(f32, 1, 16, 2048, 64);
   s.softcap_sinks = true;
@@ -108,6 +115,12 @@ std::vector<CaseSpec> AllCases() {
   add(s);
   s.relative_bias = false;
   s.weight_stats = true;
+  add(s);
+  s.weight_stats = false;
+  s.causal = true;
+  s.window = 4096;
+  add(s);
+  s.sink_tokens = 4;
   add(s);
 
   s = Flash(f32, 1, 8, 1024, 64);
@@ -182,6 +195,9 @@ AttentionInputs CaseBuffers::inputs() const {
   in.value =
       MakeTensorView(v.data(), spec.dtype, {spec.b, spec.hkv, spec.lk, spec.d});
   in.mask.causal = spec.causal;
+  in.mask.alignment = CausalAlignment::kBottomRight;
+  if (spec.window > 0) in.mask.window_left = spec.window;
+  in.mask.sink_tokens = spec.sink_tokens;
   in.kernel = spec.path;
   if (spec.softcap_sinks) {
     in.softcap = 50.0f;

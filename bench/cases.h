@@ -36,6 +36,10 @@ struct CaseSpec {
   bool relative_bias = false;
   // Each row's weight entropy and largest weight as outputs (no weights).
   bool weight_stats = false;
+  // A sliding window of `window` keys left of the diagonal (0 = none), and
+  // with it the first sink_tokens keys kept (StreamingLLM).
+  int64_t window = 0;
+  int64_t sink_tokens = 0;
   bool quick = false;  // part of --quick
   // kPeakRss cases run on this many threads whatever --threads says.
   int fixed_threads = 0;

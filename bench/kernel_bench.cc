@@ -121,6 +121,13 @@ constexpr char kDecodeT5Bias8192[] =
     "decode_b1_h32kv8_lq1_lk8192_d128_f32_t5bias";
 constexpr char kDecodeForms8192[] =
     "decode_b1_h32kv8_lq1_lk8192_d128_f32_softcap_sinks";
+constexpr char kWindow4096[] = "flash_causal_b1_h16_l4096_d64_f32_w512";
+constexpr char kSinkWindow4096[] =
+    "flash_causal_b1_h16_l4096_d64_f32_w512_sink4";
+constexpr char kDecodeWindow8192[] =
+    "decode_causal_b1_h32kv8_lq1_lk8192_d128_f32_w4096";
+constexpr char kDecodeSinkWindow8192[] =
+    "decode_causal_b1_h32kv8_lq1_lk8192_d128_f32_w4096_sink4";
 constexpr char kStats2048[] = "flash_b1_h16_l2048_d64_f32_stats";
 constexpr char kDecodeStats8192[] =
     "decode_b1_h32kv8_lq1_lk8192_d128_f32_stats";
@@ -466,6 +473,10 @@ class Benchmark {
               kFormsTimeRatio);
     TimeRatio("summary_weight_stats_time_ratio_decode_lk8192", kDecodeStats8192,
               kDecode8192, kFormsTimeRatio);
+    TimeRatio("summary_sink_window_time_ratio_l4096", kSinkWindow4096,
+              kWindow4096, kFormsTimeRatio);
+    TimeRatio("summary_sink_window_time_ratio_decode_lk8192",
+              kDecodeSinkWindow8192, kDecodeWindow8192, kFormsTimeRatio);
     for (int threads : options_.threads) {
       const Json* r = Find(kFlash2048, threads);
       if (r == nullptr || r->at("unfused_speedup").is_null()) continue;

@@ -148,6 +148,7 @@ void ApplyMaskOptions(const CallOptions& options, v1::Mask* mask) {
   } else {
     mask->clear_window_right();
   }
+  mask->set_sink_tokens(options.sink_tokens);
   mask->mutable_key_lengths()->Assign(options.key_lengths.begin(),
                                       options.key_lengths.end());
   if (options.block_sparse) {

@@ -43,6 +43,8 @@ struct CallOptions {
   // Unset (default) = unbounded.
   std::optional<int32_t> window_left;
   std::optional<int32_t> window_right;
+  // With window_left: the first keys kept outside the window (0 = none).
+  int32_t sink_tokens = 0;
   // Empty (default) or one per batch element.
   std::vector<int32_t> key_lengths;
   // Unset (default) = the server's 1/sqrt(D).

@@ -219,8 +219,12 @@ std::string FormatSessionInfo(const v1::SessionInfo& info) {
       ", kv_heads ", s.num_kv_heads(), ", head_dim ", s.head_dim(),
       ", value_dim ", s.value_dim(), ", ",
       wire::ShortDataTypeName(s.storage_dtype()), ", max_tokens ",
-      s.max_tokens(), "\n", "layer_tokens: [",
-      absl::StrJoin(info.layer_tokens(), ", "), "]\n",
+      s.max_tokens(),
+      s.window_tokens() > 0
+          ? absl::StrCat(", window_tokens ", s.window_tokens(),
+                         ", sink_tokens ", s.sink_tokens())
+          : "",
+      "\n", "layer_tokens: [", absl::StrJoin(info.layer_tokens(), ", "), "]\n",
       "kv_bytes: ", info.kv_bytes(), "\n", "ttl_ms: ", info.ttl_ms(), "\n",
       "idle_ms: ", info.idle_ms(), "\n",
       "created: ", info.created() ? "true" : "false", "\n",
@@ -268,6 +272,8 @@ ExitCode RunSessionCommand(const SessionCommand& c, std::ostream& out,
     s->set_value_dim(c.value_dim);
     s->set_storage_dtype(c.storage_dtype);
     s->set_max_tokens(c.max_tokens);
+    s->set_window_tokens(c.window_tokens);
+    s->set_sink_tokens(c.sink_tokens);
     r.set_ttl_ms(absl::ToInt64Milliseconds(c.ttl));
     grpc::ClientContext context;
     caller.Prepare(&context);

@@ -47,6 +47,9 @@ struct SessionCommand {
   int value_dim = 0;  // 0 = head_dim
   v1::DataType storage_dtype = v1::FLOAT32;
   int64_t max_tokens = 8192;
+  // A sink + window session when window_tokens > 0.
+  int64_t window_tokens = 0;
+  int64_t sink_tokens = 0;
   absl::Duration ttl = absl::ZeroDuration();
 
   // append and step: the layer; append: how many random tokens, at which

@@ -100,6 +100,9 @@ void AddMask(const v1::Mask& m, ModelInferRequest* r) {
   if (m.has_window_right()) {
     p[wire::kV2WindowRight].set_int64_param(m.window_right());
   }
+  if (m.sink_tokens() != 0) {
+    p[wire::kV2SinkTokens].set_int64_param(m.sink_tokens());
+  }
   if (m.has_explicit_mask()) AddTensor(wire::kV2Mask, m.explicit_mask(), r);
   if (m.key_lengths_size() > 0) {
     AddVector(wire::kV2KeyLengths, v1::INT32, m.key_lengths(), r);

@@ -62,8 +62,8 @@ absl::Status RunDecodeBatch(absl::Span<const KernelArgs> calls,
       plan.first_block =
           std::max<int64_t>(0, p.diag_offset - *p.window_left) / kb;
     }
-    const int64_t k_blocks = std::max<int64_t>(
-        1, (p.shape.k_len + kb - 1) / kb - plan.first_block);
+    const int64_t k_blocks =
+        std::max<int64_t>(1, (p.shape.k_len + kb - 1) / kb - plan.first_block);
     // Enough key splits to give every thread two items, never below one
     // block each.
     plan.splits = std::clamp<int64_t>(

@@ -91,10 +91,10 @@ absl::Status CheckDroppedBlocks(const PagedAttentionInputs& in,
   const int64_t first_query = kv.tokens - seq.query.shape[0];
   if (seq.sink_tokens > kv.kept_blocks * bt || !window ||
       first_query - *window < (kv.kept_blocks + kv.evicted_blocks) * bt) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        at, "kv: its dropped tokens [", kv.kept_blocks * bt, ", ",
-        (kv.kept_blocks + kv.evicted_blocks) * bt,
-        ") are within reach of its queries"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, "kv: its dropped tokens [", kv.kept_blocks * bt, ", ",
+                     (kv.kept_blocks + kv.evicted_blocks) * bt,
+                     ") are within reach of its queries"));
   }
   return absl::OkStatus();
 }
@@ -188,10 +188,10 @@ absl::Status CheckPagedInputs(const PagedAttentionInputs& in) {
     RETURN_IF_ERROR(CheckDroppedBlocks(in, seq, blocks, at));
     if (static_cast<int64_t>(seq.kv.blocks.size()) <
         blocks - seq.kv.evicted_blocks) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          at, "kv.blocks: ", seq.kv.blocks.size(), " blocks hold fewer than ",
-          seq.kv.tokens, " tokens (", blocks - seq.kv.evicted_blocks,
-          " blocks needed)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, "kv.blocks: ", seq.kv.blocks.size(),
+                       " blocks hold fewer than ", seq.kv.tokens, " tokens (",
+                       blocks - seq.kv.evicted_blocks, " blocks needed)"));
     }
     if (seq.weights) {
       const MutableTensorView& w = *seq.weights;

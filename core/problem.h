@@ -49,7 +49,7 @@ struct Problem {
   bool causal = false;
   int64_t diag_offset = 0;  // d(i) = i + diag_offset
   std::optional<int64_t> window_left, window_right;
-  int64_t sink_tokens = 0;  // MaskSpec::sink_tokens
+  int64_t sink_tokens = 0;               // MaskSpec::sink_tokens
   const int32_t* key_lengths = nullptr;  // [B] or null
   const void* mask = nullptr;            // explicit mask or null
   DType mask_dtype = DType::kBool;

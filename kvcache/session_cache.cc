@@ -15,8 +15,8 @@ namespace attnserve::kvcache {
 std::string ShapeText(const SessionShape& s) {
   std::string text =
       absl::StrCat("layers ", s.num_layers, ", kv heads ", s.num_kv_heads,
-                   ", head_dim ", s.head_dim, ", value_dim ", s.value_dim,
-                   ", ", DTypeName(s.dtype), ", max_tokens ", s.max_tokens);
+                   ", head_dim ", s.head_dim, ", value_dim ", s.value_dim, ", ",
+                   DTypeName(s.dtype), ", max_tokens ", s.max_tokens);
   if (s.window_tokens > 0) {
     absl::StrAppend(&text, ", window_tokens ", s.window_tokens,
                     ", sink_tokens ", s.sink_tokens);
@@ -30,8 +30,8 @@ absl::Status ValidateShape(const SessionShape& s) {
       CheckRange("shape.num_kv_heads", s.num_kv_heads, 1, kMaxKvHeads));
   RETURN_IF_ERROR(CheckRange("shape.head_dim", s.head_dim, 1, kMaxHeadDim));
   RETURN_IF_ERROR(CheckRange("shape.value_dim", s.value_dim, 1, kMaxValueDim));
-  RETURN_IF_ERROR(CheckRange("shape.window_tokens", s.window_tokens, 0,
-                             kMaxSessionTokens));
+  RETURN_IF_ERROR(
+      CheckRange("shape.window_tokens", s.window_tokens, 0, kMaxSessionTokens));
   if (s.window_tokens == 0) {
     RETURN_IF_ERROR(
         CheckRange("shape.max_tokens", s.max_tokens, 1, kMaxSessionTokens));
@@ -298,6 +298,10 @@ absl::Status SessionCache::AppendStoredRows(int layer, const char* rows,
     const int64_t t = l.tokens;
     if (t / bt >= LogicalBlocks(l)) {
       ASSIGN_OR_RETURN(std::shared_ptr<Block> block, allocate(block_bytes_));
+      // Zeros in the rows no snapshot row fills (past a sink + window
+      // session's sinks, before its first held token), which the kernels
+      // read as masked keys: 0 weight times 0, never times garbage.
+      std::memset(block->data(), 0, static_cast<size_t>(block_bytes_));
       l.blocks.push_back(std::move(block));
     }
     char* block = static_cast<char*>(BlockOf(l, t)->data());
@@ -330,10 +334,11 @@ void SessionCache::DropTo(Layer& l, int64_t to) const {
   if (to <= l.held_from) return;
   l.held_from = to;
   // Blocks past the kept ones whose every token lies below `to`.
-  const int64_t evicted = std::max<int64_t>(0, to / block_tokens_ - kept_blocks_);
-  const int64_t held = std::min<int64_t>(
-      evicted - l.evicted,
-      static_cast<int64_t>(l.blocks.size()) - kept_blocks_);
+  const int64_t evicted =
+      std::max<int64_t>(0, to / block_tokens_ - kept_blocks_);
+  const int64_t held =
+      std::min<int64_t>(evicted - l.evicted,
+                        static_cast<int64_t>(l.blocks.size()) - kept_blocks_);
   if (held > 0) {
     l.blocks.erase(l.blocks.begin() + kept_blocks_,
                    l.blocks.begin() + kept_blocks_ + held);
@@ -376,8 +381,9 @@ absl::Status SessionCache::CheckTruncate(int64_t tokens) const {
           ", and layer ", i, " has dropped tokens [", shape_.sink_tokens, ", ",
           l.held_from, ") (a sink + window session keeps its first ",
           shape_.sink_tokens, " and last ", shape_.window_tokens,
-          " tokens): it can go back to ", l.held_from + shape_.window_tokens - 1,
-          " at most, or to ", shape_.sink_tokens, " and below"));
+          " tokens): it can go back to ",
+          l.held_from + shape_.window_tokens - 1, " at most, or to ",
+          shape_.sink_tokens, " and below"));
     }
   }
   return absl::OkStatus();

@@ -141,7 +141,6 @@ class SessionCache {
     return layers_[static_cast<size_t>(layer)].held_from;
   }
 
-
   // Checks what Append would check, without appending.
   absl::Status CheckAppend(int layer, std::optional<int64_t> position,
                            const TensorView& keys,

@@ -122,8 +122,8 @@ std::string HeaderBytes(const SnapshotHeader& h) {
 int64_t SnapshotHeader::HeldRows(size_t layer) const {
   const int64_t tokens = layer_tokens[layer];
   const int64_t sinks = std::min(shape.sink_tokens, tokens);
-  return sinks + std::max<int64_t>(
-                     0, tokens - std::max(HeldFrom(layer), sinks));
+  return sinks +
+         std::max<int64_t>(0, tokens - std::max(HeldFrom(layer), sinks));
 }
 
 SnapshotWriter::SnapshotWriter(ExportedSession session)
@@ -245,9 +245,9 @@ absl::Status SnapshotReader::ParseHeader() {
   h.shape.value_dim = static_cast<int>(dv);
   h.shape.dtype = *dtype;
   h.ttl = absl::Nanoseconds(ttl_ns);
-  if (version_ == 2 && (!in.Get(&h.shape.window_tokens) ||
-                        !in.Get(&h.shape.sink_tokens) ||
-                        h.shape.window_tokens <= 0)) {
+  if (version_ == 2 &&
+      (!in.Get(&h.shape.window_tokens) || !in.Get(&h.shape.sink_tokens) ||
+       h.shape.window_tokens <= 0)) {
     return corrupt("the window");
   }
   const absl::Status shape = ValidateShape(h.shape);
@@ -389,10 +389,9 @@ absl::Status SnapshotReader::Feed(absl::string_view bytes) {
       std::memcpy(&version, buffer_.data() + 8, 4);
       std::memcpy(&header_bytes, buffer_.data() + 12, 4);
       if (version < 1 || version > kSnapshotVersion) {
-        return Fail(absl::FailedPreconditionError(
-            absl::StrCat("session snapshot: version ", version,
-                         "; this server reads versions 1 to ",
-                         kSnapshotVersion)));
+        return Fail(absl::FailedPreconditionError(absl::StrCat(
+            "session snapshot: version ", version,
+            "; this server reads versions 1 to ", kSnapshotVersion)));
       }
       version_ = version;
       if (header_bytes > kMaxHeaderBytes) {

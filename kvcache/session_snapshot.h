@@ -133,8 +133,8 @@ class SnapshotReader {
   Allocate allocate_;
   State state_ = State::kPreamble;
   uint32_t version_ = 0;  // of the snapshot being read
-  std::string buffer_;  // a preamble, header, partial row or trailer
-  size_t need_ = 0;     // bytes buffer_ must reach
+  std::string buffer_;    // a preamble, header, partial row or trailer
+  size_t need_ = 0;       // bytes buffer_ must reach
   uint32_t sum_ = 0;
   int64_t snapshot_bytes_ = 0;  // of the current snapshot so far
   SnapshotHeader header_;

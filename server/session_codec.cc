@@ -67,6 +67,8 @@ absl::StatusOr<kvcache::SessionShape> DecodeShape(
   shape.head_dim = wire.head_dim();
   shape.value_dim = wire.value_dim() == 0 ? wire.head_dim() : wire.value_dim();
   shape.max_tokens = wire.max_tokens();
+  shape.window_tokens = wire.window_tokens();
+  shape.sink_tokens = wire.sink_tokens();
   if (wire.storage_dtype() == v1::DATA_TYPE_UNSPECIFIED) {
     shape.dtype = DType::kFloat32;
   } else if (wire.storage_dtype() == v1::INT8) {
@@ -87,6 +89,8 @@ void EncodeInfo(const kvcache::SessionInfo& info, v1::SessionInfo* wire) {
   shape->set_value_dim(info.shape.value_dim);
   shape->set_storage_dtype(wire::DTypeToWire(info.shape.dtype));
   shape->set_max_tokens(info.shape.max_tokens);
+  shape->set_window_tokens(info.shape.window_tokens);
+  shape->set_sink_tokens(info.shape.sink_tokens);
   wire->clear_layer_tokens();
   for (int64_t t : info.layer_tokens) wire->add_layer_tokens(t);
   wire->set_kv_bytes(info.bytes);
@@ -250,7 +254,7 @@ absl::StatusOr<SessionsAdmission> AdmitSessions(
     step.q_heads = hq;
     step.kv_heads = s.num_kv_heads;
     step.q_len = lnew;
-    step.k_len = tokens;
+    step.k_len = kvcache::ReachableTokens(s, tokens, lnew);
     step.head_dim = s.head_dim;
     step.value_dim = s.value_dim;
     flops += step.dense_flops();
@@ -304,6 +308,13 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
     }
     seq.kv.blocks = layer.data;
     seq.kv.tokens = layer.tokens;
+    seq.kv.kept_blocks = layer.kept_blocks;
+    seq.kv.evicted_blocks = layer.evicted_blocks;
+    const kvcache::SessionShape& own = call->pinned[i].shape;
+    if (own.window_tokens > 0) {
+      seq.window_left = own.window_tokens - 1;
+      seq.sink_tokens = own.sink_tokens;
+    }
     v1::SessionResult* result = response->add_results();
     result->set_session_id(d.parts[i].session_id);
     result->set_tokens(layer.tokens);

@@ -199,6 +199,7 @@ absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
   if (wire_mask.has_window_right()) {
     mask.window_right = wire_mask.window_right();
   }
+  mask.sink_tokens = wire_mask.sink_tokens();
   mask.key_lengths = absl::MakeConstSpan(wire_mask.key_lengths().data(),
                                          wire_mask.key_lengths().size());
   if (wire_mask.has_explicit_mask()) {

@@ -39,6 +39,7 @@ inline constexpr char kV2Causal[] = "causal";
 inline constexpr char kV2Alignment[] = "alignment";
 inline constexpr char kV2WindowLeft[] = "window_left";
 inline constexpr char kV2WindowRight[] = "window_right";
+inline constexpr char kV2SinkTokens[] = "sink_tokens";
 inline constexpr char kV2Scale[] = "scale";
 inline constexpr char kV2Softcap[] = "softcap";
 inline constexpr char kV2Layout[] = "layout";

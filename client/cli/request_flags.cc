@@ -51,6 +51,10 @@ ABSL_FLAG(int32_t, window_left, -1,
 ABSL_FLAG(int32_t, window_right, -1,
           "sliding window: attend keys j <= d(i) + window_right; -1 = "
           "unbounded");
+ABSL_FLAG(int32_t, sink_tokens, 0,
+          "with --window_left: the first keys stay attended outside the "
+          "window (StreamingLLM); session create: the first tokens a sink + "
+          "window session keeps");
 ABSL_FLAG(std::string, key_lengths, "",
           "padding: comma list of valid key counts, one per batch element, "
           "e.g. 3,5");
@@ -230,8 +234,8 @@ FlagGroup RandomInputFlagGroup() {
 FlagGroup CallFlagGroup() {
   return {"call",
           {"layout", "causal", "alignment", "window_left", "window_right",
-           "key_lengths", "scale", "return_weights", "return_weight_stats",
-           "output_dtype"}};
+           "sink_tokens", "key_lengths", "scale", "return_weights",
+           "return_weight_stats", "output_dtype"}};
 }
 
 FlagGroup VariantFlagGroup() {
@@ -302,6 +306,7 @@ absl::StatusOr<RequestSpec> RequestSpecFromFlags() {
       Window("window_right", absl::GetFlag(FLAGS_window_right));
   if (!right.ok()) return right.status();
   call.window_right = *right;
+  call.sink_tokens = absl::GetFlag(FLAGS_sink_tokens);
   absl::StatusOr<std::vector<int32_t>> lengths =
       NonNegativeList("key_lengths", absl::GetFlag(FLAGS_key_lengths));
   if (!lengths.ok()) return lengths.status();

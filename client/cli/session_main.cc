@@ -1,6 +1,7 @@
 #include <iostream>
 #include <string>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/connection_flags.h"
@@ -19,7 +20,14 @@ ABSL_FLAG(std::string, route_key, "",
           "--session");
 ABSL_FLAG(int, layers, 1, "create: layers of the cache");
 ABSL_FLAG(std::string, storage_dtype, "f32", "create: f32, bf16, f16 or int8");
-ABSL_FLAG(int64_t, max_tokens, 8192, "create: tokens one layer may hold");
+ABSL_FLAG(int64_t, max_tokens, 8192,
+          "create: tokens one layer may hold (with --window_tokens: its "
+          "positions)");
+ABSL_FLAG(int64_t, window_tokens, 0,
+          "create: a sink + window session keeping each layer's last "
+          "window_tokens tokens (and its first --sink_tokens); 0 = every "
+          "token");
+ABSL_DECLARE_FLAG(int32_t, sink_tokens);
 ABSL_FLAG(absl::Duration, ttl, absl::ZeroDuration(),
           "create, fork: idle TTL; 0 = the server's (fork: the parent's)");
 ABSL_FLAG(int, layer, 0, "append, step: the layer");
@@ -46,15 +54,14 @@ namespace attnserve::client {
 
 int SessionMain(absl::Span<char* const> args) {
   const std::vector<FlagGroup> groups = {
-      {"session", {"session",        "route_key",   "layers",
-                   "kv_heads",       "dim",         "dv",
-                   "storage_dtype",  "max_tokens",  "ttl",
-                   "layer",          "kv_tokens",   "position",
-                   "chunk_tokens",   "dtype",       "seed",
-                   "heads",          "lnew",        "append_kv",
-                   "causal",         "window_left", "scale",
-                   "return_weights", "child",       "file",
-                   "remove"}},
+      {"session",
+       {"session",       "route_key",   "layers",        "kv_heads",
+        "dim",           "dv",          "storage_dtype", "max_tokens",
+        "window_tokens", "sink_tokens", "ttl",           "layer",
+        "kv_tokens",     "position",    "chunk_tokens",  "dtype",
+        "seed",          "heads",       "lnew",          "append_kv",
+        "causal",        "window_left", "scale",         "return_weights",
+        "child",         "file",        "remove"}},
       ConnectionFlagGroup()};
   const std::string usage =
       "attnctl session "
@@ -104,6 +111,8 @@ int SessionMain(absl::Span<char* const> args) {
   if (!storage.ok()) return UsageError(std::cerr, "session", storage.status());
   c.storage_dtype = *storage;
   c.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  c.window_tokens = absl::GetFlag(FLAGS_window_tokens);
+  c.sink_tokens = absl::GetFlag(FLAGS_sink_tokens);
   c.ttl = absl::GetFlag(FLAGS_ttl);
   c.layer = absl::GetFlag(FLAGS_layer);
   c.tokens = absl::GetFlag(FLAGS_kv_tokens);

@@ -153,7 +153,7 @@ def _relative_bias_in_range(rb):
 
 
 def fill_mask(mask, *, attn_mask=None, is_causal=False, alignment="top_left",
-              key_lengths=None, window=None, alibi_slopes=None, check=True):
+              key_lengths=None, window=None, sink_tokens=0, alibi_slopes=None, check=True):
     """Fills an attnserve.v1.Mask; returns the explicit mask array (or None)."""
     mask.causal = bool(is_causal)
     mask.alignment = _choice(_ALIGNMENTS, alignment, "mask.alignment",
@@ -163,6 +163,7 @@ def fill_mask(mask, *, attn_mask=None, is_causal=False, alignment="top_left",
         mask.window_left = int(left)
     if right is not None:
         mask.window_right = int(right)
+    mask.sink_tokens = int(sink_tokens)
     if key_lengths is not None:
         mask.key_lengths[:] = [int(n) for n in np.asarray(key_lengths).reshape(-1)]
     if alibi_slopes is not None:
@@ -388,10 +389,10 @@ def check_dropout(dropout_p):
 
 def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causal=False,
                    scale=None, enable_gqa=True, key_lengths=None, window=None,
-                   alibi_slopes=None, softcap=None, sinks=None, relative_bias=None,
-                   alignment="top_left", layout="BHLD", return_weights=False,
-                   return_weight_stats=False, output_dtype=None, block_sparse=None,
-                   linear=None, lsh=None, request_id="", check=True):
+                   sink_tokens=0, alibi_slopes=None, softcap=None, sinks=None,
+                   relative_bias=None, alignment="top_left", layout="BHLD",
+                   return_weights=False, return_weight_stats=False, output_dtype=None,
+                   block_sparse=None, linear=None, lsh=None, request_id="", check=True):
     """(AttendRequest, kind of the query)."""
     check_dropout(dropout_p)
     req = pb.AttendRequest(request_id=request_id)
@@ -425,8 +426,8 @@ def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causa
         _operand_to_wire(key, kd, req.key, "key")
     _operand_to_wire(value, vd, req.value, "value")
     fill_mask(req.mask, attn_mask=attn_mask, is_causal=is_causal, alignment=alignment,
-              key_lengths=key_lengths, window=window, alibi_slopes=alibi_slopes,
-              check=check)
+              key_lengths=key_lengths, window=window, sink_tokens=sink_tokens,
+              alibi_slopes=alibi_slopes, check=check)
     if relative_bias is not None:
         req.mask.relative_bias.CopyFrom(relative_bias_message(relative_bias, check=check))
     if block_sparse is not None:
@@ -657,11 +658,13 @@ def storage_dtype_name(wire):
 
 
 def session_shape(num_kv_heads, head_dim, *, num_layers=1, value_dim=0,
-                  storage_dtype="float32", max_tokens=1 << 24):
+                  storage_dtype="float32", max_tokens=1 << 24, window_tokens=0,
+                  sink_tokens=0):
     return spb.SessionShape(num_layers=int(num_layers), num_kv_heads=int(num_kv_heads),
                             head_dim=int(head_dim), value_dim=int(value_dim),
                             storage_dtype=storage_dtype_wire(storage_dtype),
-                            max_tokens=int(max_tokens))
+                            max_tokens=int(max_tokens), window_tokens=int(window_tokens),
+                            sink_tokens=int(sink_tokens))
 
 
 def ttl_ms(ttl):
@@ -674,7 +677,8 @@ def session_info(msg):
     return SessionInfo(
         session_id=msg.session_id,
         shape=SessionShape(s.num_layers, s.num_kv_heads, s.head_dim, s.value_dim,
-                           storage_dtype_name(s.storage_dtype), s.max_tokens),
+                           storage_dtype_name(s.storage_dtype), s.max_tokens,
+                           s.window_tokens, s.sink_tokens),
         layer_tokens=tuple(msg.layer_tokens), kv_bytes=msg.kv_bytes, ttl_ms=msg.ttl_ms,
         idle_ms=msg.idle_ms, created=msg.created, parent_id=msg.parent_id)
 

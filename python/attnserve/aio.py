@@ -288,12 +288,14 @@ class AsyncClient(_Base):
 
     async def create_session(self, session_id="", *, num_kv_heads, head_dim, num_layers=1,
                              value_dim=0, storage_dtype="float32", max_tokens=1 << 24,
-                             ttl=None, route_key=None, timeout=None):
+                             window_tokens=0, sink_tokens=0, ttl=None, route_key=None,
+                             timeout=None):
         req = spb.CreateSessionRequest(
             session_id=session_id, ttl_ms=C.ttl_ms(ttl),
             shape=C.session_shape(num_kv_heads, head_dim, num_layers=num_layers,
                                   value_dim=value_dim, storage_dtype=storage_dtype,
-                                  max_tokens=max_tokens))
+                                  max_tokens=max_tokens, window_tokens=window_tokens,
+                                  sink_tokens=sink_tokens))
         with await self._data() as (_, stub):
             info = await self._call(stub.CreateSession, req, timeout=timeout,
                                     idempotent=bool(session_id),

@@ -280,7 +280,7 @@ class Client(_Base):
     # -- AttentionService -----------------------------------------------------------
     def attend(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                scale=None, enable_gqa=True, key_lengths=None, window=None,
-               alibi_slopes=None, softcap=None, sinks=None, relative_bias=None,
+               sink_tokens=0, alibi_slopes=None, softcap=None, sinks=None, relative_bias=None,
                alignment="top_left", layout="BHLD", return_weights=False,
                return_weight_stats=False, output_dtype=None, block_sparse=None, linear=None,
                lsh=None, shared_memory=None, out=None, timeout=None):
@@ -298,7 +298,8 @@ class Client(_Base):
         sinks: Hq attention-sink logits (gpt-oss), one more term exp(sinks[h])
         in each softmax denominator of head h. relative_bias: T5's bucketed
         relative position bias, an attnserve.RelativeBias (T5 scales no scores:
-        pass scale=1.0 with it). Softmax attention only.
+        pass scale=1.0 with it). sink_tokens: with a left window, the first
+        keys stay attended outside it (StreamingLLM). Softmax attention only.
 
         Returns the output, or a tuple (output[, weights][, stats]) with
         return_weights and return_weight_stats (stats: an attnserve.WeightStats
@@ -313,7 +314,7 @@ class Client(_Base):
         req, kind, placed = C.shared_attend_request(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
             scale=scale, enable_gqa=enable_gqa, key_lengths=key_lengths, window=window,
-            alibi_slopes=alibi_slopes, softcap=softcap, sinks=sinks,
+            sink_tokens=sink_tokens, alibi_slopes=alibi_slopes, softcap=softcap, sinks=sinks,
             relative_bias=relative_bias, alignment=alignment, layout=layout,
             return_weights=return_weights, return_weight_stats=return_weight_stats,
             output_dtype=output_dtype, block_sparse=block_sparse, linear=linear, lsh=lsh,
@@ -482,18 +483,22 @@ class Client(_Base):
 
     # -- SessionService -------------------------------------------------------------
     def create_session(self, session_id="", *, num_kv_heads, head_dim, num_layers=1,
-                       value_dim=0, storage_dtype="float32", max_tokens=1 << 24, ttl=None,
-                       route_key=None, timeout=None):
+                       value_dim=0, storage_dtype="float32", max_tokens=1 << 24,
+                       window_tokens=0, sink_tokens=0, ttl=None, route_key=None,
+                       timeout=None):
         """Creates a KV-cache session (docs/sessions.md); returns its Session.
 
         An explicit session_id makes the call safe to retry (an existing session
         of the same shape is returned with created False); ttl is in seconds.
+        window_tokens > 0 makes a sink + window session: each layer keeps its
+        first sink_tokens tokens and its last window_tokens, at flat memory.
         """
         req = spb.CreateSessionRequest(
             session_id=session_id, ttl_ms=C.ttl_ms(ttl),
             shape=C.session_shape(num_kv_heads, head_dim, num_layers=num_layers,
                                   value_dim=value_dim, storage_dtype=storage_dtype,
-                                  max_tokens=max_tokens))
+                                  max_tokens=max_tokens, window_tokens=window_tokens,
+                                  sink_tokens=sink_tokens))
         with self._data() as (_, stub):
             info = self._call(stub.CreateSession, req, timeout=timeout,
                               idempotent=bool(session_id),

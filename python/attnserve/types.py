@@ -151,6 +151,10 @@ class SessionShape:
     value_dim: int
     storage_dtype: str
     max_tokens: int
+    # A sink + window session (window_tokens > 0): each layer keeps its first
+    # sink_tokens tokens and its last window_tokens.
+    window_tokens: int = 0
+    sink_tokens: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -73,11 +73,11 @@ ModelInterface AttentionInterface() {
   const std::vector<int64_t> rank3 = {-1, -1, -1};
   m.outputs.push_back(Spec(wire::kV2Entropy, {v1::FLOAT32}, rank3, true));
   m.outputs.push_back(Spec(wire::kV2MaxWeight, {v1::FLOAT32}, rank3, true));
-  m.parameters = {wire::kV2Causal,        wire::kV2Alignment,
-                  wire::kV2Scale,         wire::kV2Softcap,
-                  wire::kV2WindowLeft,    wire::kV2WindowRight,
-                  wire::kV2ReturnWeights, wire::kV2ReturnWeightStats,
-                  wire::kV2Layout,        wire::kV2OutputDatatype};
+  m.parameters = {
+      wire::kV2Causal,     wire::kV2Alignment,     wire::kV2Scale,
+      wire::kV2Softcap,    wire::kV2WindowLeft,    wire::kV2WindowRight,
+      wire::kV2SinkTokens, wire::kV2ReturnWeights, wire::kV2ReturnWeightStats,
+      wire::kV2Layout,     wire::kV2OutputDatatype};
   return m;
 }
 
@@ -96,7 +96,8 @@ ModelInterface HostedInterface(const HostedModel& hosted) {
                            {-1, config.num_heads, -1, -1}, true));
   m.parameters = {wire::kV2Causal,        wire::kV2Alignment,
                   wire::kV2WindowLeft,    wire::kV2WindowRight,
-                  wire::kV2ReturnWeights, wire::kV2OutputDatatype};
+                  wire::kV2SinkTokens,    wire::kV2ReturnWeights,
+                  wire::kV2OutputDatatype};
   return m;
 }
 
@@ -266,6 +267,9 @@ absl::Status ApplyParameters(const ModelInterface& model,
     } else if (key == wire::kV2WindowRight) {
       ASSIGN_OR_RETURN(const int32_t w, WindowParameter(field, value));
       mask->set_window_right(w);
+    } else if (key == wire::kV2SinkTokens) {
+      ASSIGN_OR_RETURN(const int32_t n, WindowParameter(field, value));
+      mask->set_sink_tokens(n);
     } else if (key == wire::kV2Scale) {
       ASSIGN_OR_RETURN(const double scale, NumberParameter(field, value));
       // Out-of-range values become infinite, which the native check refuses.

@@ -227,8 +227,8 @@ void ExpectPagedMatchesReference(const PagedCase& c) {
     ref_in.mask.causal = c.causal;
     ref_in.mask.alignment = CausalAlignment::kBottomRight;
     ref_in.mask.window_left = c.window_left;
-    if (c.seq_window_left && (!c.window_left ||
-                              *c.seq_window_left < *c.window_left)) {
+    if (c.seq_window_left &&
+        (!c.window_left || *c.seq_window_left < *c.window_left)) {
       ref_in.mask.window_left = c.seq_window_left;
     }
     ref_in.mask.sink_tokens = c.sink_tokens;
@@ -426,9 +426,9 @@ TEST_P(PagedTest, DroppedBlocksWithinReachAreRefused) {
                        HasSubstr("sequences[0].sink_tokens: needs")));
   seq.window_left = 19;
   seq.sink_tokens = 17;  // past the kept block
-  EXPECT_THAT((*engine)->RunPaged(in),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("within reach")));
+  EXPECT_THAT(
+      (*engine)->RunPaged(in),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("within reach")));
 }
 
 TEST_P(PagedTest, EmptyCachesAndWeights) {

@@ -92,6 +92,12 @@ void AttendSeeds(Rng& rng, CorpusWriter& out) {
   v1::AttendRequest r = seeds[0];
   r.set_return_weight_stats(true);
   out.Add("attend_weight_stats", Family::kAttend, r);
+  // StreamingLLM's mask: a window with the first keys kept.
+  r = seeds[0];
+  r.mutable_mask()->set_causal(true);
+  r.mutable_mask()->set_window_left(3);
+  r.mutable_mask()->set_sink_tokens(2);
+  out.Add("attend_sink_tokens", Family::kAttend, r);
   // Edges the decoder refuses: an unknown layout, LSH with a key.
   r = seeds[0];
   r.set_layout(static_cast<v1::Layout>(7));
@@ -424,6 +430,15 @@ void SessionSeeds(Rng& rng, CorpusWriter& out) {
     out.Add("create_new", Family::kCreateSession, r);
     r.clear_session_id();
     out.Add("create_server_id", Family::kCreateSession, r);
+    // A sink + window session.
+    r.set_session_id("w");
+    s->set_window_tokens(8);
+    s->set_sink_tokens(2);
+    s->set_max_tokens(int64_t{1} << 40);
+    out.Add("create_sink_window", Family::kCreateSession, r);
+    s->set_window_tokens(0);
+    s->set_sink_tokens(0);
+    s->set_max_tokens(32);
     // A retry of "a": same shape, answered with the session.
     r.set_session_id("a");
     s->set_num_layers(kNumLayers);

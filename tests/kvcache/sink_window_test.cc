@@ -3,6 +3,7 @@
 // window, fork, and snapshots into another block size.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -101,8 +102,7 @@ TEST(SinkWindowTest, MemoryStaysFlatOver100000Tokens) {
   // Per layer: the sinks' block, and the window's W - 1 tokens before the
   // last append and its own (at most 40) over at most ceil((W - 1 + 40) / T)
   // + 1 blocks.
-  const int64_t held_blocks =
-      1 + (kWindow - 1 + 40 + kBlock - 1) / kBlock + 1;
+  const int64_t held_blocks = 1 + (kWindow - 1 + 40 + kBlock - 1) / kBlock + 1;
   int64_t most = 0;
   int64_t t = 0;
   for (int64_t step = 0; t < 100000; ++step) {
@@ -123,8 +123,7 @@ TEST(SinkWindowTest, MemoryStaysFlatOver100000Tokens) {
     most = std::max(most, bytes);
     ASSERT_LE(bytes, 2 * held_blocks * block_bytes) << "after token " << t;
   }
-  EXPECT_EQ(store->Get("stream")->layer_tokens,
-            (std::vector<int64_t>{t, t}));
+  EXPECT_EQ(store->Get("stream")->layer_tokens, (std::vector<int64_t>{t, t}));
   EXPECT_EQ(store->Stats().used_bytes, store->Get("stream")->bytes);
   EXPECT_GE(most, 2 * (held_blocks - 2) * block_bytes);
   ASSERT_TRUE(store->Close("stream").ok());
@@ -210,6 +209,17 @@ TEST(SinkWindowTest, ForkAndSnapshotIntoAnotherBlockSize) {
   for (int block : {5, 64}) {
     SCOPED_TRACE(block);
     auto to = MakeStore(block);
+    {
+      // Freed blocks of NaN, which the import's blocks may reuse.
+      SessionShape plain = shape;
+      plain.window_tokens = plain.sink_tokens = 0;
+      plain.max_tokens = 1000;
+      ASSERT_TRUE(to->CreateSession("junk", plain, {}).ok());
+      Rows nan = MakeRows(0, 500, kHeads, kDim);
+      std::fill(nan.data.begin(), nan.data.end(), std::nanf(""));
+      ASSERT_TRUE(to->Append("junk", 0, 0, nan.view, nan.view).ok());
+      ASSERT_TRUE(to->Close("junk").ok());
+    }
     SnapshotReader reader = to->NewReader();
     ASSERT_TRUE(reader.Feed(bytes).ok());
     ASSERT_TRUE(reader.Finish().ok()) << reader.Finish();
@@ -220,6 +230,24 @@ TEST(SinkWindowTest, ForkAndSnapshotIntoAnotherBlockSize) {
     ASSERT_TRUE(info.ok());
     EXPECT_EQ(info->shape, shape);
     EXPECT_EQ(info->layer_tokens, (std::vector<int64_t>{1001, 3}));
+    // The rows of held blocks that no snapshot row filled (past the sinks,
+    // before the first held token) are zeros, which the kernels may read as
+    // masked keys.
+    const PinnedLayer imported = AppendAndPin(*to, "s", 0, 1001, 1);
+    // Held from 994 - 49 = 945 (the window of the last append's first token).
+    std::vector<int64_t> unfilled;
+    for (int64_t t = 5; t < block; ++t) unfilled.push_back(t);
+    for (int64_t t = 945 / block * block; t < 945; ++t) unfilled.push_back(t);
+    if (block == 64) EXPECT_EQ(unfilled.size(), 59u + 49u);
+    for (int64_t t : unfilled) {
+      for (int64_t h = 0; h < kHeads; ++h) {
+        EXPECT_EQ(ReadPinned(imported, shape, block, false, t, h, 0), 0.0f)
+            << "token " << t;
+        EXPECT_EQ(ReadPinned(imported, shape, block, true, t, h, 0), 0.0f)
+            << "token " << t;
+      }
+    }
+    ASSERT_TRUE(to->Truncate("s", 1001).ok());
     const PinnedLayer next = AppendAndPin(*to, "s", 0, 1001, 30);
     ExpectReachableHeld(next, shape, block, 1001, 1031);
     const PinnedLayer low = AppendAndPin(*to, "s", 1, 3, 60);

@@ -50,7 +50,7 @@ def relative_bias_scores(relative_bias, hq, lq, lk, offset):
 
 def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=False,
               alignment="top_left", window=None, key_lengths=None, alibi_slopes=None,
-              softcap=None, sinks=None, relative_bias=None, allowed=None):
+              softcap=None, sinks=None, relative_bias=None, allowed=None, sink_tokens=0):
     """(output in the layout, weights [B, Hq, Lq, Lk]) in float64.
 
     softcap: each scaled score t becomes softcap·tanh(t/softcap) before the float
@@ -59,7 +59,8 @@ def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=F
     relative_bias: an attnserve.RelativeBias, T5's bias added after softcap, at
     the relative position j - d(i) (d(i) as for the causal diagonal).
     allowed: an extra bool [B, Hq, Lq, Lk] (True = attend), ANDed in (block-sparse
-    tests build theirs from the layout)."""
+    tests build theirs from the layout). sink_tokens: keys below it are exempt from
+    the window's left edge."""
     q, k, v = to_torch64(q), to_torch64(k), to_torch64(v)
     if layout == "BLHD":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
@@ -82,7 +83,7 @@ def attention(q, k, v, *, layout="BHLD", scale=None, attn_mask=None, is_causal=F
     if window is not None:
         left, right = window if isinstance(window, (tuple, list)) else (window, window)
         if left is not None:
-            ok &= (j >= diag - left)
+            ok &= (j >= diag - left) | (j < sink_tokens)
         if right is not None:
             ok &= (j <= diag + right)
     if key_lengths is not None:

@@ -475,6 +475,66 @@ def test_an_async_step_stream(server):
     asyncio.run(main())
 
 
+def test_sink_and_window_session_streams_at_flat_memory(client, start_server):
+    """A sink + window session (StreamingLLM) over 700 tokens in the server's blocks
+    of 128: every step is the stateless Attend over the whole stream with window_left
+    = W - 1 and sink_tokens (docs/sessions.md "Sink + window sessions"), its memory
+    stays at a few blocks, truncate undoes the last append only, and it moves into a
+    server of another block size."""
+    W, S, n = 150, 4, 700
+    keys, values = random((n, HKV, D), seed=80), random((n, HKV, D), seed=81)
+    mask = dict(is_causal=True, window=(W - 1, None), sink_tokens=S)
+
+    def want(q, t):
+        return step_reference(q, keys[:t], values[:t], **mask)
+
+    with client.create_session("py-stream", num_kv_heads=HKV, head_dim=D, num_layers=1,
+                               window_tokens=W, sink_tokens=S, max_tokens=1 << 40) as s:
+        shape = s.info().shape
+        assert (shape.window_tokens, shape.sink_tokens, shape.max_tokens) == (W, S, 1 << 40)
+        q = random((200, HQ, D), seed=82)  # a prefill chunk, then decode steps
+        assert_close(s.attend(0, q, keys[:200], values[:200], position=0), want(q, 200)[0],
+                     1e-5)
+        held = []
+        for t in range(200, n):
+            q = random((1, HQ, D), seed=1000 + t)
+            if t % 97 == 0:
+                out, w = s.attend(0, q, keys[t:t + 1], values[t:t + 1], position=t,
+                                  return_weights=True)
+                ref_out, ref_w = want(q, t + 1)
+                assert_close(w, ref_w, 1e-5)  # zeros at the dropped tokens
+                assert not np.any(w[:, :, S:t + 1 - W])
+                # The stateless Attend with the same mask agrees.
+                stateless_out = client.attend(
+                    q[None], keys[None, :t + 1], values[None, :t + 1], layout="BLHD",
+                    alignment="bottom_right", window=(W - 1, None), sink_tokens=S,
+                    is_causal=True)[0]
+                assert_close(stateless_out, ref_out, 1e-5)
+            else:
+                out = s.attend(0, q, keys[t:t + 1], values[t:t + 1], position=t)
+                ref_out = want(q, t + 1)[0]
+            assert_close(out, ref_out, 1e-5)
+            held.append(s.info().kv_bytes)
+        # The sinks' block and the window's over at most 3 blocks of 128 tokens of
+        # HKV × (D + D) f32: flat from the first 300 tokens on.
+        block = 128 * HKV * 2 * D * 4
+        assert max(held) <= 4 * block and held[-1] == held[150]
+        assert s.info().layer_tokens == (n,)
+        with pytest.raises(attnserve.InvalidArgument, match="it can go back to 699 at most"):
+            s.truncate(n - 2)
+        assert s.truncate(n - 1).layer_tokens == (n - 1,)
+        blocks7 = start_server("--workers=1", "--kv_block_tokens=7")
+        with attnserve.Client(blocks7.target, timeout=60) as other:
+            [moved] = other.import_sessions(client.export_sessions(["py-stream"]))
+            assert moved.layer_tokens == (n - 1,) and moved.shape.window_tokens == W
+            q = random((1, HQ, D), seed=90)
+            there = other.session("py-stream").attend(0, q, keys[n - 1:], values[n - 1:],
+                                                      position=n - 1)
+        here = s.attend(0, q, keys[n - 1:], values[n - 1:], position=n - 1)
+        assert_close(here, want(q, n)[0], 1e-5)
+        assert_close(there, want(q, n)[0], 1e-5)
+
+
 @pytest.mark.parametrize("storage", ["float32", "bfloat16", "int8"])
 def test_sessions_exported_from_one_server_continue_on_another(client, start_server, storage):
     """export_sessions / import_sessions: the moved session answers its next steps

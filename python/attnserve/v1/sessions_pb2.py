@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from attnserve.v1 import attention_pb2 as attnserve_dot_v1_dot_attention__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61ttnserve/v1/sessions.proto\x12\x0c\x61ttnserve.v1\x1a\x1c\x61ttnserve/v1/attention.proto\"\xa0\x01\n\x0cSessionShape\x12\x12\n\nnum_layers\x18\x01 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\x05\x12\x10\n\x08head_dim\x18\x03 \x01(\x05\x12\x11\n\tvalue_dim\x18\x04 \x01(\x05\x12-\n\rstorage_dtype\x18\x05 \x01(\x0e\x32\x16.attnserve.v1.DataType\x12\x12\n\nmax_tokens\x18\x06 \x01(\x03\"e\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x05shape\x18\x02 \x01(\x0b\x32\x1a.attnserve.v1.SessionShape\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x03\"\xb9\x01\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x05shape\x18\x02 \x01(\x0b\x32\x1a.attnserve.v1.SessionShape\x12\x14\n\x0clayer_tokens\x18\x03 \x03(\x03\x12\x10\n\x08kv_bytes\x18\x04 \x01(\x03\x12\x0e\n\x06ttl_ms\x18\x05 \x01(\x03\x12\x0f\n\x07idle_ms\x18\x06 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x07 \x01(\x08\x12\x11\n\tparent_id\x18\x08 \x01(\t\"\xa0\x01\n\x0f\x41ppendKvRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x15\n\x08position\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12!\n\x03key\x18\x04 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12#\n\x05value\x18\x05 \x01(\x0b\x32\x14.attnserve.v1.TensorB\x0b\n\t_position\"\xb3\x01\n\x0cSessionQuery\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x05query\x18\x02 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12!\n\x03key\x18\x03 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12#\n\x05value\x18\x04 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12\x15\n\x08position\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x0b\n\t_position\"\xad\x03\n\x15\x41ttendSessionsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\x05\x12,\n\x08sessions\x18\x03 \x03(\x0b\x32\x1a.attnserve.v1.SessionQuery\x12\x13\n\x06\x63\x61usal\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x0bwindow_left\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x14\n\x0c\x61libi_slopes\x18\x06 \x03(\x02\x12\x12\n\x05scale\x18\x07 \x01(\x02H\x02\x88\x01\x01\x12\x16\n\x0ereturn_weights\x18\x08 \x01(\x08\x12,\n\x0coutput_dtype\x18\t \x01(\x0e\x32\x16.attnserve.v1.DataType\x12\x14\n\x07softcap\x18\n \x01(\x02H\x03\x88\x01\x01\x12\r\n\x05sinks\x18\x0b \x03(\x02\x12\x31\n\rrelative_bias\x18\x0c \x01(\x0b\x32\x1a.attnserve.v1.RelativeBias\x12\x1b\n\x13return_weight_stats\x18\r \x01(\x08\x42\t\n\x07_causalB\x0e\n\x0c_window_leftB\x08\n\x06_scaleB\n\n\x08_softcap\"\xd1\x01\n\rSessionResult\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x06output\x18\x02 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12%\n\x07weights\x18\x03 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12\x0e\n\x06tokens\x18\x04 \x01(\x03\x12%\n\x07\x65ntropy\x18\x05 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12(\n\nmax_weight\x18\x06 \x01(\x0b\x32\x14.attnserve.v1.Tensor\"\xab\x01\n\x16\x41ttendSessionsResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12,\n\x07results\x18\x02 \x03(\x0b\x32\x1b.attnserve.v1.SessionResult\x12$\n\x06timing\x18\x03 \x01(\x0b\x32\x14.attnserve.v1.Timing\x12\x12\n\nerror_code\x18\x04 \x01(\x05\x12\x15\n\rerror_message\x18\x05 \x01(\t\"J\n\x12\x46orkSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63hild_id\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x03\"<\n\x16TruncateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\x03\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"(\n\x16OpenStepChannelRequest\x12\x0e\n\x06region\x18\x01 \x01(\t\"W\n\x0fStepChannelInfo\x12\x18\n\x10request_capacity\x18\x01 \x01(\x03\x12\x19\n\x11response_capacity\x18\x02 \x01(\x03\x12\x0f\n\x07spin_us\x18\x03 \x01(\x03\"<\n\x15\x45xportSessionsRequest\x12\x13\n\x0bsession_ids\x18\x01 \x03(\t\x12\x0e\n\x06remove\x18\x02 \x01(\x08\"6\n\x14SessionTransferChunk\x12\x10\n\x08\x61nnounce\x18\x01 \x03(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"E\n\x16ImportSessionsResponse\x12+\n\x08sessions\x18\x01 \x03(\x0b\x32\x19.attnserve.v1.SessionInfo2\x81\x08\n\x0eSessionService\x12N\n\rCreateSession\x12\".attnserve.v1.CreateSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12\x44\n\x08\x41ppendKv\x12\x1d.attnserve.v1.AppendKvRequest\x1a\x19.attnserve.v1.SessionInfo\x12L\n\x0e\x41ppendKvStream\x12\x1d.attnserve.v1.AppendKvRequest\x1a\x19.attnserve.v1.SessionInfo(\x01\x12[\n\x0e\x41ttendSessions\x12#.attnserve.v1.AttendSessionsRequest\x1a$.attnserve.v1.AttendSessionsResponse\x12\x65\n\x14\x41ttendSessionsStream\x12#.attnserve.v1.AttendSessionsRequest\x1a$.attnserve.v1.AttendSessionsResponse(\x01\x30\x01\x12J\n\x0b\x46orkSession\x12 .attnserve.v1.ForkSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12R\n\x0fTruncateSession\x12$.attnserve.v1.TruncateSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12L\n\x0c\x43loseSession\x12!.attnserve.v1.CloseSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12H\n\nGetSession\x12\x1f.attnserve.v1.GetSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12T\n\x0bStepChannel\x12$.attnserve.v1.OpenStepChannelRequest\x1a\x1d.attnserve.v1.StepChannelInfo0\x01\x12[\n\x0e\x45xportSessions\x12#.attnserve.v1.ExportSessionsRequest\x1a\".attnserve.v1.SessionTransferChunk0\x01\x12\\\n\x0eImportSessions\x12\".attnserve.v1.SessionTransferChunk\x1a$.attnserve.v1.ImportSessionsResponse(\x01\x42\x03\xf8\x01\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61ttnserve/v1/sessions.proto\x12\x0c\x61ttnserve.v1\x1a\x1c\x61ttnserve/v1/attention.proto\"\xcc\x01\n\x0cSessionShape\x12\x12\n\nnum_layers\x18\x01 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x02 \x01(\x05\x12\x10\n\x08head_dim\x18\x03 \x01(\x05\x12\x11\n\tvalue_dim\x18\x04 \x01(\x05\x12-\n\rstorage_dtype\x18\x05 \x01(\x0e\x32\x16.attnserve.v1.DataType\x12\x12\n\nmax_tokens\x18\x06 \x01(\x03\x12\x15\n\rwindow_tokens\x18\x07 \x01(\x03\x12\x13\n\x0bsink_tokens\x18\x08 \x01(\x03\"e\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x05shape\x18\x02 \x01(\x0b\x32\x1a.attnserve.v1.SessionShape\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x03\"\xb9\x01\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12)\n\x05shape\x18\x02 \x01(\x0b\x32\x1a.attnserve.v1.SessionShape\x12\x14\n\x0clayer_tokens\x18\x03 \x03(\x03\x12\x10\n\x08kv_bytes\x18\x04 \x01(\x03\x12\x0e\n\x06ttl_ms\x18\x05 \x01(\x03\x12\x0f\n\x07idle_ms\x18\x06 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x07 \x01(\x08\x12\x11\n\tparent_id\x18\x08 \x01(\t\"\xa0\x01\n\x0f\x41ppendKvRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\x05\x12\x15\n\x08position\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12!\n\x03key\x18\x04 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12#\n\x05value\x18\x05 \x01(\x0b\x32\x14.attnserve.v1.TensorB\x0b\n\t_position\"\xb3\x01\n\x0cSessionQuery\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x05query\x18\x02 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12!\n\x03key\x18\x03 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12#\n\x05value\x18\x04 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12\x15\n\x08position\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x0b\n\t_position\"\xad\x03\n\x15\x41ttendSessionsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05layer\x18\x02 \x01(\x05\x12,\n\x08sessions\x18\x03 \x03(\x0b\x32\x1a.attnserve.v1.SessionQuery\x12\x13\n\x06\x63\x61usal\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x0bwindow_left\x18\x05 \x01(\x05H\x01\x88\x01\x01\x12\x14\n\x0c\x61libi_slopes\x18\x06 \x03(\x02\x12\x12\n\x05scale\x18\x07 \x01(\x02H\x02\x88\x01\x01\x12\x16\n\x0ereturn_weights\x18\x08 \x01(\x08\x12,\n\x0coutput_dtype\x18\t \x01(\x0e\x32\x16.attnserve.v1.DataType\x12\x14\n\x07softcap\x18\n \x01(\x02H\x03\x88\x01\x01\x12\r\n\x05sinks\x18\x0b \x03(\x02\x12\x31\n\rrelative_bias\x18\x0c \x01(\x0b\x32\x1a.attnserve.v1.RelativeBias\x12\x1b\n\x13return_weight_stats\x18\r \x01(\x08\x42\t\n\x07_causalB\x0e\n\x0c_window_leftB\x08\n\x06_scaleB\n\n\x08_softcap\"\xd1\x01\n\rSessionResult\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x06output\x18\x02 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12%\n\x07weights\x18\x03 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12\x0e\n\x06tokens\x18\x04 \x01(\x03\x12%\n\x07\x65ntropy\x18\x05 \x01(\x0b\x32\x14.attnserve.v1.Tensor\x12(\n\nmax_weight\x18\x06 \x01(\x0b\x32\x14.attnserve.v1.Tensor\"\xab\x01\n\x16\x41ttendSessionsResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12,\n\x07results\x18\x02 \x03(\x0b\x32\x1b.attnserve.v1.SessionResult\x12$\n\x06timing\x18\x03 \x01(\x0b\x32\x14.attnserve.v1.Timing\x12\x12\n\nerror_code\x18\x04 \x01(\x05\x12\x15\n\rerror_message\x18\x05 \x01(\t\"J\n\x12\x46orkSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x63hild_id\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\x03\"<\n\x16TruncateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\x03\")\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"(\n\x16OpenStepChannelRequest\x12\x0e\n\x06region\x18\x01 \x01(\t\"W\n\x0fStepChannelInfo\x12\x18\n\x10request_capacity\x18\x01 \x01(\x03\x12\x19\n\x11response_capacity\x18\x02 \x01(\x03\x12\x0f\n\x07spin_us\x18\x03 \x01(\x03\"<\n\x15\x45xportSessionsRequest\x12\x13\n\x0bsession_ids\x18\x01 \x03(\t\x12\x0e\n\x06remove\x18\x02 \x01(\x08\"6\n\x14SessionTransferChunk\x12\x10\n\x08\x61nnounce\x18\x01 \x03(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"E\n\x16ImportSessionsResponse\x12+\n\x08sessions\x18\x01 \x03(\x0b\x32\x19.attnserve.v1.SessionInfo2\x81\x08\n\x0eSessionService\x12N\n\rCreateSession\x12\".attnserve.v1.CreateSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12\x44\n\x08\x41ppendKv\x12\x1d.attnserve.v1.AppendKvRequest\x1a\x19.attnserve.v1.SessionInfo\x12L\n\x0e\x41ppendKvStream\x12\x1d.attnserve.v1.AppendKvRequest\x1a\x19.attnserve.v1.SessionInfo(\x01\x12[\n\x0e\x41ttendSessions\x12#.attnserve.v1.AttendSessionsRequest\x1a$.attnserve.v1.AttendSessionsResponse\x12\x65\n\x14\x41ttendSessionsStream\x12#.attnserve.v1.AttendSessionsRequest\x1a$.attnserve.v1.AttendSessionsResponse(\x01\x30\x01\x12J\n\x0b\x46orkSession\x12 .attnserve.v1.ForkSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12R\n\x0fTruncateSession\x12$.attnserve.v1.TruncateSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12L\n\x0c\x43loseSession\x12!.attnserve.v1.CloseSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12H\n\nGetSession\x12\x1f.attnserve.v1.GetSessionRequest\x1a\x19.attnserve.v1.SessionInfo\x12T\n\x0bStepChannel\x12$.attnserve.v1.OpenStepChannelRequest\x1a\x1d.attnserve.v1.StepChannelInfo0\x01\x12[\n\x0e\x45xportSessions\x12#.attnserve.v1.ExportSessionsRequest\x1a\".attnserve.v1.SessionTransferChunk0\x01\x12\\\n\x0eImportSessions\x12\".attnserve.v1.SessionTransferChunk\x1a$.attnserve.v1.ImportSessionsResponse(\x01\x42\x03\xf8\x01\x01\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'attnserve.v1.sessions_pb2', globals())
@@ -23,39 +23,39 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'\370\001\001'
   _SESSIONSHAPE._serialized_start=76
-  _SESSIONSHAPE._serialized_end=236
-  _CREATESESSIONREQUEST._serialized_start=238
-  _CREATESESSIONREQUEST._serialized_end=339
-  _SESSIONINFO._serialized_start=342
-  _SESSIONINFO._serialized_end=527
-  _APPENDKVREQUEST._serialized_start=530
-  _APPENDKVREQUEST._serialized_end=690
-  _SESSIONQUERY._serialized_start=693
-  _SESSIONQUERY._serialized_end=872
-  _ATTENDSESSIONSREQUEST._serialized_start=875
-  _ATTENDSESSIONSREQUEST._serialized_end=1304
-  _SESSIONRESULT._serialized_start=1307
-  _SESSIONRESULT._serialized_end=1516
-  _ATTENDSESSIONSRESPONSE._serialized_start=1519
-  _ATTENDSESSIONSRESPONSE._serialized_end=1690
-  _FORKSESSIONREQUEST._serialized_start=1692
-  _FORKSESSIONREQUEST._serialized_end=1766
-  _TRUNCATESESSIONREQUEST._serialized_start=1768
-  _TRUNCATESESSIONREQUEST._serialized_end=1828
-  _CLOSESESSIONREQUEST._serialized_start=1830
-  _CLOSESESSIONREQUEST._serialized_end=1871
-  _GETSESSIONREQUEST._serialized_start=1873
-  _GETSESSIONREQUEST._serialized_end=1912
-  _OPENSTEPCHANNELREQUEST._serialized_start=1914
-  _OPENSTEPCHANNELREQUEST._serialized_end=1954
-  _STEPCHANNELINFO._serialized_start=1956
-  _STEPCHANNELINFO._serialized_end=2043
-  _EXPORTSESSIONSREQUEST._serialized_start=2045
-  _EXPORTSESSIONSREQUEST._serialized_end=2105
-  _SESSIONTRANSFERCHUNK._serialized_start=2107
-  _SESSIONTRANSFERCHUNK._serialized_end=2161
-  _IMPORTSESSIONSRESPONSE._serialized_start=2163
-  _IMPORTSESSIONSRESPONSE._serialized_end=2232
-  _SESSIONSERVICE._serialized_start=2235
-  _SESSIONSERVICE._serialized_end=3260
+  _SESSIONSHAPE._serialized_end=280
+  _CREATESESSIONREQUEST._serialized_start=282
+  _CREATESESSIONREQUEST._serialized_end=383
+  _SESSIONINFO._serialized_start=386
+  _SESSIONINFO._serialized_end=571
+  _APPENDKVREQUEST._serialized_start=574
+  _APPENDKVREQUEST._serialized_end=734
+  _SESSIONQUERY._serialized_start=737
+  _SESSIONQUERY._serialized_end=916
+  _ATTENDSESSIONSREQUEST._serialized_start=919
+  _ATTENDSESSIONSREQUEST._serialized_end=1348
+  _SESSIONRESULT._serialized_start=1351
+  _SESSIONRESULT._serialized_end=1560
+  _ATTENDSESSIONSRESPONSE._serialized_start=1563
+  _ATTENDSESSIONSRESPONSE._serialized_end=1734
+  _FORKSESSIONREQUEST._serialized_start=1736
+  _FORKSESSIONREQUEST._serialized_end=1810
+  _TRUNCATESESSIONREQUEST._serialized_start=1812
+  _TRUNCATESESSIONREQUEST._serialized_end=1872
+  _CLOSESESSIONREQUEST._serialized_start=1874
+  _CLOSESESSIONREQUEST._serialized_end=1915
+  _GETSESSIONREQUEST._serialized_start=1917
+  _GETSESSIONREQUEST._serialized_end=1956
+  _OPENSTEPCHANNELREQUEST._serialized_start=1958
+  _OPENSTEPCHANNELREQUEST._serialized_end=1998
+  _STEPCHANNELINFO._serialized_start=2000
+  _STEPCHANNELINFO._serialized_end=2087
+  _EXPORTSESSIONSREQUEST._serialized_start=2089
+  _EXPORTSESSIONSREQUEST._serialized_end=2149
+  _SESSIONTRANSFERCHUNK._serialized_start=2151
+  _SESSIONTRANSFERCHUNK._serialized_end=2205
+  _IMPORTSESSIONSRESPONSE._serialized_start=2207
+  _IMPORTSESSIONSRESPONSE._serialized_end=2276
+  _SESSIONSERVICE._serialized_start=2279
+  _SESSIONSERVICE._serialized_end=3304
 # @@protoc_insertion_point(module_scope)
