@@ -579,3 +579,20 @@ def test_sessions_exported_from_one_server_continue_on_another(client, start_ser
             dest.import_sessions(moved)
         with pytest.raises(attnserve.NotFound):
             client.export_sessions(["py-no-such-session"])
+
+
+def test_the_streaming_example_holds_flat_memory(server):
+    """examples/streaming_session.py at a tiny size: kv_bytes the same at every print
+    (every 256 tokens: the same place in a block of 128) once the window has left the
+    sinks' block."""
+    import importlib.util
+    from conftest import SOURCE_DIR
+    path = SOURCE_DIR / "examples" / "streaming_session.py"
+    spec = importlib.util.spec_from_file_location("streaming_session", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    rows = example.main([f"--target={server.target}", "--tokens=1280", "--window=200",
+                         "--sinks=4", "--kv-heads=2", "--heads=4", "--head-dim=16",
+                         "--every=256"])
+    assert [t for t, _, _ in rows] == [256, 512, 768, 1024, 1280]
+    assert len({b for _, b, _ in rows[1:]}) == 1
