@@ -39,6 +39,11 @@ class KVCache:
         opens a Client of its own (closed with the cache).
     num_layers, num_kv_heads, head_dim, value_dim (0 = head_dim), storage_dtype
         ("float32", "bfloat16", "float16"): the shape of every session.
+    window_tokens, sink_tokens: window_tokens > 0 makes every session a sink +
+        window session (StreamingLLM: each layer keeps its first sink_tokens
+        tokens and its last window_tokens, at flat memory); a layer call then
+        equals SDPA over the whole sequence with query i seeing the keys in
+        [i - window_tokens + 1, i] and the first sink_tokens.
     batch_size: the number of sequences; None = the batch of the first call.
     prefill_chunk: at most this many new tokens per sequence go in one call; a
         longer prefill is sent in chunks, each one call for the whole batch (and
@@ -76,7 +81,8 @@ class KVCache:
     """
 
     def __init__(self, client, *, num_layers, num_kv_heads, head_dim, value_dim=0,
-                 storage_dtype="float32", batch_size=None, prefill_chunk=512,
+                 storage_dtype="float32", window_tokens=0, sink_tokens=0,
+                 batch_size=None, prefill_chunk=512,
                  transport=None, scale=None, softcap=None, relative_bias=None,
                  output_dtype=None, timeout=None, session_prefix=None, ttl=None, on_lost=None,
                  handoff_wait=30.0):
@@ -98,6 +104,8 @@ class KVCache:
         self.head_dim = _positive("head_dim", head_dim)
         self.value_dim = int(value_dim) or self.head_dim
         self.storage_dtype = storage_dtype
+        self.window_tokens = int(window_tokens)
+        self.sink_tokens = int(sink_tokens)
         self.prefill_chunk = _positive("prefill_chunk", prefill_chunk)
         self.ttl = ttl
         if on_lost is not None and not callable(on_lost):
@@ -173,7 +181,9 @@ class KVCache:
             s = self.client.create_session(
                 self._new_id(), num_layers=self.num_layers, num_kv_heads=self.num_kv_heads,
                 head_dim=self.head_dim, value_dim=self.value_dim,
-                storage_dtype=self.storage_dtype, ttl=self.ttl,
+                storage_dtype=self.storage_dtype, window_tokens=self.window_tokens,
+                sink_tokens=self.sink_tokens,
+                max_tokens=(1 << 40) if self.window_tokens else (1 << 24), ttl=self.ttl,
                 route_key=self.session_prefix, timeout=self._step_kw.get("timeout"))
             self._sessions[index] = s
         return s

@@ -182,6 +182,53 @@ def test_prefill_in_chunks_and_decode_match_sdpa_with_gqa(client):
         assert all(i.shape.num_kv_heads == HKV and i.shape.head_dim == D for i in infos)
 
 
+class WindowMirror(Mirror):
+    """A Mirror whose queries see the keys of a sink + window session: the last
+    `window` positions up to their own and the first `sinks`."""
+
+    def __init__(self, batch, window, sinks):
+        super().__init__(batch)
+        self.window, self.sinks = window, sinks
+
+    def attend(self, layer, q, k, v):
+        outs = []
+        for b in range(q.shape[0]):
+            self.k[b][layer] = torch.cat([self.k[b][layer], k[b:b + 1]], 2)
+            self.v[b][layer] = torch.cat([self.v[b][layer], v[b:b + 1]], 2)
+            keys = self.k[b][layer].repeat_interleave(HQ // HKV, 1).double()
+            values = self.v[b][layer].repeat_interleave(HQ // HKV, 1).double()
+            t, length = q.shape[2], keys.shape[2]
+            pos = torch.arange(t)[:, None] + (length - t)
+            j = torch.arange(length)[None, :]
+            allowed = (j <= pos) & ((j > pos - self.window) | (j < self.sinks))
+            scores = (q[b:b + 1].double() @ keys.transpose(-1, -2)) / math.sqrt(D)
+            weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
+            outs.append((weights @ values).float())
+        return torch.cat(outs)
+
+
+def test_a_sink_and_window_cache_matches_its_mask_at_flat_memory(start_server):
+    """window_tokens, sink_tokens: StreamingLLM's sessions, each layer call equal to
+    attention over the whole sequence with the window's and the sinks' mask, while the
+    server (blocks of 8 tokens) drops the middle."""
+    window, sinks = 12, 2
+    srv = start_server("--kv_block_tokens=8")
+    with attnserve.Client(srv.target, timeout=30) as c, \
+            new_cache(c, window_tokens=window, sink_tokens=sinks, prefill_chunk=16) as cache:
+        mirror = WindowMirror(2, window, sinks)
+        step(cache, mirror, 30, seed=1)          # prefill: chunks of 16 and 14
+        held = []
+        for i in range(40):                      # decode steps
+            step(cache, mirror, 1, seed=100 + 10 * i)
+            held.append(cache.sessions[0].info().kv_bytes)
+        assert cache.lengths(0) == [70, 70]
+        shape = cache.sessions[0].info().shape
+        assert (shape.window_tokens, shape.sink_tokens) == (window, sinks)
+        # Per layer the sinks' block and the window's 12 tokens over at most 3 blocks.
+        block = 8 * HKV * 2 * D * 4
+        assert max(held) <= LAYERS * 4 * block
+
+
 def test_a_prefill_past_the_message_limit_goes_in_chunks_that_fit(start_server):
     # 3 sequences x 2000 tokens of 768 bytes a token: 1.5 MiB in one call, past a
     # server that takes messages of at most 1.0625 MiB.
