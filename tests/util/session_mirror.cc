@@ -1,5 +1,6 @@
 #include "tests/util/session_mirror.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -29,6 +30,8 @@ v1::SessionShape WireShape(const MirrorShape& s) {
   w.set_value_dim(s.value_dim);
   w.set_storage_dtype(wire::DTypeToWire(s.dtype));
   w.set_max_tokens(s.max_tokens);
+  w.set_window_tokens(s.window_tokens);
+  w.set_sink_tokens(s.sink_tokens);
   return w;
 }
 
@@ -64,7 +67,8 @@ std::vector<float> RandomValues(uint64_t seed, int64_t n) {
 SessionMirror::SessionMirror(const MirrorShape& shape)
     : shape_(shape),
       keys_(static_cast<size_t>(shape.layers)),
-      values_(static_cast<size_t>(shape.layers)) {}
+      values_(static_cast<size_t>(shape.layers)),
+      held_from_(static_cast<size_t>(shape.layers), shape.sink_tokens) {}
 
 int64_t SessionMirror::tokens(int layer) const {
   return static_cast<int64_t>(keys_[static_cast<size_t>(layer)].size()) /
@@ -73,6 +77,10 @@ int64_t SessionMirror::tokens(int layer) const {
 
 void SessionMirror::Append(int layer, absl::Span<const float> keys,
                            absl::Span<const float> values) {
+  if (shape_.window_tokens > 0) {
+    int64_t& held = held_from_[static_cast<size_t>(layer)];
+    held = std::max(held, tokens(layer) - shape_.window_tokens + 1);
+  }
   StoreRows(keys, shape_.head_dim, &keys_[static_cast<size_t>(layer)]);
   StoreRows(values, shape_.value_dim, &values_[static_cast<size_t>(layer)]);
 }
@@ -93,9 +101,25 @@ void SessionMirror::StoreRows(absl::Span<const float> rows, int64_t dim,
   }
 }
 
+bool SessionMirror::CanTruncate(int64_t tokens) const {
+  if (shape_.window_tokens == 0) return true;
+  const int64_t first =
+      std::max(shape_.sink_tokens, tokens - shape_.window_tokens + 1);
+  for (int l = 0; l < shape_.layers; ++l) {
+    if (this->tokens(l) > tokens && first < tokens &&
+        first < held_from_[static_cast<size_t>(l)]) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void SessionMirror::Truncate(int64_t tokens) {
   for (int l = 0; l < shape_.layers; ++l) {
     if (this->tokens(l) <= tokens) continue;
+    if (tokens <= shape_.sink_tokens) {
+      held_from_[static_cast<size_t>(l)] = shape_.sink_tokens;
+    }
     keys_[static_cast<size_t>(l)].resize(
         static_cast<size_t>(tokens * shape_.kv_heads * shape_.head_dim));
     values_[static_cast<size_t>(l)].resize(
@@ -121,6 +145,13 @@ absl::StatusOr<std::vector<float>> SessionMirror::Reference(
   in.mask.causal = step.causal;
   in.mask.alignment = CausalAlignment::kBottomRight;
   in.mask.window_left = step.window_left;
+  if (shape_.window_tokens > 0) {
+    const int64_t own = shape_.window_tokens - 1;
+    if (!in.mask.window_left || own < *in.mask.window_left) {
+      in.mask.window_left = own;
+    }
+    in.mask.sink_tokens = shape_.sink_tokens;
+  }
   in.mask.alibi_slopes = step.alibi_slopes;
   in.mask.relative_bias = step.relative_bias;
   in.scale = step.scale;

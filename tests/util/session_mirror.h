@@ -26,6 +26,9 @@ struct MirrorShape {
   int value_dim = 16;
   DType dtype = DType::kFloat32;
   int64_t max_tokens = 4096;
+  // A sink + window session when window_tokens > 0.
+  int64_t window_tokens = 0;
+  int64_t sink_tokens = 0;
 };
 
 // The wire form of a session shape.
@@ -53,14 +56,19 @@ class SessionMirror {
   // will be sent, before rounding).
   void Append(int layer, absl::Span<const float> keys,
               absl::Span<const float> values);
+  // Whether the server truncates to `tokens`: a sink + window session only
+  // while it holds what a query at `tokens` would see (it drops, at each
+  // append, what the append's first token's window does not reach).
+  bool CanTruncate(int64_t tokens) const;
   void Truncate(int64_t tokens);
 
   // The reference output [Lnew, Hq, Dv] (f32) of `query` [Lnew, Hq, D] over
   // `layer`, as AttendSessions defines it: the query rounded to the storage
   // dtype, bottom-right causal when `step.causal`, and the step's other
   // options (its mask parts, scale, soft-cap, sinks, relative bias; the
-  // shapes and sequences of `step` are not read). With `weights`, also [Hq,
-  // Lnew, tokens].
+  // shapes and sequences of `step` are not read), and a sink + window
+  // session's window and kept first tokens. With `weights`, also [Hq, Lnew,
+  // tokens].
   absl::StatusOr<std::vector<float>> Reference(
       int layer, int64_t hq, absl::Span<const float> query,
       const PagedAttentionInputs& step,
@@ -75,6 +83,9 @@ class SessionMirror {
 
   // Per layer: rows [tokens][kv_heads][dim], rounded to the storage dtype.
   std::vector<std::vector<float>> keys_, values_;
+  // Per layer: the first token past the sinks a sink + window session still
+  // holds.
+  std::vector<int64_t> held_from_;
 };
 
 // A decode step of one session of layer 0 that appends one token: seeded

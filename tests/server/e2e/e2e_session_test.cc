@@ -287,8 +287,14 @@ class Client {
         }
       }
       const MirrorShape& s = m.shape();
-      flops += 2.0 * o.hq * steps[i].lnew * m.tokens(o.layer) *
-               (s.head_dim + s.value_dim);
+      // Over the keys the step can reach (a sink + window session's sinks,
+      // window and new tokens).
+      int64_t keys = m.tokens(o.layer);
+      if (s.window_tokens > 0) {
+        keys =
+            std::min(keys, s.sink_tokens + s.window_tokens + steps[i].lnew - 1);
+      }
+      flops += 2.0 * o.hq * steps[i].lnew * keys * (s.head_dim + s.value_dim);
     }
     EXPECT_EQ(response.timing().flops(), flops);
     return st;
@@ -423,15 +429,21 @@ void RandomOperations(const ServerProcess& server, bool stream) {
   c.UseStream(stream);
   base::SplitMix64 rng(stream ? 2027 : 2026);
   const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16,
-                          DType::kInt8};
-  const int kv_heads[] = {2, 1, 4, 2};  // GQA 4/2, MQA 4/1, MHA 4/4
-  for (int round = 0; round < 4; ++round) {
+                          DType::kInt8, DType::kBFloat16};
+  const int kv_heads[] = {2, 1, 4, 2, 2};  // GQA 4/2, MQA 4/1, MHA 4/4
+  for (int round = 0; round < 5; ++round) {
     MirrorShape shape;
     shape.layers = 2;
     shape.kv_heads = kv_heads[round];
     shape.head_dim = 16;
     shape.value_dim = round == 1 ? 8 : 16;
     shape.dtype = dtypes[round];
+    if (round == 4) {
+      // Sink + window sessions (blocks of 16 tokens): the middle dropped as
+      // the steps go, truncate refused where it would need it.
+      shape.window_tokens = 24;
+      shape.sink_tokens = 3;
+    }
     std::vector<std::string> live;
     for (int i = 0; i < 3; ++i) {
       const std::string id = absl::StrCat(stream ? "sr" : "r", round, "-s", i);
@@ -496,14 +508,40 @@ void RandomOperations(const ServerProcess& server, bool stream) {
           } else {
             const int64_t most =
                 std::max(c.mirror(id).tokens(0), c.mirror(id).tokens(1));
-            ASSERT_TRUE(
-                Truncate(c, id,
-                         most - static_cast<int64_t>(rng.Below(most / 2 + 1)))
-                    .ok());
+            const int64_t tokens =
+                most - static_cast<int64_t>(rng.Below(most / 2 + 1));
+            const bool can = c.mirror(id).CanTruncate(tokens);
+            const grpc::Status st = Truncate(c, id, tokens);
+            if (can) {
+              ASSERT_TRUE(st.ok()) << st.error_message();
+            } else {
+              ASSERT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+                  << tokens << ": " << st.error_message();
+              EXPECT_THAT(st.error_message(), HasSubstr("it can go back to"));
+            }
           }
           break;
         }
       }
+    }
+    if (shape.window_tokens > 0) {
+      // Back past the last append: refused, and the session goes on as the
+      // mirror says.
+      const std::string& id = live[0];
+      for (int layer = 0; layer < 2; ++layer) {
+        ASSERT_TRUE(c.Append(id, layer, 60, 70 + layer).ok());
+        ASSERT_TRUE(c.Append(id, layer, 40, 77 + layer).ok());
+      }
+      const int64_t most =
+          std::max(c.mirror(id).tokens(0), c.mirror(id).tokens(1));
+      EXPECT_FALSE(c.mirror(id).CanTruncate(most - 41));
+      const grpc::Status st = Truncate(c, id, most - 41);
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_THAT(st.error_message(),
+                  HasSubstr(absl::StrCat("it can go back to ", most - 40)));
+      Client::StepOptions o;
+      const grpc::Status step = c.AttendAndCheck({{id, 2, 2}}, o, 99);
+      ASSERT_TRUE(step.ok()) << step.error_message();
     }
     for (const std::string& id : live) ASSERT_TRUE(Close(c, id).ok());
   }

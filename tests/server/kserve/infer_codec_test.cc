@@ -90,6 +90,7 @@ TEST(InferCodecTest, ParametersAndSmallInputsReachTheNativeFields) {
   p["causal"].set_bool_param(true);
   p["alignment"].set_string_param("bottom_right");
   p["window_left"].set_int64_param(0);
+  p["sink_tokens"].set_int64_param(4);
   p["scale"].set_string_param("0.25");
   p["layout"].set_string_param("BLHD");
   p["output_datatype"].set_string_param("BF16");
@@ -103,6 +104,7 @@ TEST(InferCodecTest, ParametersAndSmallInputsReachTheNativeFields) {
   EXPECT_TRUE(a.mask().has_window_left());
   EXPECT_EQ(a.mask().window_left(), 0);
   EXPECT_FALSE(a.mask().has_window_right());
+  EXPECT_EQ(a.mask().sink_tokens(), 4);
   EXPECT_THAT(a.mask().key_lengths(), ElementsAre(2));
   EXPECT_THAT(a.mask().alibi_slopes(), ElementsAre(0.0f, 0.0f));
   EXPECT_FLOAT_EQ(a.scale(), 0.25f);
