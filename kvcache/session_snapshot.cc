@@ -297,10 +297,9 @@ absl::Status SnapshotReader::TakeRows(absl::string_view* bytes) {
     // Rows up to the layer's end, or first up to its sinks' end when the
     // tokens after them were dropped.
     int64_t end = header_.layer_tokens[layer];
-    if (header_.HeldFrom(layer) > header_.shape.sink_tokens) {
-      if (cache_->Tokens(layer_) < header_.shape.sink_tokens) {
-        end = std::min(end, header_.shape.sink_tokens);
-      }
+    if (header_.HeldFrom(layer) > header_.shape.sink_tokens &&
+        cache_->Tokens(layer_) < header_.shape.sink_tokens) {
+      end = std::min(end, header_.shape.sink_tokens);
     }
     const int64_t left = end - cache_->Tokens(layer_);
     if (left == 0) {
