@@ -69,6 +69,15 @@ void CopyRow(const char* block, int64_t row_at, int64_t scale_at, int64_t n,
                  reinterpret_cast<float*>(dst));
 }
 
+// The sequence's window: the call's or its own, the narrower.
+std::optional<int64_t> WindowOf(const PagedAttentionInputs& in,
+                                const PagedSequence& seq) {
+  if (seq.window_left &&
+      (!in.window_left || *seq.window_left < *in.window_left))
+    return seq.window_left;
+  return in.window_left;
+}
+
 // A cache's dropped blocks (PagedKv::evicted_blocks) lie among its blocks,
 // after its kept first keys (sink_tokens) and before the window of its first
 // new query: no query can reach them.
@@ -84,10 +93,7 @@ absl::Status CheckDroppedBlocks(const PagedAttentionInputs& in,
         kv.evicted_blocks, " do not lie within its ", blocks, " blocks"));
   }
   const int64_t bt = in.block_tokens;
-  std::optional<int64_t> window = seq.window_left;
-  if (in.window_left && (!window || *in.window_left < *window)) {
-    window = in.window_left;
-  }
+  const std::optional<int64_t> window = WindowOf(in, seq);
   const int64_t first_query = kv.tokens - seq.query.shape[0];
   if (seq.sink_tokens > kv.kept_blocks * bt || !window ||
       first_query - *window < (kv.kept_blocks + kv.evicted_blocks) * bt) {
@@ -221,11 +227,7 @@ AttentionInputs PagedAsStateless(const PagedAttentionInputs& in,
                            {1, seq.kv.tokens, in.kv_heads, in.value_dim});
   a.mask.causal = in.causal;
   a.mask.alignment = CausalAlignment::kBottomRight;
-  a.mask.window_left = in.window_left;
-  if (seq.window_left &&
-      (!a.mask.window_left || *seq.window_left < *a.mask.window_left)) {
-    a.mask.window_left = seq.window_left;
-  }
+  a.mask.window_left = WindowOf(in, seq);
   a.mask.sink_tokens = seq.sink_tokens;
   a.mask.alibi_slopes = in.alibi_slopes;
   a.scale = in.scale;
