@@ -82,7 +82,7 @@ SessionCache::SessionCache(const SessionShape& shape, int block_tokens)
 
 std::shared_ptr<Block>& SessionCache::BlockOf(Layer& l, int64_t t) const {
   int64_t index = t / block_tokens_;
-  if (index >= kept_blocks_) index -= l.evicted;
+  if (index >= kept_blocks_) index -= Evicted(l);
   return l.blocks[static_cast<size_t>(index)];
 }
 
@@ -332,18 +332,17 @@ absl::Status SessionCache::SkipTo(int layer, int64_t position) {
 
 void SessionCache::DropTo(Layer& l, int64_t to) const {
   if (to <= l.held_from) return;
+  const int64_t before = Evicted(l);
   l.held_from = to;
-  // Blocks past the kept ones whose every token lies below `to`.
-  const int64_t evicted =
-      std::max<int64_t>(0, to / block_tokens_ - kept_blocks_);
+  // The blocks newly dropped that the layer holds (a layer moved on by
+  // SkipTo has none past its kept ones).
   const int64_t held =
-      std::min<int64_t>(evicted - l.evicted,
+      std::min<int64_t>(Evicted(l) - before,
                         static_cast<int64_t>(l.blocks.size()) - kept_blocks_);
   if (held > 0) {
     l.blocks.erase(l.blocks.begin() + kept_blocks_,
                    l.blocks.begin() + kept_blocks_ + held);
   }
-  if (evicted > l.evicted) l.evicted = evicted;
 }
 
 void SessionCache::ReadRow(int layer, int64_t t, char* out) const {
@@ -364,7 +363,7 @@ PinnedLayer SessionCache::Pin(int layer) const {
   pinned.data.reserve(l.blocks.size());
   for (const auto& block : l.blocks) pinned.data.push_back(block->data());
   pinned.kept_blocks = kept_blocks_;
-  pinned.evicted_blocks = l.evicted;
+  pinned.evicted_blocks = Evicted(l);
   return pinned;
 }
 
@@ -398,9 +397,8 @@ void SessionCache::Truncate(int64_t tokens) {
     if (tokens <= shape_.sink_tokens) {
       // Back within the sinks: nothing past them is held any more.
       l.held_from = shape_.sink_tokens;
-      l.evicted = 0;
     } else if (blocks > kept_blocks_) {
-      blocks -= l.evicted;
+      blocks -= Evicted(l);
     }
     l.blocks.resize(static_cast<size_t>(blocks));
   }

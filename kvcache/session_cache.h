@@ -9,6 +9,7 @@
 // after a fork and copied before a write when shared (copy-on-write), so a
 // pinned layer never changes under an attention call.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -172,18 +173,23 @@ class SessionCache {
   struct Layer {
     int64_t tokens = 0;
     // The held blocks: the first kept_blocks_ of the layer, then those from
-    // kept_blocks_ + evicted on (the ones between were dropped).
+    // kept_blocks_ + Evicted(layer) on (the ones between were dropped).
     std::vector<std::shared_ptr<Block>> blocks;
-    int64_t evicted = 0;
     // Tokens [sink_tokens, held_from) were dropped (sink + window only).
     int64_t held_from = 0;
   };
 
+  // The dropped blocks: those past the kept ones whose every token lies below
+  // held_from.
+  int64_t Evicted(const Layer& l) const {
+    return std::max<int64_t>(0, l.held_from / block_tokens_ - kept_blocks_);
+  }
+
   void WriteRows(Layer& layer, int64_t t0, const TensorView& keys,
                  const TensorView& values) const;
   // The layer's blocks (held or dropped), and the one holding token t.
-  static int64_t LogicalBlocks(const Layer& l) {
-    return static_cast<int64_t>(l.blocks.size()) + l.evicted;
+  int64_t LogicalBlocks(const Layer& l) const {
+    return static_cast<int64_t>(l.blocks.size()) + Evicted(l);
   }
   std::shared_ptr<Block>& BlockOf(Layer& l, int64_t t) const;
   const std::shared_ptr<Block>& BlockOf(const Layer& l, int64_t t) const;
