@@ -31,15 +31,20 @@ def load_example():
     return module
 
 
-def sdpa(q, k, v):
+def sdpa(q, k, v, window=None, sinks=0):
     """SDPA of q [1, Hq, T, D] over a sequence's whole cache k, v [1, Hkv, L, D],
-    causal bottom-right (GQA by repeating kv heads). torch.nn.functional's
-    scaled_dot_product_attention where torch has it (>= 2.0), else its math in
-    float64."""
+    causal bottom-right (GQA by repeating kv heads); with `window`, query i sees
+    only the keys in [i - window + 1, i] and the first `sinks` (a sink + window
+    session). torch.nn.functional's scaled_dot_product_attention where torch has
+    it (>= 2.0), else its math in float64."""
     hq, t, length = q.shape[1], q.shape[2], k.shape[2]
     group = hq // k.shape[1]
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    mask = torch.arange(length)[None, :] <= torch.arange(t)[:, None] + (length - t)
+    pos = torch.arange(t)[:, None] + (length - t)
+    j = torch.arange(length)[None, :]
+    mask = j <= pos
+    if window is not None:
+        mask &= (j > pos - window) | (j < sinks)
     if hasattr(F, "scaled_dot_product_attention"):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     q64, k64, v64 = q.double(), k.double(), v.double()
@@ -51,16 +56,18 @@ def sdpa(q, k, v):
 class Mirror:
     """What a KVCache should hold and answer, one sequence at a time in PyTorch."""
 
-    def __init__(self, batch):
+    def __init__(self, batch, window=None, sinks=0):
         self.k = [[torch.zeros(1, HKV, 0, D) for _ in range(LAYERS)] for _ in range(batch)]
         self.v = [[torch.zeros(1, HKV, 0, D) for _ in range(LAYERS)] for _ in range(batch)]
+        self.window, self.sinks = window, sinks
 
     def attend(self, layer, q, k, v):
         outs = []
         for b in range(q.shape[0]):
             self.k[b][layer] = torch.cat([self.k[b][layer], k[b:b + 1]], 2)
             self.v[b][layer] = torch.cat([self.v[b][layer], v[b:b + 1]], 2)
-            outs.append(sdpa(q[b:b + 1], self.k[b][layer], self.v[b][layer]))
+            outs.append(sdpa(q[b:b + 1], self.k[b][layer], self.v[b][layer],
+                             self.window, self.sinks))
         return torch.cat(outs)
 
     def fork(self, index):
@@ -182,31 +189,6 @@ def test_prefill_in_chunks_and_decode_match_sdpa_with_gqa(client):
         assert all(i.shape.num_kv_heads == HKV and i.shape.head_dim == D for i in infos)
 
 
-class WindowMirror(Mirror):
-    """A Mirror whose queries see the keys of a sink + window session: the last
-    `window` positions up to their own and the first `sinks`."""
-
-    def __init__(self, batch, window, sinks):
-        super().__init__(batch)
-        self.window, self.sinks = window, sinks
-
-    def attend(self, layer, q, k, v):
-        outs = []
-        for b in range(q.shape[0]):
-            self.k[b][layer] = torch.cat([self.k[b][layer], k[b:b + 1]], 2)
-            self.v[b][layer] = torch.cat([self.v[b][layer], v[b:b + 1]], 2)
-            keys = self.k[b][layer].repeat_interleave(HQ // HKV, 1).double()
-            values = self.v[b][layer].repeat_interleave(HQ // HKV, 1).double()
-            t, length = q.shape[2], keys.shape[2]
-            pos = torch.arange(t)[:, None] + (length - t)
-            j = torch.arange(length)[None, :]
-            allowed = (j <= pos) & ((j > pos - self.window) | (j < self.sinks))
-            scores = (q[b:b + 1].double() @ keys.transpose(-1, -2)) / math.sqrt(D)
-            weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1)
-            outs.append((weights @ values).float())
-        return torch.cat(outs)
-
-
 def test_a_sink_and_window_cache_matches_its_mask_at_flat_memory(start_server):
     """window_tokens, sink_tokens: StreamingLLM's sessions, each layer call equal to
     attention over the whole sequence with the window's and the sinks' mask, while the
@@ -215,7 +197,7 @@ def test_a_sink_and_window_cache_matches_its_mask_at_flat_memory(start_server):
     srv = start_server("--kv_block_tokens=8")
     with attnserve.Client(srv.target, timeout=30) as c, \
             new_cache(c, window_tokens=window, sink_tokens=sinks, prefill_chunk=16) as cache:
-        mirror = WindowMirror(2, window, sinks)
+        mirror = Mirror(2, window, sinks)
         step(cache, mirror, 30, seed=1)          # prefill: chunks of 16 and 14
         held = []
         for i in range(40):                      # decode steps
