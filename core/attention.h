@@ -80,6 +80,24 @@ struct BlockSparseSpec {
   std::optional<TensorView> block_mask;
 };
 
+// Relative position keys, a float part of a mask: adds
+//   scale · (q_i + query_bias[h]) · table[h][t],
+//   t = clamp(d(i) − j + zero_row, 0, rows − 1),
+// to the scaled score of query row i of head h and key j (after soft-capping,
+// as every float part). Transformer-XL (Dai et al., 2019): table[h][t] is
+// W_R·R of relative distance t (zero_row 0, rows covering the distances the
+// mask allows), query_bias is v − u with the query sent as q + u (its
+// content bias u). Shaw et al. (2018) with distances clipped to ±K: one
+// table of 2K + 1 rows shared by every head, zero_row K, no query bias.
+struct RelativeKeysSpec {
+  // kFloat32 [Ht, rows, D], dense and finite; Ht is 1 (every head shares it)
+  // or Hq; rows >= 1; D the call's head dim.
+  TensorView table;
+  int64_t zero_row = 0;  // [0, rows)
+  // Empty, or [Hq, D], finite.
+  absl::Span<const float> query_bias;
+};
+
 // The parts of a mask. A key j is attended by query row i only if every part
 // allows it; a row that no key is allowed for yields zeros (output and
 // weights).
@@ -107,6 +125,9 @@ struct MaskSpec {
   absl::Span<const float> alibi_slopes;
   // Optional T5 relative position bias (RelativeBiasSpec).
   std::optional<RelativeBiasSpec> relative_bias;
+  // Optional relative position keys (RelativeKeysSpec): Transformer-XL's
+  // relative encoding, Shaw et al.'s clipped relative positions.
+  std::optional<RelativeKeysSpec> relative_keys;
   // Optional block-sparse layout (see BlockSparseSpec); softmax method only.
   std::optional<BlockSparseSpec> block_sparse;
 };
@@ -162,7 +183,7 @@ struct AttentionInputs {
   std::optional<float> scale;
   // Logit soft-capping (Gemma 2): each scaled score t = scale·q·k becomes
   // softcap·tanh(t / softcap) before the mask's float parts (an explicit
-  // float mask, ALiBi, T5's bias) are added. Finite and > 0; softmax method
+  // float mask, ALiBi, T5's bias, relative keys) are added. Finite and > 0; softmax method
   // only.
   std::optional<float> softcap;
   // Empty, or [Hq] attention-sink logits (gpt-oss): each softmax of head h

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/convert.h"
 
@@ -61,7 +62,7 @@ bool UniformBias(const KernelArgs& args, int64_t h, int64_t i, int64_t k0,
                  int64_t n, float* value) {
   const Problem& p = *args.p;
   if (p.rel_table == nullptr || p.mask != nullptr || p.alibi != nullptr ||
-      p.block_layout != nullptr || n <= 0) {
+      !p.relk_table.empty() || p.block_layout != nullptr || n <= 0) {
     return false;
   }
   // Relative positions [first, first + n) against the array's
@@ -78,6 +79,59 @@ bool UniformBias(const KernelArgs& args, int64_t h, int64_t i, int64_t k0,
   }
   return false;
 }
+
+namespace {
+
+// Adds relative keys' term (RelativeKeysSpec) to bias[0, n), keys [k0, k0 +
+// n) of query row i of (b, h): key k0 + c reads table row t(c) = clamp(base -
+// c, 0, rows - 1), so the keys below the table's last row share one product,
+// those past its row 0 another, and the middle reads a run of consecutive
+// rows backwards (one decode product over them).
+void AddRelativeKeys(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
+                     int64_t k0, int64_t n, float* bias) {
+  const Problem& p = *args.p;
+  const VecOps& ops = *args.ops;
+  const int64_t d = p.shape.head_dim;
+  const int64_t rows = p.relk_rows;
+  // Per thread, reused: the biased query row, then the middle's products.
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(d + n));
+  float* q = scratch.data();
+  float* dots = q + d;
+  ops.load(ElementPtr(p.q, p.q_strides.offset(b, h, i), p.dtype), p.dtype, d,
+           q);
+  if (p.relk_query_bias != nullptr) {
+    const float* qb = p.relk_query_bias + h * d;
+    for (int64_t c = 0; c < d; ++c) q[c] += qb[c];
+  }
+  const float* table = p.RelativeKeys(h);
+  const int64_t base = i + p.diag_offset - k0 + p.relk_zero_row;
+  // [0, top): row rows - 1; [bottom, n): row 0; between them rows base - c.
+  const int64_t top = std::clamp<int64_t>(base - rows + 2, 0, n);
+  const int64_t bottom = std::clamp<int64_t>(base, top, n);
+  const auto edge = [&](int64_t row, int64_t from, int64_t to) {
+    if (from >= to) return;
+    float dot;
+    ops.kv_scores(q, d, 1, d, table + row * d, DType::kFloat32, nullptr, 1,
+                  &dot, 1);
+    dot *= p.scale;
+    for (int64_t c = from; c < to; ++c) bias[c] += dot;
+  };
+  edge(rows - 1, 0, top);
+  edge(0, bottom, n);
+  if (top < bottom) {
+    // Rows base - bottom + 1 .. base - top, ascending into dots.
+    const int64_t first = base - bottom + 1;
+    const int64_t count = bottom - top;
+    ops.kv_scores(q, d, 1, d, table + first * d, DType::kFloat32, nullptr,
+                  count, dots, count);
+    for (int64_t c = top; c < bottom; ++c) {
+      bias[c] += p.scale * dots[base - c - first];
+    }
+  }
+}
+
+}  // namespace
 
 void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
               int64_t k0, int64_t n, float* bias) {
@@ -133,6 +187,7 @@ void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
                            end - begin);
     for (int64_t c = end; c < n; ++c) bias[c] += table[p.rel_above];
   }
+  if (!p.relk_table.empty()) AddRelativeKeys(args, b, h, i, k0, n, bias);
   if (p.block_layout != nullptr) p.block_layout->Restrict(i, k0, n, bias);
 }
 

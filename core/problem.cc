@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -152,6 +153,65 @@ absl::Status ResolveRelativeBias(const RelativeBiasSpec& r, Problem* p) {
   }
   p->rel_below = BucketOfPosition(r.bidirectional, m, -edge - 1, of_distance);
   p->rel_above = BucketOfPosition(r.bidirectional, m, edge + 1, of_distance);
+  return absl::OkStatus();
+}
+
+absl::Status ResolveRelativeKeys(const RelativeKeysSpec& r, Problem* p) {
+  const AttentionShape& s = p->shape;
+  const TensorView& t = r.table;
+  if (t.dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask.relative_keys.table: dtype ", DTypeName(t.dtype),
+                     " is not supported (expected f32)"));
+  }
+  if (t.rank != 3 || (t.dim(0) != 1 && t.dim(0) != s.q_heads) ||
+      t.dim(1) < 1 || t.dim(2) != s.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mask.relative_keys.table: shape ", ShapeString(t.dims()),
+        " is not [heads, rows, D] with heads 1 or Hq = ", s.q_heads,
+        ", rows >= 1 and D = ", s.head_dim));
+  }
+  if (!t.is_contiguous() || t.data == nullptr) {
+    return absl::InvalidArgumentError(
+        "mask.relative_keys.table: must be dense");
+  }
+  const int64_t rows = t.dim(1);
+  if (r.zero_row < 0 || r.zero_row >= rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mask.relative_keys.zero_row: ", r.zero_row,
+                     " is outside [0, rows = ", rows, ")"));
+  }
+  // An aligned copy (a message's bytes may be unaligned), checked as it is
+  // made.
+  p->relk_table.resize(static_cast<size_t>(t.num_elements()));
+  std::memcpy(p->relk_table.data(), t.data,
+              p->relk_table.size() * sizeof(float));
+  for (size_t e = 0; e < p->relk_table.size(); ++e) {
+    if (!std::isfinite(p->relk_table[e])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mask.relative_keys.table[", e, "]: must be finite, got ",
+                       p->relk_table[e]));
+    }
+  }
+  if (!r.query_bias.empty()) {
+    if (static_cast<int64_t>(r.query_bias.size()) != s.q_heads * s.head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mask.relative_keys.query_bias: expected Hq·D = ",
+          s.q_heads * s.head_dim, " entries ([Hq, D]), got ",
+          r.query_bias.size()));
+    }
+    for (size_t e = 0; e < r.query_bias.size(); ++e) {
+      if (!std::isfinite(r.query_bias[e])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("mask.relative_keys.query_bias[", e,
+                         "]: must be finite, got ", r.query_bias[e]));
+      }
+    }
+    p->relk_query_bias = r.query_bias.data();
+  }
+  p->relk_heads = t.dim(0);
+  p->relk_rows = rows;
+  p->relk_zero_row = r.zero_row;
   return absl::OkStatus();
 }
 
@@ -418,6 +478,9 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
   if (m.relative_bias) {
     RETURN_IF_ERROR(ResolveRelativeBias(*m.relative_bias, &p));
   }
+  if (m.relative_keys) {
+    RETURN_IF_ERROR(ResolveRelativeKeys(*m.relative_keys, &p));
+  }
   if (m.block_sparse) {
     ASSIGN_OR_RETURN(
         p.block_layout,
@@ -443,6 +506,10 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
     case AttentionMethod::kSoftmax:
       s.flops =
           s.dense_flops() * (p.block_layout ? p.block_layout->density() : 1.0);
+      // Relative keys: a second product of each score's query row.
+      if (!p.relk_table.empty()) {
+        s.flops *= 1.0 + double(s.head_dim) / double(s.head_dim + s.value_dim);
+      }
       break;
     case AttentionMethod::kLinear:
       RETURN_IF_ERROR(CheckLinear(p));
@@ -467,6 +534,8 @@ absl::Status CheckOnlyCausalAndPadding(const Problem& p,
     part = "mask.alibi_slopes: ALiBi";
   } else if (p.rel_table != nullptr) {
     part = "mask.relative_bias: a relative position bias";
+  } else if (!p.relk_table.empty()) {
+    part = "mask.relative_keys: relative position keys";
   } else if (p.block_layout != nullptr) {
     part = "mask.block_sparse: a block-sparse layout";
   } else if (p.softcap > 0) {

@@ -64,6 +64,12 @@ struct Problem {
   int64_t rel_first = 0;
   std::vector<int32_t> rel_bucket;
   int32_t rel_below = 0, rel_above = 0;
+  // Relative position keys (RelativeKeysSpec): an aligned copy of the table
+  // [relk_heads, relk_rows, D] (empty when the call has none) and the
+  // query bias [Hq, D] or null.
+  std::vector<float> relk_table;
+  int64_t relk_heads = 0, relk_rows = 0, relk_zero_row = 0;
+  const float* relk_query_bias = nullptr;
   std::shared_ptr<const BlockLayout> block_layout;  // or null
 
   // Softmax, or a variant (core/variants/) with its parameters as given.
@@ -107,10 +113,20 @@ struct Problem {
   }
 
   // True when some part of the mask is decided per element (explicit, ALiBi,
-  // T5's relative bias, a block-sparse layout): FillBias then has work to do.
+  // T5's relative bias, relative keys, a block-sparse layout): FillBias then
+  // has work to do.
   bool has_elementwise_mask() const {
     return mask != nullptr || alibi != nullptr || rel_table != nullptr ||
-           block_layout != nullptr;
+           !relk_table.empty() || block_layout != nullptr;
+  }
+  // Head h's rows of the relative keys' table.
+  const float* RelativeKeys(int64_t h) const {
+    return relk_table.data() +
+           (relk_heads == 1 ? 0 : h) * relk_rows * shape.head_dim;
+  }
+  // The table row of relative position j - d(i) = -distance.
+  int64_t RelativeKeyRow(int64_t distance) const {
+    return std::clamp<int64_t>(distance + relk_zero_row, 0, relk_rows - 1);
   }
 
   // The half-open key interval [lo, hi) that causal, window and key_lengths

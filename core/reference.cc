@@ -79,6 +79,21 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
             score = cap * std::tanh(score / cap);
           }
           score += bias;
+          if (!p.relk_table.empty()) {
+            // scale · (q_i + query_bias[h]) · table[h][t], t of j - d(i).
+            const float* r = p.RelativeKeys(h) +
+                             p.RelativeKeyRow(diag - j) * s.head_dim;
+            double pos = 0.0;
+            for (int64_t d = 0; d < s.head_dim; ++d) {
+              double qd =
+                  LoadAsFloat(p.q, p.dtype, q_row + d * p.q_strides.col);
+              if (p.relk_query_bias != nullptr) {
+                qd += p.relk_query_bias[h * s.head_dim + d];
+              }
+              pos += qd * static_cast<double>(r[d]);
+            }
+            score += static_cast<double>(p.scale) * pos;
+          }
           if (relative_bias != nullptr) {
             score += relative_bias->table[static_cast<size_t>(
                 h * relative_bias->num_buckets +

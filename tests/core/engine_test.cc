@@ -55,6 +55,10 @@ enum class MaskKind {
   // StreamingLLM: causal bottom-right, a sliding window and the first keys
   // kept (sink_tokens).
   kSinkWindow,
+  // Relative position keys over a two-sided window: distances clipped at
+  // both ends of the table; a table per head with a query bias (4 heads), or
+  // one shared table (3 heads).
+  kRelativeKeys,
 };
 
 std::string MaskName(MaskKind m) {
@@ -89,6 +93,8 @@ std::string MaskName(MaskKind m) {
       return "RelativeBiasCausal";
     case MaskKind::kSinkWindow:
       return "SinkWindow";
+    case MaskKind::kRelativeKeys:
+      return "RelativeKeys";
   }
   return "?";
 }
@@ -112,6 +118,8 @@ struct Case {
   std::optional<float> softcap;
   std::vector<float> sinks;
   std::vector<float> rel_table;
+  TestTensor relk_table;
+  std::vector<float> relk_query_bias;
 
   void Build(uint64_t seed) {
     const Shape& s = shape;
@@ -167,6 +175,18 @@ struct Case {
                                               seed + 6, -2.0f, 2.0f);
       rel_table = t.ToFloats();
     }
+    if (mask == MaskKind::kRelativeKeys) {
+      // 21 rows, distance 0 at row 8: distances -8 .. 12, clipped beyond.
+      const bool shared = s.hq % 2 == 1;
+      relk_table = TestTensor::Random(DType::kFloat32,
+                                      {shared ? 1 : s.hq, 21, s.d}, seed + 7,
+                                      -1.0f, 1.0f);
+      if (!shared) {
+        relk_query_bias = TestTensor::Random(DType::kFloat32, {s.hq, s.d},
+                                             seed + 8, -1.0f, 1.0f)
+                              .ToFloats();
+      }
+    }
   }
 
   AttentionInputs Inputs(KernelPath path) const {
@@ -200,6 +220,15 @@ struct Case {
     if (mask == MaskKind::kSinkWindow) {
       m.window_left = 6;
       m.sink_tokens = 3;
+    }
+    if (mask == MaskKind::kRelativeKeys) {
+      m.window_left = 30;
+      m.window_right = 12;
+      RelativeKeysSpec r;
+      r.table = relk_table.view();
+      r.zero_row = 8;
+      r.query_bias = relk_query_bias;
+      m.relative_keys = r;
     }
     m.key_lengths = key_lengths;
     if (explicit_mask.size() > 0) m.explicit_mask = explicit_mask.view();
@@ -415,7 +444,8 @@ INSTANTIATE_TEST_SUITE_P(
                           MaskKind::kFloatMask, MaskKind::kAlibi,
                           MaskKind::kAll, MaskKind::kSoftcap, MaskKind::kSinks,
                           MaskKind::kSoftcapSinks, MaskKind::kRelativeBias,
-                          MaskKind::kRelativeBiasCausal, MaskKind::kSinkWindow),
+                          MaskKind::kRelativeBiasCausal, MaskKind::kSinkWindow,
+                          MaskKind::kRelativeKeys),
         ::testing::Values(KernelPath::kFlash, KernelPath::kMaterialized,
                           KernelPath::kDecode),
         ::testing::ValuesIn(::attnserve::testing::MachineIsas()),

@@ -429,6 +429,64 @@ TEST_P(ValidationTest, RelativeBiasOutOfRange) {
                                          "finite, got nan")));
 }
 
+TEST_P(ValidationTest, RelativeKeysOutOfRange) {
+  // Hq 4, D 8.
+  RelativeKeysSpec r;
+  r.table = Input(kF32, {4, 6, 8});
+  r.zero_row = 2;
+  std::vector<float> bias(4 * 8, 0.25f);
+  r.query_bias = bias;
+  inputs_.mask.relative_keys = r;
+  EXPECT_TRUE(Call().ok()) << Call();
+  inputs_.mask.relative_keys->table = Input(kF32, {1, 1, 8});
+  inputs_.mask.relative_keys->zero_row = 0;
+  EXPECT_TRUE(Call().ok()) << Call();  // one row shared by every head
+
+  inputs_.mask.relative_keys->table = Input(DType::kBFloat16, {4, 6, 8});
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("mask.relative_keys.table: dtype bf16 "
+                                         "is not supported (expected f32)")));
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{
+           {2, 6, 8}, {4, 6, 7}, {4, 0, 8}, {6, 8}, {1, 4, 6, 8}}) {
+    inputs_.mask.relative_keys->table = Input(kF32, shape);
+    EXPECT_THAT(Call(), StatusIs(kInvalid,
+                                 HasSubstr("is not [heads, rows, D] with heads "
+                                           "1 or Hq = 4, rows >= 1 and D = 8")))
+        << ShapeString(shape);
+  }
+  inputs_.mask.relative_keys->table = Input(kF32, {4, 6, 8});
+  for (int64_t row : {-1, 6}) {
+    inputs_.mask.relative_keys->zero_row = row;
+    EXPECT_THAT(Call(), StatusIs(kInvalid,
+                                 HasSubstr(absl::StrCat(
+                                     "mask.relative_keys.zero_row: ", row,
+                                     " is outside [0, rows = 6)"))));
+  }
+  inputs_.mask.relative_keys->zero_row = 5;
+  inputs_.mask.relative_keys->query_bias = absl::MakeConstSpan(bias).subspan(1);
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("mask.relative_keys.query_bias: "
+                                           "expected Hq·D = 32 entries ([Hq, "
+                                           "D]), got 31")));
+  bias[9] = std::numeric_limits<float>::infinity();
+  inputs_.mask.relative_keys->query_bias = bias;
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("mask.relative_keys.query_bias[9]: "
+                                         "must be finite, got inf")));
+  bias[9] = 0.0f;
+  TestTensor table(kF32, {4, 6, 8});
+  table.Set(13, std::nanf(""));
+  inputs_.mask.relative_keys->table = table.view();
+  EXPECT_THAT(Call(), StatusIs(kInvalid,
+                               HasSubstr("mask.relative_keys.table[13]: must "
+                                         "be finite, got nan")));
+  inputs_.mask.relative_keys->table = Input(kF32, {4, 6, 8});
+  inputs_.method = AttentionMethod::kLinear;
+  EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.relative_keys: "
+                                                   "relative position keys")));
+}
+
 TEST_P(ValidationTest, ScaleNonFinite) {
   inputs_.scale = std::nanf("");
   EXPECT_THAT(Call(),
