@@ -135,6 +135,7 @@ absl::Status CheckV2CanCarry(const v1::AttendRequest& request) {
       : request.has_lsh()                  ? "LSH attention"
       : request.mask().has_block_sparse()  ? "a block-sparse layout"
       : request.mask().has_relative_bias() ? "a relative position bias"
+      : request.mask().has_relative_keys() ? "relative position keys"
                                            : nullptr;
   if (what == nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(

@@ -183,8 +183,8 @@ struct AttentionInputs {
   std::optional<float> scale;
   // Logit soft-capping (Gemma 2): each scaled score t = scale·q·k becomes
   // softcap·tanh(t / softcap) before the mask's float parts (an explicit
-  // float mask, ALiBi, T5's bias, relative keys) are added. Finite and > 0; softmax method
-  // only.
+  // float mask, ALiBi, T5's bias, relative keys) are added. Finite and > 0;
+  // softmax method only.
   std::optional<float> softcap;
   // Empty, or [Hq] attention-sink logits (gpt-oss): each softmax of head h
   // has one more term, exp(sinks[h]), in its denominator, and no value goes

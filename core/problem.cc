@@ -164,8 +164,8 @@ absl::Status ResolveRelativeKeys(const RelativeKeysSpec& r, Problem* p) {
         absl::StrCat("mask.relative_keys.table: dtype ", DTypeName(t.dtype),
                      " is not supported (expected f32)"));
   }
-  if (t.rank != 3 || (t.dim(0) != 1 && t.dim(0) != s.q_heads) ||
-      t.dim(1) < 1 || t.dim(2) != s.head_dim) {
+  if (t.rank != 3 || (t.dim(0) != 1 && t.dim(0) != s.q_heads) || t.dim(1) < 1 ||
+      t.dim(2) != s.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mask.relative_keys.table: shape ", ShapeString(t.dims()),
         " is not [heads, rows, D] with heads 1 or Hq = ", s.q_heads,
@@ -189,16 +189,16 @@ absl::Status ResolveRelativeKeys(const RelativeKeysSpec& r, Problem* p) {
   for (size_t e = 0; e < p->relk_table.size(); ++e) {
     if (!std::isfinite(p->relk_table[e])) {
       return absl::InvalidArgumentError(
-          absl::StrCat("mask.relative_keys.table[", e, "]: must be finite, got ",
-                       p->relk_table[e]));
+          absl::StrCat("mask.relative_keys.table[", e,
+                       "]: must be finite, got ", p->relk_table[e]));
     }
   }
   if (!r.query_bias.empty()) {
     if (static_cast<int64_t>(r.query_bias.size()) != s.q_heads * s.head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mask.relative_keys.query_bias: expected Hq·D = ",
-          s.q_heads * s.head_dim, " entries ([Hq, D]), got ",
-          r.query_bias.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mask.relative_keys.query_bias: expected Hq·D = ",
+                       s.q_heads * s.head_dim, " entries ([Hq, D]), got ",
+                       r.query_bias.size()));
     }
     for (size_t e = 0; e < r.query_bias.size(); ++e) {
       if (!std::isfinite(r.query_bias[e])) {

@@ -81,8 +81,8 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
           score += bias;
           if (!p.relk_table.empty()) {
             // scale · (q_i + query_bias[h]) · table[h][t], t of j - d(i).
-            const float* r = p.RelativeKeys(h) +
-                             p.RelativeKeyRow(diag - j) * s.head_dim;
+            const float* r =
+                p.RelativeKeys(h) + p.RelativeKeyRow(diag - j) * s.head_dim;
             double pos = 0.0;
             for (int64_t d = 0; d < s.head_dim; ++d) {
               double qd =

@@ -381,6 +381,13 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
   static const char kPlaceholder = 0;
   const ModelConfig& c = impl_->config;
   int64_t attended = shape.k_len;
+  if (in.mask.relative_keys) {
+    // Its table is a product of the layer's own weights (W_R), which the
+    // caller cannot form.
+    return absl::InvalidArgumentError(
+        "mask.relative_keys: relative position keys are products of a "
+        "layer's own weights; a hosted layer does not take them");
+  }
   if (c.attention == AttentionKind::kLsh && in.memory) {
     return absl::InvalidArgumentError(
         "memory: attention \"lsh\" is self-attention (queries and keys are "

@@ -215,6 +215,16 @@ absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
   if (wire_mask.has_relative_bias()) {
     mask.relative_bias = DecodeRelativeBias(wire_mask.relative_bias());
   }
+  if (wire_mask.has_relative_keys()) {
+    const v1::RelativeKeys& wire = wire_mask.relative_keys();
+    RelativeKeysSpec r;
+    // The dtype and shape are the engine's checks, which name them.
+    ASSIGN_OR_RETURN(r.table, ViewOf("mask.relative_keys.table", wire.table()));
+    r.zero_row = wire.zero_row();
+    r.query_bias =
+        absl::MakeConstSpan(wire.query_bias().data(), wire.query_bias().size());
+    mask.relative_keys = r;
+  }
   return mask;
 }
 

@@ -16,6 +16,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      Unimplemented, Unknown)
 from .plot import plot_entropy, plot_weights
 from .types import (BlockSparse, LinearAttention, LshAttention, ModelInfo, RelativeBias,
+                    RelativeKeys,
                     ServerInfo, SessionInfo, SessionLimits, SessionShape,
                     SharedMemoryRegionInfo, SharedMemoryStatus, WeightStats)
 
@@ -28,7 +29,7 @@ __all__ = [
     "FailedPrecondition", "Internal", "InvalidArgument", "NotFound", "OutOfRange",
     "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable",
     "Unimplemented", "Unknown", "plot_entropy", "plot_weights", "BlockSparse", "LinearAttention",
-    "LshAttention", "ModelInfo", "RelativeBias", "ServerInfo", "SessionInfo",
+    "LshAttention", "ModelInfo", "RelativeBias", "RelativeKeys", "ServerInfo", "SessionInfo",
     "SessionLimits", "SessionShape", "SharedMemoryRegionInfo", "SharedMemoryStatus",
     "WeightStats",
 ]

@@ -15,7 +15,7 @@ from . import _shared_memory as S
 from . import _tensors as T
 from ._transport import RESPONSE_ENVELOPE_BYTES
 from .errors import InvalidArgument
-from .types import (BlockSparse, LinearAttention, LshAttention, RelativeBias, SessionInfo,
+from .types import (BlockSparse, LinearAttention, LshAttention, RelativeBias, RelativeKeys, SessionInfo,
                     SessionShape, WeightStats)
 from .v1 import attention_pb2 as pb
 from .v1 import sessions_pb2 as spb
@@ -142,6 +142,36 @@ def relative_bias_message(spec, field="mask.relative_bias", check=True):
     return msg
 
 
+def relative_keys_message(spec, out):
+    """Fills the attnserve.v1.RelativeKeys `out` from an attnserve.RelativeKeys."""
+    if not isinstance(spec, RelativeKeys):
+        raise TypeError("relative_keys: expected attnserve.RelativeKeys, got "
+                        f"{type(spec).__name__}")
+    table = spec.table
+    if T.is_torch(table):
+        table = table.detach().cpu().float().numpy()
+    table = np.ascontiguousarray(np.asarray(table, np.float32))
+    out.table.dtype = pb.FLOAT32
+    out.table.shape[:] = table.shape
+    out.table.data = table.tobytes()
+    out.zero_row = int(spec.zero_row)
+    if spec.query_bias is not None:
+        out.query_bias[:] = float_list(spec.query_bias)
+
+
+def _check_relative_keys(rk, hq, d):
+    """The server's checks of relative keys' shapes, in its order (the values
+    it checks are left to it)."""
+    shape = list(rk.table.shape)
+    if (len(shape) != 3 or shape[0] not in (1, hq) or shape[1] < 1 or shape[2] != d):
+        raise InvalidArgument(f"mask.relative_keys.table: shape {shape_text(shape)} is not "
+                              f"[heads, rows, D] with heads 1 or Hq = {hq}, rows >= 1 and "
+                              f"D = {d}")
+    if not 0 <= rk.zero_row < shape[1]:
+        raise InvalidArgument(f"mask.relative_keys.zero_row: {rk.zero_row} is outside [0, "
+                              f"rows = {shape[1]})")
+
+
 def _relative_bias_in_range(rb):
     """num_buckets and max_distance within the server's ranges (which it checks,
     and names, before the table)."""
@@ -252,6 +282,8 @@ def _check_softmax_only(req, why):
     # all after it) to the server, which names its value before the method.
     if mask.HasField("relative_bias"):
         raise InvalidArgument("mask.relative_bias: a relative position bias" + why)
+    if mask.HasField("relative_keys"):
+        raise InvalidArgument("mask.relative_keys: relative position keys" + why)
     if mask.HasField("block_sparse"):
         raise InvalidArgument("mask.block_sparse: a block-sparse layout" + why)
     # The server checks softcap's and sinks' values before the method: an
@@ -362,6 +394,15 @@ def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh, enable_gqa
                                   f"{len(rb.table)}")
         if not np.isfinite(np.asarray(rb.table, np.float32)).all():
             return
+    if mask.HasField("relative_keys"):
+        _check_relative_keys(mask.relative_keys, hq, d)
+        rk = mask.relative_keys
+        if len(rk.query_bias) and len(rk.query_bias) != hq * d:
+            raise InvalidArgument(f"mask.relative_keys.query_bias: expected Hq·D = {hq * d} "
+                                  f"entries ([Hq, D]), got {len(rk.query_bias)}")
+        if not (np.isfinite(np.frombuffer(rk.table.data, np.float32)).all()
+                and np.isfinite(np.asarray(rk.query_bias, np.float32)).all()):
+            return
     if mask.HasField("block_sparse"):
         _check_block_sparse(mask.block_sparse, lq, lk)
     if req.HasField("linear"):
@@ -390,7 +431,7 @@ def check_dropout(dropout_p):
 def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causal=False,
                    scale=None, enable_gqa=True, key_lengths=None, window=None,
                    sink_tokens=0, alibi_slopes=None, softcap=None, sinks=None,
-                   relative_bias=None, alignment="top_left", layout="BHLD",
+                   relative_bias=None, relative_keys=None, alignment="top_left", layout="BHLD",
                    return_weights=False, return_weight_stats=False, output_dtype=None,
                    block_sparse=None, linear=None, lsh=None, request_id="", check=True):
     """(AttendRequest, kind of the query)."""
@@ -430,6 +471,8 @@ def attend_request(query, key, value, *, attn_mask=None, dropout_p=0.0, is_causa
               alibi_slopes=alibi_slopes, check=check)
     if relative_bias is not None:
         req.mask.relative_bias.CopyFrom(relative_bias_message(relative_bias, check=check))
+    if relative_keys is not None:
+        relative_keys_message(relative_keys, req.mask.relative_keys)
     if block_sparse is not None:
         _fill_block_sparse(req.mask.block_sparse, block_sparse, check)
     if linear is not None:

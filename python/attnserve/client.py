@@ -281,7 +281,7 @@ class Client(_Base):
     def attend(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                scale=None, enable_gqa=True, key_lengths=None, window=None,
                sink_tokens=0, alibi_slopes=None, softcap=None, sinks=None, relative_bias=None,
-               alignment="top_left", layout="BHLD", return_weights=False,
+               relative_keys=None, alignment="top_left", layout="BHLD", return_weights=False,
                return_weight_stats=False, output_dtype=None, block_sparse=None, linear=None,
                lsh=None, shared_memory=None, out=None, timeout=None):
         """Scaled dot-product attention on the server; docs/python.md has every argument.
@@ -298,7 +298,8 @@ class Client(_Base):
         sinks: Hq attention-sink logits (gpt-oss), one more term exp(sinks[h])
         in each softmax denominator of head h. relative_bias: T5's bucketed
         relative position bias, an attnserve.RelativeBias (T5 scales no scores:
-        pass scale=1.0 with it). sink_tokens: with a left window, the first
+        pass scale=1.0 with it). relative_keys: relative position keys
+        (Transformer-XL, Shaw et al.), an attnserve.RelativeKeys. sink_tokens: with a left window, the first
         keys stay attended outside it (StreamingLLM). Softmax attention only.
 
         Returns the output, or a tuple (output[, weights][, stats]) with
@@ -315,8 +316,9 @@ class Client(_Base):
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
             scale=scale, enable_gqa=enable_gqa, key_lengths=key_lengths, window=window,
             sink_tokens=sink_tokens, alibi_slopes=alibi_slopes, softcap=softcap, sinks=sinks,
-            relative_bias=relative_bias, alignment=alignment, layout=layout,
-            return_weights=return_weights, return_weight_stats=return_weight_stats,
+            relative_bias=relative_bias, relative_keys=relative_keys, alignment=alignment,
+            layout=layout, return_weights=return_weights,
+            return_weight_stats=return_weight_stats,
             output_dtype=output_dtype, block_sparse=block_sparse, linear=linear, lsh=lsh,
             shared_memory=shared_memory, out=out)
         error = None

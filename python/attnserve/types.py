@@ -46,6 +46,25 @@ class RelativeBias:
     bidirectional: bool = False
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class RelativeKeys:
+    """Mask.relative_keys: relative position keys (softmax attention only).
+
+    Adds scale · (q_i + query_bias[h]) · table[h, t] to the scaled score of query
+    row i and key j of head h, t = clamp(d(i) - j + zero_row, 0, rows - 1): row t
+    of the table is the key of relative distance d(i) - j = t - zero_row.
+    table: float32 [heads, rows, D] (heads 1, shared, or Hq), a NumPy array or
+    torch tensor; query_bias: None or [Hq, D].
+    Transformer-XL: send q + u as the query, table[h, t] = (W_R·R_t) of head h for
+    distances t = 0, 1, ... (zero_row 0) and query_bias = v - u. Shaw et al. with
+    distances clipped to ±K: a shared table of 2K + 1 rows, zero_row K.
+    """
+
+    table: object
+    zero_row: int = 0
+    query_bias: object = None
+
+
 @dataclasses.dataclass(frozen=True)
 class LinearAttention:
     """AttendRequest.linear: feature_map "elu_plus_one", "relu" or "favor_plus"

@@ -117,6 +117,10 @@ TEST(V2RequestTest, TheLongSequenceVariantsCannotBeCarried) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(CheckV2CanCarry(request).message(),
               ::testing::HasSubstr("a block-sparse layout"));
+  request.mutable_mask()->clear_block_sparse();
+  request.mutable_mask()->mutable_relative_keys()->set_zero_row(1);
+  EXPECT_THAT(CheckV2CanCarry(request).message(),
+              ::testing::HasSubstr("cannot carry relative position keys"));
 }
 
 inference::ModelInferResponse TwoOutputs() {

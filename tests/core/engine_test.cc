@@ -178,9 +178,8 @@ struct Case {
     if (mask == MaskKind::kRelativeKeys) {
       // 21 rows, distance 0 at row 8: distances -8 .. 12, clipped beyond.
       const bool shared = s.hq % 2 == 1;
-      relk_table = TestTensor::Random(DType::kFloat32,
-                                      {shared ? 1 : s.hq, 21, s.d}, seed + 7,
-                                      -1.0f, 1.0f);
+      relk_table = TestTensor::Random(
+          DType::kFloat32, {shared ? 1 : s.hq, 21, s.d}, seed + 7, -1.0f, 1.0f);
       if (!shared) {
         relk_query_bias = TestTensor::Random(DType::kFloat32, {s.hq, s.d},
                                              seed + 8, -1.0f, 1.0f)

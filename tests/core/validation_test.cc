@@ -446,8 +446,7 @@ TEST_P(ValidationTest, RelativeKeysOutOfRange) {
   EXPECT_THAT(Call(), StatusIs(kInvalid,
                                HasSubstr("mask.relative_keys.table: dtype bf16 "
                                          "is not supported (expected f32)")));
-  for (const std::vector<int64_t>& shape :
-       std::vector<std::vector<int64_t>>{
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
            {2, 6, 8}, {4, 6, 7}, {4, 0, 8}, {6, 8}, {1, 4, 6, 8}}) {
     inputs_.mask.relative_keys->table = Input(kF32, shape);
     EXPECT_THAT(Call(), StatusIs(kInvalid,
@@ -458,10 +457,10 @@ TEST_P(ValidationTest, RelativeKeysOutOfRange) {
   inputs_.mask.relative_keys->table = Input(kF32, {4, 6, 8});
   for (int64_t row : {-1, 6}) {
     inputs_.mask.relative_keys->zero_row = row;
-    EXPECT_THAT(Call(), StatusIs(kInvalid,
-                                 HasSubstr(absl::StrCat(
-                                     "mask.relative_keys.zero_row: ", row,
-                                     " is outside [0, rows = 6)"))));
+    EXPECT_THAT(Call(),
+                StatusIs(kInvalid, HasSubstr(absl::StrCat(
+                                       "mask.relative_keys.zero_row: ", row,
+                                       " is outside [0, rows = 6)"))));
   }
   inputs_.mask.relative_keys->zero_row = 5;
   inputs_.mask.relative_keys->query_bias = absl::MakeConstSpan(bias).subspan(1);
@@ -471,16 +470,16 @@ TEST_P(ValidationTest, RelativeKeysOutOfRange) {
                                            "D]), got 31")));
   bias[9] = std::numeric_limits<float>::infinity();
   inputs_.mask.relative_keys->query_bias = bias;
-  EXPECT_THAT(Call(), StatusIs(kInvalid,
-                               HasSubstr("mask.relative_keys.query_bias[9]: "
-                                         "must be finite, got inf")));
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("mask.relative_keys.query_bias[9]: "
+                                           "must be finite, got inf")));
   bias[9] = 0.0f;
   TestTensor table(kF32, {4, 6, 8});
   table.Set(13, std::nanf(""));
   inputs_.mask.relative_keys->table = table.view();
-  EXPECT_THAT(Call(), StatusIs(kInvalid,
-                               HasSubstr("mask.relative_keys.table[13]: must "
-                                         "be finite, got nan")));
+  EXPECT_THAT(Call(),
+              StatusIs(kInvalid, HasSubstr("mask.relative_keys.table[13]: must "
+                                           "be finite, got nan")));
   inputs_.mask.relative_keys->table = Input(kF32, {4, 6, 8});
   inputs_.method = AttentionMethod::kLinear;
   EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.relative_keys: "

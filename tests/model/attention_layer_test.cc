@@ -590,6 +590,15 @@ TEST_F(LayerVariantTest, LinformerRefusesWhatItCannotDo) {
                        HasSubstr("mask.relative_bias does not apply to a "
                                  "Linformer layer")));
   in.mask.relative_bias.reset();
+  const TestTensor keys = TestTensor::Random(DType::kFloat32, {1, 3, 8}, 7);
+  RelativeKeysSpec relk;
+  relk.table = keys.view();
+  in.mask.relative_keys = relk;
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("mask.relative_keys: relative position keys "
+                                 "are products of a layer's own weights")));
+  in.mask.relative_keys.reset();
   in.return_weights = true;
   EXPECT_THAT(layer_->Validate(in, *engine_).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,

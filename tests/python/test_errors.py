@@ -81,6 +81,22 @@ BAD = {
         dict(GOOD, relative_bias=attnserve.RelativeBias([0.0] * 7, 2, 5),
              block_sparse=attnserve.BlockSparse(block_size=0, stride=1)),
         "mask.relative_bias.table: expected Hq × num_buckets = 4 × 2 = 8 entries, got 7"),
+    "relative_keys_heads": (
+        dict(GOOD, relative_keys=attnserve.RelativeKeys(f32(2, 6, 8))),
+        "mask.relative_keys.table: shape [2, 6, 8] is not [heads, rows, D] with heads 1 "
+        "or Hq = 4, rows >= 1 and D = 8"),
+    "relative_keys_zero_row": (
+        dict(GOOD, relative_keys=attnserve.RelativeKeys(f32(4, 6, 8), zero_row=6)),
+        "mask.relative_keys.zero_row: 6 is outside [0, rows = 6)"),
+    "relative_keys_query_bias": (
+        dict(GOOD, relative_keys=attnserve.RelativeKeys(f32(1, 6, 8), query_bias=f32(4, 7))),
+        "mask.relative_keys.query_bias: expected Hq·D = 32 entries ([Hq, D]), got 28"),
+    "relative_keys_before_the_method": (
+        dict(GOOD, relative_keys=attnserve.RelativeKeys(f32(1, 6, 8)),
+             linear=attnserve.LinearAttention()),
+        "mask.relative_keys: relative position keys cannot be linearised: linear "
+        "attention sums phi(k) v^T over the keys once, so only causal and key_lengths "
+        "can restrict them"),
 }
 
 

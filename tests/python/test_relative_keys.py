@@ -1,0 +1,96 @@
+"""Relative position keys (Mask.relative_keys) against the models that define them:
+Transformer-XL's relative attention as its PyTorch code computes it (the
+relative shift included), and Shaw et al.'s clipped relative positions."""
+
+import numpy as np
+import pytest
+import torch
+
+import attnserve
+
+
+def rel_shift(x):
+    """Transformer-XL's _rel_shift of scores [qlen, klen, H]: row i moves left by
+    qlen - 1 - i, so column j then holds the key of distance klen - qlen + i - j."""
+    zero_pad = torch.zeros((x.size(0), 1) + x.size()[2:], dtype=x.dtype)
+    x_padded = torch.cat([zero_pad, x], dim=1)
+    x_padded = x_padded.view((x.size(1) + 1, x.size(0)) + x.size()[2:])
+    return x_padded[1:].view_as(x)
+
+
+def transformer_xl_attention(q, k, v, r, r_w_bias, r_r_bias, scale):
+    """Transformer-XL's RelPartialLearnableMultiHeadAttn core in float64: q [qlen,
+    H, D] the segment's queries, k and v [klen, H, D] memory then segment, r [klen,
+    H, D] the projected encodings of distances klen - 1 .. 0 (its pos_seq order)."""
+    q, k, v, r = q.double(), k.double(), v.double(), r.double()
+    qlen, klen = q.shape[0], k.shape[0]
+    ac = torch.einsum("ind,jnd->ijn", q + r_w_bias.double(), k)
+    bd = rel_shift(torch.einsum("ind,jnd->ijn", q + r_r_bias.double(), r))
+    score = (ac + bd) * scale
+    mlen = klen - qlen
+    future = torch.triu(torch.ones(qlen, klen, dtype=torch.bool), diagonal=1 + mlen)
+    score = score.masked_fill(future[:, :, None], float("-inf"))
+    prob = torch.softmax(score, dim=1)
+    return torch.einsum("ijn,jnd->ind", prob, v)
+
+
+@pytest.mark.parametrize("qlen,mlen", [(37, 0), (24, 40), (1, 300)])
+def test_transformer_xl_relative_attention(client, qlen, mlen):
+    g = torch.Generator().manual_seed(qlen + mlen)
+    heads, d = 4, 16
+    klen = qlen + mlen
+    q = torch.randn(qlen, heads, d, generator=g)
+    k = torch.randn(klen, heads, d, generator=g)
+    v = torch.randn(klen, heads, d, generator=g)
+    r = torch.randn(klen, heads, d, generator=g)
+    r_w_bias = 0.5 * torch.randn(heads, d, generator=g)
+    r_r_bias = 0.5 * torch.randn(heads, d, generator=g)
+    scale = 1 / d ** 0.5
+    want = transformer_xl_attention(q, k, v, r, r_w_bias, r_r_bias, scale)
+
+    # The server's form: the query q + u, the table by distance 0, 1, ... per
+    # head (r flipped), the query bias v - u; causal from the bottom right.
+    keys = attnserve.RelativeKeys(table=r.flip(0).permute(1, 0, 2).contiguous(),
+                                  zero_row=0, query_bias=r_r_bias - r_w_bias)
+    got = client.attend((q + r_w_bias)[None], k[None], v[None], is_causal=True,
+                        alignment="bottom_right", layout="BLHD", scale=scale,
+                        relative_keys=keys)
+    np.testing.assert_allclose(np.asarray(got)[0], want.numpy(), atol=2e-5)
+
+
+def test_shaw_clipped_relative_positions(client):
+    # Shaw et al.: e_ij = q_i · (k_j + a_ij) / sqrt(D), a_ij = w[clip(j - i, -K, K)]
+    # one table for every head, here with a window and both alignments' worth of
+    # distances (encoder self-attention: no causal mask).
+    rng = np.random.default_rng(3)
+    heads, lq, lk, d, clip = 3, 29, 41, 8, 5
+    q = rng.standard_normal((1, heads, lq, d)).astype(np.float32)
+    k = rng.standard_normal((1, heads, lk, d)).astype(np.float32)
+    v = rng.standard_normal((1, heads, lk, d)).astype(np.float32)
+    w = rng.standard_normal((2 * clip + 1, d)).astype(np.float32)  # w[j - i + K]
+    i = np.arange(lq)[:, None]
+    j = np.arange(lk)[None, :]
+    a = w[np.clip(j - i, -clip, clip) + clip].astype(np.float64)  # [lq, lk, d]
+    scores = (np.einsum("hid,hjd->hij", q[0], k[0])
+              + np.einsum("hid,ijd->hij", q[0], a)) / np.sqrt(d)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    want = weights @ v[0].astype(np.float64)
+
+    # Row t of the server's table is distance d(i) - j = t - zero_row, i.e. j - i
+    # = zero_row - t: w reversed.
+    keys = attnserve.RelativeKeys(table=w[::-1][None], zero_row=clip)
+    got, got_weights = client.attend(q, k, v, relative_keys=keys, return_weights=True)
+    np.testing.assert_allclose(got[0], want, atol=2e-5)
+    np.testing.assert_allclose(got_weights[0], weights, atol=2e-6)
+
+
+def test_a_non_finite_table_is_the_servers_to_name(client):
+    # The client checks shapes (test_errors.py); values are the server's.
+    q = np.zeros((1, 2, 3, 8), np.float32)
+    kv = np.zeros((1, 2, 5, 8), np.float32)
+    table = np.zeros((2, 4, 8), np.float32)
+    table[1, 2, 3] = np.nan
+    with pytest.raises(attnserve.InvalidArgument,
+                       match=r"^mask.relative_keys.table\[51\]: must be finite, got nan$"):
+        client.attend(q, kv, kv, relative_keys=attnserve.RelativeKeys(table))
