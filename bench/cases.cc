@@ -26,6 +26,7 @@ CaseSpec MakeCase(CaseSpec spec) {
   absl::StrAppend(&n, "_d", spec.d, "_", std::string(DTypeName(spec.dtype)));
   if (spec.softcap_sinks) absl::StrAppend(&n, "_softcap_sinks");
   if (spec.relative_bias) absl::StrAppend(&n, "_t5bias");
+  if (spec.relative_keys) absl::StrAppend(&n, "_relkeys");
   if (spec.weight_stats) absl::StrAppend(&n, "_stats");
   if (spec.window > 0) absl::StrAppend(&n, "_w", spec.window);
   if (spec.sink_tokens > 0) absl::StrAppend(&n, "_sink", spec.sink_tokens);
@@ -100,6 +101,11 @@ std::vector<CaseSpec> AllCases() {
   s = Flash(f32, 1, 16, 2048, 64);
   s.weight_stats = true;
   add(s);
+  // Transformer-XL against its plain causal case.
+  s = Flash(f32, 1, 16, 4096, 64);
+  s.causal = true;
+  s.relative_keys = true;
+  add(s);
 
   s = Flash(f32, 1, 32, 1, 128);
   s.path = KernelPath::kDecode;
@@ -117,6 +123,9 @@ std::vector<CaseSpec> AllCases() {
   s.weight_stats = true;
   add(s);
   s.weight_stats = false;
+  s.relative_keys = true;
+  add(s);
+  s.relative_keys = false;
   s.causal = true;
   s.window = 4096;
   add(s);
@@ -184,6 +193,12 @@ CaseBuffers::CaseBuffers(const CaseSpec& s)
       rel_table.push_back(rng.Uniform(-1.0f, 1.0f));
     }
   }
+  if (s.relative_keys) {
+    relk_table.resize(static_cast<size_t>(s.hq * s.lk * s.d));
+    for (float& x : relk_table) x = rng.Uniform(-1.0f, 1.0f);
+    relk_bias.resize(static_cast<size_t>(s.hq * s.d));
+    for (float& x : relk_bias) x = rng.Uniform(-1.0f, 1.0f);
+  }
 }
 
 AttentionInputs CaseBuffers::inputs() const {
@@ -210,6 +225,13 @@ AttentionInputs CaseBuffers::inputs() const {
     r.max_distance = 128;
     r.bidirectional = true;
     in.mask.relative_bias = r;
+  }
+  if (spec.relative_keys) {
+    RelativeKeysSpec r;
+    r.table = MakeTensorView(relk_table.data(), DType::kFloat32,
+                             {spec.hq, spec.lk, spec.d});
+    r.query_bias = relk_bias;
+    in.mask.relative_keys = r;
   }
   return in;
 }

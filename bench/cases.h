@@ -34,6 +34,9 @@ struct CaseSpec {
   bool softcap_sinks = false;
   // T5's relative bias (32 buckets, distance 128, bidirectional).
   bool relative_bias = false;
+  // Transformer-XL's relative position keys: a table per head of a row per
+  // distance up to Lk, with a query bias.
+  bool relative_keys = false;
   // Each row's weight entropy and largest weight as outputs (no weights).
   bool weight_stats = false;
   // A sliding window of `window` keys left of the diagonal (0 = none), and
@@ -86,6 +89,8 @@ struct CaseBuffers {
   AlignedBuffer entropy, max_weight;  // f32 [B, Hq, Lq] with weight_stats
   std::vector<float> sinks;           // [Hq] with softcap_sinks
   std::vector<float> rel_table;       // [Hq, 32] with relative_bias
+  // [Hq, Lk, D] and [Hq, D] with relative_keys.
+  std::vector<float> relk_table, relk_bias;
 };
 
 }  // namespace attnserve::bench

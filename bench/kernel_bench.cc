@@ -128,6 +128,9 @@ constexpr char kDecodeWindow8192[] =
     "decode_causal_b1_h32kv8_lq1_lk8192_d128_f32_w4096";
 constexpr char kDecodeSinkWindow8192[] =
     "decode_causal_b1_h32kv8_lq1_lk8192_d128_f32_w4096_sink4";
+constexpr char kRelKeys4096[] = "flash_causal_b1_h16_l4096_d64_f32_relkeys";
+constexpr char kDecodeRelKeys8192[] =
+    "decode_b1_h32kv8_lq1_lk8192_d128_f32_relkeys";
 constexpr char kStats2048[] = "flash_b1_h16_l2048_d64_f32_stats";
 constexpr char kDecodeStats8192[] =
     "decode_b1_h32kv8_lq1_lk8192_d128_f32_stats";
@@ -473,6 +476,10 @@ class Benchmark {
               kFormsTimeRatio);
     TimeRatio("summary_weight_stats_time_ratio_decode_lk8192", kDecodeStats8192,
               kDecode8192, kFormsTimeRatio);
+    TimeRatio("summary_relative_keys_time_ratio_l4096", kRelKeys4096,
+              kCausal4096, kFormsTimeRatio);
+    TimeRatio("summary_relative_keys_time_ratio_decode_lk8192",
+              kDecodeRelKeys8192, kDecode8192, kFormsTimeRatio);
     TimeRatio("summary_sink_window_time_ratio_l4096", kSinkWindow4096,
               kWindow4096, kFormsTimeRatio);
     TimeRatio("summary_sink_window_time_ratio_decode_lk8192",

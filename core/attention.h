@@ -90,8 +90,9 @@ struct BlockSparseSpec {
 // content bias u). Shaw et al. (2018) with distances clipped to ±K: one
 // table of 2K + 1 rows shared by every head, zero_row K, no query bias.
 struct RelativeKeysSpec {
-  // kFloat32 [Ht, rows, D], dense and finite; Ht is 1 (every head shares it)
-  // or Hq; rows >= 1; D the call's head dim.
+  // kFloat32 [Ht, rows, D], dense; Ht is 1 (every head shares it) or Hq;
+  // rows >= 1; D the call's head dim. Read in place, as the keys are: a NaN
+  // in it reaches the scores that read it.
   TensorView table;
   int64_t zero_row = 0;  // [0, rows)
   // Empty, or [Hq, D], finite.

@@ -62,7 +62,7 @@ bool UniformBias(const KernelArgs& args, int64_t h, int64_t i, int64_t k0,
                  int64_t n, float* value) {
   const Problem& p = *args.p;
   if (p.rel_table == nullptr || p.mask != nullptr || p.alibi != nullptr ||
-      !p.relk_table.empty() || p.block_layout != nullptr || n <= 0) {
+      p.relk_table != nullptr || p.block_layout != nullptr || n <= 0) {
     return false;
   }
   // Relative positions [first, first + n) against the array's
@@ -104,7 +104,6 @@ void AddRelativeKeys(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
     const float* qb = p.relk_query_bias + h * d;
     for (int64_t c = 0; c < d; ++c) q[c] += qb[c];
   }
-  const float* table = p.RelativeKeys(h);
   const int64_t base = i + p.diag_offset - k0 + p.relk_zero_row;
   // [0, top): row rows - 1; [bottom, n): row 0; between them rows base - c.
   const int64_t top = std::clamp<int64_t>(base - rows + 2, 0, n);
@@ -112,8 +111,8 @@ void AddRelativeKeys(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
   const auto edge = [&](int64_t row, int64_t from, int64_t to) {
     if (from >= to) return;
     float dot;
-    ops.kv_scores(q, d, 1, d, table + row * d, DType::kFloat32, nullptr, 1,
-                  &dot, 1);
+    ops.kv_scores(q, d, 1, d, p.RelativeKey(h, row), DType::kFloat32, nullptr,
+                  1, &dot, 1);
     dot *= p.scale;
     for (int64_t c = from; c < to; ++c) bias[c] += dot;
   };
@@ -123,7 +122,7 @@ void AddRelativeKeys(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
     // Rows base - bottom + 1 .. base - top, ascending into dots.
     const int64_t first = base - bottom + 1;
     const int64_t count = bottom - top;
-    ops.kv_scores(q, d, 1, d, table + first * d, DType::kFloat32, nullptr,
+    ops.kv_scores(q, d, 1, d, p.RelativeKey(h, first), DType::kFloat32, nullptr,
                   count, dots, count);
     for (int64_t c = top; c < bottom; ++c) {
       bias[c] += p.scale * dots[base - c - first];
@@ -187,7 +186,7 @@ void FillBias(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
                            end - begin);
     for (int64_t c = end; c < n; ++c) bias[c] += table[p.rel_above];
   }
-  if (!p.relk_table.empty()) AddRelativeKeys(args, b, h, i, k0, n, bias);
+  if (p.relk_table != nullptr) AddRelativeKeys(args, b, h, i, k0, n, bias);
   if (p.block_layout != nullptr) p.block_layout->Restrict(i, k0, n, bias);
 }
 

@@ -675,7 +675,7 @@ absl::Status AccumulateSparse(const BlockContext& c, const BlockLayout& layout,
   const int64_t bs = layout.block_size();
   const int64_t per_product = std::max<int64_t>(1, args.k_block / bs);
   const bool value_mask = p.mask != nullptr || p.alibi != nullptr ||
-                          p.rel_table != nullptr || !p.relk_table.empty();
+                          p.rel_table != nullptr || p.relk_table != nullptr;
   int64_t lo_max = k_begin, hi_min = k_end;
   for (int64_t r = 0; r < rows.count; ++r) {
     lo_max = std::max(lo_max, ws->row_lo[r]);

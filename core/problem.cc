@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -181,18 +180,9 @@ absl::Status ResolveRelativeKeys(const RelativeKeysSpec& r, Problem* p) {
         absl::StrCat("mask.relative_keys.zero_row: ", r.zero_row,
                      " is outside [0, rows = ", rows, ")"));
   }
-  // An aligned copy (a message's bytes may be unaligned), checked as it is
-  // made.
-  p->relk_table.resize(static_cast<size_t>(t.num_elements()));
-  std::memcpy(p->relk_table.data(), t.data,
-              p->relk_table.size() * sizeof(float));
-  for (size_t e = 0; e < p->relk_table.size(); ++e) {
-    if (!std::isfinite(p->relk_table[e])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mask.relative_keys.table[", e,
-                       "]: must be finite, got ", p->relk_table[e]));
-    }
-  }
+  // Read in place, as the keys are (and like theirs, a NaN reaches the
+  // scores it is in): a table per head as long as the keys is as large.
+  p->relk_table = t.data;
   if (!r.query_bias.empty()) {
     if (static_cast<int64_t>(r.query_bias.size()) != s.q_heads * s.head_dim) {
       return absl::InvalidArgumentError(
@@ -507,7 +497,7 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
       s.flops =
           s.dense_flops() * (p.block_layout ? p.block_layout->density() : 1.0);
       // Relative keys: a second product of each score's query row.
-      if (!p.relk_table.empty()) {
+      if (p.relk_table != nullptr) {
         s.flops *= 1.0 + double(s.head_dim) / double(s.head_dim + s.value_dim);
       }
       break;
@@ -534,7 +524,7 @@ absl::Status CheckOnlyCausalAndPadding(const Problem& p,
     part = "mask.alibi_slopes: ALiBi";
   } else if (p.rel_table != nullptr) {
     part = "mask.relative_bias: a relative position bias";
-  } else if (!p.relk_table.empty()) {
+  } else if (p.relk_table != nullptr) {
     part = "mask.relative_keys: relative position keys";
   } else if (p.block_layout != nullptr) {
     part = "mask.block_sparse: a block-sparse layout";

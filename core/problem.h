@@ -64,10 +64,10 @@ struct Problem {
   int64_t rel_first = 0;
   std::vector<int32_t> rel_bucket;
   int32_t rel_below = 0, rel_above = 0;
-  // Relative position keys (RelativeKeysSpec): an aligned copy of the table
-  // [relk_heads, relk_rows, D] (empty when the call has none) and the
+  // Relative position keys (RelativeKeysSpec): the table, f32 [relk_heads,
+  // relk_rows, D] (the caller's bytes, possibly unaligned) or null, and the
   // query bias [Hq, D] or null.
-  std::vector<float> relk_table;
+  const void* relk_table = nullptr;
   int64_t relk_heads = 0, relk_rows = 0, relk_zero_row = 0;
   const float* relk_query_bias = nullptr;
   std::shared_ptr<const BlockLayout> block_layout;  // or null
@@ -117,12 +117,13 @@ struct Problem {
   // has work to do.
   bool has_elementwise_mask() const {
     return mask != nullptr || alibi != nullptr || rel_table != nullptr ||
-           !relk_table.empty() || block_layout != nullptr;
+           relk_table != nullptr || block_layout != nullptr;
   }
-  // Head h's rows of the relative keys' table.
-  const float* RelativeKeys(int64_t h) const {
-    return relk_table.data() +
-           (relk_heads == 1 ? 0 : h) * relk_rows * shape.head_dim;
+  // Row t of head h's relative keys (f32, possibly unaligned).
+  const void* RelativeKey(int64_t h, int64_t t) const {
+    const int64_t row = (relk_heads == 1 ? 0 : h) * relk_rows + t;
+    return static_cast<const char*>(relk_table) +
+           row * shape.head_dim * int64_t{sizeof(float)};
   }
   // The table row of relative position j - d(i) = -distance.
   int64_t RelativeKeyRow(int64_t distance) const {

@@ -79,10 +79,9 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
             score = cap * std::tanh(score / cap);
           }
           score += bias;
-          if (!p.relk_table.empty()) {
+          if (p.relk_table != nullptr) {
             // scale · (q_i + query_bias[h]) · table[h][t], t of j - d(i).
-            const float* r =
-                p.RelativeKeys(h) + p.RelativeKeyRow(diag - j) * s.head_dim;
+            const void* r = p.RelativeKey(h, p.RelativeKeyRow(diag - j));
             double pos = 0.0;
             for (int64_t d = 0; d < s.head_dim; ++d) {
               double qd =
@@ -90,7 +89,7 @@ absl::Status ReferenceAttention(const AttentionInputs& inputs,
               if (p.relk_query_bias != nullptr) {
                 qd += p.relk_query_bias[h * s.head_dim + d];
               }
-              pos += qd * static_cast<double>(r[d]);
+              pos += qd * LoadAsFloat(r, DType::kFloat32, d);
             }
             score += static_cast<double>(p.scale) * pos;
           }

@@ -474,12 +474,7 @@ TEST_P(ValidationTest, RelativeKeysOutOfRange) {
               StatusIs(kInvalid, HasSubstr("mask.relative_keys.query_bias[9]: "
                                            "must be finite, got inf")));
   bias[9] = 0.0f;
-  TestTensor table(kF32, {4, 6, 8});
-  table.Set(13, std::nanf(""));
-  inputs_.mask.relative_keys->table = table.view();
-  EXPECT_THAT(Call(),
-              StatusIs(kInvalid, HasSubstr("mask.relative_keys.table[13]: must "
-                                           "be finite, got nan")));
+  inputs_.mask.relative_keys->query_bias = bias;
   inputs_.mask.relative_keys->table = Input(kF32, {4, 6, 8});
   inputs_.method = AttentionMethod::kLinear;
   EXPECT_THAT(Call(), StatusIs(kInvalid, HasSubstr("mask.relative_keys: "
