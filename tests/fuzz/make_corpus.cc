@@ -98,6 +98,22 @@ void AttendSeeds(Rng& rng, CorpusWriter& out) {
   r.mutable_mask()->set_window_left(3);
   r.mutable_mask()->set_sink_tokens(2);
   out.Add("attend_sink_tokens", Family::kAttend, r);
+  // Relative position keys: a shared table of 5 rows, a query bias.
+  r = seeds[0];
+  {
+    const int64_t heads = r.query().shape(1), dim = r.query().shape(3);
+    v1::RelativeKeys* keys = r.mutable_mask()->mutable_relative_keys();
+    // Fixed values: the seeds after this one draw what they drew before.
+    v1::Tensor* table = keys->mutable_table();
+    table->set_dtype(v1::FLOAT32);
+    for (int64_t d : {int64_t{1}, int64_t{5}, dim}) table->add_shape(d);
+    std::vector<float> values(static_cast<size_t>(5 * dim));
+    for (size_t e = 0; e < values.size(); ++e) values[e] = 0.125f * (e % 7);
+    table->set_data(values.data(), values.size() * sizeof(float));
+    keys->set_zero_row(2);
+    for (int64_t e = 0; e < heads * dim; ++e) keys->add_query_bias(0.25f);
+  }
+  out.Add("attend_relative_keys", Family::kAttend, r);
   // Edges the decoder refuses: an unknown layout, LSH with a key.
   r = seeds[0];
   r.set_layout(static_cast<v1::Layout>(7));
