@@ -157,6 +157,23 @@ constexpr int64_t kWarmUpLength = 100;
 constexpr int64_t kWarmHeapLength = 1024;
 constexpr int64_t kMaxWarmHeapBytes = int64_t{32} << 20;
 
+// The relative distances d(i) − j a call's scores can have (d(i) = i, or
+// i + Lk − Lq bottom-right), none below 0 under a causal mask: the rows of
+// its relative keys, row t at distance first + t.
+struct RelativeRange {
+  int64_t first = 0, rows = 1;
+  int64_t zero_row() const { return std::clamp<int64_t>(-first, 0, rows - 1); }
+};
+RelativeRange RelativeRangeOf(const MaskSpec& mask, int64_t lq, int64_t lk) {
+  const int64_t o =
+      mask.alignment == CausalAlignment::kBottomRight ? lk - lq : 0;
+  RelativeRange r;
+  r.first = o - (lk - 1);
+  if (mask.causal) r.first = std::max<int64_t>(r.first, 0);
+  r.rows = std::max<int64_t>(1, lq - 1 + o - r.first + 1);
+  return r;
+}
+
 }  // namespace
 
 struct AttentionLayer::Impl {
@@ -172,6 +189,10 @@ struct AttentionLayer::Impl {
   std::unique_ptr<PackedMatmul> local_proj;
   // Per query head: q·W_h (general); q·W1_hᵀ and k·W2_hᵀ (additive).
   std::vector<std::unique_ptr<PackedMatmul>> general, additive_q, additive_k;
+  // Positional "relative": W_R·R in f32 whatever the layer's dtype, the
+  // content bias u and the relative keys' query bias v − u, [Hq·hd] each.
+  std::unique_ptr<PackedMatmul> relative_proj;
+  std::vector<float> relative_u, relative_query_bias;
 
   bool bf16() const { return config.dtype == ModelDType::kBFloat16; }
   int64_t q_width() const { return config.num_heads * config.head_dim; }
@@ -229,6 +250,19 @@ absl::StatusOr<std::unique_ptr<AttentionLayer>> AttentionLayer::Create(
     spec.n = config.local_dim;
     ASSIGN_OR_RETURN(impl->local_proj,
                      PackedMatmul::Create(spec, w.local_w_p.data(), nullptr));
+  }
+  if (config.positional == Positional::kRelative) {
+    PackedMatmulSpec spec;
+    spec.k = d;
+    spec.n = impl->q_width();
+    ASSIGN_OR_RETURN(
+        impl->relative_proj,
+        PackedMatmul::Create(spec, w.relative_w_r.data(), nullptr));
+    impl->relative_u = w.relative_u;
+    impl->relative_query_bias.resize(w.relative_v.size());
+    for (size_t e = 0; e < w.relative_v.size(); ++e) {
+      impl->relative_query_bias[e] = w.relative_v[e] - w.relative_u[e];
+    }
   }
   if (config.scoring == Scoring::kGeneral) {
     for (int64_t h = 0; h < hq; ++h) {
@@ -361,6 +395,12 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
     }
     shape.k_len = in.memory->shape[1];
   }
+  if (!in.positions.empty() &&
+      impl_->config.positional == Positional::kRelative) {
+    return absl::InvalidArgumentError(
+        "positions: a layer with positional \"relative\" takes each "
+        "distance from the mask's diagonal (d(i) − j); send no positions");
+  }
   if (!in.positions.empty()) {
     if (static_cast<int64_t>(in.positions.size()) !=
         shape.batch * shape.q_len) {
@@ -416,6 +456,16 @@ absl::StatusOr<LayerShape> AttentionLayer::Validate(
                      {shape.batch, attended, c.num_kv_heads, c.head_dim});
   attention.value = attention.key;
   ApplyMethod(c, &attention);
+  if (c.positional == Positional::kRelative) {
+    const RelativeRange range =
+        RelativeRangeOf(in.mask, shape.q_len, shape.k_len);
+    RelativeKeysSpec keys;
+    keys.table = MakeTensorView(&kPlaceholder, DType::kFloat32,
+                                {c.num_heads, range.rows, c.head_dim});
+    keys.zero_row = range.zero_row();
+    keys.query_bias = impl_->relative_query_bias;
+    attention.mask.relative_keys = keys;
+  }
   // Local attention hands the engine its window: local-m over the default
   // positions as the engine's own window, any other as a float mask (the
   // request's explicit mask folded in); local-p asks for the weights.
@@ -461,6 +511,10 @@ double AttentionLayer::Flops(const LayerShape& s) const {
     flops += 2 * (q_rows + k_rows) * c.num_heads * c.head_dim * a;
     flops += 2 * pairs * a;
   }
+  if (c.positional == Positional::kRelative) {
+    // W_R·R of each distance (the scores' second product is the engine's).
+    flops += 2 * double(s.q_len + s.k_len) * c.d_model * hq_hd;
+  }
   if (c.local == LocalAttention::kPredictive) {
     flops += 2 * q_rows * c.d_model * double(c.local_dim);  // W_p·x
     flops += 2 * pairs * c.head_dim;  // P·v again, after the Gaussian
@@ -480,6 +534,10 @@ int64_t AttentionLayer::WorkingBytes(const LayerShape& s) const {
   if (c.local != LocalAttention::kNone) {
     // The window mask and local-p's weights, [B, Hq, Lq, Lk] each at most.
     floats += 2.0 * double(s.batch) * c.num_heads * s.q_len * s.k_len;
+  }
+  if (c.positional == Positional::kRelative) {
+    // The encoding, W_R·R and the table, a row per distance.
+    floats += double(s.q_len + s.k_len) * (d + 2.0 * impl_->q_width());
   }
   const double bytes = 4.0 * floats;
   return bytes > 4e18 ? int64_t{4} << 60 : static_cast<int64_t>(bytes);
@@ -581,6 +639,29 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
     v.swap(projected);
   }
   const int64_t kv_rows = b * attended;
+  // Transformer-XL: the queries take the content bias u; the relative keys
+  // are W_R·R of each distance the scores have, [Hq, rows, hd].
+  std::vector<float> relative_table;
+  RelativeRange relative;
+  if (c.positional == Positional::kRelative) {
+    for (int64_t r = 0; r < q_rows; ++r) {
+      float* row = q.data() + r * m.q_width();
+      for (int64_t e = 0; e < m.q_width(); ++e) row[e] += m.relative_u[e];
+    }
+    relative = RelativeRangeOf(in.mask, lq, lk);
+    std::vector<float> encoding(static_cast<size_t>(relative.rows * d));
+    RelativeSinusoid(relative.first, relative.rows, d, encoding.data());
+    std::vector<float> keys(static_cast<size_t>(relative.rows * m.q_width()));
+    RETURN_IF_ERROR(
+        m.relative_proj->Run(encoding.data(), relative.rows, keys.data()));
+    relative_table.resize(keys.size());
+    for (int64_t t = 0; t < relative.rows; ++t) {
+      for (int64_t h = 0; h < hq; ++h) {
+        std::copy_n(keys.data() + (t * hq + h) * hd, hd,
+                    relative_table.data() + (h * relative.rows + t) * hd);
+      }
+    }
+  }
 
   // The engine's operands: [B, L, H, hd] (BLHD), f32 or bf16.
   std::vector<uint16_t> q_bits, k_bits, v_bits;
@@ -598,6 +679,14 @@ absl::Status AttentionLayer::Run(const LayerInputs& in, const LayerOutputs& out,
   attention.value =
       MakeTensorView(Operand(v.data(), kv_rows * m.kv_width(), bf16, &v_bits),
                      operand_dtype, {b, attended, hkv, hd});
+  if (c.positional == Positional::kRelative) {
+    RelativeKeysSpec keys;
+    keys.table = MakeTensorView(relative_table.data(), DType::kFloat32,
+                                {hq, relative.rows, hd});
+    keys.zero_row = relative.zero_row();
+    keys.query_bias = m.relative_query_bias;
+    attention.mask.relative_keys = keys;
+  }
   ApplyMethod(c, &attention);
 
   std::vector<float> general_q;

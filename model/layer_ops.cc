@@ -33,6 +33,22 @@ void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* gamma,
   }
 }
 
+void RelativeSinusoid(int64_t first, int64_t rows, int64_t dim, float* out) {
+  const int64_t half = dim / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / dim);
+  }
+  for (int64_t t = 0; t < rows; ++t) {
+    const double p = static_cast<double>(first + t);
+    float* row = out + t * dim;
+    for (int64_t i = 0; i < half; ++i) {
+      row[i] = static_cast<float>(std::sin(p * inv_freq[i]));
+      row[half + i] = static_cast<float>(std::cos(p * inv_freq[i]));
+    }
+  }
+}
+
 void AddSinusoidal(float* x, int64_t rows, int64_t dim,
                    const int32_t* positions, int64_t period) {
   // 10000^(-2i/dim) for each pair, computed once.

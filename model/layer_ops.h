@@ -20,6 +20,11 @@ void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* gamma,
 void AddSinusoidal(float* x, int64_t rows, int64_t dim,
                    const int32_t* positions, int64_t period);
 
+// Transformer-XL's encoding of relative distances first, first + 1, ...:
+// row t of out [rows, dim] (dim even) is [sin(p·f), cos(p·f)] with p = first
+// + t and f_i = 10000^(-2i/dim), i < dim / 2 (the sines, then the cosines).
+void RelativeSinusoid(int64_t first, int64_t rows, int64_t dim, float* out);
+
 // Rotates each head of each row in place, rotate-half convention: for i in
 // [0, head_dim/2), with angle = position(r) * theta^(-2i/head_dim),
 //   (x[i], x[i + head_dim/2]) <- (x[i] cos - x[i+h] sin, x[i+h] cos + x[i]

@@ -191,7 +191,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
   RETURN_IF_ERROR(ReadEnum<Positional>(object, "positional",
                                        {{"none", Positional::kNone},
                                         {"sinusoidal", Positional::kSinusoidal},
-                                        {"rope", Positional::kRope}},
+                                        {"rope", Positional::kRope},
+                                        {"relative", Positional::kRelative}},
                                        &config.positional));
   RETURN_IF_ERROR(ReadPositiveNumber(object, "rope_theta", &config.rope_theta));
   RETURN_IF_ERROR(ReadEnum<Scoring>(object, "scoring",
@@ -294,6 +295,29 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view text) {
                      " (d_model / num_heads unless set) is above ",
                      kMaxLayerHeadDim, ", the largest the kernels take"));
   }
+  if (config.positional == Positional::kRelative) {
+    // Relative position keys are the engine's softmax over q·k (scaled or
+    // not); its sinusoid pairs sin and cos over d_model.
+    if (config.attention != AttentionKind::kSoftmax) {
+      return KeyError("positional",
+                      absl::StrCat("\"relative\" needs attention \"softmax\", "
+                                   "got \"",
+                                   AttentionKindName(config.attention), "\""));
+    }
+    if (config.scoring != Scoring::kScaledDot &&
+        config.scoring != Scoring::kDot) {
+      return KeyError("positional",
+                      absl::StrCat("\"relative\" needs scoring \"scaled_dot\" "
+                                   "or \"dot\", got \"",
+                                   ScoringName(config.scoring), "\""));
+    }
+    if (config.d_model % 2 != 0) {
+      return KeyError("d_model",
+                      absl::StrCat("positional \"relative\" needs an even "
+                                   "d_model, got ",
+                                   config.d_model));
+    }
+  }
   if (config.positional == Positional::kRope && config.head_dim % 2 != 0) {
     return KeyError("head_dim",
                     absl::StrCat("positional \"rope\" needs an even head_dim, "
@@ -355,6 +379,8 @@ absl::string_view PositionalName(Positional positional) {
       return "sinusoidal";
     case Positional::kRope:
       return "rope";
+    case Positional::kRelative:
+      return "relative";
   }
   return "unknown";
 }

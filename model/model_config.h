@@ -22,6 +22,8 @@ enum class Positional {
   kNone,
   kSinusoidal,  // x + PE(position) before everything
   kRope,        // q and k rotated (rotate-half: pairs (i, i + head_dim / 2))
+  kRelative,    // Transformer-XL: relative position keys W_R·R(d(i) − j),
+                // content bias u, position bias v (relative.* weights)
 };
 enum class Scoring {
   kScaledDot,  // q·k / sqrt(head_dim)
@@ -98,13 +100,16 @@ struct ModelConfig {
 // "softmax" with a scoring other than "scaled_dot", "linformer" without its
 // lengths, "lsh" with num_kv_heads != num_heads, "local" without
 // local_window (or "predictive" with a window of 0) or with an attention
-// other than "softmax", "predictive" without local_dim.
+// other than "softmax", "predictive" without local_dim, "relative" with an
+// attention other than "softmax", a scoring other than "scaled_dot" or
+// "dot", or an odd d_model.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json);
 
 // The config as JSON with every key (defaults filled in), for GetServerInfo.
 std::string ModelConfigToJson(const ModelConfig& config);
 
-// "post", "pre", "none"; "none", "sinusoidal", "rope"; "scaled_dot", "dot",
+// "post", "pre", "none"; "none", "sinusoidal", "rope", "relative";
+// "scaled_dot", "dot",
 // "general", "additive"; "float32", "bfloat16"; "none", "monotonic",
 // "predictive".
 absl::string_view NormPlacementName(NormPlacement norm);

@@ -55,6 +55,9 @@ constexpr Slot kSlots[] = {
     {"linformer.f", &LayerWeights::linformer_f},
     {"local.w_p", &LayerWeights::local_w_p},
     {"local.v_p", &LayerWeights::local_v_p},
+    {"relative.w_r", &LayerWeights::relative_w_r},
+    {"relative.u", &LayerWeights::relative_u},
+    {"relative.v", &LayerWeights::relative_v},
 };
 
 // Where the tensor `name` goes in LayerWeights; nullptr for a name no config
@@ -77,6 +80,10 @@ std::string UnusedHint(absl::string_view name, const ModelConfig& config) {
   if (absl::StartsWith(name, "norm.")) return " (norm is \"none\")";
   if (absl::StartsWith(name, "local.")) {
     return absl::StrCat(" (local is \"", LocalAttentionName(config.local),
+                        "\")");
+  }
+  if (absl::StartsWith(name, "relative.")) {
+    return absl::StrCat(" (positional is \"", PositionalName(config.positional),
                         "\")");
   }
   if (absl::StartsWith(name, "linformer.")) {
@@ -160,6 +167,11 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config,
   if (config.local == LocalAttention::kPredictive) {
     out.push_back({"local.w_p", {config.local_dim, d}});
     out.push_back({"local.v_p", {config.local_dim}});
+  }
+  if (config.positional == Positional::kRelative) {
+    out.push_back({"relative.w_r", {q, d}});
+    out.push_back({"relative.u", {hq, hd}});
+    out.push_back({"relative.v", {hq, hd}});
   }
   return out;
 }

@@ -36,6 +36,11 @@ struct LayerWeights {
   std::vector<float> linformer_f;       // [k, max_len]
   std::vector<float> local_w_p;  // [A_p, d_model] when local = predictive
   std::vector<float> local_v_p;  // [A_p]
+  // Transformer-XL's r_net weight, r_w_bias and r_r_bias when positional =
+  // relative.
+  std::vector<float> relative_w_r;  // [Hq·hd, d_model]
+  std::vector<float> relative_u;    // [Hq, hd]
+  std::vector<float> relative_v;    // [Hq, hd]
   // A (from the additive tensors); 0 unless scoring = additive.
   int64_t additive_dim = 0;
 };

@@ -76,6 +76,11 @@ LayerWeights MakeWeights(const ModelConfig& c, int64_t additive_dim) {
     w.local_w_p = Uniform(c.local_dim * d, 17, in_scale);
     w.local_v_p = Uniform(c.local_dim, 18, 2.0f);
   }
+  if (c.positional == Positional::kRelative) {
+    w.relative_w_r = Uniform(q * d, 19, 2.0f * in_scale);
+    w.relative_u = Uniform(hq * hd, 20, 0.5f);
+    w.relative_v = Uniform(hq * hd, 21, 0.5f);
+  }
   return w;
 }
 
@@ -279,6 +284,72 @@ TEST_P(LayerTest, OutputInBf16WithoutWeights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, LayerTest, ::testing::ValuesIn(LayerCases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Transformer-XL's relative encoding ("positional": "relative"), which takes
+// its distances from the mask's diagonal (no positions).
+class LayerRelativeTest : public LayerTest {};
+
+std::vector<LayerCase> RelativeCases() {
+  std::vector<LayerCase> cases;
+  ModelConfig c = Config(32, 4, 2, 8);
+  c.positional = Positional::kRelative;
+  cases.push_back({"RelativeScaledDotPost", c});
+  c.scoring = Scoring::kDot;
+  c.norm = NormPlacement::kPre;
+  c.num_kv_heads = 1;
+  cases.push_back({"RelativeDotPreMqa", c});
+  c.dtype = ModelDType::kBFloat16;
+  cases.push_back({"RelativeDotPreMqaBf16", c});
+  return cases;
+}
+
+TEST_P(LayerRelativeTest, SelfAttentionBothAlignmentsMatchTheReference) {
+  const int64_t d = GetParam().config.d_model;
+  const TestTensor hidden = TestTensor::Random(DType::kFloat32, {2, 6, d}, 31);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "bidirectional");
+    LayerInputs in;
+    in.hidden = hidden.view();
+    in.mask.causal = causal;
+    Compare(in, /*with_weights=*/true);
+  }
+}
+
+TEST_P(LayerRelativeTest, MemoryThenSegmentAsTransformerXlMatchesTheReference) {
+  // Transformer-XL's keys: the cached memory, then the segment itself, with
+  // the segment's queries at the bottom right.
+  const int64_t d = GetParam().config.d_model;
+  const TestTensor hidden = TestTensor::Random(DType::kFloat32, {2, 4, d}, 32);
+  const TestTensor keys = TestTensor::Random(DType::kFloat32, {2, 11, d}, 33);
+  const std::vector<int32_t> key_lengths = {11, 9};
+  LayerInputs in;
+  in.hidden = hidden.view();
+  in.memory = keys.view();
+  in.mask.causal = true;
+  in.mask.alignment = CausalAlignment::kBottomRight;
+  in.mask.key_lengths = key_lengths;
+  Compare(in, /*with_weights=*/true);
+  in.mask.window_left = 3;
+  Compare(in, /*with_weights=*/false);
+}
+
+TEST_P(LayerRelativeTest, PositionsAreRefused) {
+  const int64_t d = GetParam().config.d_model;
+  const TestTensor hidden = TestTensor::Random(DType::kFloat32, {1, 3, d}, 34);
+  const std::vector<int32_t> positions = {0, 1, 2};
+  LayerInputs in;
+  in.hidden = hidden.view();
+  in.positions = positions;
+  EXPECT_THAT(layer_->Validate(in, *engine_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("positions: a layer with positional "
+                                 "\"relative\" takes each distance from the "
+                                 "mask's diagonal")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, LayerRelativeTest,
+                         ::testing::ValuesIn(RelativeCases()),
                          [](const auto& info) { return info.param.name; });
 
 class LayerValidationTest : public ::testing::Test {

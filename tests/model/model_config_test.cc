@@ -461,6 +461,17 @@ TEST(ModelConfigVariantsTest, RefusesBadCombinations) {
        R"( "local_window": 4, "attention": "linear"})",
        "key \"local\": \"monotonic\" needs attention \"softmax\", got "
        "\"linear\""},
+      {R"({"d_model": 64, "num_heads": 4, "positional": "relative",)"
+       R"( "attention": "linear"})",
+       "key \"positional\": \"relative\" needs attention \"softmax\", got "
+       "\"linear\""},
+      {R"({"d_model": 64, "num_heads": 4, "positional": "relative",)"
+       R"( "scoring": "general"})",
+       "key \"positional\": \"relative\" needs scoring \"scaled_dot\" or "
+       "\"dot\", got \"general\""},
+      {R"({"d_model": 63, "num_heads": 3, "positional": "relative"})",
+       "key \"d_model\": positional \"relative\" needs an even d_model, got "
+       "63"},
       {R"({"d_model": 64, "num_heads": 4, "seed": -1})",
        "key \"seed\": expected a non-negative integer, got -1"},
       {R"({"d_model": 64, "num_heads": 4, "seed": 1.5})",

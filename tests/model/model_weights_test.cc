@@ -482,5 +482,29 @@ TEST(ModelWeightsLocalTest, PredictiveLocalAttentionTakesItsTwoTensors) {
                                            "\"monotonic\")")));
 }
 
+TEST(ModelWeightsRelativeTest, RelativePositionalTakesItsThreeTensors) {
+  const ModelConfig config = Config(
+      R"({"d_model": 8, "num_heads": 2, "head_dim": 3, "positional": "relative"})");
+  const std::vector<ExpectedTensor> expected = ExpectedTensors(config, 0);
+  EXPECT_EQ(Find(expected, "relative.w_r").shape, (std::vector<int64_t>{6, 8}));
+  EXPECT_EQ(Find(expected, "relative.u").shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(Find(expected, "relative.v").shape, (std::vector<int64_t>{2, 3}));
+  TensorSet set = TensorsFor(config, 0);
+  absl::StatusOr<LayerWeights> w = Load(config, set);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->relative_w_r.size(), 48u);
+  EXPECT_EQ(w->relative_v.size(), 6u);
+
+  const ModelConfig rope =
+      Config(R"({"d_model": 8, "num_heads": 2, "positional": "rope"})");
+  TensorSet plain = TensorsFor(rope, 0);
+  plain.Add("relative.u", SafetensorsDType::kF32, {2, 4},
+            std::vector<float>(8, 0.0f));
+  EXPECT_THAT(Load(rope, plain).status(),
+              StatusIs(kInvalid, HasSubstr("tensor relative.u is not used by "
+                                           "this config (positional is "
+                                           "\"rope\")")));
+}
+
 }  // namespace
 }  // namespace attnserve::model

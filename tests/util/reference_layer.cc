@@ -216,6 +216,14 @@ absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
     k = project(k, w.linformer_e);
     v = project(v, w.linformer_f);
   }
+  // Transformer-XL: the content bias u joins the queries.
+  const bool relative = c.positional == Positional::kRelative;
+  if (relative) {
+    for (int64_t r = 0; r < b * lq; ++r) {
+      for (int64_t e = 0; e < hq * hd; ++e)
+        q[r * hq * hd + e] += w.relative_u[e];
+    }
+  }
   for (Rows* t : {&q, &k, &v}) {
     for (double& e : *t) e = Round(e, bf16);
   }
@@ -294,6 +302,53 @@ absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
     attention.mask.explicit_mask =
         MakeTensorView(scores.data(), DType::kFloat32, {b, hq, lq, lk});
     attention.scale = 0.0f;
+  }
+  std::vector<float> relative_scores;
+  if (relative) {
+    // Transformer-XL's position term by its formula, as a float mask:
+    // scale · (q_i + v) · W_R·R(d(i) − j), R(p) = [sin(p·f), cos(p·f)] with
+    // f_i = 10000^(−2i/d_model); q here holds q + u.
+    if (in.mask.explicit_mask) {
+      return absl::UnimplementedError(
+          "the reference's relative layer takes no explicit mask");
+    }
+    const double scale = c.scoring == Scoring::kDot ? 1.0 : 1.0 / std::sqrt(hd);
+    const int64_t o =
+        in.mask.alignment == CausalAlignment::kBottomRight ? lk - lq : 0;
+    relative_scores.assign(static_cast<size_t>(b * hq * lq * lk), 0.0f);
+    for (int64_t i = 0; i < lq; ++i) {
+      for (int64_t j = 0; j < lk; ++j) {
+        const double p = static_cast<double>(i + o - j);
+        std::vector<double> enc(static_cast<size_t>(d));
+        for (int64_t f = 0; f < d / 2; ++f) {
+          const double angle = p * std::pow(10000.0, -2.0 * f / d);
+          enc[f] = std::sin(angle);
+          enc[d / 2 + f] = std::cos(angle);
+        }
+        std::vector<double> r(static_cast<size_t>(hd));
+        for (int64_t h = 0; h < hq; ++h) {
+          for (int64_t e = 0; e < hd; ++e) {
+            r[e] = 0;
+            for (int64_t f = 0; f < d; ++f) {
+              r[e] += w.relative_w_r[(h * hd + e) * d + f] * enc[f];
+            }
+          }
+          for (int64_t bb = 0; bb < b; ++bb) {
+            double term = 0;
+            for (int64_t e = 0; e < hd; ++e) {
+              // (q + u) + (v − u) = q + v.
+              term += (q[((bb * lq + i) * hq + h) * hd + e] +
+                       w.relative_v[h * hd + e] - w.relative_u[h * hd + e]) *
+                      r[e];
+            }
+            relative_scores[((bb * hq + h) * lq + i) * lk + j] =
+                static_cast<float>(scale * term);
+          }
+        }
+      }
+    }
+    attention.mask.explicit_mask = MakeTensorView(
+        relative_scores.data(), DType::kFloat32, {b, hq, lq, lk});
   }
   const std::vector<float> qf = Floats(q), kf = Floats(k), vf = Floats(v);
   attention.query = MakeTensorView(qf.data(), DType::kFloat32, {b, lq, hq, hd});
