@@ -43,7 +43,7 @@ using Json = nlohmann::json;
 
 constexpr char kHostedModels[] =
     "additive, encoder_512, general_sinusoidal, gqa_rope_pre, linformer_long, "
-    "luong_local, mha_post, mqa_bf16_tensors";
+    "luong_local, mha_post, mqa_bf16_tensors, transformer_xl";
 constexpr char kFlops[] = "attnserve_attention_flops_total";
 
 std::string ModelRequests(const std::string& model) {
@@ -111,7 +111,7 @@ TEST_F(AttnctlModelTest, InfoListsEveryModel) {
   const CommandResult r = Run({"info"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_THAT(r.out, HasSubstr("\nmax_response_bytes: "));
-  EXPECT_THAT(r.out, HasSubstr("\nmodels: 8\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nmodels: 9\n"));
   // Sorted by name, with the sizes of docs/models.md's table.
   const char* const kLines[] = {
       "  additive: d_model 32, heads 4/2, head_dim 12\n",
@@ -121,7 +121,8 @@ TEST_F(AttnctlModelTest, InfoListsEveryModel) {
       "  linformer_long: d_model 64, heads 4/4, head_dim 16\n",
       "  luong_local: d_model 32, heads 2/2, head_dim 16\n",
       "  mha_post: d_model 64, heads 4/4, head_dim 16\n",
-      "  mqa_bf16_tensors: d_model 64, heads 4/1, head_dim 16\n"};
+      "  mqa_bf16_tensors: d_model 64, heads 4/1, head_dim 16\n",
+      "  transformer_xl: d_model 32, heads 4/4, head_dim 8\n"};
   size_t previous = 0;
   for (const char* line : kLines) {
     const size_t at = r.out.find(line);

@@ -87,6 +87,11 @@ std::vector<std::pair<std::string, ModelConfig>> ExpectedModels() {
   models.push_back({"luong_local", c});
 
   c = ModelConfig();
+  c.d_model = 32, c.num_heads = 4, c.num_kv_heads = 4, c.head_dim = 8;
+  c.bias = false, c.positional = Positional::kRelative;
+  models.push_back({"transformer_xl", c});
+
+  c = ModelConfig();
   c.d_model = 512, c.num_heads = 8, c.num_kv_heads = 8, c.head_dim = 64;
   models.push_back({"encoder_512", c});
   return models;

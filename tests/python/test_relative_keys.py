@@ -96,3 +96,42 @@ def test_a_nan_in_the_table_reaches_the_rows_that_read_it(client):
     out = client.attend(q, kv, kv, relative_keys=attnserve.RelativeKeys(table))
     nan_rows = np.isnan(out).any(axis=-1)[0]
     np.testing.assert_array_equal(nan_rows, [[False] * 3, [False, False, True]])
+
+
+def test_hosted_transformer_xl_layer_is_its_pytorch_block(client, model_repository):
+    # The example model "transformer_xl" (positional "relative") against
+    # Transformer-XL's RelPartialLearnableMultiHeadAttn block (post-norm, no
+    # projection biases) with its weights: a segment after a memory, the
+    # server given the memory then the segment as its keys.
+    from test_models import load_safetensors
+    w = load_safetensors(model_repository / "transformer_xl/model.safetensors")
+    heads, d_head, d_model = 4, 8, 32
+    g = torch.Generator().manual_seed(7)
+    batch, qlen, mlen = 2, 5, 9
+    h = torch.randn(qlen, batch, d_model, generator=g, dtype=torch.float64)
+    mems = torch.randn(mlen, batch, d_model, generator=g, dtype=torch.float64)
+
+    cat = torch.cat([mems, h], 0)
+    klen = cat.size(0)
+    q = (h @ w["q_proj.weight"].T).view(qlen, batch, heads, d_head)
+    k = (cat @ w["k_proj.weight"].T).view(klen, batch, heads, d_head)
+    v = (cat @ w["v_proj.weight"].T).view(klen, batch, heads, d_head)
+    pos_seq = torch.arange(klen - 1, -1, -1.0, dtype=torch.float64)
+    inv_freq = 1 / (10000 ** (torch.arange(0.0, d_model, 2.0, dtype=torch.float64) / d_model))
+    sinusoid = torch.outer(pos_seq, inv_freq)
+    pos_emb = torch.cat([sinusoid.sin(), sinusoid.cos()], -1)
+    r_head_k = (pos_emb @ w["relative.w_r"].T).view(klen, heads, d_head)
+    ac = torch.einsum("ibnd,jbnd->ijbn", q + w["relative.u"], k)
+    bd = rel_shift(torch.einsum("ibnd,jnd->ijbn", q + w["relative.v"], r_head_k))
+    score = (ac + bd) / d_head ** 0.5
+    future = torch.triu(torch.ones(qlen, klen, dtype=torch.bool), diagonal=1 + mlen)
+    score = score.masked_fill(future[:, :, None, None], float("-inf"))
+    prob = torch.softmax(score, dim=1)
+    attn_vec = torch.einsum("ijbn,jbnd->ibnd", prob, v).reshape(qlen, batch, heads * d_head)
+    want = torch.nn.functional.layer_norm(h + attn_vec @ w["o_proj.weight"].T, (d_model,),
+                                          w["norm.weight"], w["norm.bias"], 1e-5)
+
+    got = client.model("transformer_xl")(h.transpose(0, 1).float().numpy(),
+                                         memory=cat.transpose(0, 1).float().numpy(),
+                                         is_causal=True, alignment="bottom_right")
+    np.testing.assert_allclose(got, want.transpose(0, 1).numpy(), atol=5e-5)
