@@ -80,25 +80,6 @@ struct BlockSparseSpec {
   std::optional<TensorView> block_mask;
 };
 
-// Relative position keys, a float part of a mask: adds
-//   scale · (q_i + query_bias[h]) · table[h][t],
-//   t = clamp(d(i) − j + zero_row, 0, rows − 1),
-// to the scaled score of query row i of head h and key j (after soft-capping,
-// as every float part). Transformer-XL (Dai et al., 2019): table[h][t] is
-// W_R·R of relative distance t (zero_row 0, rows covering the distances the
-// mask allows), query_bias is v − u with the query sent as q + u (its
-// content bias u). Shaw et al. (2018) with distances clipped to ±K: one
-// table of 2K + 1 rows shared by every head, zero_row K, no query bias.
-struct RelativeKeysSpec {
-  // kFloat32 [Ht, rows, D], dense; Ht is 1 (every head shares it) or Hq;
-  // rows >= 1; D the call's head dim. Read in place, as the keys are: a NaN
-  // in it reaches the scores that read it.
-  TensorView table;
-  int64_t zero_row = 0;  // [0, rows)
-  // Empty, or [Hq, D], finite.
-  absl::Span<const float> query_bias;
-};
-
 // The parts of a mask. A key j is attended by query row i only if every part
 // allows it; a row that no key is allowed for yields zeros (output and
 // weights).
@@ -226,6 +207,9 @@ struct AttentionShape {
   std::array<int64_t, 3> row_stats_shape{};
   // Dense-attention FLOPs, 2·B·Hq·Lq·Lk·(D + Dv).
   double dense_flops() const;
+  // What relative position keys add: a second D-long product per score,
+  // 2·B·Hq·Lq·Lk·D.
+  double relative_keys_flops() const;
   // The FLOPs this call's method and layout compute (set by Validate): dense
   // for softmax, the kept blocks' share of it for block-sparse layouts, the
   // method's own count for linear and LSH attention.
@@ -241,6 +225,11 @@ absl::Status CheckSinks(absl::Span<const float> sinks, int64_t q_heads);
 // ("mask.relative_bias" in a call's mask).
 absl::Status CheckRelativeBias(const RelativeBiasSpec& spec, int64_t q_heads,
                                absl::string_view field);
+// ... and of MaskSpec::relative_keys for a call of q_heads heads of
+// head_dim, its fields named under `field` ("mask.relative_keys" in a call's
+// mask).
+absl::Status CheckRelativeKeys(const RelativeKeysSpec& spec, int64_t q_heads,
+                               int64_t head_dim, absl::string_view field);
 
 // Internal: a call's inputs resolved into the kernels' form (core/problem.h).
 struct Problem;

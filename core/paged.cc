@@ -234,6 +234,7 @@ AttentionInputs PagedAsStateless(const PagedAttentionInputs& in,
   a.softcap = in.softcap;
   a.sinks = in.sinks;
   a.mask.relative_bias = in.relative_bias;
+  a.mask.relative_keys = in.relative_keys;
   return a;
 }
 

@@ -137,6 +137,9 @@ struct PagedAttentionInputs {
   absl::Span<const float> sinks;
   // T5's relative bias, as MaskSpec::relative_bias.
   std::optional<RelativeBiasSpec> relative_bias;
+  // Relative position keys, as MaskSpec::relative_keys (distances between
+  // stream positions).
+  std::optional<RelativeKeysSpec> relative_keys;
   absl::Span<const PagedSequence> sequences;
 };
 

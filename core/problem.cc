@@ -102,6 +102,10 @@ double AttentionShape::dense_flops() const {
   return 2.0 * batch * q_heads * q_len * k_len * double(head_dim + value_dim);
 }
 
+double AttentionShape::relative_keys_flops() const {
+  return 2.0 * batch * q_heads * q_len * k_len * double(head_dim);
+}
+
 namespace {
 
 // The bucket of a >= 0 among m buckets (RelativeBiasSpec), in T5's f32
@@ -156,51 +160,14 @@ absl::Status ResolveRelativeBias(const RelativeBiasSpec& r, Problem* p) {
 }
 
 absl::Status ResolveRelativeKeys(const RelativeKeysSpec& r, Problem* p) {
-  const AttentionShape& s = p->shape;
-  const TensorView& t = r.table;
-  if (t.dtype != DType::kFloat32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.relative_keys.table: dtype ", DTypeName(t.dtype),
-                     " is not supported (expected f32)"));
-  }
-  if (t.rank != 3 || (t.dim(0) != 1 && t.dim(0) != s.q_heads) || t.dim(1) < 1 ||
-      t.dim(2) != s.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mask.relative_keys.table: shape ", ShapeString(t.dims()),
-        " is not [heads, rows, D] with heads 1 or Hq = ", s.q_heads,
-        ", rows >= 1 and D = ", s.head_dim));
-  }
-  if (!t.is_contiguous() || t.data == nullptr) {
-    return absl::InvalidArgumentError(
-        "mask.relative_keys.table: must be dense");
-  }
-  const int64_t rows = t.dim(1);
-  if (r.zero_row < 0 || r.zero_row >= rows) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mask.relative_keys.zero_row: ", r.zero_row,
-                     " is outside [0, rows = ", rows, ")"));
-  }
+  RETURN_IF_ERROR(CheckRelativeKeys(r, p->shape.q_heads, p->shape.head_dim,
+                                    "mask.relative_keys"));
   // Read in place, as the keys are (and like theirs, a NaN reaches the
   // scores it is in): a table per head as long as the keys is as large.
-  p->relk_table = t.data;
-  if (!r.query_bias.empty()) {
-    if (static_cast<int64_t>(r.query_bias.size()) != s.q_heads * s.head_dim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mask.relative_keys.query_bias: expected Hq·D = ",
-                       s.q_heads * s.head_dim, " entries ([Hq, D]), got ",
-                       r.query_bias.size()));
-    }
-    for (size_t e = 0; e < r.query_bias.size(); ++e) {
-      if (!std::isfinite(r.query_bias[e])) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mask.relative_keys.query_bias[", e,
-                         "]: must be finite, got ", r.query_bias[e]));
-      }
-    }
-    p->relk_query_bias = r.query_bias.data();
-  }
-  p->relk_heads = t.dim(0);
-  p->relk_rows = rows;
+  p->relk_table = r.table.data;
+  p->relk_query_bias = r.query_bias.empty() ? nullptr : r.query_bias.data();
+  p->relk_heads = r.table.dim(0);
+  p->relk_rows = r.table.dim(1);
   p->relk_zero_row = r.zero_row;
   return absl::OkStatus();
 }
@@ -233,6 +200,48 @@ absl::Status CheckRelativeBias(const RelativeBiasSpec& r, int64_t q_heads,
     if (!std::isfinite(r.table[e])) {
       return absl::InvalidArgumentError(absl::StrCat(
           field, ".table[", e, "]: must be finite, got ", r.table[e]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRelativeKeys(const RelativeKeysSpec& r, int64_t q_heads,
+                               int64_t head_dim, absl::string_view field) {
+  const TensorView& t = r.table;
+  if (t.dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".table: dtype ", DTypeName(t.dtype),
+                     " is not supported (expected f32)"));
+  }
+  if (t.rank != 3 || (t.dim(0) != 1 && t.dim(0) != q_heads) || t.dim(1) < 1 ||
+      t.dim(2) != head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".table: shape ", ShapeString(t.dims()),
+                     " is not [heads, rows, D] with heads 1 or Hq = ", q_heads,
+                     ", rows >= 1 and D = ", head_dim));
+  }
+  if (!t.is_contiguous() || t.data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".table: must be dense"));
+  }
+  const int64_t rows = t.dim(1);
+  if (r.zero_row < 0 || r.zero_row >= rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".zero_row: ", r.zero_row,
+                     " is outside [0, rows = ", rows, ")"));
+  }
+  if (!r.query_bias.empty()) {
+    if (static_cast<int64_t>(r.query_bias.size()) != q_heads * head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".query_bias: expected Hq·D = ", q_heads * head_dim,
+          " entries ([Hq, D]), got ", r.query_bias.size()));
+    }
+    for (size_t e = 0; e < r.query_bias.size(); ++e) {
+      if (!std::isfinite(r.query_bias[e])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".query_bias[", e, "]: must be finite, got ",
+                         r.query_bias[e]));
+      }
     }
   }
   return absl::OkStatus();
@@ -494,12 +503,9 @@ absl::StatusOr<Problem> ResolveProblem(const AttentionInputs& inputs) {
   }
   switch (p.method) {
     case AttentionMethod::kSoftmax:
-      s.flops =
-          s.dense_flops() * (p.block_layout ? p.block_layout->density() : 1.0);
-      // Relative keys: a second product of each score's query row.
-      if (p.relk_table != nullptr) {
-        s.flops *= 1.0 + double(s.head_dim) / double(s.head_dim + s.value_dim);
-      }
+      s.flops = (s.dense_flops() +
+                 (p.relk_table != nullptr ? s.relative_keys_flops() : 0.0)) *
+                (p.block_layout ? p.block_layout->density() : 1.0);
       break;
     case AttentionMethod::kLinear:
       RETURN_IF_ERROR(CheckLinear(p));

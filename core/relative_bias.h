@@ -1,12 +1,14 @@
 #ifndef ATTNSERVE_CORE_RELATIVE_BIAS_H_
 #define ATTNSERVE_CORE_RELATIVE_BIAS_H_
 
-// T5's relative position bias, a part of an attention call's mask
-// (MaskSpec::relative_bias) and of a paged decode (PagedAttentionInputs).
+// The relative-position parts of an attention call's mask and of a paged
+// decode (PagedAttentionInputs): T5's bias (MaskSpec::relative_bias) and
+// relative position keys (MaskSpec::relative_keys).
 
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "core/tensor.h"
 
 namespace attnserve {
 
@@ -33,6 +35,25 @@ struct RelativeBiasSpec {
 
 // The bucket RelativeBiasSpec gives relative position n (the spec checked).
 int32_t RelativeBucket(const RelativeBiasSpec& spec, int64_t n);
+
+// Relative position keys, a float part of a mask: adds
+//   scale · (q_i + query_bias[h]) · table[h][t],
+//   t = clamp(d(i) − j + zero_row, 0, rows − 1),
+// to the scaled score of query row i of head h and key j (after soft-capping,
+// as every float part). Transformer-XL (Dai et al., 2019): table[h][t] is
+// W_R·R of relative distance t (zero_row 0, rows covering the distances the
+// mask allows), query_bias is v − u with the query sent as q + u (its
+// content bias u). Shaw et al. (2018) with distances clipped to ±K: one
+// table of 2K + 1 rows shared by every head, zero_row K, no query bias.
+struct RelativeKeysSpec {
+  // kFloat32 [Ht, rows, D], dense; Ht is 1 (every head shares it) or Hq;
+  // rows >= 1; D the call's head dim. Read in place, as the keys are: a NaN
+  // in it reaches the scores that read it.
+  TensorView table;
+  int64_t zero_row = 0;  // [0, rows)
+  // Empty, or [Hq, D], finite.
+  absl::Span<const float> query_bias;
+};
 
 }  // namespace attnserve
 

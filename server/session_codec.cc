@@ -211,6 +211,18 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
     d.relative_bias = wire::DecodeRelativeBias(request.relative_bias());
     RETURN_IF_ERROR(CheckRelativeBias(*d.relative_bias, hq, "relative_bias"));
   }
+  if (request.has_relative_keys()) {
+    RelativeKeysSpec keys;
+    ASSIGN_OR_RETURN(keys.table, wire::ViewOf("relative_keys.table",
+                                              request.relative_keys().table()));
+    keys.zero_row = request.relative_keys().zero_row();
+    keys.query_bias =
+        absl::MakeConstSpan(request.relative_keys().query_bias().data(),
+                            request.relative_keys().query_bias().size());
+    RETURN_IF_ERROR(
+        CheckRelativeKeys(keys, hq, d.queries[0].shape[2], "relative_keys"));
+    d.relative_keys = keys;
+  }
   d.return_weights = request.return_weights();
   d.return_weight_stats = request.return_weight_stats();
   ASSIGN_OR_RETURN(
@@ -257,7 +269,8 @@ absl::StatusOr<SessionsAdmission> AdmitSessions(
     step.k_len = kvcache::ReachableTokens(s, tokens, lnew);
     step.head_dim = s.head_dim;
     step.value_dim = s.value_dim;
-    flops += step.dense_flops();
+    flops += step.dense_flops() +
+             (d.relative_keys ? step.relative_keys_flops() : 0.0);
     bytes += lnew * hq * s.value_dim * out_size;
     if (d.return_weights) bytes += hq * lnew * tokens * 4;
     if (d.return_weight_stats) bytes += 2 * hq * lnew * 4;
@@ -348,6 +361,7 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
   in.softcap = d.softcap;
   in.sinks = d.sinks;
   in.relative_bias = d.relative_bias;
+  in.relative_keys = d.relative_keys;
   in.sequences = call->sequences;
 }
 

@@ -57,6 +57,7 @@ struct DecodedSessionsRequest {
   std::optional<float> softcap;
   absl::Span<const float> sinks;
   std::optional<RelativeBiasSpec> relative_bias;
+  std::optional<RelativeKeysSpec> relative_keys;
   bool return_weights = false;
   bool return_weight_stats = false;
   DType output_dtype = DType::kFloat32;

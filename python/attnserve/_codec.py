@@ -761,7 +761,8 @@ def session_query(part, at, session_id, query, key=None, value=None, position=No
 def attend_sessions_request(layer, parts, *, causal=True, window_left=None,
                             alibi_slopes=None, scale=None, softcap=None, sinks=None,
                             relative_bias=None, return_weights=False,
-                            return_weight_stats=False, output_dtype=None, request_id=""):
+                            return_weight_stats=False, output_dtype=None, request_id="",
+                            relative_keys=None):
     """parts: (session_id, query, key, value, position) tuples. (request, kinds)."""
     req = spb.AttendSessionsRequest(request_id=request_id, layer=int(layer))
     kinds = [session_query(req.sessions.add(), f"sessions[{i}].", *p)
@@ -781,6 +782,8 @@ def attend_sessions_request(layer, parts, *, causal=True, window_left=None,
         req.sinks[:] = float_list(sinks)
     if relative_bias is not None:
         req.relative_bias.CopyFrom(relative_bias_message(relative_bias, "relative_bias"))
+    if relative_keys is not None:
+        relative_keys_message(relative_keys, req.relative_keys)
     req.return_weights = bool(return_weights)
     req.return_weight_stats = bool(return_weight_stats)
     req.output_dtype = output_dtype_wire(output_dtype)

@@ -308,12 +308,13 @@ class AsyncClient(_Base):
     async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                               alibi_slopes=None, scale=None, softcap=None, sinks=None,
                               relative_bias=None, return_weights=False, output_dtype=None,
-                              route_key=None, timeout=None, return_weight_stats=False):
+                              route_key=None, timeout=None, return_weight_stats=False,
+                              relative_keys=None):
         req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
                                                     alibi_slopes, scale, softcap, sinks,
                                                     relative_bias, return_weights,
                                                     output_dtype, route_key,
-                                                    return_weight_stats)
+                                                    return_weight_stats, relative_keys)
         with await self._data() as (_, stub):
             resp = await self._call(stub.AttendSessions, req, timeout=timeout,
                                     idempotent=not appends, metadata=self._md(route))

@@ -514,18 +514,19 @@ class Client(_Base):
     def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                         alibi_slopes=None, scale=None, softcap=None, sinks=None,
                         relative_bias=None, return_weights=False, output_dtype=None,
-                        route_key=None, timeout=None, return_weight_stats=False):
+                        route_key=None, timeout=None, return_weight_stats=False,
+                        relative_keys=None):
         """One decode batch: parts are (session, query[, key, value[, position]])
         tuples (session a Session or an id); returns each part's output
         [Lnew, Hq, value_dim] (with return_weights and return_weight_stats,
         (output[, weights][, WeightStats of [Hq, Lnew]])) in order.
-        softcap, sinks ([Hq]) and relative_bias as in attend (a step is bottom-right:
-        its queries are the layer's last positions)."""
+        softcap, sinks ([Hq]), relative_bias and relative_keys as in attend (a
+        step is bottom-right: its queries are the layer's last positions)."""
         req, kinds, route, appends = _sessions_call(layer, parts, causal, window_left,
                                                     alibi_slopes, scale, softcap, sinks,
                                                     relative_bias, return_weights,
                                                     output_dtype, route_key,
-                                                    return_weight_stats)
+                                                    return_weight_stats, relative_keys)
         with self._data() as (_, stub):
             resp = self._call(stub.AttendSessions, req, timeout=timeout,
                               idempotent=not appends, metadata=self._md(route))
@@ -614,7 +615,7 @@ class Client(_Base):
 
 def _sessions_call(layer, parts, causal, window_left, alibi_slopes, scale, softcap, sinks,
                    relative_bias, return_weights, output_dtype, route_key,
-                   return_weight_stats=False):
+                   return_weight_stats=False, relative_keys=None):
     tuples, ids = [], []
     appends = False
     for p in parts:
@@ -632,7 +633,7 @@ def _sessions_call(layer, parts, causal, window_left, alibi_slopes, scale, softc
         layer, tuples, causal=causal, window_left=window_left, alibi_slopes=alibi_slopes,
         scale=scale, softcap=softcap, sinks=sinks, relative_bias=relative_bias,
         return_weights=return_weights, return_weight_stats=return_weight_stats,
-        output_dtype=output_dtype)
+        output_dtype=output_dtype, relative_keys=relative_keys)
     return req, kinds, route_key or (ids[0] if ids else None), appends
 
 

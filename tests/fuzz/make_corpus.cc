@@ -370,6 +370,18 @@ void SessionSeeds(Rng& rng, CorpusWriter& out) {
     q->set_session_id("a");
     *q->mutable_query() = Rows(rng, v1::FLOAT32, 1, 4, kDimAB);
     out.Add("sessions_decode", Family::kAttendSessions, r);
+    // With relative keys: a shared table of 3 rows (fixed values, so that
+    // the seeds after this one draw what they drew before).
+    v1::RelativeKeys* keys = r.mutable_relative_keys();
+    v1::Tensor* table = keys->mutable_table();
+    table->set_dtype(v1::FLOAT32);
+    for (int64_t d : {int64_t{1}, int64_t{3}, int64_t{kDimAB}}) {
+      table->add_shape(d);
+    }
+    std::vector<float> values(static_cast<size_t>(3 * kDimAB), 0.5f);
+    table->set_data(values.data(), values.size() * sizeof(float));
+    keys->set_zero_row(1);
+    out.Add("sessions_relative_keys", Family::kAttendSessions, r);
   }
   {
     // "a" and its fork "c", each appending (the fork copies its shared last

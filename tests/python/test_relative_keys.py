@@ -135,3 +135,48 @@ def test_hosted_transformer_xl_layer_is_its_pytorch_block(client, model_reposito
                                          memory=cat.transpose(0, 1).float().numpy(),
                                          is_causal=True, alignment="bottom_right")
     np.testing.assert_allclose(got, want.transpose(0, 1).numpy(), atol=5e-5)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_session_steps_take_relative_keys_over_stream_positions(client, shared):
+    # Each step of a session with relative keys equals the stateless call over
+    # the whole stream (bottom-right causal): a shared table of distances
+    # clipped to 6 (Shaw), or a table per head with a row per distance and a
+    # query bias (Transformer-XL).
+    rng = np.random.default_rng(5 + shared)
+    hq, hkv, d, prompt, steps = 4, 2, 8, 20, 5
+    total = prompt + 2 * steps
+    if shared:
+        keys = attnserve.RelativeKeys(rng.standard_normal((1, 13, d)).astype(np.float32),
+                                      zero_row=6)
+    else:
+        keys = attnserve.RelativeKeys(rng.standard_normal((hq, total, d)).astype(np.float32),
+                                      zero_row=0,
+                                      query_bias=rng.standard_normal((hq, d)).astype(np.float32))
+    k_all = rng.standard_normal((total, hkv, d)).astype(np.float32)
+    v_all = rng.standard_normal((total, hkv, d)).astype(np.float32)
+    with client.create_session(num_kv_heads=hkv, head_dim=d) as s:
+        s.append(0, k_all[:prompt], v_all[:prompt])
+        end = prompt
+        for step in range(steps):
+            new = 1 + step % 2  # one token, then two (a speculative pair)
+            q = rng.standard_normal((new, hq, d)).astype(np.float32)
+            (out,) = client.attend_sessions(
+                0, [(s, q, k_all[end:end + new], v_all[end:end + new])],
+                relative_keys=keys)
+            end += new
+            want = client.attend(q[None], k_all[None, :end], v_all[None, :end],
+                                 is_causal=True, alignment="bottom_right", layout="BLHD",
+                                 relative_keys=keys)[0]
+            np.testing.assert_allclose(out, want, atol=1e-5)
+
+
+def test_session_relative_keys_are_checked_naming_the_field(client):
+    with client.create_session(num_kv_heads=1, head_dim=8) as s:
+        s.append(0, np.zeros((3, 1, 8), np.float32), np.zeros((3, 1, 8), np.float32))
+        bad = attnserve.RelativeKeys(np.zeros((1, 4, 7), np.float32))
+        with pytest.raises(attnserve.InvalidArgument,
+                           match=r"^relative_keys.table: shape \[1, 4, 7\] is not \[heads, "
+                                 r"rows, D\] with heads 1 or Hq = 2, rows >= 1 and D = 8$"):
+            client.attend_sessions(0, [(s, np.zeros((1, 2, 8), np.float32))],
+                                   relative_keys=bad)
