@@ -1,6 +1,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -361,6 +362,8 @@ class Engine final : public AttentionEngine {
     const bool weights = outputs.weights.has_value();
     KernelArgs args;
     args.p = &problem;
+    static std::atomic<uint64_t> runs{0};
+    args.run = runs.fetch_add(1, std::memory_order_relaxed) + 1;
     args.out = outputs.output.data;
     args.out_dtype = outputs.output.dtype;
     args.out_strides = out_strides;

@@ -82,51 +82,88 @@ bool UniformBias(const KernelArgs& args, int64_t h, int64_t i, int64_t k0,
 
 namespace {
 
-// Adds relative keys' term (RelativeKeysSpec) to bias[0, n), keys [k0, k0 +
-// n) of query row i of (b, h): key k0 + c reads table row t(c) = clamp(base -
-// c, 0, rows - 1), so the keys below the table's last row share one product,
-// those past its row 0 another, and the middle reads a run of consecutive
-// rows backwards (one decode product over them).
+// The products of relative keys (RelativeKeysSpec) with the biased queries
+// of up to kRelativeRows consecutive rows of one head against one key block:
+// dots[r · count + t - first] = (q + query_bias) · table[t] of row i0 + r,
+// for the table rows [first, first + count) the block's keys reach from
+// those rows. One run's kernels visit a block's rows one after another, so
+// a thread keeps a few such products (one slot per head, modulo
+// kRelativeSlots) and forms them once per kRelativeRows rows, as one product
+// of many rows instead of one per row.
+struct RelativeProducts {
+  uint64_t run = 0;  // KernelArgs::run; 0 = empty
+  int64_t b = 0, h = 0, k0 = 0, n = 0, i0 = 0, rows = 0;
+  int64_t first = 0, count = 0;
+  std::vector<float> q, dots;
+};
+constexpr int64_t kRelativeRows = 32;
+constexpr int kRelativeSlots = 8;
+// A slot's products stay under this many floats (256 KiB): long key blocks
+// take fewer rows at a time.
+constexpr int64_t kRelativeFloats = int64_t{1} << 16;
+
+const RelativeProducts& RelativeProductsFor(const KernelArgs& args, int64_t b,
+                                            int64_t h, int64_t i, int64_t k0,
+                                            int64_t n) {
+  thread_local RelativeProducts slots[kRelativeSlots];
+  RelativeProducts& c = slots[h % kRelativeSlots];
+  if (c.run == args.run && c.b == b && c.h == h && c.k0 == k0 && c.n == n &&
+      i >= c.i0 && i < c.i0 + c.rows) {
+    return c;
+  }
+  const Problem& p = *args.p;
+  const int64_t d = p.shape.head_dim;
+  const int64_t last_row = p.relk_rows - 1;
+  c.run = args.run;
+  c.b = b, c.h = h, c.k0 = k0, c.n = n, c.i0 = i;
+  c.rows = std::clamp<int64_t>(kRelativeFloats / (n + kRelativeRows), 1,
+                               std::min(kRelativeRows, p.shape.q_len - i));
+  // Row i0 + r reads table rows base + r - c for keys c in [0, n).
+  const int64_t base = i + p.diag_offset - k0 + p.relk_zero_row;
+  c.first = std::clamp<int64_t>(base - (n - 1), 0, last_row);
+  c.count = std::clamp<int64_t>(base + c.rows - 1, 0, last_row) - c.first + 1;
+  c.q.resize(static_cast<size_t>(c.rows * d));
+  for (int64_t r = 0; r < c.rows; ++r) {
+    float* q = c.q.data() + r * d;
+    args.ops->load(ElementPtr(p.q, p.q_strides.offset(b, h, i + r), p.dtype),
+                   p.dtype, d, q);
+    if (p.relk_query_bias != nullptr) {
+      const float* qb = p.relk_query_bias + h * d;
+      for (int64_t e = 0; e < d; ++e) q[e] += qb[e];
+    }
+  }
+  c.dots.resize(static_cast<size_t>(c.rows * c.count));
+  args.ops->kv_scores(c.q.data(), d, c.rows, d, p.RelativeKey(h, c.first),
+                      DType::kFloat32, nullptr, c.count, c.dots.data(),
+                      c.count);
+  return c;
+}
+
+// Adds relative keys' term to bias[0, n), keys [k0, k0 + n) of query row i
+// of (b, h): key k0 + c reads table row clamp(base - c, 0, rows - 1), so the
+// keys below the table's last row share one product, those past its row 0
+// another, and the middle reads consecutive rows backwards.
 void AddRelativeKeys(const KernelArgs& args, int64_t b, int64_t h, int64_t i,
                      int64_t k0, int64_t n, float* bias) {
   const Problem& p = *args.p;
-  const VecOps& ops = *args.ops;
-  const int64_t d = p.shape.head_dim;
+  const RelativeProducts& c = RelativeProductsFor(args, b, h, i, k0, n);
+  // Table row t's product is dots[t - c.first].
+  const float* dots = c.dots.data() + (i - c.i0) * c.count;
   const int64_t rows = p.relk_rows;
-  // Per thread, reused: the biased query row, then the middle's products.
-  thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(d + n));
-  float* q = scratch.data();
-  float* dots = q + d;
-  ops.load(ElementPtr(p.q, p.q_strides.offset(b, h, i), p.dtype), p.dtype, d,
-           q);
-  if (p.relk_query_bias != nullptr) {
-    const float* qb = p.relk_query_bias + h * d;
-    for (int64_t c = 0; c < d; ++c) q[c] += qb[c];
-  }
   const int64_t base = i + p.diag_offset - k0 + p.relk_zero_row;
-  // [0, top): row rows - 1; [bottom, n): row 0; between them rows base - c.
+  // [0, top): row rows - 1; [bottom, n): row 0; between them rows base - e.
   const int64_t top = std::clamp<int64_t>(base - rows + 2, 0, n);
   const int64_t bottom = std::clamp<int64_t>(base, top, n);
-  const auto edge = [&](int64_t row, int64_t from, int64_t to) {
-    if (from >= to) return;
-    float dot;
-    ops.kv_scores(q, d, 1, d, p.RelativeKey(h, row), DType::kFloat32, nullptr,
-                  1, &dot, 1);
-    dot *= p.scale;
-    for (int64_t c = from; c < to; ++c) bias[c] += dot;
-  };
-  edge(rows - 1, 0, top);
-  edge(0, bottom, n);
-  if (top < bottom) {
-    // Rows base - bottom + 1 .. base - top, ascending into dots.
-    const int64_t first = base - bottom + 1;
-    const int64_t count = bottom - top;
-    ops.kv_scores(q, d, 1, d, p.RelativeKey(h, first), DType::kFloat32, nullptr,
-                  count, dots, count);
-    for (int64_t c = top; c < bottom; ++c) {
-      bias[c] += p.scale * dots[base - c - first];
-    }
+  const float scale = p.scale;
+  if (top > 0) {
+    const float last = scale * dots[rows - 1 - c.first];
+    for (int64_t e = 0; e < top; ++e) bias[e] += last;
+  }
+  const int64_t middle = base - c.first;  // row base - e at middle - e
+  for (int64_t e = top; e < bottom; ++e) bias[e] += scale * dots[middle - e];
+  if (bottom < n) {
+    const float zero = scale * dots[0 - c.first];
+    for (int64_t e = bottom; e < n; ++e) bias[e] += zero;
   }
 }
 

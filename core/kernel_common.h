@@ -73,6 +73,9 @@ struct Workspace {
 
 struct KernelArgs {
   const Problem* p = nullptr;
+  // Unique to each engine run (never 0): what the kernels keep per thread
+  // between rows of one run (relative keys' products) is keyed by it.
+  uint64_t run = 0;
   void* out = nullptr;
   DType out_dtype = DType::kFloat32;
   Strides4 out_strides;
