@@ -98,8 +98,9 @@ struct RelativeProducts {
 };
 constexpr int64_t kRelativeRows = 32;
 constexpr int kRelativeSlots = 8;
-// A slot's products stay under this many floats (256 KiB): long key blocks
-// take fewer rows at a time.
+// A slot's products take about this many floats (256 KiB): long key blocks
+// take fewer rows at a time, down to one row (whose products are a block's
+// length).
 constexpr int64_t kRelativeFloats = int64_t{1} << 16;
 
 const RelativeProducts& RelativeProductsFor(const KernelArgs& args, int64_t b,

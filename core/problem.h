@@ -125,7 +125,7 @@ struct Problem {
     return static_cast<const char*>(relk_table) +
            row * shape.head_dim * int64_t{sizeof(float)};
   }
-  // The table row of relative position j - d(i) = -distance.
+  // The table row of distance d(i) - j.
   int64_t RelativeKeyRow(int64_t distance) const {
     return std::clamp<int64_t>(distance + relk_zero_row, 0, relk_rows - 1);
   }

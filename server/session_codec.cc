@@ -212,16 +212,11 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
     RETURN_IF_ERROR(CheckRelativeBias(*d.relative_bias, hq, "relative_bias"));
   }
   if (request.has_relative_keys()) {
-    RelativeKeysSpec keys;
-    ASSIGN_OR_RETURN(keys.table, wire::ViewOf("relative_keys.table",
-                                              request.relative_keys().table()));
-    keys.zero_row = request.relative_keys().zero_row();
-    keys.query_bias =
-        absl::MakeConstSpan(request.relative_keys().query_bias().data(),
-                            request.relative_keys().query_bias().size());
-    RETURN_IF_ERROR(
-        CheckRelativeKeys(keys, hq, d.queries[0].shape[2], "relative_keys"));
-    d.relative_keys = keys;
+    ASSIGN_OR_RETURN(
+        d.relative_keys,
+        wire::DecodeRelativeKeys(request.relative_keys(), "relative_keys"));
+    RETURN_IF_ERROR(CheckRelativeKeys(*d.relative_keys, hq,
+                                      d.queries[0].shape[2], "relative_keys"));
   }
   d.return_weights = request.return_weights();
   d.return_weight_stats = request.return_weight_stats();

@@ -216,16 +216,22 @@ absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& wire_mask) {
     mask.relative_bias = DecodeRelativeBias(wire_mask.relative_bias());
   }
   if (wire_mask.has_relative_keys()) {
-    const v1::RelativeKeys& wire = wire_mask.relative_keys();
-    RelativeKeysSpec r;
-    // The dtype and shape are the engine's checks, which name them.
-    ASSIGN_OR_RETURN(r.table, ViewOf("mask.relative_keys.table", wire.table()));
-    r.zero_row = wire.zero_row();
-    r.query_bias =
-        absl::MakeConstSpan(wire.query_bias().data(), wire.query_bias().size());
-    mask.relative_keys = r;
+    ASSIGN_OR_RETURN(
+        mask.relative_keys,
+        DecodeRelativeKeys(wire_mask.relative_keys(), "mask.relative_keys"));
   }
   return mask;
+}
+
+absl::StatusOr<RelativeKeysSpec> DecodeRelativeKeys(
+    const v1::RelativeKeys& keys, absl::string_view field) {
+  RelativeKeysSpec r;
+  ASSIGN_OR_RETURN(r.table,
+                   ViewOf(absl::StrCat(field, ".table"), keys.table()));
+  r.zero_row = keys.zero_row();
+  r.query_bias =
+      absl::MakeConstSpan(keys.query_bias().data(), keys.query_bias().size());
+  return r;
 }
 
 RelativeBiasSpec DecodeRelativeBias(const v1::RelativeBias& wire) {

@@ -65,6 +65,12 @@ absl::StatusOr<MaskSpec> DecodeMask(const v1::Mask& mask);
 // engine's CheckRelativeBias checks it).
 RelativeBiasSpec DecodeRelativeBias(const v1::RelativeBias& bias);
 
+// Relative position keys of a Mask or a session step, as views into it; its
+// fields named under `field` ("mask.relative_keys", "relative_keys"). The
+// table's dtype and shape are the engine's CheckRelativeKeys's to check.
+absl::StatusOr<RelativeKeysSpec> DecodeRelativeKeys(
+    const v1::RelativeKeys& keys, absl::string_view field);
+
 // A response's output dtype: `fallback` for UNSPECIFIED, InvalidArgument
 // naming output_dtype for BOOL, INT32 or unknown values.
 absl::StatusOr<DType> DecodeOutputDType(v1::DataType wire, DType fallback);

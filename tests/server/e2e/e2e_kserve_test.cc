@@ -465,15 +465,19 @@ TEST_F(KserveE2eTest, HostedModelsEqualAttendModel) {
            native_request.mutable_hidden());
     ToWire(TestTensor::Random(DType::kFloat32, {b, lk, d}, 12),
            native_request.mutable_memory());
-    TestTensor positions(DType::kFloat32, {b, lq});
-    v1::Tensor* p = native_request.mutable_positions();
-    p->set_dtype(v1::INT32);
-    p->add_shape(b);
-    p->add_shape(lq);
-    std::vector<int32_t> pos;
-    for (int i = 0; i < b * lq; ++i) pos.push_back(3 + i % lq);
-    p->set_data(
-        std::string(reinterpret_cast<const char*>(pos.data()), pos.size() * 4));
+    // Positions, except for a layer that takes its distances from the mask
+    // (positional "relative").
+    if (!absl::StrContains(model.config_json(),
+                           "\"positional\":\"relative\"")) {
+      v1::Tensor* p = native_request.mutable_positions();
+      p->set_dtype(v1::INT32);
+      p->add_shape(b);
+      p->add_shape(lq);
+      std::vector<int32_t> pos;
+      for (int i = 0; i < b * lq; ++i) pos.push_back(3 + i % lq);
+      p->set_data(std::string(reinterpret_cast<const char*>(pos.data()),
+                              pos.size() * 4));
+    }
     // A Linformer layer mixes its keys: no causal mask and no weights per key;
     // it pads them instead.
     const bool linformer =
@@ -501,7 +505,9 @@ TEST_F(KserveE2eTest, HostedModelsEqualAttendModel) {
       r.set_model_version("1");
       AddTensor("hidden", native_request.hidden(), typed, &r);
       AddTensor("memory", native_request.memory(), typed, &r);
-      AddTensor("positions", native_request.positions(), typed, &r);
+      if (native_request.has_positions()) {
+        AddTensor("positions", native_request.positions(), typed, &r);
+      }
       AddMask(native_request.mask(), typed, &r);
       (*r.mutable_parameters())["return_weights"].set_bool_param(!linformer);
       ModelInferResponse got;
