@@ -16,8 +16,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      Unimplemented, Unknown)
 from .plot import plot_entropy, plot_weights
 from .types import (BlockSparse, LinearAttention, LshAttention, ModelInfo, RelativeBias,
-                    RelativeKeys,
-                    ServerInfo, SessionInfo, SessionLimits, SessionShape,
+                    RelativeKeys, ServerInfo, SessionInfo, SessionLimits, SessionShape,
                     SharedMemoryRegionInfo, SharedMemoryStatus, WeightStats)
 
 __version__ = "0.1.0"

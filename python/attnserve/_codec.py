@@ -15,8 +15,8 @@ from . import _shared_memory as S
 from . import _tensors as T
 from ._transport import RESPONSE_ENVELOPE_BYTES
 from .errors import InvalidArgument
-from .types import (BlockSparse, LinearAttention, LshAttention, RelativeBias, RelativeKeys, SessionInfo,
-                    SessionShape, WeightStats)
+from .types import (BlockSparse, LinearAttention, LshAttention, RelativeBias, RelativeKeys,
+                    SessionInfo, SessionShape, WeightStats)
 from .v1 import attention_pb2 as pb
 from .v1 import sessions_pb2 as spb
 

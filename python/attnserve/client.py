@@ -299,8 +299,9 @@ class Client(_Base):
         in each softmax denominator of head h. relative_bias: T5's bucketed
         relative position bias, an attnserve.RelativeBias (T5 scales no scores:
         pass scale=1.0 with it). relative_keys: relative position keys
-        (Transformer-XL, Shaw et al.), an attnserve.RelativeKeys. sink_tokens: with a left window, the first
-        keys stay attended outside it (StreamingLLM). Softmax attention only.
+        (Transformer-XL, Shaw et al.), an attnserve.RelativeKeys. sink_tokens:
+        with a left window, the first keys stay attended outside it
+        (StreamingLLM). Softmax attention only.
 
         Returns the output, or a tuple (output[, weights][, stats]) with
         return_weights and return_weight_stats (stats: an attnserve.WeightStats
