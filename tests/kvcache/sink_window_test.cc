@@ -238,7 +238,9 @@ TEST(SinkWindowTest, ForkAndSnapshotIntoAnotherBlockSize) {
     std::vector<int64_t> unfilled;
     for (int64_t t = 5; t < block; ++t) unfilled.push_back(t);
     for (int64_t t = 945 / block * block; t < 945; ++t) unfilled.push_back(t);
-    if (block == 64) EXPECT_EQ(unfilled.size(), 59u + 49u);
+    if (block == 64) {
+      EXPECT_EQ(unfilled.size(), 59u + 49u);
+    }
     for (int64_t t : unfilled) {
       for (int64_t h = 0; h < kHeads; ++h) {
         EXPECT_EQ(ReadPinned(imported, shape, block, false, t, h, 0), 0.0f)
