@@ -10,6 +10,17 @@ int64_t Position(const int32_t* positions, int64_t period, int64_t r) {
   return positions != nullptr ? positions[r] : r % period;
 }
 
+// base^(-2i/dim) for i < count: the frequencies of sinusoidal encodings.
+std::vector<double> InverseFrequencies(int64_t count, double base,
+                                       int64_t dim) {
+  std::vector<double> f(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    f[static_cast<size_t>(i)] =
+        std::pow(base, -2.0 * static_cast<double>(i) / dim);
+  }
+  return f;
+}
+
 }  // namespace
 
 void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* gamma,
@@ -35,10 +46,7 @@ void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* gamma,
 
 void RelativeSinusoid(int64_t first, int64_t rows, int64_t dim, float* out) {
   const int64_t half = dim / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / dim);
-  }
+  const std::vector<double> inv_freq = InverseFrequencies(half, 10000.0, dim);
   for (int64_t t = 0; t < rows; ++t) {
     const double p = static_cast<double>(first + t);
     float* row = out + t * dim;
@@ -52,10 +60,8 @@ void RelativeSinusoid(int64_t first, int64_t rows, int64_t dim, float* out) {
 void AddSinusoidal(float* x, int64_t rows, int64_t dim,
                    const int32_t* positions, int64_t period) {
   // 10000^(-2i/dim) for each pair, computed once.
-  std::vector<double> inv_freq(static_cast<size_t>((dim + 1) / 2));
-  for (size_t i = 0; i < inv_freq.size(); ++i) {
-    inv_freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / dim);
-  }
+  const std::vector<double> inv_freq =
+      InverseFrequencies((dim + 1) / 2, 10000.0, dim);
   for (int64_t r = 0; r < rows; ++r) {
     const double p = static_cast<double>(Position(positions, period, r));
     float* row = x + r * dim;
@@ -71,11 +77,8 @@ void ApplyRope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                int64_t row_stride, const int32_t* positions, int64_t period,
                double theta) {
   const int64_t half = head_dim / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[static_cast<size_t>(i)] =
-        std::pow(theta, -2.0 * static_cast<double>(i) / head_dim);
-  }
+  const std::vector<double> inv_freq =
+      InverseFrequencies(half, theta, head_dim);
   std::vector<float> cos_row(static_cast<size_t>(half));
   std::vector<float> sin_row(static_cast<size_t>(half));
   for (int64_t r = 0; r < rows; ++r) {

@@ -160,8 +160,8 @@ def relative_keys_message(spec, out):
 
 
 def _check_relative_keys(rk, hq, d):
-    """The server's checks of relative keys' shapes, in its order (the values
-    it checks are left to it)."""
+    """The server's checks of relative keys' shapes, in its order; False when it
+    would refuse a value, which is left to it (and all after it)."""
     shape = list(rk.table.shape)
     if (len(shape) != 3 or shape[0] not in (1, hq) or shape[1] < 1 or shape[2] != d):
         raise InvalidArgument(f"mask.relative_keys.table: shape {shape_text(shape)} is not "
@@ -170,6 +170,10 @@ def _check_relative_keys(rk, hq, d):
     if not 0 <= rk.zero_row < shape[1]:
         raise InvalidArgument(f"mask.relative_keys.zero_row: {rk.zero_row} is outside [0, "
                               f"rows = {shape[1]})")
+    if len(rk.query_bias) and len(rk.query_bias) != hq * d:
+        raise InvalidArgument(f"mask.relative_keys.query_bias: expected Hq·D = {hq * d} "
+                              f"entries ([Hq, D]), got {len(rk.query_bias)}")
+    return bool(np.isfinite(np.asarray(rk.query_bias, np.float32)).all())
 
 
 def _relative_bias_in_range(rb):
@@ -394,14 +398,9 @@ def _check_attend_shapes(req, q_shape, k_shape, v_shape, layout, lsh, enable_gqa
                                   f"{len(rb.table)}")
         if not np.isfinite(np.asarray(rb.table, np.float32)).all():
             return
-    if mask.HasField("relative_keys"):
-        _check_relative_keys(mask.relative_keys, hq, d)
-        rk = mask.relative_keys
-        if len(rk.query_bias) and len(rk.query_bias) != hq * d:
-            raise InvalidArgument(f"mask.relative_keys.query_bias: expected Hq·D = {hq * d} "
-                                  f"entries ([Hq, D]), got {len(rk.query_bias)}")
-        if not np.isfinite(np.asarray(rk.query_bias, np.float32)).all():
-            return
+    if mask.HasField("relative_keys") and not _check_relative_keys(mask.relative_keys,
+                                                                   hq, d):
+        return
     if mask.HasField("block_sparse"):
         _check_block_sparse(mask.block_sparse, lq, lk)
     if req.HasField("linear"):

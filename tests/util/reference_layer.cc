@@ -315,31 +315,36 @@ absl::Status ReferenceLayer(const ModelConfig& c, const LayerWeights& w,
     const double scale = c.scoring == Scoring::kDot ? 1.0 : 1.0 / std::sqrt(hd);
     const int64_t o =
         in.mask.alignment == CausalAlignment::kBottomRight ? lk - lq : 0;
-    relative_scores.assign(static_cast<size_t>(b * hq * lq * lk), 0.0f);
-    for (int64_t i = 0; i < lq; ++i) {
-      for (int64_t j = 0; j < lk; ++j) {
-        const double p = static_cast<double>(i + o - j);
-        std::vector<double> enc(static_cast<size_t>(d));
-        for (int64_t f = 0; f < d / 2; ++f) {
-          const double angle = p * std::pow(10000.0, -2.0 * f / d);
-          enc[f] = std::sin(angle);
-          enc[d / 2 + f] = std::cos(angle);
+    // r_h(p) for every distance p = d(i) − j, [distance][h][e], once each.
+    const int64_t first = o - (lk - 1), distances = lq + lk - 1;
+    Rows r(static_cast<size_t>(distances * hq * hd), 0.0);
+    std::vector<double> enc(static_cast<size_t>(d));
+    for (int64_t t = 0; t < distances; ++t) {
+      const double p = static_cast<double>(first + t);
+      for (int64_t f = 0; f < d / 2; ++f) {
+        const double angle = p * std::pow(10000.0, -2.0 * f / d);
+        enc[f] = std::sin(angle);
+        enc[d / 2 + f] = std::cos(angle);
+      }
+      for (int64_t he = 0; he < hq * hd; ++he) {
+        for (int64_t f = 0; f < d; ++f) {
+          r[t * hq * hd + he] += w.relative_w_r[he * d + f] * enc[f];
         }
-        std::vector<double> r(static_cast<size_t>(hd));
-        for (int64_t h = 0; h < hq; ++h) {
-          for (int64_t e = 0; e < hd; ++e) {
-            r[e] = 0;
-            for (int64_t f = 0; f < d; ++f) {
-              r[e] += w.relative_w_r[(h * hd + e) * d + f] * enc[f];
-            }
-          }
-          for (int64_t bb = 0; bb < b; ++bb) {
+      }
+    }
+    relative_scores.resize(static_cast<size_t>(b * hq * lq * lk));
+    for (int64_t bb = 0; bb < b; ++bb) {
+      for (int64_t h = 0; h < hq; ++h) {
+        for (int64_t i = 0; i < lq; ++i) {
+          const double* qi = &q[((bb * lq + i) * hq + h) * hd];
+          for (int64_t j = 0; j < lk; ++j) {
+            const double* rp = &r[((i + o - j - first) * hq + h) * hd];
             double term = 0;
             for (int64_t e = 0; e < hd; ++e) {
               // (q + u) + (v − u) = q + v.
-              term += (q[((bb * lq + i) * hq + h) * hd + e] +
-                       w.relative_v[h * hd + e] - w.relative_u[h * hd + e]) *
-                      r[e];
+              term += (qi[e] + w.relative_v[h * hd + e] -
+                       w.relative_u[h * hd + e]) *
+                      rp[e];
             }
             relative_scores[((bb * hq + h) * lq + i) * lk + j] =
                 static_cast<float>(scale * term);
