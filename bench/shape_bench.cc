@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/malloc_policy.h"
 #include "base/random.h"
+#include "bench/layer_weights.h"
 #include "bench/machine.h"
 #include "core/attention.h"
 #include "core/matmul.h"
@@ -136,13 +137,6 @@ double MedianOf(const std::vector<Sample>& v, bool cpu) {
   std::vector<double> x;
   for (const Sample& s : v) x.push_back(cpu ? s.cpu_us : s.wall_us);
   return Median(std::move(x));
-}
-
-std::vector<float> Uniform(size_t n, uint64_t seed, float scale) {
-  std::vector<float> v(n);
-  base::SplitMix64 rng(seed);
-  for (float& x : v) x = scale * rng.Uniform(-1.0f, 1.0f);
-  return v;
 }
 
 // `count` distinct lengths in [kMinLen, kMaxLen], none a warm-up length, in a
@@ -263,24 +257,6 @@ model::ModelConfig LayerConfig(int64_t d_model, int64_t heads) {
   c.num_kv_heads = heads;
   c.head_dim = d_model / heads;
   return c;
-}
-
-model::LayerWeights LayerWeightsFor(const model::ModelConfig& c) {
-  const size_t d = c.d_model, q = c.num_heads * c.head_dim,
-               kv = c.num_kv_heads * c.head_dim;
-  const float s = 1.0f / std::sqrt(float(d));
-  model::LayerWeights w;
-  w.q_proj_weight = Uniform(q * d, 1, s);
-  w.k_proj_weight = Uniform(kv * d, 2, s);
-  w.v_proj_weight = Uniform(kv * d, 3, s);
-  w.o_proj_weight = Uniform(d * q, 4, s);
-  w.q_proj_bias = Uniform(q, 5, 0.1f);
-  w.k_proj_bias = Uniform(kv, 6, 0.1f);
-  w.v_proj_bias = Uniform(kv, 7, 0.1f);
-  w.o_proj_bias = Uniform(d, 8, 0.1f);
-  w.norm_weight.assign(d, 1.0f);
-  w.norm_bias.assign(d, 0.0f);
-  return w;
 }
 
 // One hosted layer: load, then on a fresh thread (a server's worker) with its

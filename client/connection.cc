@@ -138,10 +138,7 @@ void PrepareContext(const ConnectionOptions& options,
 
 ExitCode AskEveryTarget(
     const ConnectionOptions& options, std::ostream& err,
-    absl::FunctionRef<ExitCode(size_t target,
-                               const std::shared_ptr<grpc::Channel>& channel,
-                               grpc::ClientContext* context)>
-        ask) {
+    absl::FunctionRef<ExitCode(const TargetCall& call)> ask) {
   absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> channels =
       CreateChannels(options);
   if (!channels.ok()) {
@@ -152,7 +149,11 @@ ExitCode AskEveryTarget(
   for (size_t i = 0; i < channels->size(); ++i) {
     grpc::ClientContext context;
     PrepareContext(options, &context);
-    const ExitCode answer = ask(i, (*channels)[i], &context);
+    const ExitCode answer = ask(TargetCall{.index = i,
+                                           .name = options.targets[i],
+                                           .several = channels->size() > 1,
+                                           .channel = (*channels)[i],
+                                           .context = &context});
     if (answer != kExitOk) code = answer;
   }
   return code;

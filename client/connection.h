@@ -94,17 +94,26 @@ absl::Duration ConnectChannel(grpc::Channel& channel, absl::Duration timeout);
 void PrepareContext(const ConnectionOptions& options,
                     grpc::ClientContext* context);
 
-// Makes one channel per target and calls `ask(target, channel, context)` for
-// each in order, with a fresh context that PrepareContext has set. Returns
-// kExitOk when every `ask` did, else the last code other than kExitOk that one
-// returned; kExitFileError, with the message on `err`, when the channels
-// cannot be made (an unreadable CA file).
+// One target's turn in AskEveryTarget.
+struct TargetCall {
+  size_t index = 0;
+  const std::string& name;
+  // More than one target: lines name theirs (prefix()).
+  bool several = false;
+  const std::shared_ptr<grpc::Channel>& channel;
+  grpc::ClientContext* context = nullptr;
+  // "<name>: " when there are several targets, else empty.
+  std::string prefix() const { return several ? name + ": " : std::string(); }
+};
+
+// Makes one channel per target and calls `ask` for each in order, with a
+// fresh context that PrepareContext has set. Returns kExitOk when every `ask`
+// did, else the last code other than kExitOk that one returned;
+// kExitFileError, with the message on `err`, when the channels cannot be made
+// (an unreadable CA file).
 ExitCode AskEveryTarget(
     const ConnectionOptions& options, std::ostream& err,
-    absl::FunctionRef<ExitCode(size_t target,
-                               const std::shared_ptr<grpc::Channel>& channel,
-                               grpc::ClientContext* context)>
-        ask);
+    absl::FunctionRef<ExitCode(const TargetCall& call)> ask);
 
 }  // namespace attnserve::client
 

@@ -39,27 +39,21 @@ std::string FormatServerInfo(const v1::ServerInfo& info) {
 
 ExitCode RunInfo(const ConnectionOptions& connection, std::ostream& out,
                  std::ostream& err) {
-  const bool several = connection.targets.size() > 1;
-  return AskEveryTarget(
-      connection, err,
-      [&](size_t target, const std::shared_ptr<grpc::Channel>& channel,
-          grpc::ClientContext* context) {
-        if (several) {
-          out << (target > 0 ? "\n" : "")
-              << "target: " << connection.targets[target] << "\n";
-        }
-        auto stub = v1::AttentionService::NewStub(channel);
-        v1::ServerInfo info;
-        const grpc::Status status =
-            stub->GetServerInfo(context, v1::GetServerInfoRequest(), &info);
-        if (!status.ok()) {
-          err << (several ? connection.targets[target] + ": " : "")
-              << RpcErrorLine(status) << "\n";
-          return kExitRpcFailed;
-        }
-        out << FormatServerInfo(info);
-        return kExitOk;
-      });
+  return AskEveryTarget(connection, err, [&](const TargetCall& call) {
+    if (call.several) {
+      out << (call.index > 0 ? "\n" : "") << "target: " << call.name << "\n";
+    }
+    auto stub = v1::AttentionService::NewStub(call.channel);
+    v1::ServerInfo info;
+    const grpc::Status status =
+        stub->GetServerInfo(call.context, v1::GetServerInfoRequest(), &info);
+    if (!status.ok()) {
+      err << call.prefix() << RpcErrorLine(status) << "\n";
+      return kExitRpcFailed;
+    }
+    out << FormatServerInfo(info);
+    return kExitOk;
+  });
 }
 
 }  // namespace attnserve::client

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/target_region.h"
+
 namespace attnserve {
 namespace {
 
@@ -63,14 +65,7 @@ bool AmxUsable() {
   return usable;
 }
 
-#if defined(__clang__)
-#pragma clang attribute push(                                          \
-    __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,fma"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,fma")
-#endif
+ATTNSERVE_TARGET_BEGIN("amx-tile,amx-bf16,avx512f,avx512bw,fma")
 
 namespace {
 
@@ -254,8 +249,4 @@ void AmxAccumulate(const uint16_t* p, int64_t ldp, int64_t m,
 
 }  // namespace attnserve
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+ATTNSERVE_TARGET_END()

@@ -111,16 +111,8 @@ struct PagedSequence {
 // The query heads a paged call may have: [1, kMaxPagedQueryHeads].
 inline constexpr int64_t kMaxPagedQueryHeads = int64_t{1} << 16;
 
-// Exactly the stateless call, per sequence, with query [1, Lnew, Hq, D] and key
-// and value [1, tokens, Hkv, ·] (BLHD) and the mask parts below.
-struct PagedAttentionInputs {
-  int64_t q_heads = 0;
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t value_dim = 0;
-  int64_t block_tokens = 0;
-  // f32, bf16, f16 or int8.
-  DType kv_dtype = DType::kFloat32;
+// What a paged call applies to every sequence: its mask and scoring parts.
+struct PagedCallOptions {
   // Causal with bottom-right alignment (default): new query i of Lnew sits at
   // position tokens - Lnew + i and sees the keys up to it.
   bool causal = true;
@@ -140,6 +132,18 @@ struct PagedAttentionInputs {
   // Relative position keys, as MaskSpec::relative_keys (distances between
   // stream positions).
   std::optional<RelativeKeysSpec> relative_keys;
+};
+
+// Exactly the stateless call, per sequence, with query [1, Lnew, Hq, D] and key
+// and value [1, tokens, Hkv, ·] (BLHD) and the call's options.
+struct PagedAttentionInputs : PagedCallOptions {
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t value_dim = 0;
+  int64_t block_tokens = 0;
+  // f32, bf16, f16 or int8.
+  DType kv_dtype = DType::kFloat32;
   absl::Span<const PagedSequence> sequences;
 };
 

@@ -14,16 +14,10 @@
 
 #include "core/convert.h"
 #include "core/limits.h"
+#include "core/target_region.h"
 #include "core/vec_ops.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(                                   \
-    __attribute__((target("avx512f,avx512bw,avx512bf16,fma"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512bf16,fma")
-#endif
+ATTNSERVE_TARGET_BEGIN("avx512f,avx512bw,avx512bf16,fma")
 
 #include "core/kv_rows.h"
 #include "core/vec_ops_avx512_inl.h"
@@ -84,6 +78,8 @@ void DotRowsBf16(const uint16_t* q, int64_t d, const uint16_t* k, int64_t n,
   }
 }
 
+inline __m512i LoadBf16Row(const uint16_t* p) { return _mm512_loadu_si512(p); }
+
 // acc[r][c0, c0 + 32·C) += Σ_t p[r][t] · v_t for R rows: two tokens per
 // vdpbf16ps, their probabilities a bf16 pair at pb[r·ldpb + t] (ldpb even,
 // zero past n).
@@ -99,31 +95,19 @@ void AccumulateRowsBf16(const uint16_t* pb, int64_t ldpb, const uint16_t* v,
                   &hi[r][j]);
     }
   }
-  const int64_t row_bytes = dv * int64_t{sizeof(uint16_t)};
   for (int64_t t = 0; t < n; t += 2) {
-    const uint16_t* row = v + t * dv;
-    if (c0 == 0) {
-      PrefetchRow(reinterpret_cast<const char*>(row), row_bytes, t, n);
-      PrefetchRow(reinterpret_cast<const char*>(row + dv), row_bytes, t + 1, n);
-    }
-    __m512bh even[C], odd[C];
-    for (int j = 0; j < C; ++j) {
-      const __m512i x0 = _mm512_loadu_si512(row + c0 + 32 * j);
-      // The last token of an odd n pairs with zeros, not with the block's
-      // next row (unwritten memory).
-      const __m512i x1 = t + 1 < n ? _mm512_loadu_si512(row + dv + c0 + 32 * j)
-                                   : _mm512_setzero_si512();
-      even[j] = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(x0, x1));
-      odd[j] = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(x0, x1));
-    }
+    __m512i even[C], odd[C];
+    LoadTokenPair<C, uint16_t, LoadBf16Row>(v, dv, t, n, c0, even, odd);
     for (int r = 0; r < R; ++r) {
       uint32_t pair;
       std::memcpy(&pair, pb + r * ldpb + t, sizeof pair);
       const __m512bh w =
           reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
       for (int j = 0; j < C; ++j) {
-        lo[r][j] = _mm512_dpbf16_ps(lo[r][j], w, even[j]);
-        hi[r][j] = _mm512_dpbf16_ps(hi[r][j], w, odd[j]);
+        lo[r][j] =
+            _mm512_dpbf16_ps(lo[r][j], w, reinterpret_cast<__m512bh>(even[j]));
+        hi[r][j] =
+            _mm512_dpbf16_ps(hi[r][j], w, reinterpret_cast<__m512bh>(odd[j]));
       }
     }
   }
@@ -271,8 +255,4 @@ float ScaledExpSumBf16Avx512Bf16(const float* s, int64_t n, float scale,
 
 }  // namespace attnserve
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+ATTNSERVE_TARGET_END()

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/kv_rows.h"
+
 namespace attnserve {
 namespace {
 
@@ -61,6 +63,31 @@ inline void FromPairOrder(__m512 lo, __m512 hi, __m512* a0, __m512* a1) {
   const __m512 t1 = _mm512_shuffle_f32x4(lo, hi, 0xEE);
   *a0 = _mm512_shuffle_f32x4(t0, t0, 0xD8);
   *a1 = _mm512_shuffle_f32x4(t1, t1, 0xD8);
+}
+
+// Tokens t and t + 1 of the value rows at `rows` (dv elements a row), 32·C
+// columns from c0, widened to 16 bits by Load (32 lanes a vector) and
+// interleaved as the pair products take them: even[j] and odd[j] hold vector
+// j's pairs (token t, token t + 1) in ToPairOrder's lo and hi column order.
+// When t + 1 == n the second token is zeros, not the block's next row
+// (unwritten memory). At c0 == 0 the rows PrefetchRow's distance ahead are
+// prefetched.
+template <int C, typename T, __m512i (*Load)(const T*)>
+inline void LoadTokenPair(const T* rows, int64_t dv, int64_t t, int64_t n,
+                          int64_t c0, __m512i* even, __m512i* odd) {
+  const T* row = rows + t * dv;
+  if (c0 == 0) {
+    const int64_t row_bytes = dv * int64_t{sizeof(T)};
+    PrefetchRow(reinterpret_cast<const char*>(row), row_bytes, t, n);
+    PrefetchRow(reinterpret_cast<const char*>(row + dv), row_bytes, t + 1, n);
+  }
+  for (int j = 0; j < C; ++j) {
+    const __m512i x0 = Load(row + c0 + 32 * j);
+    const __m512i x1 =
+        t + 1 < n ? Load(row + dv + c0 + 32 * j) : _mm512_setzero_si512();
+    even[j] = _mm512_unpacklo_epi16(x0, x1);
+    odd[j] = _mm512_unpackhi_epi16(x0, x1);
+  }
 }
 
 }  // namespace

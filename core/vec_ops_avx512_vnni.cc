@@ -20,16 +20,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/target_region.h"
 #include "core/vec_ops.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(                                   \
-    __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vnni,fma")
-#endif
+ATTNSERVE_TARGET_BEGIN("avx512f,avx512bw,avx512vnni,fma")
 
 #include "core/kv_rows.h"
 #include "core/vec_ops_avx512_inl.h"
@@ -178,21 +172,8 @@ void AccumulateRowsInt8(const int16_t* w, int64_t ldw, const float* ws,
     }
   }
   for (int64_t t = 0; t < n; t += 2) {
-    const int8_t* row = v + t * dv;
-    if (c0 == 0) {
-      PrefetchRow(reinterpret_cast<const char*>(row), dv, t, n);
-      PrefetchRow(reinterpret_cast<const char*>(row + dv), dv, t + 1, n);
-    }
     __m512i even[C], odd[C];
-    for (int j = 0; j < C; ++j) {
-      const __m512i x0 = LoadInt8AsInt16(row + c0 + 32 * j);
-      // The last token of an odd n pairs with zeros, not with the block's
-      // next row (unwritten memory).
-      const __m512i x1 = t + 1 < n ? LoadInt8AsInt16(row + dv + c0 + 32 * j)
-                                   : _mm512_setzero_si512();
-      even[j] = _mm512_unpacklo_epi16(x0, x1);
-      odd[j] = _mm512_unpackhi_epi16(x0, x1);
-    }
+    LoadTokenPair<C, int8_t, LoadInt8AsInt16>(v, dv, t, n, c0, even, odd);
     for (int r = 0; r < R; ++r) {
       int32_t pair;
       std::memcpy(&pair, w + r * ldw + t, sizeof pair);
@@ -300,8 +281,4 @@ void KvAccumulateAvx512Vnni(const float* p, int64_t ldp, int64_t m,
 
 }  // namespace attnserve
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+ATTNSERVE_TARGET_END()

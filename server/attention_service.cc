@@ -58,9 +58,9 @@ class AttentionService::Streams final
               const StreamMessage& message,
               absl::AnyInvocable<void(absl::Status)> done) override {
     service_->work_.Begin();
-    // Streams opened before draining began stay open, but take no new work.
-    if (service_->admission_->draining()) {
-      done(absl::UnavailableError("server is shutting down"));
+    if (absl::Status admitted = service_->admission_->AdmitStreamMessage();
+        !admitted.ok()) {
+      done(std::move(admitted));
       return;
     }
     service_->Process<Kind>(
@@ -292,8 +292,7 @@ grpc::ServerUnaryReactor* AttentionService::HandleUnary(
   const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   auto finish = [this, reactor, request, response, received,
                  request_bytes](absl::Status status) {
-    if (!status.ok()) response->Clear();
-    response->set_request_id(request->request_id());
+    StampAnswer(status, *request, response);
     const grpc::Status grpc_status = ToGrpcStatus(status);
     const int64_t response_bytes =
         static_cast<int64_t>(response->ByteSizeLong());

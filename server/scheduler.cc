@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "base/cpu_quota.h"
 #include "server/metrics.h"
+#include "server/rpc/admission.h"
 
 namespace attnserve::server {
 
@@ -102,7 +103,7 @@ absl::Status Scheduler::Submit(Task task) {
   bool run_inline = false;
   {
     absl::MutexLock lock(&mu_);
-    if (!accepting_) return absl::UnavailableError("server is shutting down");
+    if (!accepting_) return ShuttingDownError();
     // Counting the running tasks lets a task that an idle worker is about to
     // take in, even when max_queue is 0.
     if (static_cast<int64_t>(queue_.size()) + active_ <

@@ -165,13 +165,13 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
     }
     if (q.has_position()) part.position = q.position();
   }
-  d.causal = !request.has_causal() || request.causal();
+  d.options.causal = !request.has_causal() || request.causal();
   if (request.has_window_left()) {
     if (request.window_left() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("window_left: ", request.window_left(), " is negative"));
     }
-    d.window_left = request.window_left();
+    d.options.window_left = request.window_left();
   }
   // The engine's range of Hq and its ALiBi checks, made here because the
   // engine would make them only after the appends (one Hq per call:
@@ -182,18 +182,20 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
         "sessions[0].query.shape: Hq = ", hq, " is outside [1, ",
         kMaxPagedQueryHeads, "] (got ", ShapeString(d.queries[0].dims()), ")"));
   }
-  d.alibi_slopes = absl::MakeConstSpan(request.alibi_slopes().data(),
-                                       request.alibi_slopes().size());
-  if (!d.alibi_slopes.empty() &&
-      static_cast<int64_t>(d.alibi_slopes.size()) != hq) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "alibi_slopes: expected Hq = ", hq,
-        " entries (one per query head) or none, got ", d.alibi_slopes.size()));
+  d.options.alibi_slopes = absl::MakeConstSpan(request.alibi_slopes().data(),
+                                               request.alibi_slopes().size());
+  if (!d.options.alibi_slopes.empty() &&
+      static_cast<int64_t>(d.options.alibi_slopes.size()) != hq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("alibi_slopes: expected Hq = ", hq,
+                     " entries (one per query head) or none, got ",
+                     d.options.alibi_slopes.size()));
   }
-  for (size_t h = 0; h < d.alibi_slopes.size(); ++h) {
-    if (!std::isfinite(d.alibi_slopes[h])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "alibi_slopes[", h, "]: must be finite, got ", d.alibi_slopes[h]));
+  for (size_t h = 0; h < d.options.alibi_slopes.size(); ++h) {
+    if (!std::isfinite(d.options.alibi_slopes[h])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("alibi_slopes[", h, "]: must be finite, got ",
+                       d.options.alibi_slopes[h]));
     }
   }
   if (request.has_scale()) {
@@ -201,21 +203,23 @@ absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
       return absl::InvalidArgumentError(
           absl::StrCat("scale: ", request.scale(), " is not finite"));
     }
-    d.scale = request.scale();
+    d.options.scale = request.scale();
   }
-  if (request.has_softcap()) d.softcap = request.softcap();
-  RETURN_IF_ERROR(CheckSoftcap(d.softcap));
-  d.sinks = absl::MakeConstSpan(request.sinks().data(), request.sinks().size());
-  RETURN_IF_ERROR(CheckSinks(d.sinks, hq));
+  if (request.has_softcap()) d.options.softcap = request.softcap();
+  RETURN_IF_ERROR(CheckSoftcap(d.options.softcap));
+  d.options.sinks =
+      absl::MakeConstSpan(request.sinks().data(), request.sinks().size());
+  RETURN_IF_ERROR(CheckSinks(d.options.sinks, hq));
   if (request.has_relative_bias()) {
-    d.relative_bias = wire::DecodeRelativeBias(request.relative_bias());
-    RETURN_IF_ERROR(CheckRelativeBias(*d.relative_bias, hq, "relative_bias"));
+    d.options.relative_bias = wire::DecodeRelativeBias(request.relative_bias());
+    RETURN_IF_ERROR(
+        CheckRelativeBias(*d.options.relative_bias, hq, "relative_bias"));
   }
   if (request.has_relative_keys()) {
     ASSIGN_OR_RETURN(
-        d.relative_keys,
+        d.options.relative_keys,
         wire::DecodeRelativeKeys(request.relative_keys(), "relative_keys"));
-    RETURN_IF_ERROR(CheckRelativeKeys(*d.relative_keys, hq,
+    RETURN_IF_ERROR(CheckRelativeKeys(*d.options.relative_keys, hq,
                                       d.queries[0].shape[2], "relative_keys"));
   }
   d.return_weights = request.return_weights();
@@ -265,7 +269,7 @@ absl::StatusOr<SessionsAdmission> AdmitSessions(
     step.head_dim = s.head_dim;
     step.value_dim = s.value_dim;
     flops += step.dense_flops() +
-             (d.relative_keys ? step.relative_keys_flops() : 0.0);
+             (d.options.relative_keys ? step.relative_keys_flops() : 0.0);
     bytes += lnew * hq * s.value_dim * out_size;
     if (d.return_weights) bytes += hq * lnew * tokens * 4;
     if (d.return_weight_stats) bytes += 2 * hq * lnew * 4;
@@ -349,14 +353,7 @@ void PrepareSessionsCall(const DecodedSessionsRequest& d,
   in.value_dim = shape.value_dim;
   in.kv_dtype = shape.dtype;
   in.block_tokens = block_tokens;
-  in.causal = d.causal;
-  in.window_left = d.window_left;
-  in.alibi_slopes = d.alibi_slopes;
-  in.scale = d.scale;
-  in.softcap = d.softcap;
-  in.sinks = d.sinks;
-  in.relative_bias = d.relative_bias;
-  in.relative_keys = d.relative_keys;
+  static_cast<PagedCallOptions&>(in) = d.options;
   in.sequences = call->sequences;
 }
 

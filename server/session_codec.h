@@ -50,14 +50,7 @@ struct DecodedSessionsRequest {
   int layer = 0;
   std::vector<kvcache::AttendPart> parts;
   std::vector<TensorView> queries;  // [Lnew, Hq, D], wire dtypes
-  bool causal = true;
-  std::optional<int64_t> window_left;
-  absl::Span<const float> alibi_slopes;
-  std::optional<float> scale;
-  std::optional<float> softcap;
-  absl::Span<const float> sinks;
-  std::optional<RelativeBiasSpec> relative_bias;
-  std::optional<RelativeKeysSpec> relative_keys;
+  PagedCallOptions options;
   bool return_weights = false;
   bool return_weight_stats = false;
   DType output_dtype = DType::kFloat32;

@@ -6,6 +6,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
+#include "server/rpc/admission.h"
 #include "server/rpc/status_util.h"
 
 namespace attnserve::server {
@@ -96,7 +97,7 @@ void StepChannelReactor::Serve() {
   if (ended.ok() && !hung_up) {
     ended = cancelled_.load()
                 ? absl::CancelledError("the client ended the step channel")
-                : absl::UnavailableError("server is shutting down");
+                : ShuttingDownError();
   }
   Finish(ToGrpcStatus(ended));
 }

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/rpc/memory_budget.h"
@@ -80,6 +81,15 @@ class TrackedUnaryReactor : public grpc::ServerUnaryReactor {
   SendWatchdog::Guard guard_;
   absl::AnyInvocable<void()> on_cancel_;
 };
+
+// The envelope of an answer to a request that carries an id: a failed call's
+// response is cleared, and every answer echoes the request's id.
+template <typename Request, typename Response>
+void StampAnswer(const absl::Status& status, const Request& request,
+                 Response* response) {
+  if (!status.ok()) response->Clear();
+  response->set_request_id(request.request_id());
+}
 
 }  // namespace attnserve::server
 

@@ -138,6 +138,11 @@ class LinearKernel {
                 int64_t i) const;
 
   int64_t StateSize() const { return f_ * dv1_; }
+  // The sum over no keys, kept in `state` (StateSize() floats).
+  KeySum EmptySum(float* state) const {
+    std::fill(state, state + StateSize(), 0.0f);
+    return KeySum{state, favor_ ? kNegInf : 0.0f};
+  }
 
   const Problem& p_;
   const AttentionShape& s_;
@@ -326,10 +331,7 @@ absl::Status LinearKernel::RunFull(absl::Span<Workspace* const> ws,
     return ParallelFor(
         threads, ws, pairs, [&](Workspace* w, int64_t pair) -> absl::Status {
           const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
-          KeySum sum;
-          sum.state = w->row_sum.Get<float>(StateSize());
-          sum.m = favor_ ? kNegInf : 0.0f;
-          std::fill(sum.state, sum.state + StateSize(), 0.0f);
+          KeySum sum = EmptySum(w->row_sum.Get<float>(StateSize()));
           RETURN_IF_ERROR(AddKeys(w, b, g, 0, KeyLength(b), &sum));
           for (int64_t h = g * p_.group; h < (g + 1) * p_.group; ++h) {
             for (int64_t i0 = 0; i0 < s_.q_len; i0 += block_) {
@@ -351,8 +353,7 @@ absl::Status LinearKernel::RunFull(absl::Span<Workspace* const> ws,
         const int64_t pair = item / splits, split = item % splits;
         const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
         KeySum& sum = sums[item];
-        sum.state = states.data() + item * StateSize();
-        sum.m = favor_ ? kNegInf : 0.0f;
+        sum = EmptySum(states.data() + item * StateSize());
         const int64_t len = KeyLength(b);
         const int64_t blocks = (len + block_ - 1) / block_;
         const int64_t lo = std::min(len, blocks * split / splits * block_);
@@ -393,10 +394,7 @@ absl::Status LinearKernel::RunCausal(absl::Span<Workspace* const> ws,
     return ParallelFor(
         threads, ws, pairs, [&](Workspace* w, int64_t pair) -> absl::Status {
           const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
-          KeySum sum;
-          sum.state = w->row_sum.Get<float>(StateSize());
-          sum.m = favor_ ? kNegInf : 0.0f;
-          std::fill(sum.state, sum.state + StateSize(), 0.0f);
+          KeySum sum = EmptySum(w->row_sum.Get<float>(StateSize()));
           RETURN_IF_ERROR(AddKeys(w, b, g, 0, KeyEnd(b, 0), &sum));
           return CausalRows(w, b, g, 0, s_.q_len, &sum);
         });
@@ -417,8 +415,7 @@ absl::Status LinearKernel::RunCausal(absl::Span<Workspace* const> ws,
         const int64_t pair = item / segments, seg = item % segments;
         const int64_t b = pair / s_.kv_heads, g = pair % s_.kv_heads;
         KeySum& sum = sums[item];
-        sum.state = states.data() + item * StateSize();
-        sum.m = favor_ ? kNegInf : 0.0f;
+        sum = EmptySum(states.data() + item * StateSize());
         const int64_t lo = seg == 0 ? 0 : KeyEnd(b, segment_row(seg - 1));
         const int64_t hi = KeyEnd(b, segment_row(seg));
         return AddKeys(w, b, g, lo, hi, &sum);

@@ -7,6 +7,7 @@ knows anything) and raise InvalidArgument in the server's own words; value rules
 them the same way.
 """
 
+import contextlib
 import math
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from . import _shared_memory as S
 from . import _tensors as T
 from ._transport import RESPONSE_ENVELOPE_BYTES
-from .errors import InvalidArgument
+from .errors import Error, InvalidArgument
 from .types import (BlockSparse, LinearAttention, LshAttention, RelativeBias, RelativeKeys,
                     SessionInfo, SessionShape, WeightStats)
 from .v1 import attention_pb2 as pb
@@ -615,6 +616,22 @@ def append_chunk_tokens(req, tokens, limits):
     if not limit or size <= room or tokens < 2:
         return None
     return max(1, room * tokens // size)
+
+
+@contextlib.contextmanager
+def released(placed):
+    """Frees a call's shared-memory spans (shared_attend_request's Placement;
+    None: nothing to free) when the block ends, passing release the error
+    that ended it, if any."""
+    error = None
+    try:
+        yield
+    except Error as e:
+        error = e
+        raise
+    finally:
+        if placed is not None:
+            placed.release(error)
 
 
 def decode_attend(response, kind, return_weights, placed=None):

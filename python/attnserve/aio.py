@@ -145,18 +145,11 @@ class AsyncClient(_Base):
         req, kind, placed = C.shared_attend_request(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
             return_weights=return_weights, **kw)
-        error = None
-        try:
+        with C.released(placed):
             with await self._data() as (stub, _):
                 resp = await self._call(*C.attend_call(stub, req), timeout=timeout,
                                         idempotent=True)
             return C.decode_attend(resp, kind, return_weights, placed)
-        except Error as e:
-            error = e
-            raise
-        finally:
-            if placed is not None:
-                placed.release(error)
 
     async def shared_memory_status(self, name="", *, timeout=None):
         """As Client.shared_memory_status."""
@@ -393,13 +386,25 @@ class AsyncClient(_Base):
 
 class _AsyncSteps(_StepStream):
     """What AsyncSessionStream and AsyncStepChannel share: `async with`, which
-    ends in close()."""
+    ends in close(), and attend_sessions around one step's exchange (_exchange:
+    a request in, its AttendSessionsResponse out)."""
 
     async def __aenter__(self):
         return self
 
     async def __aexit__(self, *exc):
         await self.close()
+
+    async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
+                              alibi_slopes=None, scale=None, softcap=None, sinks=None,
+                              relative_bias=None, return_weights=False, output_dtype=None,
+                              route_key=None, timeout=None, return_weight_stats=False,
+                              relative_keys=None):
+        """As SessionStream.attend_sessions."""
+        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
+                                   softcap, sinks, relative_bias, return_weights,
+                                   output_dtype, return_weight_stats, relative_keys)
+        return self._answer(await self._exchange(req), kinds, return_weights)
 
 
 class AsyncSessionStream(_AsyncSteps):
@@ -411,14 +416,7 @@ class AsyncSessionStream(_AsyncSteps):
         super().__init__(client, lambda stub: stub.AttendSessionsStream(
             timeout=timeout, metadata=client._md(route_key)))
 
-    async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
-                              alibi_slopes=None, scale=None, softcap=None, sinks=None,
-                              relative_bias=None, return_weights=False, output_dtype=None,
-                              route_key=None, timeout=None, return_weight_stats=False):
-        """As SessionStream.attend_sessions."""
-        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   softcap, sinks, relative_bias, return_weights,
-                                   output_dtype, return_weight_stats)
+    async def _exchange(self, req):
         async with self._lock:
             self._check_open()
             try:
@@ -435,7 +433,7 @@ class AsyncSessionStream(_AsyncSteps):
             if resp is grpc.aio.EOF:
                 self._end()
                 raise Internal("the stream ended before answering the step")
-        return self._answer(resp, kinds, return_weights)
+        return resp
 
     async def close(self):
         """Ends the stream (its steps are all answered by then)."""
@@ -497,17 +495,9 @@ class AsyncStepChannel(_AsyncSteps):
         self.response_capacity = self._ring.response_capacity
         self.server_spin = info.spin_us / 1e6
 
-    async def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
-                              alibi_slopes=None, scale=None, softcap=None, sinks=None,
-                              relative_bias=None, return_weights=False, output_dtype=None,
-                              route_key=None, timeout=None, return_weight_stats=False):
-        """As StepChannel.attend_sessions."""
-        req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
-                                   softcap, sinks, relative_bias, return_weights,
-                                   output_dtype, return_weight_stats)
+    async def _exchange(self, req):
         answer = await self.step_bytes(req.SerializeToString())
-        return self._answer(spb.AttendSessionsResponse.FromString(answer), kinds,
-                            return_weights)
+        return spb.AttendSessionsResponse.FromString(answer)
 
     async def step_bytes(self, request):
         """As StepChannel.step_bytes."""

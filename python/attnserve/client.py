@@ -322,18 +322,11 @@ class Client(_Base):
             return_weight_stats=return_weight_stats,
             output_dtype=output_dtype, block_sparse=block_sparse, linear=linear, lsh=lsh,
             shared_memory=shared_memory, out=out)
-        error = None
-        try:
+        with C.released(placed):
             with self._data() as (stub, _):
                 resp = self._call(*C.attend_call(stub, req), timeout=timeout,
                                   idempotent=True)
             return C.decode_attend(resp, kind, return_weights, placed)
-        except Error as e:
-            error = e
-            raise
-        finally:
-            if placed is not None:
-                placed.release(error)
 
     # -- SharedMemoryService --------------------------------------------------------
     def shared_memory_status(self, name="", *, timeout=None):
@@ -765,11 +758,12 @@ class _StepStream:
 
     @staticmethod
     def _request(layer, parts, causal, window_left, alibi_slopes, scale, softcap, sinks,
-                 relative_bias, return_weights, output_dtype, return_weight_stats=False):
+                 relative_bias, return_weights, output_dtype, return_weight_stats,
+                 relative_keys):
         req, kinds, _, _ = _sessions_call(layer, parts, causal, window_left, alibi_slopes,
                                           scale, softcap, sinks, relative_bias,
                                           return_weights, output_dtype, None,
-                                          return_weight_stats)
+                                          return_weight_stats, relative_keys)
         return req, kinds
 
     @staticmethod
@@ -805,12 +799,13 @@ class _BlockingSteps(_StepStream):
     def attend_sessions(self, layer, parts, *, causal=True, window_left=None,
                         alibi_slopes=None, scale=None, softcap=None, sinks=None,
                         relative_bias=None, return_weights=False, output_dtype=None,
-                        route_key=None, timeout=None, return_weight_stats=False):
+                        route_key=None, timeout=None, return_weight_stats=False,
+                        relative_keys=None):
         """As Client.attend_sessions; route_key and timeout are the stream's or
         channel's (given when it was opened) and are ignored here."""
         req, kinds = self._request(layer, parts, causal, window_left, alibi_slopes, scale,
                                    softcap, sinks, relative_bias, return_weights,
-                                   output_dtype, return_weight_stats)
+                                   output_dtype, return_weight_stats, relative_keys)
         return self._answer(self._exchange(req), kinds, return_weights)
 
 

@@ -457,9 +457,9 @@ class InferenceService::StreamReactor
     service_->work_.Begin();
     received_ = absl::Now();
     request_bytes_ = static_cast<int64_t>(request_.ByteSizeLong());
-    // Streams opened before draining began stay open, but take no new work.
-    if (service_->admission_->draining()) {
-      Answer(absl::UnavailableError("server is shutting down"));
+    if (absl::Status admitted = service_->admission_->AdmitStreamMessage();
+        !admitted.ok()) {
+      Answer(std::move(admitted));
       return;
     }
     service_->SubmitInfer(context_, request_, &state_, received_,

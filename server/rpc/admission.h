@@ -14,6 +14,11 @@
 
 namespace attnserve::server {
 
+// What work refused for a drain is answered (UNAVAILABLE).
+inline absl::Status ShuttingDownError() {
+  return absl::UnavailableError("server is shutting down");
+}
+
 class Admission {
  public:
   // An empty `token` turns the token check off.
@@ -27,8 +32,14 @@ class Admission {
 
   // OK, or Unavailable while draining, or BearerTokenAuth::Check's error.
   absl::Status Admit(const grpc::CallbackServerContext& context) const {
-    if (draining()) return absl::UnavailableError("server is shutting down");
+    if (draining()) return ShuttingDownError();
     return auth_.Check(context.client_metadata());
+  }
+
+  // A message on a stream opened before draining began: the stream stays
+  // open, but takes no new work (Unavailable while draining).
+  absl::Status AdmitStreamMessage() const {
+    return draining() ? ShuttingDownError() : absl::OkStatus();
   }
 
   // The token check alone, for calls that answer while draining (the v2

@@ -2,6 +2,8 @@
 Transformer-XL's relative attention as its PyTorch code computes it (the
 relative shift included), and Shaw et al.'s clipped relative positions."""
 
+import asyncio
+
 import numpy as np
 import pytest
 import torch
@@ -169,6 +171,34 @@ def test_session_steps_take_relative_keys_over_stream_positions(client, shared):
                                  is_causal=True, alignment="bottom_right", layout="BLHD",
                                  relative_keys=keys)[0]
             np.testing.assert_allclose(out, want, atol=1e-5)
+
+
+def test_session_streams_carry_relative_keys(client, server):
+    # A step over a session stream, sync and async, equals the unary step on a
+    # twin session holding the same tokens.
+    rng = np.random.default_rng(11)
+    hq, hkv, d = 4, 2, 8
+    keys = attnserve.RelativeKeys(rng.standard_normal((hq, 40, d)).astype(np.float32),
+                                  zero_row=3,
+                                  query_bias=rng.standard_normal((hq, d)).astype(np.float32))
+    k = rng.standard_normal((30, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((30, hkv, d)).astype(np.float32)
+    q = rng.standard_normal((2, hq, d)).astype(np.float32)
+    with client.create_session(num_kv_heads=hkv, head_dim=d) as s:
+        s.append(0, k, v)
+        (want,) = client.attend_sessions(0, [(s, q)], relative_keys=keys)
+        with client.session_stream() as steps:
+            (got,) = steps.attend_sessions(0, [(s, q)], relative_keys=keys)
+        assert np.array_equal(got, want)
+
+        async def through_async_stream():
+            async with attnserve.AsyncClient(server.target, timeout=60) as c:
+                async with await c.session_stream() as steps:
+                    return await steps.attend_sessions(0, [(s.session_id, q)],
+                                                       relative_keys=keys)
+
+        (got,) = asyncio.run(through_async_stream())
+        assert np.array_equal(got, want)
 
 
 def test_session_relative_keys_are_checked_naming_the_field(client):

@@ -80,10 +80,13 @@ def test_steps_are_bit_identical_to_unary_calls(client, channel_server):
                 (want,) = client.attend_sessions(layer, [(unary, q, k, v, 5 + t)])
                 assert got.dtype == np.float32 and got.shape == (1, HQ, D)
                 assert np.array_equal(got, want), (t, layer)
-        # Weights, several queries without appending, the options of a step.
+        # Weights, several queries without appending, the options of a step
+        # (relative position keys among them).
         q = random((3, HQ, D), seed=7)
+        keys = attnserve.RelativeKeys(random((HQ, 50, D), seed=11), zero_row=2,
+                                      query_bias=random((HQ, D), seed=12))
         kw = dict(window_left=8, alibi_slopes=[0.1, 0.2, 0.3, 0.4], scale=0.3,
-                  return_weights=True)
+                  return_weights=True, relative_keys=keys)
         (got,) = channel.attend_sessions(1, [(through, q)], **kw)
         (want,) = client.attend_sessions(1, [(unary, q)], **kw)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
