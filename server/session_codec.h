@@ -1,9 +1,11 @@
 #ifndef ATTNSERVE_SERVER_SESSION_CODEC_H_
 #define ATTNSERVE_SERVER_SESSION_CODEC_H_
 
-// SessionService's messages ↔ the KV-cache store and the paged engine call.
-// As request_codec.h: every field checked, tensor data viewed in place (the
-// queries are converted to the storage dtype when it differs).
+// SessionService's calls short of gRPC: a decoded AttendSessionsRequest
+// (wire/sessions.h) planned against the KV-cache store, admitted against the
+// server's limits, committed, and turned into the paged engine call (the
+// queries converted to the storage dtype when it differs); the other session
+// calls applied to the store.
 
 #include <cstdint>
 #include <memory>
@@ -18,45 +20,9 @@
 #include "core/tensor.h"
 #include "kvcache/session_store.h"
 #include "server/request_codec.h"
+#include "wire/sessions.h"
 
 namespace attnserve::server {
-
-// Sessions in one AttendSessions call at most.
-inline constexpr int kMaxSessionsPerCall = 4096;
-
-// The wire shape (value_dim 0 = head_dim, unspecified dtype = FLOAT32) as the
-// store's. InvalidArgument naming "shape.storage_dtype" for BOOL, INT32 or
-// unknown values; the store checks the ranges.
-absl::StatusOr<kvcache::SessionShape> DecodeShape(const v1::SessionShape& wire);
-void EncodeInfo(const kvcache::SessionInfo& info, v1::SessionInfo* wire);
-
-// A wire ttl_ms as a duration: InvalidArgument for a negative value.
-absl::StatusOr<absl::Duration> DecodeTtl(int64_t ttl_ms);
-
-// An AppendKvRequest's key and value as views into it. InvalidArgument naming
-// the field for a missing tensor, a non-float dtype or data that does not
-// match its shape; the store checks the shape against the session's.
-struct DecodedAppend {
-  TensorView key;
-  TensorView value;
-};
-absl::StatusOr<DecodedAppend> DecodeAppend(const v1::AppendKvRequest& request);
-
-// An AttendSessionsRequest checked field by field, with everything the engine
-// checks that needs no session (the first query's Hq in [1,
-// kMaxPagedQueryHeads], none or Hq finite ALiBi slopes), so that nothing is
-// refused after the appends; views borrow from it.
-struct DecodedSessionsRequest {
-  int layer = 0;
-  std::vector<kvcache::AttendPart> parts;
-  std::vector<TensorView> queries;  // [Lnew, Hq, D], wire dtypes
-  PagedCallOptions options;
-  bool return_weights = false;
-  bool return_weight_stats = false;
-  DType output_dtype = DType::kFloat32;
-};
-absl::StatusOr<DecodedSessionsRequest> DecodeAttendSessions(
-    const v1::AttendSessionsRequest& request);
 
 // The checks that need each session's shape and tokens, made before anything
 // is appended: the sessions share num_kv_heads, head_dim, value_dim and
@@ -68,14 +34,14 @@ struct SessionsAdmission {
   int64_t response_bytes = 0;  // its outputs (and weights)
 };
 absl::StatusOr<SessionsAdmission> AdmitSessions(
-    const DecodedSessionsRequest& decoded,
+    const wire::DecodedSessionsRequest& decoded,
     absl::Span<const kvcache::PartPlan> plans, const RequestLimits& limits);
 
 // What the engine run needs, owned: converted queries (when the storage dtype
 // differs from the wire's) and the block pointers, pinned.
 struct SessionsCall {
   // The request's decoded form: its views and mask parts outlive the run.
-  std::shared_ptr<const DecodedSessionsRequest> decoded;
+  std::shared_ptr<const wire::DecodedSessionsRequest> decoded;
   std::vector<kvcache::PinnedPart> pinned;
   std::vector<std::vector<char>> converted_queries;
   std::vector<PagedSequence> sequences;
@@ -87,7 +53,7 @@ struct SessionsCall {
 // the engine's inputs over them. `decoded` and `response` must outlive the
 // returned call, which must not be moved once built (sequences point into
 // it).
-void PrepareSessionsCall(const DecodedSessionsRequest& decoded,
+void PrepareSessionsCall(const wire::DecodedSessionsRequest& decoded,
                          std::vector<kvcache::PinnedPart> pinned,
                          int block_tokens, v1::AttendSessionsResponse* response,
                          SessionsCall* call);
@@ -122,9 +88,9 @@ absl::Status ApplyGetSession(const v1::GetSessionRequest& request,
 // `response` with the call's flops). A refusal before the commit leaves no
 // trace in the store. `decoded`'s request and `response` must outlive the call.
 absl::StatusOr<kvcache::SessionStore::AppendPlan> PlanSessions(
-    const DecodedSessionsRequest& decoded, kvcache::SessionStore& store);
+    const wire::DecodedSessionsRequest& decoded, kvcache::SessionStore& store);
 absl::StatusOr<std::shared_ptr<SessionsCall>> CommitSessions(
-    std::shared_ptr<const DecodedSessionsRequest> decoded,
+    std::shared_ptr<const wire::DecodedSessionsRequest> decoded,
     kvcache::SessionStore::AppendPlan plan, const SessionsAdmission& admission,
     kvcache::SessionStore& store, v1::AttendSessionsResponse* response);
 
@@ -132,12 +98,6 @@ absl::StatusOr<std::shared_ptr<SessionsCall>> CommitSessions(
 absl::StatusOr<std::shared_ptr<SessionsCall>> PrepareAttendSessions(
     const v1::AttendSessionsRequest& request, kvcache::SessionStore& store,
     const RequestLimits& limits, v1::AttendSessionsResponse* response);
-
-// "sessions[i].": where the fields of the call's part i are.
-std::string PartField(int part);
-// A store error that concerns one part (kvcache::FailedPart), its message
-// prefixed with that part's PartField; other errors as they are.
-absl::Status SpellStoreError(const absl::Status& status);
 
 }  // namespace attnserve::server
 

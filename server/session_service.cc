@@ -204,8 +204,8 @@ void SessionService::Step(const v1::AttendSessionsRequest& request,
                           MemoryBudget::Reservation* held,
                           absl::AnyInvocable<void(absl::Status)> done) {
   auto prepare = [&]() -> absl::StatusOr<std::shared_ptr<SessionsCall>> {
-    auto decoded = std::make_shared<DecodedSessionsRequest>();
-    ASSIGN_OR_RETURN(*decoded, DecodeAttendSessions(request));
+    auto decoded = std::make_shared<wire::DecodedSessionsRequest>();
+    ASSIGN_OR_RETURN(*decoded, wire::DecodeAttendSessions(request));
     ASSIGN_OR_RETURN(kvcache::SessionStore::AppendPlan plan,
                      PlanSessions(*decoded, *store_));
     ASSIGN_OR_RETURN(const SessionsAdmission admission,

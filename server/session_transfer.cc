@@ -122,7 +122,7 @@ class SessionService::ImportStream final
       absl::StatusOr<kvcache::SessionInfo> imported =
           service()->store_->Import(*std::move(s));
       if (!imported.ok()) return imported.status();
-      EncodeInfo(*imported, response_->add_sessions());
+      wire::EncodeInfo(*imported, response_->add_sessions());
     }
     return status.ok() ? fed : status;
   }
