@@ -1,9 +1,10 @@
 #ifndef ATTNSERVE_SERVER_MODEL_CODEC_H_
 #define ATTNSERVE_SERVER_MODEL_CODEC_H_
 
-// ModelRequest → the hosted layer's inputs, and its outputs → AttendResponse.
-// As request_codec.h: every field checked, tensor data not copied (except the
-// few int32 positions, which the wire does not align).
+// A ModelRequest for a hosted model: the model looked up, its fields decoded
+// (wire/model_request.h: tensor data not copied, except the few int32
+// positions, which the wire does not align), the layer's shape rules and the
+// server's limits applied; and the layer's outputs → AttendResponse.
 
 #include <cstdint>
 #include <vector>
