@@ -48,6 +48,11 @@ fi
 # (CI's clone, the image's /src, the image-steps test's copy), so all of them share
 # cache entries.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+# ccache also keys on the locale (the compiler's messages follow it): one locale for
+# every build made here, whatever the caller's, so that a host build and the image's
+# build share entries too.
+export LANG=C.UTF-8
+unset LC_ALL LC_CTYPE LC_MESSAGES
 
 # shellcheck disable=SC2086  # CMAKE_FLAGS is a list of -D flags
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${options[@]}" \

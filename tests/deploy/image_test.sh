@@ -8,8 +8,8 @@
 #   2. the base image exists (scripts/podman-base.sh makes it once, with debootstrap:
 #      no image registry is needed)
 #   3. podman build of the Dockerfile with --build-arg BASE_IMAGE=that base (layers
-#      and the ccache cache mount are kept between runs, so a rebuild after a source
-#      change is mostly cache hits)
+#      are kept between runs; the compiles read the host's ccache, so a build after
+#      `make build` of the same source is mostly cache hits)
 #   4. the image's configuration: USER 10001:10001, the HEALTHCHECK (kept by
 #      --format docker), ENTRYPOINT attnserve, ports 50051 and 9464
 #   5. a container with a read-only root filesystem and no tmpfs at all
@@ -28,8 +28,8 @@
 #      timeout (which exceeds the grace, as Compose's and Kubernetes' must)
 #
 # The container is always removed; the base, the built image and its build stage
-# (IMAGE-build) stay cached, so the next run's build reuses their layers (and the
-# ccache cache mount); dangling images of earlier builds are pruned. Every step is
+# (IMAGE-build) stay cached, so the next run's build reuses their layers; dangling
+# images of earlier builds are pruned. Every step is
 # bounded in time. Needs root (through sudo when not root).
 #
 # Every podman command reads WORK_DIR/containers.conf (CONTAINERS_CONF), written here,
@@ -111,12 +111,26 @@ begin "base image $base_image"
 bash "$root/scripts/podman-base.sh" "$base_image" || fail "scripts/podman-base.sh failed"
 ok
 
+# The build stage's compiles also read the host's ccache, read-only: podman mounts
+# it, and a ccache config naming it, into the build's RUN steps only (not into the
+# image). build-release.sh makes ccache's paths relative to the source root, so the
+# host's `make build` and the image's build share entries. A host without ccache's
+# directory only means a cold build.
+ccache_volumes=()
+host_ccache="$(ccache --get-config cache_dir 2>/dev/null || true)"
+if [ -n "$host_ccache" ] && [ -d "$host_ccache" ]; then
+  printf 'cache_dir = /host-ccache\nread_only = true\ntemporary_dir = /tmp/ccache-tmp\n' \
+    >"$work/ccache.conf"
+  ccache_volumes=(--volume "$host_ccache:/host-ccache:ro"
+                  --volume "$work/ccache.conf:/etc/ccache.conf:ro")
+fi
+
 begin "podman build -t $image (log: $work/build.log)"
 # --format docker keeps HEALTHCHECK (OCI image configs have no such field);
 # --network=host because podman's bridge has no route to the apt mirror here.
 # Only the step lines and cache hits are shown; the whole log is in build.log.
 set +e
-pmt "$build_timeout" build --format docker --network=host --layers \
+pmt "$build_timeout" build --format docker --network=host --layers "${ccache_volumes[@]}" \
   --build-arg BASE_IMAGE="$base_image" --tag "$image" --file "$root/Dockerfile" "$root" \
   2>&1 | tee "$work/build.log" | grep --line-buffered -E '^\[[0-9]+/[0-9]+\] STEP|^--> Using cache|^COMMIT'
 status=${PIPESTATUS[0]}
@@ -132,7 +146,7 @@ ok "$(awk -v s="$size" 'BEGIN {printf "%.0f MB", s / 1e6}')"
 # second): the prune below then keeps its install-deps layer for the next run and
 # removes only what earlier builds left untagged (their runtime images and build
 # trees, hundreds of MB each).
-pmt 300 build --format docker --network=host --layers --target build \
+pmt 300 build --format docker --network=host --layers "${ccache_volumes[@]}" --target build \
   --build-arg BASE_IMAGE="$base_image" --tag "$image-build" --file "$root/Dockerfile" "$root" \
   >>"$work/build.log" 2>&1 || fail "podman build --target build (the cached build stage) failed"
 pmt 120 image prune --force >/dev/null || fail "podman image prune failed"
