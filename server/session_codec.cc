@@ -1,7 +1,5 @@
 #include "server/session_codec.h"
 
-#include <cmath>
-#include <unordered_map>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -9,8 +7,6 @@
 #include "core/attention.h"
 #include "core/convert.h"
 #include "core/status_macros.h"
-#include "wire/attend.h"
-#include "wire/dtype.h"
 #include "wire/tensor.h"
 
 namespace attnserve::server {
