@@ -84,6 +84,11 @@ arm64_packages=(
   libabsl-dev:arm64 libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
   libgrpc++-dev:arm64 libprotobuf-dev:arm64 libcivetweb-dev:arm64 libpng-dev:arm64
   zlib1g-dev:arm64
+  # prometheus-cpp's CMake package asks for CURL (its push library), arm64's here
+  libcurl4-openssl-dev:arm64
+  # the OpenMP runtime where qemu-aarch64's loader finds it (the cross compiler's
+  # copy lies outside the arm64 library path)
+  libgomp1:arm64
 )
 # oneDNN's and prometheus-cpp's -dev packages cannot be installed beside their amd64
 # twins (a header and a CMake file differ): their arm64 .debs, with the libraries
