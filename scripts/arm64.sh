@@ -13,7 +13,8 @@
 # 3. Configures BUILD_DIR with that toolchain file and builds the server, attnctl and
 #    the three test programs.
 # 4. Runs each test program under qemu-aarch64 emulating a CPU with NEON only
-#    (Neoverse N1), each in two shards at once, all but one test:
+#    (Neoverse N1), each in eight shards, as many at once as there are cores, all
+#    but one test:
 #    EngineTest.NewLengthsCreateNoPrimitiveAfterPrepare makes 2,700 calls of up to
 #    1,100 × 1,150 attention to count oneDNN primitives, which takes hours under
 #    emulation (the code it checks is the same on every architecture, and it runs in
@@ -50,21 +51,29 @@ aarch64-linux-gnu-readelf -h "$build_dir/server/attnserve" | grep -q AArch64 || 
   exit 1
 }
 
-# 4. The tests under qemu-aarch64, two shards of each program at once.
+# 4. The tests under qemu-aarch64: each program in eight shards, JOBS (default: the
+# cores) at a time, so that the long sweeps spread over the cores evenly.
 emulated_filter="-EngineTest.NewLengthsCreateNoPrimitiveAfterPrepare"
+shards=8
+parallel="${JOBS:-$(nproc)}"
 failed=0
 for t in "${tests[@]}"; do
   program="$build_dir/tests/$t"
   echo "arm64: $(basename "$program") under qemu-aarch64"
-  pids=()
-  for shard in 0 1; do
-    QEMU_CPU=neoverse-n1 ATTNSERVE_TEST_EXPECT_ISA=neon \
-      GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$shard qemu-aarch64 "$program" \
-      --gtest_brief=1 --gtest_filter="$emulated_filter" >"$program.shard$shard.log" 2>&1 &
-    pids+=($!)
+  for ((shard = 0; shard < shards; shard++)); do
+    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+    (
+      status=0
+      QEMU_CPU=neoverse-n1 ATTNSERVE_TEST_EXPECT_ISA=neon \
+        GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard qemu-aarch64 "$program" \
+        --gtest_brief=1 --gtest_filter="$emulated_filter" \
+        >"$program.shard$shard.log" 2>&1 || status=$?
+      echo "$status" >"$program.shard$shard.status"
+    ) &
   done
-  for shard in 0 1; do
-    if wait "${pids[$shard]}"; then
+  wait
+  for ((shard = 0; shard < shards; shard++)); do
+    if [ "$(cat "$program.shard$shard.status")" = 0 ]; then
       tail -n 1 "$program.shard$shard.log"
     else
       failed=1
