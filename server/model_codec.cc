@@ -35,7 +35,6 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
   model::LayerInputs& inputs = decoded.inputs;
   ASSIGN_OR_RETURN(inputs,
                    wire::DecodeModelInputs(request, &decoded.output_dtype));
-  decoded.return_weights = inputs.return_weights;
   // The layer owns the shape rules of hidden and memory; the positions' wire
   // shape is checked against the sizes it found, and the layer then checks
   // their values.
@@ -54,7 +53,7 @@ absl::StatusOr<DecodedModelRequest> DecodeModelRequest(
                                    s.k_len};
   absl::InlinedVector<ResponsePart, 2> parts = {
       {"output", output_shape, decoded.output_dtype}};
-  if (decoded.return_weights) {
+  if (decoded.inputs.return_weights) {
     parts.push_back({"weights", weights_shape, DType::kFloat32});
   }
   ASSIGN_OR_RETURN(decoded.response_payload_bytes,
@@ -78,7 +77,7 @@ model::LayerOutputs PrepareModelResponse(const DecodedModelRequest& decoded,
   const int64_t output_shape[] = {s.batch, s.q_len, c.d_model};
   outputs.output = wire::PrepareTensor(decoded.output_dtype, output_shape,
                                        response->mutable_output());
-  if (decoded.return_weights) {
+  if (decoded.inputs.return_weights) {
     const int64_t weights_shape[] = {s.batch, c.num_heads, s.q_len, s.k_len};
     outputs.weights = wire::PrepareTensor(DType::kFloat32, weights_shape,
                                           response->mutable_weights());

@@ -25,7 +25,6 @@ struct DecodedModelRequest {
   model::LayerInputs inputs;
   model::LayerShape shape;
   DType output_dtype = DType::kFloat32;
-  bool return_weights = false;
   double flops = 0;
   // The response's output and weights bytes, and an upper bound of the
   // layer's f32 working buffers (hidden, memory, q, k, v, attention and
