@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "client/tensors/file_util.h"
 #include "grpcpp/create_channel.h"
@@ -75,6 +76,18 @@ absl::StatusOr<int> ParseConnections(absl::string_view text) {
 int ConnectionsFor(int requested, int concurrency) {
   if (requested != kAutoConnections) return requested;
   return std::clamp(concurrency, 1, kMaxAutoConnections);
+}
+
+std::string TargetHost(absl::string_view target) {
+  for (absl::string_view scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::ConsumePrefix(&target, scheme)) break;
+  }
+  if (absl::ConsumePrefix(&target, "[")) {
+    return std::string(target.substr(0, target.find(']')));
+  }
+  const size_t colon = target.rfind(':');
+  return std::string(
+      colon == absl::string_view::npos ? target : target.substr(0, colon));
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> CreateChannels(

@@ -45,6 +45,10 @@ struct ConnectionOptions {
 // empty entry.
 absl::StatusOr<std::vector<std::string>> ParseTargets(absl::string_view list);
 
+// The host part of a target ("host:port", "[v6]:port", "dns:///host:port",
+// "ipv4:host:port"): where a TCP step channel connects.
+std::string TargetHost(absl::string_view target);
+
 // InvalidArgument (a usage error) for no targets, a timeout <= 0, a message
 // limit outside [1, INT_MAX], or a CA file without TLS.
 absl::Status ValidateConnectionOptions(const ConnectionOptions& options);

@@ -2,36 +2,70 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/status_macros.h"
 
 namespace attnserve::client {
+
+absl::Status StepChannel::Start(const std::shared_ptr<grpc::Channel>& channel,
+                                const ConnectionOptions& connection,
+                                const v1::OpenStepChannelRequest& open,
+                                v1::StepChannelInfo* info) {
+  timeout_ = connection.timeout;
+  stub_ = v1::SessionService::NewStub(channel);
+  // The call lasts as long as the channel: no deadline.
+  ConnectionOptions call_options = connection;
+  call_options.timeout = absl::InfiniteDuration();
+  context_ = std::make_unique<grpc::ClientContext>();
+  PrepareContext(call_options, context_.get());
+  call_ = stub_->StepChannel(context_.get(), open);
+  if (!call_->Read(info)) {
+    const grpc::Status status = call_->Finish();
+    call_.reset();
+    return SharedMemoryRpcError("StepChannel", status);
+  }
+  request_capacity_ = info->request_capacity();
+  response_capacity_ = info->response_capacity();
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<StepChannel>> StepChannel::Open(
     const std::shared_ptr<grpc::Channel>& channel,
     const ConnectionOptions& connection, int64_t size, absl::Duration spin) {
   std::unique_ptr<StepChannel> c(new StepChannel());
   c->spin_ = spin;
-  c->timeout_ = connection.timeout;
   ASSIGN_OR_RETURN(c->region_,
                    RegisteredRegion::Create(channel, connection, size));
-  c->stub_ = v1::SessionService::NewStub(channel);
-  // The call lasts as long as the channel: no deadline.
-  ConnectionOptions call_options = connection;
-  call_options.timeout = absl::InfiniteDuration();
-  c->context_ = std::make_unique<grpc::ClientContext>();
-  PrepareContext(call_options, c->context_.get());
   v1::OpenStepChannelRequest open;
   open.set_region(c->region_->name());
-  c->call_ = c->stub_->StepChannel(c->context_.get(), open);
   v1::StepChannelInfo info;
-  if (!c->call_->Read(&info)) {
-    const grpc::Status status = c->call_->Finish();
-    c->call_.reset();
-    return SharedMemoryRpcError("StepChannel", status);
-  }
+  RETURN_IF_ERROR(c->Start(channel, connection, open, &info));
   ASSIGN_OR_RETURN(
       c->ring_, wire::StepRing::Attach(c->region_->data(), c->region_->size()));
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<StepChannel>> StepChannel::OpenTcp(
+    const std::shared_ptr<grpc::Channel>& channel,
+    const ConnectionOptions& connection, const std::string& host,
+    absl::Duration spin) {
+  std::unique_ptr<StepChannel> c(new StepChannel());
+  c->spin_ = spin;
+  v1::OpenStepChannelRequest open;
+  open.set_tcp(true);
+  v1::StepChannelInfo info;
+  RETURN_IF_ERROR(c->Start(channel, connection, open, &info));
+  if (info.tcp_token().size() != wire::kStepTokenBytes ||
+      info.tcp_port() <= 0 || info.tcp_port() > 65535) {
+    return absl::InternalError(absl::StrCat(
+        "StepChannel: the server's answer names no TCP channel (port ",
+        info.tcp_port(), ", a token of ", info.tcp_token().size(), " bytes)"));
+  }
+  ASSIGN_OR_RETURN(c->socket_,
+                   wire::StepSocket::Connect(host, info.tcp_port(),
+                                             absl::Now() + connection.timeout));
+  RETURN_IF_ERROR(c->socket_->SendRaw(info.tcp_token()));
   return c;
 }
 
@@ -39,10 +73,12 @@ StepChannel::~StepChannel() {
   if (call_ == nullptr) return;
   // A clean hang-up lets the server free the channel before the call ends;
   // after a step that got no answer the server may still be on it: cancel.
-  if (ring_.has_value() && !unanswered_) {
+  if (unanswered_ || (!ring_.has_value() && !socket_.has_value())) {
+    context_->TryCancel();
+  } else if (ring_.has_value()) {
     ring_->Hangup();
   } else {
-    context_->TryCancel();
+    socket_->Shutdown();
   }
   call_->Finish();
 }
@@ -50,8 +86,26 @@ StepChannel::~StepChannel() {
 absl::Status StepChannel::Step(const v1::AttendSessionsRequest& request,
                                v1::AttendSessionsResponse* response) {
   request.SerializeToString(&request_bytes_);
-  const absl::Status called = ring_->Call(request_bytes_, &response_bytes_,
-                                          spin_, absl::Now() + timeout_);
+  const absl::Time deadline = absl::Now() + timeout_;
+  absl::Status called;
+  if (ring_.has_value()) {
+    called = ring_->Call(request_bytes_, &response_bytes_, spin_, deadline);
+  } else if (static_cast<int64_t>(request_bytes_.size()) > request_capacity_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request: ", request_bytes_.size(),
+                     " bytes are past the step channel's limit of ",
+                     request_capacity_, " bytes"));
+  } else {
+    called = socket_->SendFrame(request_bytes_);
+    if (called.ok()) {
+      called = socket_->ReceiveFrame(response_capacity_, spin_, deadline,
+                                     nullptr, &response_bytes_);
+    }
+    if (absl::IsUnavailable(called)) {
+      called = absl::UnavailableError(
+          "step channel: the server closed it before answering");
+    }
+  }
   if (absl::IsDeadlineExceeded(called)) unanswered_ = true;
   RETURN_IF_ERROR(called);
   if (!response->ParseFromString(response_bytes_)) {

@@ -130,8 +130,12 @@ ABSL_FLAG(int, shared_memory_max_regions, 64,
 ABSL_FLAG(attnserve::base::ByteSize, shared_memory_max_bytes,
           {int64_t{64} << 30}, "bytes of all registered regions together");
 ABSL_FLAG(int, step_channels, 0,
-          "same-host step channels open at once (session steps through a "
-          "ring in a shared-memory region; needs --shared_memory); 0 = off");
+          "step channels open at once (session steps through a ring in a "
+          "shared-memory region, needs --shared_memory; or through a TCP "
+          "socket, needs --step_channel_listen); 0 = off");
+ABSL_FLAG(std::string, step_channel_listen, "",
+          "host:port where TCP step channels connect (port 0 = any free one; "
+          "not encrypted: refused with --tls_cert); empty = none");
 ABSL_FLAG(absl::Duration, step_channel_spin, absl::Milliseconds(1),
           "how long a step channel's thread polls for the next step before "
           "it sleeps (a CPU busy meanwhile; 0 = sleep at once)");
@@ -252,6 +256,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_shared_memory_max_bytes).bytes;
   options.step_channels = absl::GetFlag(FLAGS_step_channels);
   options.step_channel_spin = absl::GetFlag(FLAGS_step_channel_spin);
+  options.step_channel_listen = absl::GetFlag(FLAGS_step_channel_listen);
   options.handoff_to = absl::GetFlag(FLAGS_handoff_to);
   options.handoff_ca_file = absl::GetFlag(FLAGS_handoff_ca);
   options.handoff_timeout = absl::GetFlag(FLAGS_handoff_timeout);

@@ -33,6 +33,7 @@
 #include "server/session_service.h"
 #include "server/shared_memory_service.h"
 #include "server/shm/shared_memory_registry.h"
+#include "server/step_listener.h"
 #include "wire/transport.h"
 
 #ifndef ATTNSERVE_VERSION
@@ -161,6 +162,8 @@ struct AttnServer::Impl {
   std::unique_ptr<SharedMemoryRegistry> shared_memory;
   std::unique_ptr<SharedMemoryService> shared_memory_service;
   std::unique_ptr<AttentionService> service;
+  // Before the session service: its channels wait on it.
+  std::unique_ptr<StepListener> step_listener;
   std::unique_ptr<SessionService> session_service;
   // The Open Inference Protocol, over `service`.
   std::unique_ptr<kserve::InferenceService> inference_service;
@@ -236,10 +239,22 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
         absl::StrCat("--step_channels must be between 0 (off) and 1024, got ",
                      options.step_channels));
   }
-  if (options.step_channels > 0 && !options.shared_memory.enabled) {
+  if (options.step_channels > 0 && !options.shared_memory.enabled &&
+      options.step_channel_listen.empty()) {
     return absl::InvalidArgumentError(
         "--step_channels needs --shared_memory (a channel's ring is a "
-        "registered region)");
+        "registered region) or --step_channel_listen (TCP channels)");
+  }
+  if (!options.step_channel_listen.empty() && options.step_channels == 0) {
+    return absl::InvalidArgumentError(
+        "--step_channel_listen needs --step_channels=N (how many channels "
+        "may be open)");
+  }
+  if (!options.step_channel_listen.empty() && !options.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--step_channel_listen: TCP step channels are not encrypted, and this "
+        "server uses TLS (--tls_cert); use shared-memory step channels or "
+        "streams");
   }
   if (options.step_channel_spin < absl::ZeroDuration() ||
       options.step_channel_spin > absl::Seconds(1)) {
@@ -415,6 +430,12 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   if (options.shared_memory.enabled) {
     session_options.shared_memory = shared_memory;
   }
+  if (!options.step_channel_listen.empty()) {
+    ASSIGN_OR_RETURN(impl->step_listener,
+                     StepListener::Start(options.step_channel_listen));
+    session_options.step_listener = impl->step_listener.get();
+  }
+  session_options.max_step_frame_bytes = options.max_message_bytes;
   impl->session_service = std::make_unique<SessionService>(
       session_options, impl->admission.get(), store, impl->scheduler.get(),
       impl->metrics.get());
@@ -483,6 +504,9 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
 
 int AttnServer::port() const { return impl_->port; }
 int AttnServer::metrics_port() const { return impl_->metrics_port; }
+int AttnServer::step_channel_port() const {
+  return impl_->step_listener != nullptr ? impl_->step_listener->port() : 0;
+}
 int64_t AttnServer::max_inflight_bytes() const {
   return impl_->budget->limit();
 }
@@ -529,6 +553,9 @@ std::string AttnServer::ConfigSummary() const {
       o.step_channels > 0
           ? absl::StrCat(" step_channel_spin=",
                          absl::FormatDuration(o.step_channel_spin))
+          : std::string(),
+      impl_->step_listener != nullptr
+          ? absl::StrCat(" step_channel_port=", impl_->step_listener->port())
           : std::string(),
       " models=",
       impl_->models->models().empty()

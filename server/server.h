@@ -91,9 +91,13 @@ struct ServerOptions {
   // Same-host tensors in POSIX shared memory (SharedMemoryService); off by
   // default.
   SharedMemoryOptions shared_memory;
-  // Same-host step channels (SessionService.StepChannel) open at once; they
-  // need shared_memory. 0 (default) = off.
+  // Step channels (SessionService.StepChannel) open at once; they need
+  // shared_memory (same-host rings) or step_channel_listen (TCP). 0
+  // (default) = off.
   int step_channels = 0;
+  // "host:port" where TCP step channels connect (port 0: any free one);
+  // empty (default) = none. Not with TLS: the channels are not encrypted.
+  std::string step_channel_listen;
   // How long a channel's thread polls for the next step before it sleeps;
   // not negative.
   absl::Duration step_channel_spin = absl::Milliseconds(1);
@@ -127,6 +131,8 @@ class AttnServer {
   int port() const;
   // 0 when metrics over HTTP are disabled.
   int metrics_port() const;
+  // Where TCP step channels connect; 0 without --step_channel_listen.
+  int step_channel_port() const;
   // The memory budget in use (max_inflight_bytes, resolved).
   int64_t max_inflight_bytes() const;
   // The effective configuration, one line.

@@ -288,52 +288,82 @@ SessionService::AttendSessionsStream(grpc::CallbackServerContext* context) {
       admission_->Admit(*context), options_.watchdog);
 }
 
-absl::StatusOr<wire::StepRing> SessionService::OpenRing(
-    const std::string& name, std::shared_ptr<SharedRegion>* region) {
-  if (options_.max_step_channels == 0 || options_.shared_memory == nullptr) {
+absl::StatusOr<std::unique_ptr<StepTransport>> SessionService::OpenChannel(
+    const v1::OpenStepChannelRequest& request, const SharedRegion** region) {
+  *region = nullptr;
+  if (options_.max_step_channels == 0) {
     return absl::FailedPreconditionError(
-        "step channels are off: start attnserve with --shared_memory and "
-        "--step_channels=N");
+        "step channels are off: start attnserve with --step_channels=N and "
+        "--shared_memory (same-host rings) or --step_channel_listen (TCP)");
   }
-  ASSIGN_OR_RETURN(*region, options_.shared_memory->Find(name));
-  RETURN_IF_ERROR((*region)->Check());
+  if (request.tcp() && !request.region().empty()) {
+    return absl::InvalidArgumentError(
+        "region: a TCP step channel (tcp) takes no region");
+  }
+  if (request.tcp() && options_.step_listener == nullptr) {
+    return absl::FailedPreconditionError(
+        "tcp: TCP step channels are off: start attnserve with "
+        "--step_channel_listen=HOST:PORT");
+  }
+  if (!request.tcp() && options_.shared_memory == nullptr) {
+    return absl::FailedPreconditionError(
+        "region: shared-memory step channels are off: start attnserve with "
+        "--shared_memory");
+  }
+  std::shared_ptr<SharedRegion> shared;
+  if (!request.tcp()) {
+    ASSIGN_OR_RETURN(shared, options_.shared_memory->Find(request.region()));
+    RETURN_IF_ERROR(shared->Check());
+  }
   absl::MutexLock lock(&channels_mu_);
-  if (static_cast<int>(channel_regions_.size()) >= options_.max_step_channels) {
+  if (open_channels_ >= options_.max_step_channels) {
     return absl::ResourceExhaustedError(
         absl::StrCat("step channels: ", options_.max_step_channels,
                      " are open (--step_channels)"));
   }
-  if (channel_regions_.contains(region->get())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "region: \"", name, "\" already holds an open step channel"));
+  std::unique_ptr<StepTransport> transport;
+  if (request.tcp()) {
+    transport = std::make_unique<SocketTransport>(
+        options_.step_listener, options_.max_step_frame_bytes);
+  } else {
+    if (channel_regions_.contains(shared.get())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("region: \"", request.region(),
+                       "\" already holds an open step channel"));
+    }
+    ASSIGN_OR_RETURN(wire::StepRing ring,
+                     wire::StepRing::Create(shared->data(), shared->size()));
+    *region = shared.get();
+    channel_regions_.insert(*region);
+    transport =
+        std::make_unique<RingTransport>(std::move(ring), std::move(shared));
   }
-  ASSIGN_OR_RETURN(
-      wire::StepRing ring,
-      wire::StepRing::Create((*region)->data(), (*region)->size()));
-  channel_regions_.insert(region->get());
+  ++open_channels_;
   metrics_->AddStepChannels(1);
-  return ring;
+  return transport;
 }
 
-void SessionService::CloseRing(const SharedRegion* region) {
+void SessionService::CloseChannel(const SharedRegion* region) {
   absl::MutexLock lock(&channels_mu_);
-  if (channel_regions_.erase(region) > 0) metrics_->AddStepChannels(-1);
+  if (region != nullptr) channel_regions_.erase(region);
+  --open_channels_;
+  metrics_->AddStepChannels(-1);
 }
 
 grpc::ServerWriteReactor<v1::StepChannelInfo>* SessionService::StepChannel(
     grpc::CallbackServerContext* context,
     const v1::OpenStepChannelRequest* request) {
-  std::shared_ptr<SharedRegion> region;
+  const SharedRegion* region = nullptr;
   const absl::Status admitted = admission_->Admit(*context);
-  absl::StatusOr<wire::StepRing> ring =
-      admitted.ok() ? OpenRing(request->region(), &region)
-                    : absl::StatusOr<wire::StepRing>(admitted);
-  const SharedRegion* key = ring.ok() ? region.get() : nullptr;
+  absl::StatusOr<std::unique_ptr<StepTransport>> transport =
+      admitted.ok() ? OpenChannel(*request, &region)
+                    : absl::StatusOr<std::unique_ptr<StepTransport>>(admitted);
+  const bool counted = transport.ok();
   return new StepChannelReactor(
-      std::move(ring), std::move(region), options_.step_channel_spin,
-      channel_steps_.get(), [this] { return admission_->draining(); },
-      [this, key] {
-        if (key != nullptr) CloseRing(key);
+      std::move(transport), options_.step_channel_spin, channel_steps_.get(),
+      [this] { return admission_->draining(); },
+      [this, counted, region] {
+        if (counted) CloseChannel(region);
       });
 }
 

@@ -28,8 +28,9 @@
 #include "server/rpc/send_watchdog.h"
 #include "server/scheduler.h"
 #include "server/shm/shared_memory_registry.h"
+#include "server/step_listener.h"
+#include "server/step_transport.h"
 #include "server/work_tracker.h"
-#include "wire/step_ring.h"
 
 namespace attnserve::server {
 
@@ -50,14 +51,19 @@ struct SessionServiceOptions {
   MemoryBudget* budget = nullptr;
   // When not null: --send_timeout. Must outlive the service.
   SendWatchdog* watchdog = nullptr;
-  // Same-host step channels (StepChannel) open at once; 0 (default) = off.
-  // They need `shared_memory` (their rings are registered regions).
+  // Step channels (StepChannel) open at once, over shared memory and TCP
+  // together; 0 (default) = off. A ring needs `shared_memory` (it lies in a
+  // registered region), a TCP channel `step_listener`.
   int max_step_channels = 0;
   // How long a channel's thread polls for the next step before it sleeps.
   absl::Duration step_channel_spin = absl::Milliseconds(1);
   // The registered regions; null = shared memory off. Must outlive the
   // service.
   SharedMemoryRegistry* shared_memory = nullptr;
+  // Where TCP step channels connect; null = none. Must outlive the service.
+  StepListener* step_listener = nullptr;
+  // A TCP channel's longest request and answer frame.
+  int64_t max_step_frame_bytes = int64_t{16} << 20;
 };
 
 class SessionService final : public v1::SessionService::CallbackService {
@@ -137,9 +143,11 @@ class SessionService final : public v1::SessionService::CallbackService {
   // A ring laid out over the region `name` (the channel's checks: on, under
   // the limit, the region registered, usable and not another channel's),
   // counted as open from here; `region` gets the region.
-  absl::StatusOr<wire::StepRing> OpenRing(
-      const std::string& name, std::shared_ptr<SharedRegion>* region);
-  void CloseRing(const SharedRegion* region);
+  // A new channel's transport, counted among the open ones until
+  // CloseChannel; `*region` is the ring's region (null for TCP).
+  absl::StatusOr<std::unique_ptr<StepTransport>> OpenChannel(
+      const v1::OpenStepChannelRequest& request, const SharedRegion** region);
+  void CloseChannel(const SharedRegion* region);
   // One AttendSessions step, unary or on a stream, from decoding to the
   // answer: everything up to the pins happens here, in arrival order
   // (decode, the store's plan, limits, the budget into `held`, the appends),
@@ -164,6 +172,7 @@ class SessionService final : public v1::SessionService::CallbackService {
   // The regions holding an open channel's ring.
   absl::flat_hash_set<const SharedRegion*> channel_regions_
       ABSL_GUARDED_BY(channels_mu_);
+  int open_channels_ ABSL_GUARDED_BY(channels_mu_) = 0;
 };
 
 }  // namespace attnserve::server

@@ -21,32 +21,28 @@ void SetError(const absl::Status& status,
 
 }  // namespace
 
-StepChannelReactor::StepChannelReactor(absl::StatusOr<wire::StepRing> ring,
-                                       std::shared_ptr<SharedRegion> region,
-                                       absl::Duration spin,
-                                       StepProcessor* processor,
-                                       std::function<bool()> draining,
-                                       absl::AnyInvocable<void()> on_end)
-    : region_(std::move(region)),
-      spin_(spin),
+StepChannelReactor::StepChannelReactor(
+    absl::StatusOr<std::unique_ptr<StepTransport>> transport,
+    absl::Duration spin, StepProcessor* processor,
+    std::function<bool()> draining, absl::AnyInvocable<void()> on_end)
+    : spin_(spin),
       processor_(processor),
       draining_(std::move(draining)),
       on_end_(std::move(on_end)) {
-  if (!ring.ok()) {
+  if (!transport.ok()) {
     Release();
-    Finish(ToGrpcStatus(ring.status()));
+    Finish(ToGrpcStatus(transport.status()));
     return;
   }
-  ring_.emplace(*std::move(ring));
-  info_.set_request_capacity(ring_->request_capacity());
-  info_.set_response_capacity(ring_->response_capacity());
+  transport_ = *std::move(transport);
+  transport_->Describe(&info_);
   info_.set_spin_us(absl::ToInt64Microseconds(spin_));
   StartWrite(&info_);
 }
 
 void StepChannelReactor::OnWriteDone(bool ok) {
   if (!ok) {
-    ring_->Close();
+    transport_->Close();
     Release();
     Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                         "the step channel's client is gone"));
@@ -57,7 +53,7 @@ void StepChannelReactor::OnWriteDone(bool ok) {
 
 void StepChannelReactor::OnCancel() {
   cancelled_.store(true);
-  if (ring_.has_value()) ring_->Interrupt();
+  if (transport_ != nullptr) transport_->Interrupt();
 }
 
 void StepChannelReactor::OnDone() {
@@ -85,13 +81,24 @@ void StepChannelReactor::Serve() {
   std::string bytes;
   v1::AttendSessionsRequest request;
   v1::AttendSessionsResponse response;
-  absl::Status ended;
-  while (ring_->WaitForRequest(spin_, [this] { return Stopping(); })) {
-    ended = ServeStep(&bytes, &request, &response);
-    if (!ended.ok()) break;
+  const auto stop = [this] { return Stopping(); };
+  absl::Status ended = transport_->Connect(stop);
+  // Stopped before the client's side was there: ended as a stop below.
+  const bool connected = ended.ok();
+  if (absl::IsCancelled(ended)) ended = absl::OkStatus();
+  while (connected && ended.ok()) {
+    absl::Status refused;
+    absl::StatusOr<bool> next = transport_->Next(spin_, stop, &bytes, &refused);
+    if (!next.ok()) {
+      ended = next.status();
+    } else if (!*next) {
+      break;
+    } else {
+      ended = ServeStep(refused, &bytes, &request, &response);
+    }
   }
-  const bool hung_up = ring_->hung_up();
-  ring_->Close();
+  const bool hung_up = transport_->hung_up();
+  transport_->Close();
   // Freed before the call ends: a client that saw the end may open another.
   Release();
   if (ended.ok() && !hung_up) {
@@ -103,18 +110,15 @@ void StepChannelReactor::Serve() {
 }
 
 absl::Status StepChannelReactor::ServeStep(
-    std::string* bytes, v1::AttendSessionsRequest* request,
-    v1::AttendSessionsResponse* response) {
+    const absl::Status& refused, std::string* bytes,
+    v1::AttendSessionsRequest* request, v1::AttendSessionsResponse* response) {
   const absl::Time received = absl::Now();
-  // The client may have shrunk its object: touching the ring then is a
-  // SIGBUS (the registry's handler makes it zeros, and Check reports it).
-  RETURN_IF_ERROR(region_->Check());
   request->Clear();
   response->Clear();
-  absl::Status status = ring_->TakeRequest(bytes);
+  absl::Status status = refused;
   if (status.ok() && !request->ParseFromString(*bytes)) {
     status = absl::InvalidArgumentError(
-        absl::StrCat("the request slot's ", bytes->size(),
+        absl::StrCat("the step's ", bytes->size(),
                      " bytes are not an AttendSessionsRequest"));
   }
   if (!status.ok()) {
@@ -138,11 +142,12 @@ absl::Status StepChannelReactor::ServeStep(
   if (!status.ok()) SetError(status, response);
   response->set_request_id(request->request_id());
   if (static_cast<int64_t>(response->ByteSizeLong()) >
-      ring_->response_capacity()) {
+      transport_->response_capacity()) {
     status = absl::ResourceExhaustedError(absl::StrCat(
         "the answer (", response->ByteSizeLong(),
-        " bytes) does not fit the step channel's response slot (",
-        ring_->response_capacity(), " bytes): use a larger region"));
+        " bytes) is past the step channel's ", transport_->response_capacity(),
+        " bytes for answers: open it over a larger region (shared memory) or "
+        "raise the server's --max_message_bytes (TCP)"));
     SetError(status, response);
     response->set_request_id(request->request_id());
   }
@@ -157,10 +162,7 @@ absl::Status StepChannelReactor::ServeStep(
 absl::Status StepChannelReactor::Answer(
     const v1::AttendSessionsResponse& response, std::string* bytes) {
   response.SerializeToString(bytes);
-  // A region that shrank during the step is not written to.
-  RETURN_IF_ERROR(region_->Check());
-  ring_->Respond(*bytes);
-  return absl::OkStatus();
+  return transport_->Respond(*bytes);
 }
 
 }  // namespace attnserve::server

@@ -1,24 +1,27 @@
 #ifndef ATTNSERVE_SERVER_STEP_CHANNEL_H_
 #define ATTNSERVE_SERVER_STEP_CHANNEL_H_
 
-// The reactor of StepChannel (docs/api.md "StepChannel"): a same-host
-// channel whose steps come through a ring in a registered shared-memory
-// region (wire/step_ring.h) instead of stream messages. It answers one
-// StepChannelInfo, then a thread of its own waits on the ring and hands each
-// step to the same StreamProcessor an AttendSessionsStream uses, one at a
-// time, answering in the ring; the call stays open as the channel's lease.
+// The reactor of StepChannel (docs/api.md "StepChannel"): a channel whose
+// steps come through a transport (server/step_transport.h: a ring in a
+// registered shared-memory region, or a TCP socket of its own) instead of
+// stream messages. It answers one StepChannelInfo, then a thread of its own
+// waits for the client's side (a socket's connection), then for each step,
+// and hands it to the same StreamProcessor an AttendSessionsStream uses, one
+// at a time, answering through the transport; the call stays open as the
+// channel's lease.
 //
-// The channel ends when the client hangs up in the ring (OK), cancels the
-// call (or vanishes), when the server drains (UNAVAILABLE), or when the
-// region shrank under it (FAILED_PRECONDITION); the ring is marked closed
-// first, so a client waiting for an answer is woken. The step being computed
+// The channel ends when the client hangs up (in the ring, or by closing its
+// socket: OK), cancels the call (or vanishes), when the server drains
+// (UNAVAILABLE), when a socket's client does not connect in time
+// (DEADLINE_EXCEEDED), or when the region shrank under it
+// (FAILED_PRECONDITION); the transport is closed first, so a client waiting
+// for an answer is woken. The step being computed
 // then finishes, and the channel is freed, before the call ends, so nothing
 // stays pinned and a client that saw the end can open another at once.
 
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 
@@ -29,8 +32,7 @@
 #include "attnserve/v1/sessions.pb.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/rpc/stream_reactor.h"
-#include "server/shm/shared_memory_registry.h"
-#include "wire/step_ring.h"
+#include "server/step_transport.h"
 
 namespace attnserve::server {
 
@@ -40,15 +42,14 @@ using StepProcessor =
 class StepChannelReactor final
     : public grpc::ServerWriteReactor<v1::StepChannelInfo> {
  public:
-  // A non-OK `ring` (admission, the channel limit, the region) finishes the
-  // call at once with its status. Otherwise `ring` lies in `region`, which
-  // the reactor holds until it is done. `processor` must outlive the
+  // A non-OK `transport` (admission, the channel limit, the region)
+  // finishes the call at once with its status. `processor` must outlive the
   // reactor; `draining` is polled between steps; `on_end` runs once, when
   // the channel is freed (before the call's status is sent, or when gRPC is
   // done with a call that never served).
-  StepChannelReactor(absl::StatusOr<wire::StepRing> ring,
-                     std::shared_ptr<SharedRegion> region, absl::Duration spin,
-                     StepProcessor* processor, std::function<bool()> draining,
+  StepChannelReactor(absl::StatusOr<std::unique_ptr<StepTransport>> transport,
+                     absl::Duration spin, StepProcessor* processor,
+                     std::function<bool()> draining,
                      absl::AnyInvocable<void()> on_end);
 
   void OnWriteDone(bool ok) override;
@@ -59,20 +60,19 @@ class StepChannelReactor final
   ~StepChannelReactor() override = default;
   // The channel's thread: steps until stopped, then finishes the call.
   void Serve();
-  // One step from the ring to its answer there; a non-OK status ends the
-  // channel (the region is unusable).
-  absl::Status ServeStep(std::string* bytes, v1::AttendSessionsRequest* request,
+  // One step, taken as `bytes` (`refused` when they could not be), to its
+  // answer; a non-OK status ends the channel (the transport is unusable).
+  absl::Status ServeStep(const absl::Status& refused, std::string* bytes,
+                         v1::AttendSessionsRequest* request,
                          v1::AttendSessionsResponse* response);
-  // Writes `response` into the ring through `bytes`, unless the region
-  // shrank (that status ends the channel).
+  // Sends `response` through `bytes`.
   absl::Status Answer(const v1::AttendSessionsResponse& response,
                       std::string* bytes);
   bool Stopping() const;
   // Runs on_end_ the first time.
   void Release();
 
-  std::optional<wire::StepRing> ring_;
-  std::shared_ptr<SharedRegion> region_;
+  std::unique_ptr<StepTransport> transport_;
   const absl::Duration spin_;
   StepProcessor* const processor_;
   const std::function<bool()> draining_;

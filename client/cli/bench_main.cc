@@ -59,6 +59,9 @@ ABSL_FLAG(int64_t, steps, 32, "decode: steps per sequence");
 ABSL_FLAG(int64_t, stateless_steps, 8,
           "decode: steps per sequence of the stateless comparison (each "
           "resends the cache); 0 = none");
+ABSL_FLAG(bool, tcp_channel, false,
+          "decode: steps through a TCP step channel per sequence (the "
+          "server runs with --step_channels and --step_channel_listen)");
 // Defined by attnctl infer.
 ABSL_DECLARE_FLAG(bool, shm);
 // Shared with attnctl session.
@@ -88,6 +91,7 @@ ExitCode DecodeMain(const ParsedFlags& parsed, ConnectionOptions connection,
   o.layers = absl::GetFlag(FLAGS_layers);
   o.stream = absl::GetFlag(FLAGS_stream);
   o.same_host = absl::GetFlag(FLAGS_shm);
+  o.tcp_channel = absl::GetFlag(FLAGS_tcp_channel);
   // The random-input flags' defaults are Attend's; decode's are a GQA 32/8,
   // D128 model unless given.
   o.heads = parsed.Specified("heads") ? spec.random.heads : 32;
@@ -185,7 +189,7 @@ int BenchMain(absl::Span<char* const> args) {
       {"report", {"output_format", "output", "progress"}},
       {"decode",
        {"decode", "sequences", "prefill", "steps", "stateless_steps", "layers",
-        "storage_dtype"}},
+        "storage_dtype", "tcp_channel"}},
       RandomInputFlagGroup(),
       CallFlagGroup(),
       VariantFlagGroup(),

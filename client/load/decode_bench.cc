@@ -50,16 +50,17 @@ struct Phase {
 
 // How the session steps travel, by its method's name.
 const char* StepMethod(const DecodeBenchOptions& o) {
-  if (o.same_host) return "StepChannel";
+  if (o.same_host || o.tcp_channel) return "StepChannel";
   return o.stream ? "AttendSessionsStream" : "AttendSessions";
 }
 
 class Sequence {
  public:
   Sequence(const DecodeBenchOptions& o, std::shared_ptr<grpc::Channel> channel,
-           int index)
+           std::string host, int index)
       : o_(o),
         channel_(channel),
+        host_(std::move(host)),
         sessions_(v1::SessionService::NewStub(channel)),
         attention_(v1::AttentionService::NewStub(channel)),
         id_(absl::StrCat("decode-bench-", getpid(), "-", index)),
@@ -215,7 +216,7 @@ class Sequence {
   // at its first step); a message's error becomes its status.
   grpc::Status Send(const v1::AttendSessionsRequest& r,
                     v1::AttendSessionsResponse* response) {
-    if (o_.same_host) return SendSameHost(r, response);
+    if (o_.same_host || o_.tcp_channel) return SendThroughChannel(r, response);
     if (!o_.stream) {
       grpc::ClientContext context;
       Prepare(&context);
@@ -237,12 +238,13 @@ class Sequence {
   }
 
   // The step through the sequence's step channel (opened at its first step).
-  grpc::Status SendSameHost(const v1::AttendSessionsRequest& r,
-                            v1::AttendSessionsResponse* response) {
+  grpc::Status SendThroughChannel(const v1::AttendSessionsRequest& r,
+                                  v1::AttendSessionsResponse* response) {
     absl::Status status;
     if (step_channel_ == nullptr) {
       absl::StatusOr<std::unique_ptr<StepChannel>> opened =
-          StepChannel::Open(channel_, o_.connection);
+          o_.tcp_channel ? StepChannel::OpenTcp(channel_, o_.connection, host_)
+                         : StepChannel::Open(channel_, o_.connection);
       status = opened.status();
       if (opened.ok()) step_channel_ = *std::move(opened);
     }
@@ -282,6 +284,8 @@ class Sequence {
 
   const DecodeBenchOptions& o_;
   const std::shared_ptr<grpc::Channel> channel_;
+  // The host of channel_'s target (a TCP step channel connects there).
+  const std::string host_;
   std::unique_ptr<v1::SessionService::Stub> sessions_;
   std::unique_ptr<v1::AttentionService::Stub> attention_;
   const std::string id_;
@@ -325,11 +329,11 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
   if (o.sequences < 1 || o.prefill < 0 || o.steps < 1 || o.layers < 1 ||
       o.heads < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 ||
       o.head_dim < 1 || o.stateless_steps < 0 || o.stateless_steps > o.steps ||
-      (o.stream && o.same_host)) {
+      int{o.stream} + int{o.same_host} + int{o.tcp_channel} > 1) {
     err << "error: --decode needs --sequences >= 1, --prefill >= 0, "
            "--steps >= 1, --layers >= 1, --heads a multiple of --kv_heads, "
            "--dim >= 1, 0 <= --stateless_steps <= --steps, and at most one "
-           "of --stream and --same_host\n";
+           "of --stream, --shm and --tcp_channel\n";
     return kExitUsage;
   }
   const int connections = ConnectionsFor(o.connections, o.sequences);
@@ -341,8 +345,11 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
   }
   std::vector<std::unique_ptr<Sequence>> seqs;
   for (int i = 0; i < o.sequences; ++i) {
+    // CreateChannels: every target's connection k, then every one's k + 1.
+    const size_t c = static_cast<size_t>(i) % channels->size();
     seqs.push_back(std::make_unique<Sequence>(
-        o, (*channels)[static_cast<size_t>(i) % channels->size()], i));
+        o, (*channels)[c],
+        TargetHost(o.connection.targets[c % o.connection.targets.size()]), i));
   }
   Phase setup, sessions, stateless;
   RunAll(seqs, setup,
@@ -385,6 +392,7 @@ ExitCode RunDecodeBench(const DecodeBenchOptions& o, std::ostream& out,
       {"kv_bytes", kv_bytes},
       {"stream", o.stream},
       {"same_host", o.same_host},
+      {"tcp_channel", o.tcp_channel},
       {"sessions", PhaseJson(sessions)}};
   j["sessions"]["server_p50_us"] = Micros(sessions.server.Percentile(50));
   j["sessions"]["compute_p50_us"] = Micros(sessions.compute.Percentile(50));

@@ -43,6 +43,9 @@ struct DecodeBenchOptions {
   // Session steps through one same-host step channel per sequence
   // (client/step_channel.h); not with `stream`.
   bool same_host = false;
+  // Session steps through one TCP step channel per sequence, to its
+  // connection's target; not with `stream` or `same_host`.
+  bool tcp_channel = false;
   bool json = false;
 };
 
