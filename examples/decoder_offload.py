@@ -10,7 +10,8 @@ downloaded. It generates greedily from a random prompt twice:
   offloaded  attention on the server through attnserve.torch.KVCache: one
              session per sequence, one call per layer for the whole batch
              (unary calls; --stream: a step stream; --same-host: a step
-             channel in shared memory).
+             channel in shared memory; --tcp-channel: a step channel on a TCP
+             socket).
 
 and prints whether the tokens are identical, the largest logit difference, the
 time per generated token of each (one step of the whole batch; in brackets the
@@ -278,6 +279,10 @@ def parse_args(argv=None):
                      help="send the layer calls through a step channel in shared memory "
                           "(client.step_channel(); the server runs on this host with "
                           "--shared_memory --step_channels=N)")
+    how.add_argument("--tcp-channel", action="store_true",
+                     help="send the layer calls through a step channel on a TCP socket "
+                          "(client.step_channel(tcp=True); the server runs with "
+                          "--step_channels=N --step_channel_listen=HOST:PORT)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per call")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
@@ -322,6 +327,8 @@ def run(args, client=None):
             transport = steps = client.step_channel(
                 size=channel_bytes(cfg, args.batch, min(args.prompt, args.prefill_chunk)),
                 route_key=prefix)
+        elif args.tcp_channel:
+            transport = steps = client.step_channel(tcp=True, route_key=prefix)
         remote = KVCache(client, num_layers=cfg.layers, num_kv_heads=cfg.kv_heads,
                          head_dim=cfg.head_dim, storage_dtype=args.storage_dtype,
                          prefill_chunk=args.prefill_chunk, transport=transport,

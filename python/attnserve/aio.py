@@ -14,9 +14,11 @@ from . import _codec as C
 from . import _health_pb2 as health_pb
 from . import _shared_memory as S
 from . import _step_channel as R
+from . import _step_socket as T
 from . import _transport as X
-from .client import (_Base, _SessionHandle, _StepStream, _append_chunks, _find_model,
-                     _sessions_call, model_item, stream_item)
+from .client import (_Base, _SessionHandle, _StepStream, _append_chunks, _channel_link,
+                     _find_model, _open_channel_request, _sessions_call, model_item,
+                     stream_item)
 from .errors import (Error, Internal, InvalidArgument, Unavailable, error_for_code,
                      from_rpc_error)
 from .types import ServerInfo, SharedMemoryStatus
@@ -319,16 +321,21 @@ class AsyncClient(_Base):
         return AsyncSessionStream(self, route_key, timeout)
 
     async def step_channel(self, *, size=1 << 20, route_key=None, timeout=None,
-                           spin=R.DEFAULT_SPIN):
+                           spin=R.DEFAULT_SPIN, tcp=False, tcp_host=None):
         """As Client.step_channel: an AsyncStepChannel (`async with await
         client.step_channel() as steps:`)."""
-        R.check_machine()
         await self._open()
-        region = await self.shared_memory(size=size, timeout=timeout)
+        region, host = None, None
+        if tcp:
+            host = tcp_host or T.target_host(self.target)
+        else:
+            R.check_machine()
+            region = await self.shared_memory(size=size, timeout=timeout)
         try:
-            channel = AsyncStepChannel(self, region, route_key, timeout, spin)
+            channel = AsyncStepChannel(self, region, route_key, timeout, spin, host)
         except BaseException:
-            await region.close()
+            if region is not None:
+                await region.close()
             raise
         await channel._start()
         return channel
@@ -468,14 +475,15 @@ class AsyncStepChannel(_AsyncSteps):
     _kind = "step channel"
     _HANGUP_WAIT = 5.0
 
-    def __init__(self, client, region, route_key, timeout, spin):
+    def __init__(self, client, region, route_key, timeout, spin, host=None):
         self._lock = asyncio.Lock()
         self._ring = None
         self._ended = threading.Event()  # the call is done (set on the loop)
         self.region = region
         self._spin = spin
+        self._host = host
         super().__init__(client, lambda stub: stub.StepChannel(
-            spb.OpenStepChannelRequest(region=region.name), timeout=timeout,
+            _open_channel_request(region), timeout=timeout,
             metadata=client._md(route_key)))
         self._call.add_done_callback(lambda _: self._ended.set())
 
@@ -487,7 +495,8 @@ class AsyncStepChannel(_AsyncSteps):
                 raise from_rpc_error(e) from None
             if info is grpc.aio.EOF:
                 raise await self._call_error()
-            self._ring = R.Ring(self.region._map, self.region.size, self._spin)
+            # The socket's connect blocks briefly (the listener is ready).
+            self._ring = _channel_link(info, self.region, self._spin, self._host)
         except BaseException:
             await self._shut()
             raise
@@ -552,7 +561,8 @@ class AsyncStepChannel(_AsyncSteps):
             self._ring.release()
             self._ring = None
         self._end()
-        await self.region.close()
+        if self.region is not None:
+            await self.region.close()
 
 
 class AsyncSession(_SessionHandle):

@@ -1,7 +1,8 @@
-"""A tiny session step's round trip from Python: unary calls, a step stream, a step channel.
+"""A tiny session step's round trip from Python: unary calls, a step stream, step channels.
 
     python -m attnserve.bench_steps --server=build/server/attnserve [--rounds=3]
-    python -m attnserve.bench_steps --target=HOST:PORT   (--shared_memory --step_channels=N)
+    python -m attnserve.bench_steps --target=HOST:PORT   (--shared_memory --step_channels=N
+                                                          --step_channel_listen=HOST:0)
 
 Closed loop, one step outstanding, on this host: a float32 session of --tokens
 cached tokens (default Hq 4, Hkv 1, D 64, 256 tokens); each step appends one
@@ -14,6 +15,7 @@ that every mode returns the unary call's bits):
   unary     Client.attend_sessions: one AttendSessions call a step
   stream    Client.session_stream(): a message of one AttendSessionsStream a step
   channel   Client.step_channel(): the step through a ring in shared memory
+  tcp       Client.step_channel(tcp=True): the step as frames on a TCP socket
 """
 
 import argparse
@@ -27,7 +29,7 @@ import numpy as np
 from .bench import _cpu, _start_server
 from .client import Client
 
-MODES = ("unary", "stream", "channel")
+MODES = ("unary", "stream", "channel", "tcp")
 _TRUNCATE_EVERY = 100
 
 
@@ -56,9 +58,10 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--target", help="a running attnserve on this host with "
-                       "--shared_memory --step_channels=N")
+                       "--shared_memory --step_channels=N --step_channel_listen=HOST:0")
     where.add_argument("--server", help="start this attnserve binary (1 worker of 1 "
-                       "thread, --shared_memory --step_channels=4) instead")
+                       "thread, --shared_memory --step_channels=4 "
+                       "--step_channel_listen=127.0.0.1:0) instead")
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv_heads", type=int, default=1)
     p.add_argument("--dim", type=int, default=64)
@@ -69,13 +72,14 @@ def main(argv=None):
     a = p.parse_args(argv)
 
     proc, target = (None, a.target) if a.target else _start_server(
-        a.server, "--threads_per_worker=1", "--shared_memory", "--step_channels=4")
+        a.server, "--threads_per_worker=1", "--shared_memory", "--step_channels=4",
+        "--step_channel_listen=127.0.0.1:0")
     rng = np.random.default_rng(0)
     rounds = []
     try:
         with Client(target, timeout=60) as client, client.session_stream() as stream, \
-                client.step_channel() as channel:
-            through = {"unary": client, "stream": stream, "channel": channel}
+                client.step_channel() as channel, client.step_channel(tcp=True) as tcp:
+            through = {"unary": client, "stream": stream, "channel": channel, "tcp": tcp}
             sessions = {}
             for m in MODES:
                 s = client.create_session(num_kv_heads=a.kv_heads, head_dim=a.dim)

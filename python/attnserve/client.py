@@ -12,6 +12,7 @@ from . import _codec as C
 from . import _memory
 from . import _shared_memory as S
 from . import _step_channel as R
+from . import _step_socket as T
 from . import _health_pb2 as health_pb
 from . import _transport as X
 from .errors import (Error, Internal, InvalidArgument, NotFound, Unavailable, error_for_code,
@@ -538,20 +539,26 @@ class Client(_Base):
         return SessionStream(self, route_key, timeout)
 
     def step_channel(self, *, size=1 << 20, route_key=None, timeout=None,
-                     spin=R.DEFAULT_SPIN):
+                     spin=R.DEFAULT_SPIN, tcp=False, tcp_host=None):
         """A StepChannel: attend_sessions steps through a ring in a shared-memory
-        region instead of messages (docs/python.md "Through a step channel"). The
-        server needs --shared_memory and --step_channels, and this process must
-        run on its host; x86-64 only (Unimplemented elsewhere).
+        region, or on a TCP socket of their own (tcp=True), instead of gRPC
+        messages (docs/python.md "Through a step channel"). The server needs
+        --step_channels and, for a ring, --shared_memory with this process on its
+        host (x86-64 only: Unimplemented elsewhere); for TCP,
+        --step_channel_listen.
 
         size: the region's bytes (at least 16 KiB; a 256-byte header, then the
-        request and the response slot). route_key: the routing header of the
-        channel's call. timeout: the whole channel's deadline in seconds; None
-        (default) = none. spin: seconds a step polls for its answer before it
-        sleeps on the futex.
+        request and the response slot; not with tcp). route_key: the routing
+        header of the channel's call. timeout: the whole channel's deadline in
+        seconds; None (default) = none. spin: seconds a step polls for its
+        answer before it sleeps (on the futex, or in select). tcp_host: where
+        the TCP socket connects; None (default) = the host of the target.
         """
-        R.check_machine()
         self._open()
+        if tcp:
+            return StepChannel(self, None, route_key, timeout, spin,
+                               tcp_host or T.target_host(self.target))
+        R.check_machine()
         region = self.shared_memory(size=size, timeout=timeout)
         try:
             return StepChannel(self, region, route_key, timeout, spin)
@@ -862,10 +869,26 @@ class SessionStream(_BlockingSteps):
         super()._end()
 
 
+def _open_channel_request(region):
+    """The StepChannel call's request: a ring in `region`, or TCP when None."""
+    if region is None:
+        return spb.OpenStepChannelRequest(tcp=True)
+    return spb.OpenStepChannelRequest(region=region.name)
+
+
+def _channel_link(info, region, spin, host):
+    """An opened step channel's ring (in `region`) or socket (TCP, to `host`)."""
+    if region is not None:
+        return R.Ring(region._map, region.size, spin)
+    return T.Socket(host, info.tcp_port, info.tcp_token, info.request_capacity,
+                    info.response_capacity, spin)
+
+
 class StepChannel(_BlockingSteps):
-    """Steps through a same-host step channel (Client.step_channel): each step's
-    request and answer go through a ring in a shared-memory region of the
-    channel's own, the StepChannel call staying open beside it.
+    """Steps through a step channel (Client.step_channel): each step's request
+    and answer go through a ring in a shared-memory region of the channel's own
+    (same host), or as frames on a TCP socket of its own (tcp=True), the
+    StepChannel call staying open beside it.
 
     attend_sessions takes and returns what Client.attend_sessions does; a step
     the server refuses raises its error and the channel goes on. When the
@@ -873,21 +896,21 @@ class StepChannel(_BlockingSteps):
     (Unavailable, or the call's error) and the channel is closed. One step at
     a time (calls from several threads take turns). close() hangs up, waits
     for the server to free the channel (so another may be opened at once),
-    and closes the region; so does leaving a `with` block.
+    and closes the region (or the socket); so does leaving a `with` block.
     """
 
     _kind = "step channel"
 
-    def __init__(self, client, region, route_key, timeout, spin):
+    def __init__(self, client, region, route_key, timeout, spin, host=None):
         self._lock = threading.Lock()
         self._ring = None
         self.region = region
         super().__init__(client, lambda stub: stub.StepChannel(
-            spb.OpenStepChannelRequest(region=region.name), timeout=timeout,
+            _open_channel_request(region), timeout=timeout,
             metadata=client._md(route_key)))
         try:
             info = next(self._call)
-            self._ring = R.Ring(region._map, region.size, spin)
+            self._ring = _channel_link(info, region, spin, host)
         except grpc.RpcError as e:
             self._end()
             raise from_rpc_error(e) from None
@@ -908,7 +931,7 @@ class StepChannel(_BlockingSteps):
         """One step of a serialized AttendSessionsRequest (any bytes: the server
         answers what it cannot parse with INVALID_ARGUMENT); the serialized
         AttendSessionsResponse. InvalidArgument, the channel going on, for bytes
-        larger than the request slot."""
+        larger than the request slot (request_capacity)."""
         with self._lock:
             self._check_open()
             try:
@@ -945,7 +968,8 @@ class StepChannel(_BlockingSteps):
             self._ring.release()
             self._ring = None
         self._end()
-        self.region.close()
+        if self.region is not None:
+            self.region.close()
 
 
 class Model:

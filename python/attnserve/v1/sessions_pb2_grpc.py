@@ -160,10 +160,12 @@ class SessionServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def StepChannel(self, request, context):
-        """A same-host step channel: AttendSessions steps written into a ring in a
-        registered shared-memory region and answered there, with no message per
-        step (docs/api.md "Step channels"). Off unless the server runs with
-        --step_channels=N (and --shared_memory). The server answers one
+        """A step channel: AttendSessions steps written into a ring in a registered
+        shared-memory region and answered there (same host), or sent as frames
+        on a TCP socket of the channel's own (tcp), with no gRPC message per step
+        (docs/api.md "Step channels"). Off unless the server runs with
+        --step_channels=N (and --shared_memory or --step_channel_listen). The
+        server answers one
         StepChannelInfo once the ring is ready and serves steps while the call
         stays open; the client ends the channel by cancelling the call (so does
         its process dying or its connection dropping); the server ends it
