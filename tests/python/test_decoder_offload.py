@@ -151,6 +151,16 @@ def test_example_through_a_step_channel(start_server):
     assert steps == 2 * (2 + 8), srv.log()
 
 
+def test_example_through_a_tcp_step_channel(start_server):
+    srv = start_server("--step_channels=1", "--step_channel_listen=127.0.0.1:0",
+                       "--metrics_listen=127.0.0.1:0")
+    example = load_example()
+    r = example.run(example.parse_args([f"--target={srv.target}", *TINY, "--tcp-channel"]))
+    assert r["tokens_identical"] and r["max_logit_diff"] <= 1e-4 and r["ok"], r
+    steps = srv.metric('attnserve_requests_total{code="OK",method="StepChannel"}')
+    assert steps == 2 * (2 + 8), srv.log()
+
+
 def test_the_examples_channel_holds_a_batchs_whole_prefill(start_server):
     # 8 sequences × 160 prompt tokens: a prefill call of about 640 KiB each way,
     # past the slots of the default 1 MiB region; the example sizes its own.

@@ -1,0 +1,244 @@
+"""Client.step_channel(tcp=True) against real attnserve processes with
+--step_channels and --step_channel_listen (and no shared memory): steps
+bit-identical to unary calls, refused steps that leave the channel going, the
+server's limits and refusals, the channel's end, the async client, KVCache over it."""
+
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import attnserve
+from attnserve._step_socket import target_host
+from attnserve.torch import KVCache
+from attnserve.v1 import sessions_pb2 as spb
+from conftest import ServerProcess
+from reference import random
+
+HKV, HQ, D, LAYERS = 2, 4, 16, 2
+OK_STEPS = 'attnserve_requests_total{code="OK",method="StepChannel"}'
+LISTEN = "--step_channel_listen=127.0.0.1:0"
+
+
+@pytest.fixture(scope="module")
+def tcp_server():
+    s = ServerProcess("--workers=2", "--threads_per_worker=1", "--step_channels=4",
+                      LISTEN, "--max_message_bytes=2097152",
+                      "--metrics_listen=127.0.0.1:0")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def client(tcp_server):
+    with attnserve.Client(tcp_server.target, timeout=60) as c:
+        yield c
+
+
+def twin_sessions(client, name, prefill=5):
+    """Two sessions holding the same tokens in every layer."""
+    sessions = [client.create_session(f"{name}-{i}", num_kv_heads=HKV, head_dim=D,
+                                      num_layers=LAYERS) for i in range(2)]
+    for layer in range(LAYERS):
+        k, v = random((prefill, HKV, D), seed=layer), random((prefill, HKV, D), seed=9 + layer)
+        for s in sessions:
+            s.append(layer, k, v, position=0)
+    return sessions
+
+
+def step_inputs(t, layer):
+    seed = 1000 + 10 * t + layer
+    return (random((1, HQ, D), seed=seed), random((1, HKV, D), seed=seed + 1),
+            random((1, HKV, D), seed=seed + 2))
+
+
+def wait_for(predicate, seconds=10):
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_the_host_of_a_target():
+    assert target_host("localhost:50051") == "localhost"
+    assert target_host("10.0.0.7:1") == "10.0.0.7"
+    assert target_host("[::1]:50051") == "::1"
+    assert target_host("dns:///attnserve.svc:50051") == "attnserve.svc"
+    assert target_host("ipv4:127.0.0.1:9") == "127.0.0.1"
+    assert target_host("ipv6:[::1]:9") == "::1"
+
+
+def test_steps_are_bit_identical_to_unary_calls(client, tcp_server):
+    before = tcp_server.metric(OK_STEPS)
+    through, unary = twin_sessions(client, "tcp-parity")
+    with client.step_channel(tcp=True) as channel:
+        assert channel.request_capacity == channel.response_capacity == 2097152
+        assert channel.region is None
+        assert tcp_server.metric("attnserve_step_channels") == 1
+        for t in range(40):
+            for layer in range(LAYERS):
+                q, k, v = step_inputs(t, layer)
+                (got,) = channel.attend_sessions(layer, [(through, q, k, v, 5 + t)])
+                (want,) = client.attend_sessions(layer, [(unary, q, k, v, 5 + t)])
+                assert got.dtype == np.float32 and got.shape == (1, HQ, D)
+                assert np.array_equal(got, want), (t, layer)
+        # Weights and the options of a step; a batch of two sessions, torch in and out.
+        q = random((3, HQ, D), seed=7)
+        kw = dict(window_left=8, alibi_slopes=[0.1, 0.2, 0.3, 0.4], scale=0.3,
+                  return_weights=True)
+        (got,) = channel.attend_sessions(1, [(through, q)], **kw)
+        (want,) = client.attend_sessions(1, [(unary, q)], **kw)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        tq = torch.from_numpy(random((1, HQ, D), seed=8))
+        got = channel.attend_sessions(0, [(through, tq), (unary.session_id, tq)])
+        assert all(isinstance(g, torch.Tensor) for g in got)
+        assert torch.equal(got[0], got[1])
+    assert through.info().layer_tokens == unary.info().layer_tokens == (45, 45)
+    assert tcp_server.metric(OK_STEPS) - before == 40 * LAYERS + 2
+    assert wait_for(lambda: tcp_server.metric("attnserve_step_channels") == 0)
+    with pytest.raises(ValueError, match="step channel is closed"):
+        channel.attend_sessions(0, [(through, q)])
+    channel.close()  # closing twice is fine
+    through.close()
+    unary.close()
+
+
+def test_refused_steps_raise_and_the_channel_goes_on(client):
+    s, twin = twin_sessions(client, "tcp-errors", prefill=3)
+    with client.step_channel(tcp=True) as channel:
+        with pytest.raises(attnserve.NotFound,
+                           match='sessions\\[0\\].session_id: session "nobody"'):
+            channel.attend_sessions(0, [("nobody", random((1, HQ, D)))])
+        q, k, v = step_inputs(0, 0)
+        with pytest.raises(attnserve.InvalidArgument, match="position: 2 overlaps"):
+            channel.attend_sessions(0, [(s, q, k, v, 2)])
+        # Bytes that are no AttendSessionsRequest: the server's INVALID_ARGUMENT.
+        answer = spb.AttendSessionsResponse.FromString(
+            channel.step_bytes(b"\xff\xff\xff\xff garbage \x00\x01"))
+        assert answer.error_code == 3 and answer.error_message, answer
+        # Past the server's frame limit: refused before anything is sent.
+        with pytest.raises(attnserve.InvalidArgument, match="past the step channel's limit"):
+            channel.step_bytes(b"\0" * (channel.request_capacity + 1))
+        (got,) = channel.attend_sessions(0, [(s, q, k, v, 3)])
+        (want,) = client.attend_sessions(0, [(twin, q, k, v, 3)])
+        assert np.array_equal(got, want)
+    assert s.info().layer_tokens == (4, 3)
+    s.close()
+    twin.close()
+
+
+def test_servers_without_tcp_channels_refuse(start_server):
+    srv = start_server("--shared_memory", "--step_channels=1")
+    with attnserve.Client(srv.target, timeout=60) as c:
+        with pytest.raises(attnserve.FailedPrecondition, match="--step_channel_listen"):
+            c.step_channel(tcp=True)
+    plain = start_server()
+    with attnserve.Client(plain.target, timeout=60) as c:
+        with pytest.raises(attnserve.FailedPrecondition, match="--step_channels"):
+            c.step_channel(tcp=True)
+
+
+def test_past_the_servers_limit_then_freed_by_close(start_server):
+    srv = start_server("--step_channels=1", LISTEN)
+    with attnserve.Client(srv.target, timeout=60) as c:
+        s = c.create_session("tcp-limit", num_kv_heads=HKV, head_dim=D)
+        s.append(0, random((2, HKV, D)), random((2, HKV, D)))
+        q = random((1, HQ, D), seed=3)
+        want = s.attend(0, q)
+        first = c.step_channel(tcp=True)
+        assert np.array_equal(first.attend_sessions(0, [(s, q)])[0], want)
+        with pytest.raises(attnserve.ResourceExhausted, match="--step_channels"):
+            c.step_channel(tcp=True)
+        first.close()
+        with c.step_channel(tcp=True) as second:  # the server freed the first one
+            assert np.array_equal(second.attend_sessions(0, [(s, q)])[0], want)
+
+
+def test_a_wrong_host_is_unavailable_and_frees_the_channel(start_server):
+    srv = start_server("--step_channels=1", LISTEN, "--metrics_listen=127.0.0.1:0")
+    with attnserve.Client(srv.target, timeout=60) as c:
+        # Nothing listens on the channel's port at this address.
+        with pytest.raises(attnserve.Unavailable, match="cannot connect"):
+            c.step_channel(tcp=True, tcp_host="127.0.0.2")
+        assert wait_for(lambda: srv.metric("attnserve_step_channels") == 0)
+        with c.step_channel(tcp=True) as channel:
+            assert channel.request_capacity > 0
+
+
+def test_a_draining_server_ends_the_channel(start_server):
+    srv = start_server("--step_channels=2", LISTEN, "--shutdown_grace=30s")
+    with attnserve.Client(srv.target, timeout=60, retries=0) as c:
+        s = c.create_session("tcp-drain", num_kv_heads=HKV, head_dim=D)
+        s.append(0, random((2, HKV, D)), random((2, HKV, D)))
+        channel = c.step_channel(tcp=True)
+        channel.attend_sessions(0, [(s, random((1, HQ, D)))])
+        srv.signal(signal.SIGTERM)
+        # Steps answered while the server drains fail UNAVAILABLE; once the server
+        # closes the socket, the step raises Unavailable and the channel is closed.
+        deadline = time.monotonic() + 20
+        with pytest.raises(ValueError, match="step channel is closed"):
+            while time.monotonic() < deadline:
+                try:
+                    channel.attend_sessions(0, [(s, random((1, HQ, D)))])
+                except attnserve.Unavailable:
+                    pass
+        channel.close()
+
+
+def test_kvcache_over_a_tcp_channel_generates_as_over_unary_calls(client):
+    def generate(cache):
+        g = torch.Generator().manual_seed(5)
+        outs = []
+        for t in (6, 1, 1, 1, 3, 1):  # a chunked prefill, decode steps, a verification
+            for layer in range(LAYERS):
+                q = torch.randn(2, HQ, t, D, generator=g)
+                k, v = (torch.randn(2, HKV, t, D, generator=g) for _ in range(2))
+                outs.append(cache.attend(layer, q, k, v))
+        return outs
+
+    kw = dict(num_layers=LAYERS, num_kv_heads=HKV, head_dim=D, prefill_chunk=4)
+    with KVCache(client, **kw) as cache:
+        want = generate(cache)
+    with client.step_channel(tcp=True) as channel, \
+            KVCache(client, transport=channel, **kw) as cache:
+        got = generate(cache)
+        assert cache.lengths() == [13, 13]
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_async_steps_are_bit_identical_to_unary_calls_and_close_frees_at_once(
+        start_server):
+    import asyncio
+    srv = start_server("--step_channels=1", LISTEN)
+
+    async def main():
+        async with attnserve.AsyncClient(srv.target, timeout=60) as c:
+            sessions = []
+            for i in range(2):
+                s = await c.create_session(f"tcp-async-{i}", num_kv_heads=HKV, head_dim=D,
+                                           num_layers=LAYERS)
+                for layer in range(LAYERS):
+                    await s.append(layer, random((5, HKV, D), seed=layer),
+                                   random((5, HKV, D), seed=9 + layer), position=0)
+                sessions.append(s)
+            async with await c.step_channel(tcp=True) as steps:
+                assert steps.request_capacity > 0
+                for t in range(20):
+                    for layer in range(LAYERS):
+                        q, k, v = step_inputs(t, layer)
+                        (got,) = await steps.attend_sessions(layer, [(sessions[0], q, k, v)])
+                        (want,) = await c.attend_sessions(layer, [(sessions[1], q, k, v)])
+                        assert np.array_equal(got, want), (t, layer)
+                with pytest.raises(attnserve.NotFound):
+                    await steps.attend_sessions(0, [(c.session("nobody"), q)])
+                (again,) = await steps.attend_sessions(0, [(sessions[0], q)])
+            # Closed: the server's only channel is free again at once.
+            async with await c.step_channel(tcp=True) as second:
+                (out,) = await second.attend_sessions(0, [(sessions[0], q)])
+                assert np.array_equal(out, again)
+            with pytest.raises(ValueError, match="step channel is closed"):
+                await second.attend_sessions(0, [(sessions[0], q)])
+
+    asyncio.run(main())
