@@ -154,6 +154,14 @@ absl::StatusOr<wire::StepSocket> StepListener::Await(
   }
 }
 
+void StepListener::Withdraw(const std::string& token) {
+  absl::MutexLock lock(&mu_);
+  auto it = tokens_.find(token);
+  if (it == tokens_.end()) return;
+  if (it->second >= 0) close(it->second);
+  tokens_.erase(it);
+}
+
 bool StepListener::Deliver(const std::string& token, int fd) {
   absl::MutexLock lock(&mu_);
   auto it = tokens_.find(token);

@@ -47,6 +47,8 @@ class StepListener {
   absl::StatusOr<wire::StepSocket> Await(const std::string& token,
                                          absl::Duration timeout,
                                          const std::function<bool()>& stop);
+  // Lets `token` lapse unawaited (its connection, if one came, closes).
+  void Withdraw(const std::string& token);
 
  private:
   StepListener(int fd, int port);

@@ -54,6 +54,8 @@ SocketTransport::SocketTransport(StepListener* listener,
       max_frame_bytes_(max_frame_bytes),
       token_(listener->Issue()) {}
 
+SocketTransport::~SocketTransport() { listener_->Withdraw(token_); }
+
 void SocketTransport::Describe(v1::StepChannelInfo* info) const {
   info->set_request_capacity(max_frame_bytes_);
   info->set_response_capacity(max_frame_bytes_);

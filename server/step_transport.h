@@ -85,6 +85,7 @@ class SocketTransport final : public StepTransport {
   static constexpr absl::Duration kConnectTimeout = absl::Seconds(10);
 
   SocketTransport(StepListener* listener, int64_t max_frame_bytes);
+  ~SocketTransport() override;  // the token lapses if never awaited
 
   void Describe(v1::StepChannelInfo* info) const override;
   absl::Status Connect(const std::function<bool()>& stop) override;

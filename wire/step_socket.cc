@@ -26,6 +26,8 @@ namespace {
 constexpr absl::Duration kStepSendTimeout = absl::Seconds(60);
 // What a skipped frame is read through.
 constexpr int64_t kSkipChunk = 64 * 1024;
+// How much a frame's buffer grows by at most before those bytes came.
+constexpr int64_t kGrowChunk = int64_t{1} << 20;
 
 int PollMillis(absl::Time deadline) {
   const absl::Duration left = std::min(kWaitSlice, deadline - absl::Now());
@@ -223,8 +225,17 @@ absl::Status StepSocket::ReceiveFrame(int64_t max_bytes, absl::Duration spin,
         "request: ", size, " bytes are past the step channel's limit of ",
         max_bytes, " bytes"));
   }
-  frame->resize(static_cast<size_t>(size));
-  return Read(frame->data(), size, spin_end, deadline, stop, true);
+  // Grown as the bytes come: a peer that announces a long frame and sends
+  // little of it holds little memory.
+  frame->clear();
+  for (int64_t got = 0; got < size;) {
+    const int64_t piece = std::min(size - got, kGrowChunk);
+    frame->resize(static_cast<size_t>(got + piece));
+    RETURN_IF_ERROR(
+        Read(frame->data() + got, piece, spin_end, deadline, stop, true));
+    got += piece;
+  }
+  return absl::OkStatus();
 }
 
 void StepSocket::Shutdown() {

@@ -94,6 +94,20 @@ TEST(StepSocketTest, APeerClosingBeforeAFrameIsUnavailableInsideOneDataLoss) {
   }
 }
 
+TEST(StepSocketTest, ALongFrameAnnouncedHoldsOnlyWhatCame) {
+  Pair p;
+  // 64 MiB announced, 10 bytes sent.
+  ASSERT_TRUE(p.a->SendRaw(std::string("\0\0\0\x04"
+                                       "0123456789",
+                                       14))
+                  .ok());
+  std::string frame;
+  EXPECT_EQ(
+      Receive(*p.b, &frame, int64_t{1} << 30, absl::Milliseconds(30)).code(),
+      absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LE(frame.capacity(), size_t{4} << 20);
+}
+
 TEST(StepSocketTest, WaitsEndOnStopAndOnTheDeadline) {
   Pair p;
   std::string frame;

@@ -96,6 +96,18 @@ TEST(StepListenerTest, AWrongTokenIsClosedAndTheWaitTimesOut) {
   EXPECT_TRUE(ClosedByServer(*late));
 }
 
+TEST(StepListenerTest, AWithdrawnTokenAdmitsNoConnection) {
+  auto listener = Listen();
+  ASSERT_NE(listener, nullptr);
+  const std::string token = listener->Issue();
+  listener->Withdraw(token);
+  listener->Withdraw(token);  // twice is fine
+  auto client = ConnectTo(*listener);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE(client->SendRaw(token).ok());
+  EXPECT_TRUE(ClosedByServer(*client));
+}
+
 TEST(StepListenerTest, AWaitEndsWhenStopped) {
   auto listener = Listen();
   ASSERT_NE(listener, nullptr);
