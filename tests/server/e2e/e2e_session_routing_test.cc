@@ -392,8 +392,6 @@ void DecodeStep(v1::SessionService::Stub& stub, Sequence& seq, int step) {
 // no prefix re-sent. The restarted replica comes back empty and takes new
 // sessions.
 TEST(E2eSessionRoutingTest, ARollingRestartMovesSessionsAndLosesNoStep) {
-  const int a_port = FreePort(), a_metrics = FreePort();
-  const int b_port = FreePort(), b_metrics = FreePort();
   const auto flags = [](int port, int metrics, int peer) {
     return std::vector<std::string>{
         "--workers=1", "--threads_per_worker=1",
@@ -401,8 +399,24 @@ TEST(E2eSessionRoutingTest, ARollingRestartMovesSessionsAndLosesNoStep) {
         absl::StrCat("--metrics_listen=127.0.0.1:", metrics),
         absl::StrCat("--handoff_to=127.0.0.1:", peer)};
   };
-  auto a = ServerProcess::Start(flags(a_port, a_metrics, b_port));
-  auto b = ServerProcess::Start(flags(b_port, b_metrics, a_port));
+  // Each replica names the other's port, so the ports are chosen before
+  // either starts; one taken meanwhile by another process (a client's
+  // outgoing connection) means other ports.
+  const auto port_taken = [](const absl::Status& status) {
+    return absl::StrContains(status.message(), "cannot listen") ||
+           absl::StrContains(status.message(), "cannot serve metrics");
+  };
+  int a_port = 0, a_metrics = 0, b_port = 0, b_metrics = 0;
+  absl::StatusOr<std::unique_ptr<ServerProcess>> a, b;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    a_port = FreePort(), a_metrics = FreePort();
+    b_port = FreePort(), b_metrics = FreePort();
+    a = ServerProcess::Start(flags(a_port, a_metrics, b_port));
+    if (!a.ok() && port_taken(a.status())) continue;
+    b = ServerProcess::Start(flags(b_port, b_metrics, a_port));
+    if (!b.ok() && port_taken(b.status())) continue;
+    break;
+  }
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   Balancer balancer(**a, **b);
