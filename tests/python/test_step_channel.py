@@ -15,10 +15,11 @@ import torch
 import attnserve
 from attnserve.torch import KVCache
 from attnserve.v1 import sessions_pb2 as spb
+from channel_steps import (HKV, HQ, D, LAYERS, generate, step_inputs, steps_until_closed,
+                           twin_sessions, wait_for)
 from conftest import ServerProcess
 from reference import random
 
-HKV, HQ, D, LAYERS = 2, 4, 16, 2
 OK_STEPS = 'attnserve_requests_total{code="OK",method="StepChannel"}'
 PREFIX = "attnserve_"
 
@@ -39,30 +40,6 @@ def client(channel_server):
 
 def leftovers():
     return sorted(n for n in os.listdir("/dev/shm") if n.startswith(PREFIX + "py_"))
-
-
-def twin_sessions(client, name, prefill=5):
-    """Two sessions holding the same tokens in every layer."""
-    sessions = [client.create_session(f"{name}-{i}", num_kv_heads=HKV, head_dim=D,
-                                      num_layers=LAYERS) for i in range(2)]
-    for layer in range(LAYERS):
-        k, v = random((prefill, HKV, D), seed=layer), random((prefill, HKV, D), seed=9 + layer)
-        for s in sessions:
-            s.append(layer, k, v, position=0)
-    return sessions
-
-
-def step_inputs(t, layer):
-    seed = 1000 + 10 * t + layer
-    return (random((1, HQ, D), seed=seed), random((1, HKV, D), seed=seed + 1),
-            random((1, HKV, D), seed=seed + 2))
-
-
-def wait_for(predicate, seconds=10):
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return predicate()
 
 
 # -- steps --------------------------------------------------------------------------
@@ -272,18 +249,7 @@ def test_a_draining_server_ends_the_channel(start_server):
         channel = c.step_channel()
         channel.attend_sessions(0, [(s, random((1, HQ, D)))])
         srv.signal(signal.SIGTERM)
-        # Steps answered while the server drains fail UNAVAILABLE one by one; once
-        # the server closes the ring, the step raises Unavailable and the channel
-        # is closed.
-        refused = []
-        deadline = time.monotonic() + 20
-        with pytest.raises(ValueError, match="step channel is closed"):
-            while time.monotonic() < deadline:
-                try:
-                    channel.attend_sessions(0, [(s, random((1, HQ, D)))])
-                except attnserve.Unavailable as e:
-                    refused.append(e.message)
-        assert refused, "no step was refused before the channel closed"
+        assert steps_until_closed(channel, s), "no step was refused before it closed"
         channel.close()
     assert leftovers() == []
 
@@ -298,16 +264,6 @@ def test_refused_on_machines_other_than_x86_64(client, monkeypatch):
 # -- KVCache ----------------------------------------------------------------------------
 
 def test_kvcache_over_a_step_channel_generates_as_over_unary_calls(client):
-    def generate(cache):
-        g = torch.Generator().manual_seed(5)
-        outs = []
-        for t in (6, 1, 1, 1, 3, 1):  # a chunked prefill, decode steps, a verification
-            for layer in range(LAYERS):
-                q = torch.randn(2, HQ, t, D, generator=g)
-                k, v = (torch.randn(2, HKV, t, D, generator=g) for _ in range(2))
-                outs.append(cache.attend(layer, q, k, v))
-        return outs
-
     kw = dict(num_layers=LAYERS, num_kv_heads=HKV, head_dim=D, prefill_chunk=4)
     with KVCache(client, **kw) as cache:
         want = generate(cache)

@@ -4,7 +4,6 @@ bit-identical to unary calls, refused steps that leave the channel going, the
 server's limits and refusals, the channel's end, the async client, KVCache over it."""
 
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -14,10 +13,11 @@ import attnserve
 from attnserve._step_socket import target_host
 from attnserve.torch import KVCache
 from attnserve.v1 import sessions_pb2 as spb
+from channel_steps import (HKV, HQ, D, LAYERS, generate, step_inputs, steps_until_closed,
+                           twin_sessions, wait_for)
 from conftest import ServerProcess
 from reference import random
 
-HKV, HQ, D, LAYERS = 2, 4, 16, 2
 OK_STEPS = 'attnserve_requests_total{code="OK",method="StepChannel"}'
 LISTEN = "--step_channel_listen=127.0.0.1:0"
 
@@ -35,30 +35,6 @@ def tcp_server():
 def client(tcp_server):
     with attnserve.Client(tcp_server.target, timeout=60) as c:
         yield c
-
-
-def twin_sessions(client, name, prefill=5):
-    """Two sessions holding the same tokens in every layer."""
-    sessions = [client.create_session(f"{name}-{i}", num_kv_heads=HKV, head_dim=D,
-                                      num_layers=LAYERS) for i in range(2)]
-    for layer in range(LAYERS):
-        k, v = random((prefill, HKV, D), seed=layer), random((prefill, HKV, D), seed=9 + layer)
-        for s in sessions:
-            s.append(layer, k, v, position=0)
-    return sessions
-
-
-def step_inputs(t, layer):
-    seed = 1000 + 10 * t + layer
-    return (random((1, HQ, D), seed=seed), random((1, HKV, D), seed=seed + 1),
-            random((1, HKV, D), seed=seed + 2))
-
-
-def wait_for(predicate, seconds=10):
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return predicate()
 
 
 def test_the_host_of_a_target():
@@ -175,29 +151,11 @@ def test_a_draining_server_ends_the_channel(start_server):
         channel = c.step_channel(tcp=True)
         channel.attend_sessions(0, [(s, random((1, HQ, D)))])
         srv.signal(signal.SIGTERM)
-        # Steps answered while the server drains fail UNAVAILABLE; once the server
-        # closes the socket, the step raises Unavailable and the channel is closed.
-        deadline = time.monotonic() + 20
-        with pytest.raises(ValueError, match="step channel is closed"):
-            while time.monotonic() < deadline:
-                try:
-                    channel.attend_sessions(0, [(s, random((1, HQ, D)))])
-                except attnserve.Unavailable:
-                    pass
+        steps_until_closed(channel, s)
         channel.close()
 
 
 def test_kvcache_over_a_tcp_channel_generates_as_over_unary_calls(client):
-    def generate(cache):
-        g = torch.Generator().manual_seed(5)
-        outs = []
-        for t in (6, 1, 1, 1, 3, 1):  # a chunked prefill, decode steps, a verification
-            for layer in range(LAYERS):
-                q = torch.randn(2, HQ, t, D, generator=g)
-                k, v = (torch.randn(2, HKV, t, D, generator=g) for _ in range(2))
-                outs.append(cache.attend(layer, q, k, v))
-        return outs
-
     kw = dict(num_layers=LAYERS, num_kv_heads=HKV, head_dim=D, prefill_chunk=4)
     with KVCache(client, **kw) as cache:
         want = generate(cache)

@@ -19,8 +19,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/server/e2e/server_fixture.h"
+#include "tests/server/e2e/step_channel_util.h"
 #include "tests/util/server_process.h"
-#include "tests/util/session_mirror.h"
 #include "tests/util/status_matchers.h"
 #include "wire/step_socket.h"
 
@@ -28,16 +28,11 @@ namespace attnserve {
 namespace {
 
 using ::attnserve::testing::MetricSample;
-using ::attnserve::testing::RandomValues;
 using ::attnserve::testing::ServerProcess;
 using ::attnserve::testing::ServerTest;
 using ::attnserve::testing::StatusIs;
-using ::attnserve::testing::WireRows;
+using ::attnserve::testing::StepRequest;
 using ::testing::HasSubstr;
-
-constexpr int kHeads = 4;
-constexpr int kKvHeads = 1;
-constexpr int kDim = 64;
 
 // A TCP step channel, open while it lives.
 class TcpChannel {
@@ -138,35 +133,7 @@ class TcpStepChannelE2eTest : public ServerTest {
   }
 
   void Create(const std::string& id) {
-    auto stub = v1::SessionService::NewStub(channel());
-    v1::CreateSessionRequest r;
-    r.set_session_id(id);
-    v1::SessionShape* shape = r.mutable_shape();
-    shape->set_num_layers(1);
-    shape->set_num_kv_heads(kKvHeads);
-    shape->set_head_dim(kDim);
-    shape->set_storage_dtype(v1::FLOAT32);
-    shape->set_max_tokens(4096);
-    v1::SessionInfo info;
-    grpc::ClientContext context;
-    const grpc::Status status = stub->CreateSession(&context, r, &info);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-  }
-
-  // Step `step` of a session: one new token's q, k, v.
-  static v1::AttendSessionsRequest StepRequest(const std::string& id,
-                                               int step) {
-    v1::AttendSessionsRequest r;
-    r.set_request_id(absl::StrCat("step-", step));
-    v1::SessionQuery* q = r.add_sessions();
-    q->set_session_id(id);
-    *q->mutable_query() = WireRows(DType::kFloat32, 1, kHeads, kDim,
-                                   RandomValues(3 * step, kHeads * kDim));
-    *q->mutable_key() = WireRows(DType::kFloat32, 1, kKvHeads, kDim,
-                                 RandomValues(3 * step + 1, kKvHeads * kDim));
-    *q->mutable_value() = WireRows(DType::kFloat32, 1, kKvHeads, kDim,
-                                   RandomValues(3 * step + 2, kKvHeads * kDim));
-    return r;
+    testing::CreateStepSession(channel(), id);
   }
 
   double OpenChannels() {
@@ -182,23 +149,8 @@ TEST_F(TcpStepChannelE2eTest, StepsAreBitIdenticalToUnaryCalls) {
   EXPECT_GT((*steps)->info().tcp_port(), 0);
   EXPECT_EQ((*steps)->info().tcp_token().size(), wire::kStepTokenBytes);
   EXPECT_EQ((*steps)->info().request_capacity(), 2097152);
-  auto stub = v1::SessionService::NewStub(channel());
-  for (int step = 0; step < 300; ++step) {
-    v1::AttendSessionsResponse through_socket, unary;
-    ASSERT_TRUE(
-        (*steps)->Step(StepRequest("tcp-twin", step), &through_socket).ok());
-    ASSERT_EQ(through_socket.error_code(), 0) << through_socket.error_message();
-    grpc::ClientContext context;
-    ASSERT_TRUE(stub->AttendSessions(
-                        &context, StepRequest("tcp-unary-twin", step), &unary)
-                    .ok());
-    EXPECT_EQ(through_socket.request_id(), absl::StrCat("step-", step));
-    ASSERT_EQ(through_socket.results_size(), 1);
-    EXPECT_EQ(through_socket.results(0).output().data(),
-              unary.results(0).output().data())
-        << "step " << step;
-    EXPECT_EQ(through_socket.results(0).tokens(), step + 1);
-  }
+  testing::ExpectStepsMatchUnary(**steps, channel(), "tcp-twin",
+                                 "tcp-unary-twin", 300);
   EXPECT_GE(MetricSample(
                 server(),
                 "attnserve_requests_total{code=\"OK\",method=\"StepChannel\"}"),
@@ -346,19 +298,7 @@ TEST_F(TcpStepChannelE2eTest, DrainingClosesOpenChannels) {
   ASSERT_TRUE((*steps)->Step(StepRequest("tcp-drained", 0), &response).ok());
   EXPECT_EQ(response.error_code(), 0);
   server().Kill(SIGTERM);
-  absl::Status status;
-  for (int i = 0; i < 200 && status.ok(); ++i) {
-    status = (*steps)->Step(StepRequest("tcp-drained", i + 1), &response);
-    if (status.ok() && response.error_code() != 0) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  // Either the socket closed, or a step that raced the close was refused.
-  if (status.ok()) {
-    EXPECT_EQ(response.error_code(),
-              static_cast<int>(grpc::StatusCode::UNAVAILABLE));
-  } else {
-    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
-  }
+  testing::ExpectStepsEndUnavailable(**steps, "tcp-drained");
   steps->reset();
   absl::StatusOr<int> exit = server().WaitForExit(absl::Seconds(20));
   ASSERT_TRUE(exit.ok()) << exit.status();

@@ -1,0 +1,66 @@
+"""What the step channel suites (shared memory and TCP) share: twin sessions that
+hold the same tokens, the inputs of a step, waiting for a server's metric, a
+KVCache's layer calls, the steps of a channel whose server drains."""
+
+import time
+
+import pytest
+import torch
+
+import attnserve
+from reference import random
+
+HKV, HQ, D, LAYERS = 2, 4, 16, 2
+
+
+def twin_sessions(client, name, prefill=5):
+    """Two sessions holding the same tokens in every layer."""
+    sessions = [client.create_session(f"{name}-{i}", num_kv_heads=HKV, head_dim=D,
+                                      num_layers=LAYERS) for i in range(2)]
+    for layer in range(LAYERS):
+        k, v = random((prefill, HKV, D), seed=layer), random((prefill, HKV, D), seed=9 + layer)
+        for s in sessions:
+            s.append(layer, k, v, position=0)
+    return sessions
+
+
+def step_inputs(t, layer):
+    seed = 1000 + 10 * t + layer
+    return (random((1, HQ, D), seed=seed), random((1, HKV, D), seed=seed + 1),
+            random((1, HKV, D), seed=seed + 2))
+
+
+def wait_for(predicate, seconds=10):
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def generate(cache):
+    """Layer calls of a batch of 2 through a KVCache: a chunked prefill, decode
+    steps, a verification; the outputs."""
+    g = torch.Generator().manual_seed(5)
+    outs = []
+    for t in (6, 1, 1, 1, 3, 1):
+        for layer in range(LAYERS):
+            q = torch.randn(2, HQ, t, D, generator=g)
+            k, v = (torch.randn(2, HKV, t, D, generator=g) for _ in range(2))
+            outs.append(cache.attend(layer, q, k, v))
+    return outs
+
+
+def steps_until_closed(channel, session, seconds=20):
+    """Steps `session` through `channel` while its server drains: steps answered
+    meanwhile fail Unavailable, and once the server ends the channel the step
+    raises and the channel is closed (the next raises ValueError). The messages
+    of the refused steps."""
+    refused = []
+    deadline = time.monotonic() + seconds
+    with pytest.raises(ValueError, match="step channel is closed"):
+        while time.monotonic() < deadline:
+            try:
+                channel.attend_sessions(0, [(session, random((1, HQ, D)))])
+            except attnserve.Unavailable as e:
+                refused.append(e.message)
+    return refused
