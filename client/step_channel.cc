@@ -65,7 +65,10 @@ absl::StatusOr<std::unique_ptr<StepChannel>> StepChannel::OpenTcp(
   ASSIGN_OR_RETURN(c->socket_,
                    wire::StepSocket::Connect(host, info.tcp_port(),
                                              absl::Now() + connection.timeout));
-  RETURN_IF_ERROR(c->socket_->SendRaw(info.tcp_token()));
+  if (absl::Status sent = c->socket_->SendRaw(info.tcp_token()); !sent.ok()) {
+    c->socket_.reset();  // the server never got the token: cancel the call
+    return sent;
+  }
   return c;
 }
 

@@ -477,7 +477,7 @@ class AsyncStepChannel(_AsyncSteps):
 
     def __init__(self, client, region, route_key, timeout, spin, host=None):
         self._lock = asyncio.Lock()
-        self._ring = None
+        self._link = None
         self._ended = threading.Event()  # the call is done (set on the loop)
         self.region = region
         self._spin = spin
@@ -495,13 +495,14 @@ class AsyncStepChannel(_AsyncSteps):
                 raise from_rpc_error(e) from None
             if info is grpc.aio.EOF:
                 raise await self._call_error()
-            # The socket's connect blocks briefly (the listener is ready).
-            self._ring = _channel_link(info, self.region, self._spin, self._host)
+            # Off the loop: a TCP channel's connect may take a while.
+            self._link = await asyncio.get_running_loop().run_in_executor(
+                None, _channel_link, info, self.region, self._spin, self._host)
         except BaseException:
             await self._shut()
             raise
-        self.request_capacity = self._ring.request_capacity
-        self.response_capacity = self._ring.response_capacity
+        self.request_capacity = self._link.request_capacity
+        self.response_capacity = self._link.response_capacity
         self.server_spin = info.spin_us / 1e6
 
     async def _exchange(self, req):
@@ -513,7 +514,7 @@ class AsyncStepChannel(_AsyncSteps):
         async with self._lock:
             self._check_open()
             step = asyncio.get_running_loop().run_in_executor(
-                None, self._ring.call, request, self._alive)
+                None, self._link.call, request, self._alive)
             try:
                 return await asyncio.shield(step)
             except InvalidArgument:
@@ -548,8 +549,8 @@ class AsyncStepChannel(_AsyncSteps):
         """As StepChannel.close: hangs up, waits (up to 5 s) for the server to free
         the channel, and closes the region; idempotent."""
         async with self._lock:
-            if self._ring is not None and not self._ended.is_set():
-                self._ring.hangup()
+            if self._link is not None and not self._ended.is_set():
+                self._link.hangup()
                 try:
                     await asyncio.wait_for(self._call.code(), self._HANGUP_WAIT)
                 except (asyncio.TimeoutError, grpc.RpcError):
@@ -557,9 +558,9 @@ class AsyncStepChannel(_AsyncSteps):
             await self._shut()
 
     async def _shut(self):
-        if self._ring is not None:
-            self._ring.release()
-            self._ring = None
+        if self._link is not None:
+            self._link.release()
+            self._link = None
         self._end()
         if self.region is not None:
             await self.region.close()

@@ -903,14 +903,14 @@ class StepChannel(_BlockingSteps):
 
     def __init__(self, client, region, route_key, timeout, spin, host=None):
         self._lock = threading.Lock()
-        self._ring = None
+        self._link = None
         self.region = region
         super().__init__(client, lambda stub: stub.StepChannel(
             _open_channel_request(region), timeout=timeout,
             metadata=client._md(route_key)))
         try:
             info = next(self._call)
-            self._ring = _channel_link(info, region, spin, host)
+            self._link = _channel_link(info, region, spin, host)
         except grpc.RpcError as e:
             self._end()
             raise from_rpc_error(e) from None
@@ -920,8 +920,8 @@ class StepChannel(_BlockingSteps):
         except BaseException:
             self._end()
             raise
-        self.request_capacity = self._ring.request_capacity
-        self.response_capacity = self._ring.response_capacity
+        self.request_capacity = self._link.request_capacity
+        self.response_capacity = self._link.response_capacity
         self.server_spin = info.spin_us / 1e6  # seconds the server polls before sleeping
 
     def _exchange(self, req):
@@ -935,7 +935,7 @@ class StepChannel(_BlockingSteps):
         with self._lock:
             self._check_open()
             try:
-                return self._ring.call(request, self._alive)
+                return self._link.call(request, self._alive)
             except InvalidArgument:
                 raise  # nothing was written
             except BaseException:
@@ -956,17 +956,17 @@ class StepChannel(_BlockingSteps):
         """Hangs up, waits until the server has freed the channel and ended its
         call (up to 5 s, then cancels it), and closes the region; idempotent."""
         with self._lock:
-            if self._ring is not None and not self._call.done():
+            if self._link is not None and not self._call.done():
                 ended = threading.Event()
                 self._call.add_done_callback(lambda _: ended.set())
-                self._ring.hangup()
+                self._link.hangup()
                 ended.wait(self._HANGUP_WAIT)
             self._shut()
 
     def _shut(self):
-        if self._ring is not None:
-            self._ring.release()
-            self._ring = None
+        if self._link is not None:
+            self._link.release()
+            self._link = None
         self._end()
         if self.region is not None:
             self.region.close()

@@ -24,9 +24,10 @@ using ::testing::HasSubstr;
 class AttnctlSessionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto server = ServerProcess::Start(
-        {"--workers=1", "--threads_per_worker=1", "--kv_block_tokens=16",
-         "--shared_memory", "--step_channels=2"});
+    auto server = ServerProcess::Start({"--workers=1", "--threads_per_worker=1",
+                                        "--kv_block_tokens=16",
+                                        "--shared_memory", "--step_channels=2",
+                                        "--step_channel_listen=127.0.0.1:0"});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }
@@ -259,6 +260,39 @@ TEST_F(AttnctlSessionTest, BenchDecodeThroughStepChannelsOfInt8Sessions) {
   EXPECT_EQ(
       ::attnserve::testing::MetricSample(*server_, "attnserve_step_channels"),
       0);
+}
+
+// --tcp_channel: each sequence's steps go as frames on a TCP step channel of
+// its own, connected to the host of the target; closing the sockets frees
+// the channels.
+TEST_F(AttnctlSessionTest, BenchDecodeThroughTcpStepChannels) {
+  const std::string channel =
+      R"(attnserve_requests_total{code="OK",method="StepChannel"})";
+  const double before = ::attnserve::testing::MetricSample(*server_, channel);
+  CommandResult r =
+      RunAttnctl({"bench", "--decode", "--tcp_channel", "--sequences=2",
+                  "--prefill=40", "--steps=4", "--layers=2", "--heads=4",
+                  "--kv_heads=2", "--dim=16", "--stateless_steps=0",
+                  "--output_format=json", "--target=" + server_->target()});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const nlohmann::json j = ::attnserve::testing::ParseJson(r);
+  EXPECT_EQ(j["tcp_channel"], true);
+  EXPECT_EQ(j["sessions"]["tokens"], 2 * 4);
+  EXPECT_EQ(::attnserve::testing::AwaitMetric(
+                *server_, channel, before + 2 * 4 * 2, absl::Seconds(5)) -
+                before,
+            2 * 4 * 2);
+  EXPECT_EQ(::attnserve::testing::AwaitMetric(
+                *server_, "attnserve_step_channels", 0, absl::Seconds(5)),
+            0);
+
+  // Not with another transport.
+  CommandResult both = RunAttnctl(
+      {"bench", "--decode", "--tcp_channel", "--shm", "--sequences=1",
+       "--prefill=4", "--steps=1", "--target=" + server_->target()});
+  EXPECT_EQ(both.exit_code, 2) << Describe(both);
+  EXPECT_THAT(both.err, HasSubstr("at most one of --stream, --shm and "
+                                  "--tcp_channel"));
 }
 
 }  // namespace
