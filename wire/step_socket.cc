@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,8 +124,31 @@ absl::StatusOr<StepSocket> StepSocket::Connect(const std::string& host,
 }
 
 absl::Status StepSocket::SendRaw(absl::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t sent = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  return Send(bytes, {});
+}
+
+absl::Status StepSocket::SendFrame(absl::string_view frame) {
+  if (static_cast<int64_t>(frame.size()) > kStepFrameMaxBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step channel: a frame of ", frame.size(),
+                     " bytes is past the 4 GiB limit"));
+  }
+  const uint32_t size = static_cast<uint32_t>(frame.size());
+  char head[4];
+  for (int i = 0; i < 4; ++i) head[i] = static_cast<char>(size >> (8 * i));
+  return Send(absl::string_view(head, 4), frame);
+}
+
+absl::Status StepSocket::Send(absl::string_view first,
+                              absl::string_view second) {
+  // One gathered write of both (the length and the frame): no copy.
+  while (!first.empty() || !second.empty()) {
+    iovec io[2] = {{const_cast<char*>(first.data()), first.size()},
+                   {const_cast<char*>(second.data()), second.size()}};
+    msghdr message{};
+    message.msg_iov = io;
+    message.msg_iovlen = 2;
+    const ssize_t sent = sendmsg(fd_, &message, MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -135,24 +159,11 @@ absl::Status StepSocket::SendRaw(absl::string_view bytes) {
       return absl::UnavailableError(
           absl::StrCat("step channel: send failed: ", ErrnoText(errno)));
     }
-    bytes.remove_prefix(static_cast<size_t>(sent));
+    const size_t from_first = std::min(first.size(), static_cast<size_t>(sent));
+    first.remove_prefix(from_first);
+    second.remove_prefix(static_cast<size_t>(sent) - from_first);
   }
   return absl::OkStatus();
-}
-
-absl::Status StepSocket::SendFrame(absl::string_view frame) {
-  if (static_cast<int64_t>(frame.size()) > kStepFrameMaxBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step channel: a frame of ", frame.size(),
-                     " bytes is past the 4 GiB limit"));
-  }
-  const uint32_t size = static_cast<uint32_t>(frame.size());
-  // One write for the length and a small frame's bytes.
-  std::string head(4 + std::min<size_t>(frame.size(), 4096), '\0');
-  for (int i = 0; i < 4; ++i) head[i] = static_cast<char>(size >> (8 * i));
-  std::memcpy(head.data() + 4, frame.data(), head.size() - 4);
-  RETURN_IF_ERROR(SendRaw(head));
-  return SendRaw(frame.substr(head.size() - 4));
 }
 
 absl::Status StepSocket::Read(char* out, int64_t size, absl::Time spin_end,

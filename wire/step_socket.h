@@ -68,6 +68,8 @@ class StepSocket {
   void Shutdown();
 
  private:
+  // Writes `first`, then `second`.
+  absl::Status Send(absl::string_view first, absl::string_view second);
   // Reads `size` bytes into `out` (nullptr: discards them).
   absl::Status Read(char* out, int64_t size, absl::Time spin_end,
                     absl::Time deadline, const std::function<bool()>& stop,
