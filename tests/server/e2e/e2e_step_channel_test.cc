@@ -25,8 +25,6 @@
 namespace attnserve {
 namespace {
 
-using ::attnserve::testing::MetricSample;
-using ::attnserve::testing::ServerTest;
 using ::attnserve::testing::ShmObject;
 using ::attnserve::testing::StepRequest;
 using ::testing::HasSubstr;
@@ -125,7 +123,7 @@ class Channel {
   std::optional<wire::StepRing> ring_;
 };
 
-class StepChannelE2eTest : public ServerTest {
+class StepChannelE2eTest : public testing::StepChannelTest {
  protected:
   static void SetUpTestSuite() {
     StartSuiteServer({"--workers=1", "--threads_per_worker=1",
@@ -136,14 +134,6 @@ class StepChannelE2eTest : public ServerTest {
                                                                << 20) {
     return Channel::Open(channel(), size);
   }
-
-  void Create(const std::string& id) {
-    testing::CreateStepSession(channel(), id);
-  }
-
-  double OpenChannels() {
-    return MetricSample(server(), "attnserve_step_channels");
-  }
 };
 
 TEST_F(StepChannelE2eTest, StepsAreBitIdenticalToUnaryCalls) {
@@ -153,10 +143,7 @@ TEST_F(StepChannelE2eTest, StepsAreBitIdenticalToUnaryCalls) {
   ASSERT_TRUE(channel_steps.ok()) << channel_steps.status();
   testing::ExpectStepsMatchUnary(**channel_steps, channel(), "channel-twin",
                                  "unary-twin", 300);
-  EXPECT_GE(MetricSample(
-                server(),
-                "attnserve_requests_total{code=\"OK\",method=\"StepChannel\"}"),
-            300);
+  EXPECT_GE(OkSteps(), 300);
 }
 
 TEST_F(StepChannelE2eTest, AFailedStepIsAnsweredAndTheChannelGoesOn) {

@@ -27,9 +27,7 @@
 namespace attnserve {
 namespace {
 
-using ::attnserve::testing::MetricSample;
 using ::attnserve::testing::ServerProcess;
-using ::attnserve::testing::ServerTest;
 using ::attnserve::testing::StatusIs;
 using ::attnserve::testing::StepRequest;
 using ::testing::HasSubstr;
@@ -120,7 +118,7 @@ class TcpChannel {
   std::optional<wire::StepSocket> socket_;
 };
 
-class TcpStepChannelE2eTest : public ServerTest {
+class TcpStepChannelE2eTest : public testing::StepChannelTest {
  protected:
   static void SetUpTestSuite() {
     StartSuiteServer({"--workers=1", "--threads_per_worker=1",
@@ -130,14 +128,6 @@ class TcpStepChannelE2eTest : public ServerTest {
 
   absl::StatusOr<std::unique_ptr<TcpChannel>> Open(bool connect = true) {
     return TcpChannel::Open(channel(), connect);
-  }
-
-  void Create(const std::string& id) {
-    testing::CreateStepSession(channel(), id);
-  }
-
-  double OpenChannels() {
-    return MetricSample(server(), "attnserve_step_channels");
   }
 };
 
@@ -151,10 +141,7 @@ TEST_F(TcpStepChannelE2eTest, StepsAreBitIdenticalToUnaryCalls) {
   EXPECT_EQ((*steps)->info().request_capacity(), 2097152);
   testing::ExpectStepsMatchUnary(**steps, channel(), "tcp-twin",
                                  "tcp-unary-twin", 300);
-  EXPECT_GE(MetricSample(
-                server(),
-                "attnserve_requests_total{code=\"OK\",method=\"StepChannel\"}"),
-            300);
+  EXPECT_GE(OkSteps(), 300);
 }
 
 TEST_F(TcpStepChannelE2eTest, BadStepsAreAnsweredAndTheChannelGoesOn) {

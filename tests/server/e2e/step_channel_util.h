@@ -13,6 +13,8 @@
 #include "attnserve/v1/sessions.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/server/e2e/server_fixture.h"
+#include "tests/util/server_process.h"
 
 namespace attnserve::testing {
 
@@ -28,6 +30,21 @@ void CreateStepSession(const std::shared_ptr<grpc::Channel>& channel,
 // Step `step` of session `id`: one new token's q, k, v (seeded by `step`),
 // request id "step-<step>".
 v1::AttendSessionsRequest StepRequest(const std::string& id, int step);
+
+// What the step channel suites' fixtures share (each starts its server).
+class StepChannelTest : public ServerTest {
+ protected:
+  void Create(const std::string& id) { CreateStepSession(channel(), id); }
+  double OpenChannels() {
+    return MetricSample(server(), "attnserve_step_channels");
+  }
+  // Steps answered OK through step channels so far.
+  double OkSteps() {
+    return MetricSample(
+        server(),
+        "attnserve_requests_total{code=\"OK\",method=\"StepChannel\"}");
+  }
+};
 
 // Steps 0 .. steps - 1 of session `through` on `channel` (as below) and of
 // its twin `unary` (the same tokens) in unary AttendSessions calls: each
