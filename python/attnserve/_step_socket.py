@@ -19,8 +19,6 @@ from .errors import Internal, InvalidArgument, Unavailable
 
 TOKEN_BYTES = 32
 _LENGTH = struct.Struct("<I")
-# A request up to this size goes out in one write with its length.
-_JOINED_BYTES = 1 << 16
 
 
 def target_host(target):
@@ -73,11 +71,13 @@ class Socket:
             raise Unavailable("step channel: closed")
         head = _LENGTH.pack(n)
         try:
-            if n <= _JOINED_BYTES:
-                self._sock.sendall(head + bytes(payload))
-            else:
-                self._sock.sendall(head)
-                self._sock.sendall(payload)
+            # One gathered write of the length and the bytes; the rest, if any.
+            sent = self._sock.sendmsg([head, payload])
+            if sent < 4:
+                self._sock.sendall(head[sent:])
+                sent = 4
+            if sent - 4 < n:
+                self._sock.sendall(memoryview(payload)[sent - 4:])
         except OSError as e:
             raise Unavailable(f"step channel: the server closed it ({e})") from None
         end = time.perf_counter() + self.spin

@@ -94,6 +94,10 @@ def test_refused_steps_raise_and_the_channel_goes_on(client):
         answer = spb.AttendSessionsResponse.FromString(
             channel.step_bytes(b"\xff\xff\xff\xff garbage \x00\x01"))
         assert answer.error_code == 3 and answer.error_message, answer
+        # A frame of the whole limit (past what one write takes): answered, going on.
+        answer = spb.AttendSessionsResponse.FromString(
+            channel.step_bytes(b"\xff" * channel.request_capacity))
+        assert answer.error_code == 3, answer
         # Past the server's frame limit: refused before anything is sent.
         with pytest.raises(attnserve.InvalidArgument, match="past the step channel's limit"):
             channel.step_bytes(b"\0" * (channel.request_capacity + 1))
