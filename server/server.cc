@@ -43,6 +43,11 @@
 namespace attnserve::server {
 namespace {
 
+// The longest message the server receives.
+int64_t ReceivedMessageBytes(const ServerOptions& options) {
+  return std::min(options.max_message_bytes, options.max_request_bytes);
+}
+
 // A message must hold one request piece and the fields around it.
 constexpr int64_t kSmallestMessageBytes =
     wire::kRequestPieceBytes + (int64_t{64} << 10);
@@ -435,7 +440,8 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
                      StepListener::Start(options.step_channel_listen));
     session_options.step_listener = impl->step_listener.get();
   }
-  session_options.max_step_frame_bytes = options.max_message_bytes;
+  // A TCP step channel's frames: what one gRPC message may carry in.
+  session_options.max_step_frame_bytes = ReceivedMessageBytes(options);
   impl->session_service = std::make_unique<SessionService>(
       session_options, impl->admission.get(), store, impl->scheduler.get(),
       impl->metrics.get());
@@ -460,8 +466,7 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   builder.RegisterService(impl->inference_service.get());
   builder.RegisterService(impl->shared_memory_service.get());
   wire::ServerTransportOptions transport;
-  transport.max_message_bytes =
-      std::min(options.max_message_bytes, options.max_request_bytes);
+  transport.max_message_bytes = ReceivedMessageBytes(options);
   transport.stream_lookahead_bytes = kServerStreamLookaheadBytes;
   transport.max_response_bytes = options.max_response_bytes;
   transport.max_connection_age = options.max_connection_age;

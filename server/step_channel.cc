@@ -147,7 +147,8 @@ absl::Status StepChannelReactor::ServeStep(
         "the answer (", response->ByteSizeLong(),
         " bytes) is past the step channel's ", transport_->response_capacity(),
         " bytes for answers: open it over a larger region (shared memory) or "
-        "raise the server's --max_message_bytes (TCP)"));
+        "raise the server's --max_message_bytes and --max_request_bytes "
+        "(TCP)"));
     SetError(status, response);
     response->set_request_id(request->request_id());
   }
