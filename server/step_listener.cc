@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -97,11 +98,15 @@ absl::StatusOr<std::unique_ptr<StepListener>> StepListener::Start(
       "--step_channel_listen: cannot listen on ", address, ": ", last));
 }
 
-StepListener::StepListener(int fd, int port) : fd_(fd), port_(port) {}
+StepListener::StepListener(int fd, int port)
+    : fd_(fd), port_(port), wake_(eventfd(0, EFD_CLOEXEC)) {}
 
 StepListener::~StepListener() {
   stopping_.store(true);
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t woken = write(wake_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
+  close(wake_);
   close(fd_);
   absl::MutexLock lock(&mu_);
   for (auto& [token, fd] : tokens_) {
@@ -175,15 +180,25 @@ void StepListener::Accept() {
   std::deque<Pending> pending;
   std::vector<pollfd> polled;
   while (!stopping_.load()) {
-    polled.assign(1, pollfd{fd_, POLLIN, 0});
+    // Asleep until a connection, a token's bytes, the oldest pending
+    // connection's deadline, or the destructor's wake-up.
+    polled.assign({pollfd{fd_, POLLIN, 0}, pollfd{wake_, POLLIN, 0}});
     for (const Pending& p : pending) polled.push_back(pollfd{p.fd, POLLIN, 0});
-    if (poll(polled.data(), polled.size(), 50) < 0 && errno != EINTR) break;
+    const int timeout_ms =
+        pending.empty() ? -1
+                        : static_cast<int>(std::max<int64_t>(
+                              0, absl::ToInt64Milliseconds(
+                                     pending.front().deadline - absl::Now()) +
+                                     1));
+    if (poll(polled.data(), polled.size(), timeout_ms) < 0 && errno != EINTR) {
+      break;
+    }
     const absl::Time now = absl::Now();
     std::deque<Pending> still;
     for (size_t i = 0; i < pending.size(); ++i) {
       Pending& p = pending[i];
       bool done = false;
-      if ((polled[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      if ((polled[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
         char buffer[wire::kStepTokenBytes];
         const ssize_t n = recv(
             p.fd, buffer, wire::kStepTokenBytes - p.token.size(), MSG_DONTWAIT);

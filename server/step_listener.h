@@ -58,6 +58,8 @@ class StepListener {
 
   const int fd_;
   const int port_;
+  // Wakes the accepting thread to stop.
+  const int wake_;
   std::atomic<bool> stopping_{false};
   absl::Mutex mu_;
   absl::CondVar delivered_;
