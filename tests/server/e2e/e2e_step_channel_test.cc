@@ -283,15 +283,7 @@ TEST_F(StepChannelE2eTest, DrainingClosesOpenChannels) {
   Create("drained");
   auto steps = Open();
   ASSERT_TRUE(steps.ok()) << steps.status();
-  v1::AttendSessionsResponse response;
-  ASSERT_TRUE((*steps)->Step(StepRequest("drained", 0), &response).ok());
-  EXPECT_EQ(response.error_code(), 0);
-  server().Kill(SIGTERM);
-  testing::ExpectStepsEndUnavailable(**steps, "drained");
-  steps->reset();
-  absl::StatusOr<int> exit = server().WaitForExit(absl::Seconds(20));
-  ASSERT_TRUE(exit.ok()) << exit.status();
-  EXPECT_EQ(*exit, 0);
+  ExpectDrainEndsChannel(*std::move(steps), "drained");
 }
 
 }  // namespace

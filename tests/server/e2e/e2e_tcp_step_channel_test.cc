@@ -281,15 +281,7 @@ TEST_F(TcpStepChannelE2eTest, DrainingClosesOpenChannels) {
   Create("tcp-drained");
   auto steps = Open();
   ASSERT_TRUE(steps.ok()) << steps.status();
-  v1::AttendSessionsResponse response;
-  ASSERT_TRUE((*steps)->Step(StepRequest("tcp-drained", 0), &response).ok());
-  EXPECT_EQ(response.error_code(), 0);
-  server().Kill(SIGTERM);
-  testing::ExpectStepsEndUnavailable(**steps, "tcp-drained");
-  steps->reset();
-  absl::StatusOr<int> exit = server().WaitForExit(absl::Seconds(20));
-  ASSERT_TRUE(exit.ok()) << exit.status();
-  EXPECT_EQ(*exit, 0);
+  ExpectDrainEndsChannel(*std::move(steps), "tcp-drained");
 }
 
 TEST(TcpStepChannelFlagsTest, RefusedCombinationsExitWithAClearMessage) {

@@ -4,6 +4,8 @@
 // What the step channel suites (shared memory and TCP) share: a one-layer
 // f32 session of kStepKvHeads x kStepDim and the requests that step it.
 
+#include <signal.h>
+
 #include <memory>
 #include <string>
 
@@ -38,6 +40,36 @@ class StepChannelTest : public ServerTest {
   double OpenChannels() {
     return MetricSample(server(), "attnserve_step_channels");
   }
+  // With session `id` and `steps` open on this test's server: one step
+  // answered, then SIGTERM; steps go on until the channel ends, and that end
+  // is UNAVAILABLE (the channel closed, or a step that raced the close
+  // refused); once the channel is gone the server exits 0. `steps` is
+  // anything with absl::Status Step(request, response*).
+  template <typename Channel>
+  void ExpectDrainEndsChannel(std::unique_ptr<Channel> steps,
+                              const std::string& id) {
+    v1::AttendSessionsResponse response;
+    ASSERT_TRUE(steps->Step(StepRequest(id, 0), &response).ok());
+    EXPECT_EQ(response.error_code(), 0);
+    server().Kill(SIGTERM);
+    absl::Status status;
+    for (int i = 1; i <= 200 && status.ok(); ++i) {
+      status = steps->Step(StepRequest(id, i), &response);
+      if (status.ok() && response.error_code() != 0) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (status.ok()) {
+      EXPECT_EQ(response.error_code(),
+                static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+    } else {
+      EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    }
+    steps.reset();
+    absl::StatusOr<int> exit = server().WaitForExit(absl::Seconds(20));
+    ASSERT_TRUE(exit.ok()) << exit.status();
+    EXPECT_EQ(*exit, 0);
+  }
+
   // Steps answered OK through step channels so far.
   double OkSteps() {
     return MetricSample(
@@ -68,27 +100,6 @@ void ExpectStepsMatchUnary(Channel& channel,
               called.results(0).output().data())
         << "step " << step;
     EXPECT_EQ(stepped.results(0).tokens(), step + 1);
-  }
-}
-
-// On a draining server: steps session `id` through `channel` (anything with
-// absl::Status Step(request, response*)) until the channel ends, and expects
-// that end to be UNAVAILABLE: the channel closed, or a step that raced the
-// close refused.
-template <typename Channel>
-void ExpectStepsEndUnavailable(Channel& channel, const std::string& id) {
-  v1::AttendSessionsResponse response;
-  absl::Status status;
-  for (int i = 1; i <= 200 && status.ok(); ++i) {
-    status = channel.Step(StepRequest(id, i), &response);
-    if (status.ok() && response.error_code() != 0) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  if (status.ok()) {
-    EXPECT_EQ(response.error_code(),
-              static_cast<int>(grpc::StatusCode::UNAVAILABLE));
-  } else {
-    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   }
 }
 
