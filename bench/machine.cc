@@ -7,10 +7,15 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace attnserve::bench {
 
@@ -24,6 +29,23 @@ std::string CpuModel() {
     }
   }
   return "unknown";
+}
+
+absl::StatusOr<ResidentMemory> ReadResidentMemory() {
+  std::ifstream status("/proc/self/status");
+  ResidentMemory r;
+  std::string line;
+  while (std::getline(status, line)) {
+    std::vector<absl::string_view> parts =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (parts.size() < 2) continue;
+    if (parts[0] == "VmRSS:") (void)absl::SimpleAtoi(parts[1], &r.rss_kib);
+    if (parts[0] == "VmHWM:") (void)absl::SimpleAtoi(parts[1], &r.hwm_kib);
+  }
+  if (r.rss_kib < 0 || r.hwm_kib < 0) {
+    return absl::UnavailableError("no VmRSS/VmHWM in /proc/self/status");
+  }
+  return r;
 }
 
 std::string LoadAverage() {

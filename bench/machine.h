@@ -5,9 +5,11 @@
 // CPU time used by others (to tell a quiet run from a noisy one), rounding,
 // errors.
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace attnserve::bench {
@@ -28,6 +30,14 @@ CpuTimes ReadCpuTimes();
 // Prints "run_check: other processes used X% of the CPU time" for the busy
 // CPU time since `start` (the table benchmarks' last line).
 void PrintRunCheck(const CpuTimes& start);
+
+// This process's resident memory and its high-water mark, in KiB (VmRSS and
+// VmHWM of /proc/self/status).
+struct ResidentMemory {
+  int64_t rss_kib = -1;
+  int64_t hwm_kib = -1;
+};
+absl::StatusOr<ResidentMemory> ReadResidentMemory();
 
 // x rounded to `decimals` decimal places.
 double Round(double x, int decimals);

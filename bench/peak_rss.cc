@@ -14,34 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "bench/machine.h"
 #include "core/status_macros.h"
 
 namespace attnserve::bench {
 namespace {
 
 constexpr double kKibPerMib = 1024.0;
-
-struct Rss {
-  int64_t rss_kib = -1;
-  int64_t hwm_kib = -1;
-};
-
-absl::StatusOr<Rss> ReadRss() {
-  std::ifstream status("/proc/self/status");
-  Rss r;
-  std::string line;
-  while (std::getline(status, line)) {
-    std::vector<absl::string_view> parts =
-        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    if (parts.size() < 2) continue;
-    if (parts[0] == "VmRSS:") (void)absl::SimpleAtoi(parts[1], &r.rss_kib);
-    if (parts[0] == "VmHWM:") (void)absl::SimpleAtoi(parts[1], &r.hwm_kib);
-  }
-  if (r.rss_kib < 0 || r.hwm_kib < 0) {
-    return absl::UnavailableError("no VmRSS/VmHWM in /proc/self/status");
-  }
-  return r;
-}
 
 // Sets VmHWM to the current VmRSS and returns that RSS.
 absl::StatusOr<int64_t> ResetPeak() {
@@ -52,7 +31,7 @@ absl::StatusOr<int64_t> ResetPeak() {
     return absl::UnavailableError(
         "cannot write /proc/self/clear_refs to reset the RSS high-water mark");
   }
-  ASSIGN_OR_RETURN(const Rss r, ReadRss());
+  ASSIGN_OR_RETURN(const ResidentMemory r, ReadResidentMemory());
   return r.rss_kib;
 }
 
@@ -71,7 +50,7 @@ absl::Status RunPeakRssChild(const CaseSpec& spec) {
   // resident beyond the process's own start-up memory.
   ASSIGN_OR_RETURN(const int64_t baseline, ResetPeak());
   RETURN_IF_ERROR(engine->Run(inputs, outputs));
-  ASSIGN_OR_RETURN(const Rss cold, ReadRss());
+  ASSIGN_OR_RETURN(const ResidentMemory cold, ReadResidentMemory());
 
   ASSIGN_OR_RETURN(const int64_t before_warm, ResetPeak());
   const auto start = std::chrono::steady_clock::now();
@@ -79,7 +58,7 @@ absl::Status RunPeakRssChild(const CaseSpec& spec) {
   const double run_us = std::chrono::duration<double, std::micro>(
                             std::chrono::steady_clock::now() - start)
                             .count();
-  ASSIGN_OR_RETURN(const Rss warm, ReadRss());
+  ASSIGN_OR_RETURN(const ResidentMemory warm, ReadResidentMemory());
 
   std::printf(
       "baseline_kib=%lld cold_peak_kib=%lld after_cold_kib=%lld "

@@ -1,8 +1,9 @@
 // attnserve_session_bench: attention over KV-cache sessions — the paged decode
 // kernel (AttentionEngine::RunPaged over blocks made by kvcache::SessionCache,
 // as the server holds them) against a memory copy of the same bytes in the
-// same run, and the memory a session holds against its tokens. See
-// docs/benchmarks.md, "Sessions".
+// same run, the memory a session holds against its tokens, and the memory of
+// sessions that share a prompt (a kvcache::SessionStore sharing full blocks).
+// See docs/benchmarks.md, "Sessions".
 
 #include <omp.h>
 
@@ -18,6 +19,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "base/malloc_policy.h"
 #include "bench/machine.h"
 #include "bench/timing.h"
 #include "core/attention.h"
@@ -25,6 +28,7 @@
 #include "core/status_macros.h"
 #include "kvcache/block_pool.h"
 #include "kvcache/session_cache.h"
+#include "kvcache/session_store.h"
 
 ABSL_FLAG(bool, quick, false, "fewer reps (a few seconds in all)");
 ABSL_FLAG(std::string, filter, "", "Run only cases whose name contains this.");
@@ -130,6 +134,143 @@ absl::StatusOr<double> CopyGbps(int64_t bytes, int threads,
   return bytes / t.median_us / 1e3;
 }
 
+// Sessions that start with the same prompt and go on with tokens of their own
+// (a system prompt, a few-shot header), in a store as the server holds them:
+// with --kv_share_blocks they hold one copy of the prompt's full blocks.
+struct SharedPrefixCase {
+  int sessions = 64;
+  int64_t prefix = 2048, tail = 256;
+  int64_t hq = 32, hkv = 8, d = 128;
+  DType dtype = DType::kFloat32;
+};
+
+// Rows [t0, t0 + n) of a session's keys (sign 1) or values (-1): the same
+// for every session before `prefix`, the session's own after it; no two rows
+// alike otherwise.
+std::vector<float> PromptRows(int64_t t0, int64_t n, int64_t width,
+                              int64_t prefix, int session, float sign) {
+  std::vector<float> rows(static_cast<size_t>(n * width));
+  for (int64_t t = 0; t < n; ++t) {
+    const uint64_t seed = t0 + t < prefix ? 0 : uint64_t(session) + 1;
+    for (int64_t i = 0; i < width; ++i) {
+      // splitmix64 of (seed, token, element).
+      uint64_t x = (seed << 48) ^ (uint64_t(t0 + t) << 20) ^ uint64_t(i);
+      x += 0x9E3779B97F4A7C15ull;
+      x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+      x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+      x ^= x >> 31;
+      rows[static_cast<size_t>(t * width + i)] =
+          sign * (float(x >> 40) / float(1 << 24) - 0.5f);
+    }
+  }
+  return rows;
+}
+
+// The case's line of figures.
+absl::StatusOr<std::string> RunSharedPrefix(const SharedPrefixCase& c,
+                                            int block_tokens, int threads,
+                                            const RepPolicy& policy) {
+  kvcache::SessionShape shape;
+  shape.num_layers = 1;
+  shape.num_kv_heads = static_cast<int>(c.hkv);
+  shape.head_dim = static_cast<int>(c.d);
+  shape.value_dim = static_cast<int>(c.d);
+  shape.dtype = c.dtype;
+  shape.max_tokens = c.prefix + c.tail;
+  const int64_t width = c.hkv * c.d;
+  const int64_t chunk = 512;
+  // The prompt's rows, made once (they count before the store's memory).
+  std::vector<std::vector<float>> prompt_keys, prompt_values;
+  for (int64_t t = 0; t < c.prefix; t += chunk) {
+    const int64_t n = std::min(chunk, c.prefix - t);
+    prompt_keys.push_back(PromptRows(t, n, width, c.prefix, 0, 1.0f));
+    prompt_values.push_back(PromptRows(t, n, width, c.prefix, 0, -1.0f));
+  }
+  ASSIGN_OR_RETURN(const ResidentMemory before, ReadResidentMemory());
+  kvcache::StoreOptions options;
+  options.budget_bytes = int64_t{16} << 30;
+  options.block_tokens = block_tokens;
+  options.share_blocks = true;
+  options.sweep_interval = absl::ZeroDuration();
+  options.default_ttl = absl::Hours(1);
+  ASSIGN_OR_RETURN(std::unique_ptr<kvcache::SessionStore> store,
+                   kvcache::SessionStore::Create(options));
+  const auto append = [&](const std::string& id, int64_t t0,
+                          const std::vector<float>& k,
+                          const std::vector<float>& v) {
+    const int64_t n = static_cast<int64_t>(k.size()) / width;
+    return store
+        ->Append(id, 0, t0,
+                 MakeTensorView(k.data(), DType::kFloat32, {n, c.hkv, c.d}),
+                 MakeTensorView(v.data(), DType::kFloat32, {n, c.hkv, c.d}))
+        .status();
+  };
+  std::vector<kvcache::AttendPart> parts;
+  for (int s = 0; s < c.sessions; ++s) {
+    const std::string id = absl::StrCat("prompt-", s);
+    RETURN_IF_ERROR(store->CreateSession(id, shape, {}).status());
+    for (size_t i = 0; i < prompt_keys.size(); ++i) {
+      RETURN_IF_ERROR(append(id, static_cast<int64_t>(i) * chunk,
+                             prompt_keys[i], prompt_values[i]));
+    }
+    RETURN_IF_ERROR(append(
+        id, c.prefix, PromptRows(c.prefix, c.tail, width, c.prefix, s, 1.0f),
+        PromptRows(c.prefix, c.tail, width, c.prefix, s, -1.0f)));
+    parts.push_back({id, std::nullopt, std::nullopt, std::nullopt});
+  }
+  ASSIGN_OR_RETURN(const ResidentMemory after, ReadResidentMemory());
+  const int64_t per_token = kvcache::BytesPerToken(shape);
+  const int64_t one_copy = (c.prefix + c.sessions * c.tail) * per_token;
+  const int64_t referenced = c.sessions * (c.prefix + c.tail) * per_token;
+  const int64_t used = store->Stats().used_bytes;
+  // At most one partly filled block per session beyond the tokens.
+  const int64_t slack = c.sessions * kvcache::BlockBytes(shape, block_tokens);
+  if (used < one_copy || used > one_copy + slack) {
+    return absl::InternalError(absl::StrCat(
+        "the store holds ", used, " bytes for ", one_copy,
+        " bytes of one prompt and the tails (", referenced, " referenced)"));
+  }
+
+  // One decode step of every session in one call, over the shared blocks.
+  ASSIGN_OR_RETURN(std::vector<kvcache::PinnedPart> pinned,
+                   store->AppendAndPin(0, parts));
+  std::vector<float> q(static_cast<size_t>(c.hq * c.d), 0.01f);
+  std::vector<std::vector<float>> outputs(c.sessions,
+                                          std::vector<float>(q.size()));
+  PagedAttentionInputs in;
+  in.q_heads = c.hq;
+  in.kv_heads = c.hkv;
+  in.head_dim = c.d;
+  in.value_dim = c.d;
+  in.block_tokens = block_tokens;
+  in.kv_dtype = c.dtype;
+  std::vector<PagedSequence> sequences(c.sessions);
+  for (int s = 0; s < c.sessions; ++s) {
+    PagedSequence& seq = sequences[s];
+    seq.query = MakeTensorView(q.data(), DType::kFloat32, {1, c.hq, c.d});
+    seq.kv.blocks = pinned[s].layer.data;
+    seq.kv.tokens = pinned[s].layer.tokens;
+    seq.output = MakeMutableTensorView(outputs[s].data(), DType::kFloat32,
+                                       {1, c.hq, c.d});
+  }
+  in.sequences = sequences;
+  EngineOptions engine_options;
+  engine_options.num_threads = threads;
+  ASSIGN_OR_RETURN(std::unique_ptr<AttentionEngine> engine,
+                   AttentionEngine::Create(engine_options));
+  ASSIGN_OR_RETURN(const Timing t,
+                   TimeMedian(policy, [&] { return engine->RunPaged(in); }));
+  constexpr double kMib = 1048576.0;
+  const double resident_mib = (after.rss_kib - before.rss_kib) / 1024.0;
+  return absl::StrFormat(
+      "shared_prefix_%dx%d+%d_h%dkv%d_d%d_%s referenced_MiB=%.1f "
+      "one_prompt_and_tails_MiB=%.1f store_MiB=%.1f "
+      "resident_MiB=%.1f resident_ratio=%.3f step_us=%.1f threads=%d",
+      c.sessions, c.prefix, c.tail, c.hq, c.hkv, c.d, DTypeName(c.dtype),
+      referenced / kMib, one_copy / kMib, used / kMib, resident_mib,
+      resident_mib * kMib / one_copy, t.median_us, threads);
+}
+
 int Run() {
   const bool quick = absl::GetFlag(FLAGS_quick);
   const int block_tokens = absl::GetFlag(FLAGS_block_tokens);
@@ -166,6 +307,19 @@ int Run() {
               CpuModel().c_str(), block_tokens, LoadAverage().c_str());
   std::printf("%-32s %3s %10s %9s %9s %6s %12s\n", "case", "thr", "median_us",
               "kv_GB/s", "copy_GB/s", "ratio", "kv_MiB");
+  // First, while the process holds no freed memory that would hide its
+  // resident size; printed after the table.
+  std::string shared_prefix;
+  if (absl::StrContains("shared_prefix", absl::GetFlag(FLAGS_filter))) {
+    absl::StatusOr<std::string> line =
+        RunSharedPrefix(SharedPrefixCase(), block_tokens, 1, policy);
+    if (!line.ok()) {
+      std::fprintf(stderr, "shared_prefix: %s\n",
+                   line.status().ToString().c_str());
+      return 1;
+    }
+    shared_prefix = *line;
+  }
   double one_thread_us_64 = 0, two_thread_us_64 = 0;
   for (const SessionCase& c : cases) {
     if (!absl::StrContains(c.name, absl::GetFlag(FLAGS_filter))) continue;
@@ -214,6 +368,7 @@ int Run() {
       return 1;
     }
   }
+  if (!shared_prefix.empty()) std::printf("%s\n", shared_prefix.c_str());
   if (two_thread_us_64 > 0) {
     std::printf("summary_64x2048_two_thread_speedup %.3f\n",
                 one_thread_us_64 / two_thread_us_64);
@@ -227,5 +382,13 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // The server's heap settings: freed blocks stay in the process, so the
+  // resident memory of the shared-prefix case is what a server keeps.
+  const absl::Status heap = attnserve::base::ApplyMallocPolicy();
+  if (!heap.ok()) {
+    std::fprintf(stderr, "attnserve_session_bench: %s\n",
+                 heap.ToString().c_str());
+    return 1;
+  }
   return attnserve::bench::Run();
 }

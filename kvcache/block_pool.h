@@ -6,10 +6,22 @@
 // layer; its size depends on the session's shape, so the pool counts bytes
 // rather than blocks. Blocks are shared (fork) through shared_ptr and give
 // their bytes back when the last owner lets go.
+//
+// The memory of a freed block is kept for the next block of its size (a
+// session's blocks are all one size; a block freed as soon as it fills,
+// because another session holds the same bytes, is the next one's memory):
+// blocks live and kept together never exceed the budget, so the KV cache's
+// memory is bounded by it. Without the reuse the system allocator cannot give
+// a freed block's memory to the next block of the same size (it asks for more
+// than the block, to align it), and each such hole would stay resident.
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -33,6 +45,9 @@ class BlockPool {
   int64_t budget_bytes() const { return state_->budget; }
   // Bytes of the live blocks. Thread-safe.
   int64_t used_bytes() const { return state_->used.load(); }
+  // Bytes of freed blocks kept for new ones; used + kept <= budget.
+  // Thread-safe.
+  int64_t kept_bytes() const;
 
  private:
   friend class Block;
@@ -40,8 +55,20 @@ class BlockPool {
   // attention call still holding it) returns its bytes to valid memory.
   struct State {
     explicit State(int64_t b) : budget(b) {}
+    ~State();
+    // Memory of `bytes` (a multiple of 64, 64-byte aligned): a kept one of
+    // that size, or new, freeing kept memory of other sizes first when the
+    // new one would take live and kept bytes past the budget. Null when the
+    // system allocator fails.
+    void* Take(size_t bytes);
+    // Keeps the memory of a freed block of `bytes` for Take.
+    void Keep(void* data, size_t bytes);
+
     const int64_t budget;
     std::atomic<int64_t> used{0};
+    mutable std::mutex mu;
+    std::unordered_map<size_t, std::vector<void*>> kept;  // guarded by mu
+    int64_t kept_bytes = 0;                               // guarded by mu
   };
   std::shared_ptr<State> state_;
 };
