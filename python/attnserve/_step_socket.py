@@ -47,6 +47,7 @@ class Socket:
         self.spin = float(spin)
         self.request_capacity = request_capacity
         self.response_capacity = response_capacity
+        self._buffer = bytearray(1 << 16)  # grows to the largest answer
         try:
             self._sock = socket.create_connection((host, port), timeout=connect_timeout)
         except OSError as e:
@@ -80,21 +81,19 @@ class Socket:
                 self._sock.sendall(memoryview(payload)[sent - 4:])
         except OSError as e:
             raise Unavailable(f"step channel: the server closed it ({e})") from None
-        end = time.perf_counter() + self.spin
-        size = _LENGTH.unpack(self._receive(4, end, alive))[0]
-        if size > self.response_capacity:
-            raise Internal(f"step channel: an answer of {size} bytes is past the "
-                           f"channel's {self.response_capacity}")
-        return self._receive(size, end, alive)
+        return self._receive_frame(time.perf_counter() + self.spin, alive)
 
-    def _receive(self, n, spin_end, alive):
-        buffer = bytearray(n)
-        view = memoryview(buffer)
-        got = 0
+    def _receive_frame(self, spin_end, alive):
+        """The body of the next frame. The server answers each step once, so
+        everything that arrives is this frame: it is read in as few receives as
+        it arrives in."""
+        buffer = self._buffer
+        head = _LENGTH.size
+        got, need = 0, None
         sock = self._sock
-        while got < n:
+        while need is None or got < need:
             try:
-                r = sock.recv_into(view[got:], n - got, socket.MSG_DONTWAIT)
+                r = sock.recv_into(memoryview(buffer)[got:], 0, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 if time.perf_counter() < spin_end:
                     continue
@@ -106,8 +105,19 @@ class Socket:
             if r == 0:
                 raise Unavailable("step channel: the server closed it before answering")
             got += r
-        view.release()
-        return bytes(buffer)
+            if need is None and got >= head:
+                size = _LENGTH.unpack_from(buffer)[0]
+                if size > self.response_capacity:
+                    raise Internal(f"step channel: an answer of {size} bytes is past the "
+                                   f"channel's {self.response_capacity}")
+                need = head + size
+                if len(buffer) < need:
+                    grown = bytearray(need)
+                    grown[:got] = memoryview(buffer)[:got]
+                    buffer = self._buffer = grown
+        if got > need:
+            raise Internal(f"step channel: {got - need} bytes arrived past the answer")
+        return bytes(memoryview(buffer)[head:need])
 
     def hangup(self):
         """No further steps: the server frees the channel and ends its call OK."""

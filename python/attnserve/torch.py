@@ -18,6 +18,7 @@ docs/python.md ("Decode offload from PyTorch") explains the loop.
 This module imports torch; `import attnserve` alone does not.
 """
 
+import inspect
 import itertools
 import numbers
 import time
@@ -26,6 +27,7 @@ import uuid
 import torch
 
 from ._codec import relative_bias_message
+from ._step_codec import StepCodec
 from ._transport import RESPONSE_ENVELOPE_BYTES
 from .errors import NotFound, Unavailable
 
@@ -124,6 +126,12 @@ class KVCache:
                             ("output_dtype", output_dtype), ("timeout", timeout)):
             if value is not None:
                 self._step_kw[name] = value
+        # A step channel takes a step's bytes: they are written directly.
+        self._codec = None
+        step_bytes = getattr(self.transport, "step_bytes", None)
+        if callable(step_bytes) and not inspect.iscoroutinefunction(step_bytes):
+            self._codec = StepCodec(**{name: value for name, value in self._step_kw.items()
+                                       if name != "timeout"})
         self._sessions = []     # per sequence: a Session, or None before its first use
         self._lengths = []      # per sequence: the tokens each layer holds
         self._batch_size = None
@@ -247,21 +255,16 @@ class KVCache:
                                               if x is not None), k is not None)
         for start in range(0, t, chunk):
             stop = min(t, start + chunk)
-
-            def parts():
-                sessions = [self._session(i) for i in range(b)]
-                if ks is None:
-                    return [(s, qs[i, start:stop]) for i, s in enumerate(sessions)]
-                return [(s, qs[i, start:stop], ks[i, start:stop], vs[i, start:stop],
-                         self._lengths[i][layer]) for i, s in enumerate(sessions)]
-
+            step = (qs, ks, vs) if stop - start == t else (
+                qs[:, start:stop], None if ks is None else ks[:, start:stop],
+                None if vs is None else vs[:, start:stop])
             try:
                 try:
-                    results = self._step_retrying(layer, parts, sinks, ks is not None)
+                    out = self._step_retrying(layer, step, sinks)
                 except NotFound:
                     if self.on_lost is None or not self._recover():
                         raise
-                    results = self._step_retrying(layer, parts, sinks, ks is not None)
+                    out = self._step_retrying(layer, step, sinks)
             except Exception:
                 if ks is not None:
                     self._resync(layer)
@@ -269,7 +272,7 @@ class KVCache:
             if ks is not None:
                 for i in range(b):
                     self._lengths[i][layer] += stop - start
-            outs.append(torch.stack([torch.as_tensor(r) for r in results]))  # [B, chunk, Hq, Dv]
+            outs.append(out)  # [B, chunk, Hq, Dv]
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
         if out.device != q.device:
             out = out.to(q.device)
@@ -277,7 +280,7 @@ class KVCache:
 
     __call__ = attend
 
-    def _step_retrying(self, layer, parts, sinks, appends):
+    def _step_retrying(self, layer, step, sinks):
         """One layer call, tried again while it is refused with Unavailable
         (for at most handoff_wait seconds), unless the server kept its appends
         (it failed after them: trying again would append the tokens twice)."""
@@ -285,9 +288,10 @@ class KVCache:
         delay = 0.01
         while True:
             try:
-                return self._step(layer, parts(), sinks)
+                return self._step(layer, *step, sinks)
             except Unavailable:
-                if time.monotonic() + delay > give_up or (appends and self._kept(layer)):
+                if time.monotonic() + delay > give_up or (
+                        step[1] is not None and self._kept(layer)):
                     raise
                 self.retried += 1
                 time.sleep(delay)
@@ -357,12 +361,25 @@ class KVCache:
             self.recovered += 1
         return bool(lost)
 
-    def _step(self, layer, parts, sinks):
-        """One call for the whole batch: parts are (session, q [T, Hq, D], k, v
-        [T, Hkv, D], position) tuples; returns the outputs [T, Hq, Dv] in order."""
-        if sinks is None:  # a transport of its own need not know sinks
-            return self.transport.attend_sessions(layer, parts, **self._step_kw)
-        return self.transport.attend_sessions(layer, parts, sinks=sinks, **self._step_kw)
+    def _step(self, layer, q, k, v, sinks):
+        """One call for the whole batch: q [B, T, Hq, D], k and v [B, T, Hkv, D]
+        (or None: no appends), each sequence's rows contiguous; returns the
+        outputs [B, T, Hq, Dv]. Through a step channel, the request's bytes are
+        written directly (StepCodec) when the tensors allow it."""
+        sessions = [self._session(i) for i in range(len(q))]
+        positions = None if k is None else [n[layer] for n in self._lengths]
+        if self._codec is not None and self._codec.takes(q, k, v):
+            request = self._codec.request(layer, [s.session_id for s in sessions], q, k, v,
+                                          positions, sinks)
+            return self._codec.outputs(self.transport.step_bytes(request), len(sessions),
+                                       (q.shape[1], q.shape[2], self.value_dim))
+        if k is None:
+            parts = [(s, q[i]) for i, s in enumerate(sessions)]
+        else:
+            parts = [(s, q[i], k[i], v[i], positions[i]) for i, s in enumerate(sessions)]
+        kw = self._step_kw if sinks is None else dict(self._step_kw, sinks=sinks)
+        results = self.transport.attend_sessions(layer, parts, **kw)
+        return torch.stack([torch.as_tensor(r) for r in results])
 
     # -- beams, speculation, the end ------------------------------------------------
     def fork(self, index):

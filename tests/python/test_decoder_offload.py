@@ -515,3 +515,40 @@ def test_on_lost_must_return_every_layer_and_enough_tokens(client):
             cache.attend(0, q, k, v)
     with pytest.raises(TypeError, match="on_lost: expected a callable"):
         new_cache(client, on_lost=3)
+
+
+@pytest.mark.parametrize("tcp", [False, True], ids=["shared_memory", "tcp"])
+def test_a_step_channel_takes_layer_calls_as_bytes_answering_as_unary_calls(start_server,
+                                                                            tcp):
+    # Through a step channel KVCache writes each call's bytes itself (StepCodec),
+    # not through attend_sessions; the answers are the unary calls' to the bit.
+    srv = start_server("--shared_memory", "--step_channels=1",
+                       "--step_channel_listen=127.0.0.1:0")
+    sinks = [torch.tensor([0.5, -1.0, 1.5, 0.0]) + layer for layer in range(LAYERS)]
+    with attnserve.Client(srv.target, timeout=60) as c, c.step_channel(tcp=tcp) as channel:
+        general = channel.attend_sessions
+
+        def not_taken(*args, **kw):
+            raise AssertionError("the step went through attend_sessions")
+
+        channel.attend_sessions = not_taken
+        for dtype, storage in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+            kw = {"prefill_chunk": 4, "softcap": 2.0, "storage_dtype": storage}
+            with new_cache(c, transport=channel, **kw) as fast, new_cache(c, **kw) as unary:
+                for t, seed in ((6, 10), (1, 20), (3, 30)):  # a chunked prefill, then steps
+                    for layer in range(LAYERS):
+                        q, k, v = (x.to(dtype) for x in qkv(2, t, seed + layer))
+                        got = fast.attend(layer, q, k, v, sinks=sinks[layer])
+                        assert got.dtype == dtype and got.shape == (2, HQ, t, D)
+                        assert torch.equal(got, unary.attend(layer, q, k, v,
+                                                             sinks=sinks[layer]))
+                q = qkv(2, 2, 99)[0].to(dtype)  # attending without appending
+                assert torch.equal(fast.attend(1, q), unary.attend(1, q))
+                assert fast.lengths(1) == unary.lengths(1) == [10, 10]
+        # Tensors the bytes path does not take go the general way, with its checks.
+        channel.attend_sessions = general
+        with new_cache(c, transport=channel) as fast:
+            q, k, v = (x.double() for x in qkv(1, 1, 7))
+            with pytest.raises(attnserve.InvalidArgument,
+                               match=r"^sessions\[0\].query.dtype: float64 is not supported"):
+                fast.attend(0, q, k, v)
