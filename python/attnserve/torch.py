@@ -286,12 +286,12 @@ class KVCache:
         (it failed after them: trying again would append the tokens twice)."""
         give_up = time.monotonic() + self.handoff_wait
         delay = 0.01
+        appends = step[1] is not None  # step: (q, k, v), k None without appends
         while True:
             try:
                 return self._step(layer, *step, sinks)
             except Unavailable:
-                if time.monotonic() + delay > give_up or (
-                        step[1] is not None and self._kept(layer)):
+                if time.monotonic() + delay > give_up or (appends and self._kept(layer)):
                     raise
                 self.retried += 1
                 time.sleep(delay)
