@@ -148,12 +148,16 @@ class StepCodec:
             raise Internal(f"the server answered {len(resp.results)} results for "
                            f"{count} sessions")
         out = view = None
+        out_elements = int(np.prod(shape))
         for i, r in enumerate(resp.results):
             output = r.output
             dtype, torch_dtype = _OUTPUT_DTYPES.get(output.dtype, (None, None))
-            if dtype is None or tuple(output.shape) != shape:
-                raise Internal(f"results[{i}].output: {pb.DataType.Name(output.dtype)} "
-                               f"{list(output.shape)}, expected a float {list(shape)}")
+            if dtype is None or tuple(output.shape) != shape or (
+                    len(output.data) != dtype.size * out_elements):
+                name = (pb.DataType.Name(output.dtype) if output.dtype in pb.DataType.values()
+                        else f"dtype {output.dtype}")
+                raise Internal(f"results[{i}].output: {name} {list(output.shape)} in "
+                               f"{len(output.data)} bytes, expected a float {list(shape)}")
             if out is None:
                 out = T.torch.empty((count,) + shape, dtype=torch_dtype)
                 view = (out.view(T.torch.int16) if dtype is T.BFLOAT16 else out).numpy()

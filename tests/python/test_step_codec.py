@@ -112,9 +112,16 @@ def test_a_malformed_answer_is_an_internal_error():
     data, _ = answer(torch.float32, [(1, 4, 8)] * 2)
     with pytest.raises(attnserve.Internal, match=r"answered 2 results for 3 sessions"):
         StepCodec.outputs(data, 3, (1, 4, 8))
-    with pytest.raises(attnserve.Internal, match=r"results\[0\].output: FLOAT32 \[1, 4, 8\], "
-                       r"expected a float \[1, 4, 16\]"):
+    with pytest.raises(attnserve.Internal, match=r"results\[0\].output: FLOAT32 \[1, 4, 8\] in "
+                       r"128 bytes, expected a float \[1, 4, 16\]"):
         StepCodec.outputs(data, 2, (1, 4, 16))
+    for field, value, said in (("data", b"\0" * 12, r"FLOAT32 \[1, 4, 8\] in 12 bytes"),
+                               ("dtype", 77, r"dtype 77 \[1, 4, 8\] in 128 bytes")):
+        bad = spb.AttendSessionsResponse.FromString(data)
+        setattr(bad.results[0].output, field, value)
+        with pytest.raises(attnserve.Internal, match=rf"results\[0\].output: {said}, "
+                           r"expected a float \[1, 4, 8\]"):
+            StepCodec.outputs(bad.SerializeToString(), 2, (1, 4, 8))
     mixed = spb.AttendSessionsResponse.FromString(data)
     mixed.results[1].output.dtype = pb.FLOAT16
     mixed.results[1].output.data = mixed.results[1].output.data[:64]
