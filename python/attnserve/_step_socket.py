@@ -19,6 +19,7 @@ from .errors import Internal, InvalidArgument, Unavailable
 
 TOKEN_BYTES = 32
 _LENGTH = struct.Struct("<I")
+_KEPT_BUFFER = 1 << 20  # the receive buffer a socket keeps between steps
 
 
 def target_host(target):
@@ -47,7 +48,7 @@ class Socket:
         self.spin = float(spin)
         self.request_capacity = request_capacity
         self.response_capacity = response_capacity
-        self._buffer = bytearray(1 << 16)  # grows to the largest answer
+        self._buffer = bytearray(_KEPT_BUFFER)  # answers up to its size are read here
         try:
             self._sock = socket.create_connection((host, port), timeout=connect_timeout)
         except OSError as e:
@@ -111,10 +112,10 @@ class Socket:
                     raise Internal(f"step channel: an answer of {size} bytes is past the "
                                    f"channel's {self.response_capacity}")
                 need = head + size
-                if len(buffer) < need:
+                if len(buffer) < need:  # a larger answer: a buffer of its own
                     grown = bytearray(need)
                     grown[:got] = memoryview(buffer)[:got]
-                    buffer = self._buffer = grown
+                    buffer = grown
         if got > need:
             raise Internal(f"step channel: {got - need} bytes arrived past the answer")
         return bytes(memoryview(buffer)[head:need])

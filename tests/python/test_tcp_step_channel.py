@@ -81,6 +81,25 @@ def test_steps_are_bit_identical_to_unary_calls(client, tcp_server):
     unary.close()
 
 
+def test_an_answer_past_the_sockets_kept_buffer(client, tcp_server):
+    # 300 new tokens with their weights: an answer of about 1.5 MiB, past the 1 MiB
+    # buffer a socket keeps between steps; the steps after it are read as before.
+    through, unary = twin_sessions(client, "tcp-large")
+    q, k, v = (random((300, h, D), seed=s) for h, s in ((HQ, 3), (HKV, 4), (HKV, 5)))
+    with client.step_channel(tcp=True) as channel:
+        (got,) = channel.attend_sessions(0, [(through, q, k, v, 5)], return_weights=True)
+        (want,) = client.attend_sessions(0, [(unary, q, k, v, 5)], return_weights=True)
+        assert got[1].nbytes > 1 << 20
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        for t in range(3):
+            q, k, v = step_inputs(t, 1)
+            (got,) = channel.attend_sessions(1, [(through, q, k, v, 5 + t)])
+            (want,) = client.attend_sessions(1, [(unary, q, k, v, 5 + t)])
+            assert np.array_equal(got, want)
+    through.close()
+    unary.close()
+
+
 def test_refused_steps_raise_and_the_channel_goes_on(client):
     s, twin = twin_sessions(client, "tcp-errors", prefill=3)
     with client.step_channel(tcp=True) as channel:
