@@ -193,6 +193,7 @@ void ConcurrentCalls::Start(const v1::AttendRequest& request,
                          [this, raw](grpc::Status status) {
                            absl::MutexLock lock(&mu_);
                            raw->status = std::move(status);
+                           raw->finished = true;
                            ++done_;
                          });
 }
@@ -200,6 +201,14 @@ void ConcurrentCalls::Start(const v1::AttendRequest& request,
 bool ConcurrentCalls::AwaitAll() {
   absl::MutexLock lock(&mu_);
   return mu_.AwaitWithTimeout(absl::Condition(this, &ConcurrentCalls::AllDone),
+                              kPatience);
+}
+
+bool ConcurrentCalls::AwaitFinished(int i) {
+  absl::MutexLock lock(&mu_);
+  Call* call = calls_[i].get();
+  return mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](Call* c) { return c->finished; }, call),
                               kPatience);
 }
 

@@ -139,6 +139,14 @@ class ConcurrentCalls {
     absl::MutexLock lock(&mu_);
     return done_;
   }
+  // Whether call i has its status (it arrives after the server has let go of
+  // the call, e.g. after the server's metrics show a cancelled call gone).
+  bool finished(int i) const {
+    absl::MutexLock lock(&mu_);
+    return calls_[i]->finished;
+  }
+  // Waits until call i has its status; whether it came in time.
+  bool AwaitFinished(int i);
   // Cancels a started call (its status arrives as for any other).
   void Cancel(int i);
   // Of a finished call.
@@ -156,6 +164,7 @@ class ConcurrentCalls {
     grpc::ClientContext context;
     v1::AttendResponse response;
     grpc::Status status;
+    bool finished = false;
   };
 
   bool AllDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
