@@ -1,6 +1,7 @@
 """What the step channel suites (shared memory and TCP) share: twin sessions that
 hold the same tokens, the inputs of a step, waiting for a server's metric, a
-KVCache's layer calls, the steps of a channel whose server drains."""
+KVCache's layer calls over a channel against unary calls, the steps of a channel
+whose server drains."""
 
 import time
 
@@ -11,6 +12,7 @@ import attnserve
 from reference import random
 
 HKV, HQ, D, LAYERS = 2, 4, 16, 2
+OK_STEPS = 'attnserve_requests_total{code="OK",method="StepChannel"}'
 
 
 def twin_sessions(client, name, prefill=5):
@@ -48,6 +50,19 @@ def generate(cache):
             k, v = (torch.randn(2, HKV, t, D, generator=g) for _ in range(2))
             outs.append(cache.attend(layer, q, k, v))
     return outs
+
+
+def check_kvcache_generates_as_over_unary_calls(client, open_channel):
+    """generate() through a KVCache over the channel open_channel() opens equals
+    generate() over unary calls, bit for bit."""
+    from attnserve.torch import KVCache
+    kw = dict(num_layers=LAYERS, num_kv_heads=HKV, head_dim=D, prefill_chunk=4)
+    with KVCache(client, **kw) as cache:
+        want = generate(cache)
+    with open_channel() as channel, KVCache(client, transport=channel, **kw) as cache:
+        got = generate(cache)
+        assert cache.lengths() == [13, 13]
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
 
 
 def steps_until_closed(channel, session, seconds=20):

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import attnserve
 from attnserve.torch import KVCache
+from channel_steps import OK_STEPS
 from conftest import SOURCE_DIR, free_port
 from reference import attention
 
@@ -138,26 +139,18 @@ def test_example_with_an_int8_cache_stays_close(server):
     assert 1e-6 < r["max_logit_diff"] <= 0.02, r
 
 
-def test_example_through_a_step_channel(start_server):
-    srv = start_server("--shared_memory", "--step_channels=1",
-                       "--metrics_listen=127.0.0.1:0")
+@pytest.mark.parametrize("flags, option", [
+    (["--shared_memory"], "--same-host"),
+    (["--step_channel_listen=127.0.0.1:0"], "--tcp-channel")], ids=["shared_memory", "tcp"])
+def test_example_through_a_step_channel(start_server, flags, option):
+    srv = start_server(*flags, "--step_channels=1", "--metrics_listen=127.0.0.1:0")
     example = load_example()
-    r = example.run(example.parse_args([f"--target={srv.target}", *TINY, "--same-host"]))
+    r = example.run(example.parse_args([f"--target={srv.target}", *TINY, option]))
     assert r["tokens_identical"] and r["max_logit_diff"] <= 1e-4 and r["ok"], r
     assert len(r["tokens"]) == 2 and len(r["tokens"][0]) == 8
     # Every layer call went through the channel: warm-up (prefill, one step) and run
     # (prefill, 7 steps), 2 layers each.
-    steps = srv.metric('attnserve_requests_total{code="OK",method="StepChannel"}')
-    assert steps == 2 * (2 + 8), srv.log()
-
-
-def test_example_through_a_tcp_step_channel(start_server):
-    srv = start_server("--step_channels=1", "--step_channel_listen=127.0.0.1:0",
-                       "--metrics_listen=127.0.0.1:0")
-    example = load_example()
-    r = example.run(example.parse_args([f"--target={srv.target}", *TINY, "--tcp-channel"]))
-    assert r["tokens_identical"] and r["max_logit_diff"] <= 1e-4 and r["ok"], r
-    steps = srv.metric('attnserve_requests_total{code="OK",method="StepChannel"}')
+    steps = srv.metric(OK_STEPS)
     assert steps == 2 * (2 + 8), srv.log()
 
 

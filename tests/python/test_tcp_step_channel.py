@@ -11,14 +11,13 @@ import torch
 
 import attnserve
 from attnserve._step_socket import target_host
-from attnserve.torch import KVCache
 from attnserve.v1 import sessions_pb2 as spb
-from channel_steps import (HKV, HQ, D, LAYERS, generate, step_inputs, steps_until_closed,
-                           twin_sessions, wait_for)
+from channel_steps import (HKV, HQ, D, LAYERS, OK_STEPS,
+                           check_kvcache_generates_as_over_unary_calls, step_inputs,
+                           steps_until_closed, twin_sessions, wait_for)
 from conftest import ServerProcess
 from reference import random
 
-OK_STEPS = 'attnserve_requests_total{code="OK",method="StepChannel"}'
 LISTEN = "--step_channel_listen=127.0.0.1:0"
 
 
@@ -179,14 +178,7 @@ def test_a_draining_server_ends_the_channel(start_server):
 
 
 def test_kvcache_over_a_tcp_channel_generates_as_over_unary_calls(client):
-    kw = dict(num_layers=LAYERS, num_kv_heads=HKV, head_dim=D, prefill_chunk=4)
-    with KVCache(client, **kw) as cache:
-        want = generate(cache)
-    with client.step_channel(tcp=True) as channel, \
-            KVCache(client, transport=channel, **kw) as cache:
-        got = generate(cache)
-        assert cache.lengths() == [13, 13]
-    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+    check_kvcache_generates_as_over_unary_calls(client, lambda: client.step_channel(tcp=True))
 
 
 def test_async_steps_are_bit_identical_to_unary_calls_and_close_frees_at_once(
