@@ -272,6 +272,10 @@ def parse_args(argv=None):
                         "bfloat16, float16 and int8 round or quantize the cache, so "
                         "raise --tolerance for them)")
     how = p.add_mutually_exclusive_group()
+    how.add_argument("--unary", action="store_true",
+                     help="send the layer calls as the client's unary calls (by default "
+                          "they go through a TCP step channel the cache opens when the "
+                          "server runs on this host and offers one)")
     how.add_argument("--stream", action="store_true",
                      help="send the layer calls over one step stream "
                           "(client.session_stream())")
@@ -320,7 +324,7 @@ def run(args, client=None):
         # The sessions' names and routing key: the whole batch, and the stream or
         # channel, go to one replica behind a load balancer.
         prefix = f"decoder-{uuid.uuid4().hex[:12]}"
-        transport = client
+        transport = None  # KVCache's default: its own step channel, or the client
         if args.stream:
             transport = steps = client.session_stream(route_key=prefix)
         elif args.same_host:
@@ -332,6 +336,7 @@ def run(args, client=None):
         remote = KVCache(client, num_layers=cfg.layers, num_kv_heads=cfg.kv_heads,
                          head_dim=cfg.head_dim, storage_dtype=args.storage_dtype,
                          prefill_chunk=args.prefill_chunk, transport=transport,
+                         step_channel=False if args.unary else None,
                          timeout=args.timeout, session_prefix=prefix)
         local = LocalKVCache(cfg.layers)
         # Warm-up (first-call costs of torch and of the connection), then the runs.
@@ -343,6 +348,7 @@ def run(args, client=None):
         with remote:
             remote_tokens, remote_logits, remote_prefill, remote_decode, remote_attn = \
                 generate(model, remote, prompt, args.new_tokens)
+            through = type(remote.transport).__name__
     finally:
         if steps is not None:
             steps.close()
@@ -359,6 +365,7 @@ def run(args, client=None):
         "batch": args.batch, "prompt": args.prompt, "new_tokens": args.new_tokens,
         "storage_dtype": args.storage_dtype,
         "threads": torch.get_num_threads(),
+        "transport": through,
         "tokens_identical": same, "max_logit_diff": diff,
         "local_prefill_ms": 1e3 * local_prefill, "offloaded_prefill_ms": 1e3 * remote_prefill,
         "local_ms_per_token": local_ms, "offloaded_ms_per_token": remote_ms,
@@ -379,7 +386,7 @@ def main(argv=None):
         print(f"decoder: {r['layers']} layers, hidden {r['hidden']}, heads "
               f"{r['heads']}/{r['kv_heads']} (head_dim {r['head_dim']}), vocab {r['vocab']}; "
               f"batch {r['batch']}, prompt {r['prompt']}, {r['new_tokens']} new tokens; "
-              f"{r['threads']} torch threads")
+              f"{r['threads']} torch threads; layer calls through {r['transport']}")
         print(f"tokens identical: {'yes' if r['tokens_identical'] else 'no'}")
         print(f"max logit difference: {r['max_logit_diff']:.3g}")
         for name in ("local", "offloaded"):

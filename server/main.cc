@@ -129,16 +129,21 @@ ABSL_FLAG(int, shared_memory_max_regions, 64,
           "regions registered at once, 1..1024");
 ABSL_FLAG(attnserve::base::ByteSize, shared_memory_max_bytes,
           {int64_t{64} << 30}, "bytes of all registered regions together");
-ABSL_FLAG(int, step_channels, 0,
+ABSL_FLAG(int, step_channels, 8,
           "step channels open at once (session steps through a ring in a "
-          "shared-memory region, needs --shared_memory; or through a TCP "
-          "socket, needs --step_channel_listen); 0 = off");
-ABSL_FLAG(std::string, step_channel_listen, "",
+          "shared-memory region, with --shared_memory; or through a TCP "
+          "socket, with --step_channel_listen); 0 = none");
+ABSL_FLAG(std::string, step_channel_listen,
+          attnserve::server::kAutoStepChannelListen,
           "host:port where TCP step channels connect (port 0 = any free one; "
-          "not encrypted: refused with --tls_cert); empty = none");
-ABSL_FLAG(absl::Duration, step_channel_spin, absl::Milliseconds(1),
-          "how long a step channel's thread polls for the next step before "
-          "it sleeps (a CPU busy meanwhile; 0 = sleep at once)");
+          "not encrypted: refused with --tls_cert); auto = 127.0.0.1, any "
+          "free port, for clients on this host (none with --tls_cert or "
+          "--step_channels=0); empty = none");
+ABSL_FLAG(absl::Duration, step_channel_spin, absl::Milliseconds(5),
+          "the longest a step channel's thread polls for the next step before "
+          "it sleeps (a CPU busy meanwhile): about twice the client's recent "
+          "pauses, at least 1ms, 50us when they are longer; 0 = sleep at "
+          "once");
 ABSL_FLAG(std::string, handoff_to, "",
           "on SIGTERM, move the live sessions to this peer (host:port) "
           "instead of ending them (docs/operations.md \"Rolling updates "

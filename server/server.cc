@@ -43,6 +43,9 @@
 namespace attnserve::server {
 namespace {
 
+// Where kAutoStepChannelListen listens.
+constexpr char kAutoStepListenAddress[] = "127.0.0.1:0";
+
 // The longest message the server receives.
 int64_t ReceivedMessageBytes(const ServerOptions& options) {
   return std::min(options.max_message_bytes, options.max_request_bytes);
@@ -244,18 +247,16 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
         absl::StrCat("--step_channels must be between 0 (off) and 1024, got ",
                      options.step_channels));
   }
-  if (options.step_channels > 0 && !options.shared_memory.enabled &&
-      options.step_channel_listen.empty()) {
-    return absl::InvalidArgumentError(
-        "--step_channels needs --shared_memory (a channel's ring is a "
-        "registered region) or --step_channel_listen (TCP channels)");
-  }
-  if (!options.step_channel_listen.empty() && options.step_channels == 0) {
+  const bool auto_listen =
+      options.step_channel_listen == kAutoStepChannelListen;
+  if (!auto_listen && !options.step_channel_listen.empty() &&
+      options.step_channels == 0) {
     return absl::InvalidArgumentError(
         "--step_channel_listen needs --step_channels=N (how many channels "
         "may be open)");
   }
-  if (!options.step_channel_listen.empty() && !options.tls_cert_file.empty()) {
+  if (!auto_listen && !options.step_channel_listen.empty() &&
+      !options.tls_cert_file.empty()) {
     return absl::InvalidArgumentError(
         "--step_channel_listen: TCP step channels are not encrypted, and this "
         "server uses TLS (--tls_cert); use shared-memory step channels or "
@@ -435,11 +436,23 @@ absl::StatusOr<std::unique_ptr<AttnServer>> AttnServer::Start(
   if (options.shared_memory.enabled) {
     session_options.shared_memory = shared_memory;
   }
-  if (!options.step_channel_listen.empty()) {
+  if (auto_listen) {
+    // TCP channels for clients on this host, unless they may not be opened.
+    if (options.step_channels > 0 && options.tls_cert_file.empty()) {
+      absl::StatusOr<std::unique_ptr<StepListener>> listener =
+          StepListener::Start(kAutoStepListenAddress);
+      if (listener.ok()) {
+        impl->step_listener = *std::move(listener);
+      } else {
+        ATTNSERVE_LOG(LogLevel::kWarning,
+                      "no TCP step channels: ", listener.status().message());
+      }
+    }
+  } else if (!options.step_channel_listen.empty()) {
     ASSIGN_OR_RETURN(impl->step_listener,
                      StepListener::Start(options.step_channel_listen));
-    session_options.step_listener = impl->step_listener.get();
   }
+  session_options.step_listener = impl->step_listener.get();
   // A TCP step channel's frames: what one gRPC message may carry in.
   session_options.max_step_frame_bytes = ReceivedMessageBytes(options);
   impl->session_service = std::make_unique<SessionService>(

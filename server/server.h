@@ -21,6 +21,10 @@ namespace attnserve::server {
 
 class SessionHandoff;
 
+// ServerOptions::step_channel_listen's default: TCP step channels for clients
+// on this host (127.0.0.1, any free port) when they may be opened.
+inline constexpr char kAutoStepChannelListen[] = "auto";
+
 struct ServerOptions {
   // gRPC address; port 0 picks a free port (see AttnServer::port()).
   std::string listen = "0.0.0.0:50051";
@@ -91,16 +95,18 @@ struct ServerOptions {
   // Same-host tensors in POSIX shared memory (SharedMemoryService); off by
   // default.
   SharedMemoryOptions shared_memory;
-  // Step channels (SessionService.StepChannel) open at once; they need
-  // shared_memory (same-host rings) or step_channel_listen (TCP). 0
-  // (default) = off.
-  int step_channels = 0;
+  // Step channels (SessionService.StepChannel) open at once (default 8),
+  // same-host rings (with shared_memory) and TCP ones (with
+  // step_channel_listen) together; 0 = none.
+  int step_channels = 8;
   // "host:port" where TCP step channels connect (port 0: any free one);
-  // empty (default) = none. Not with TLS: the channels are not encrypted.
-  std::string step_channel_listen;
-  // How long a channel's thread polls for the next step before it sleeps;
-  // not negative.
-  absl::Duration step_channel_spin = absl::Milliseconds(1);
+  // empty = none. Not with TLS: the channels are not encrypted.
+  // kAutoStepChannelListen (the default): the loopback interface, any free
+  // port, unless step_channels is 0 or the server uses TLS.
+  std::string step_channel_listen = kAutoStepChannelListen;
+  // The longest a channel's thread polls for the next step before it sleeps
+  // (server/step_spin.h); not negative.
+  absl::Duration step_channel_spin = absl::Milliseconds(5);
   // Where a draining server moves its live sessions (server/session_handoff.h):
   // a peer's gRPC address; empty (default) = sessions end with the server.
   // The peer is reached over TLS when this server has a certificate (it
@@ -131,7 +137,7 @@ class AttnServer {
   int port() const;
   // 0 when metrics over HTTP are disabled.
   int metrics_port() const;
-  // Where TCP step channels connect; 0 without --step_channel_listen.
+  // Where TCP step channels connect; 0 when the server takes none.
   int step_channel_port() const;
   // The memory budget in use (max_inflight_bytes, resolved).
   int64_t max_inflight_bytes() const;

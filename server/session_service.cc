@@ -293,8 +293,8 @@ absl::StatusOr<std::unique_ptr<StepTransport>> SessionService::OpenChannel(
   *region = nullptr;
   if (options_.max_step_channels == 0) {
     return absl::FailedPreconditionError(
-        "step channels are off: start attnserve with --step_channels=N and "
-        "--shared_memory (same-host rings) or --step_channel_listen (TCP)");
+        "step channels are off: start attnserve with --step_channels=N "
+        "(default 8) instead of 0");
   }
   if (request.tcp() && !request.region().empty()) {
     return absl::InvalidArgumentError(
@@ -303,7 +303,8 @@ absl::StatusOr<std::unique_ptr<StepTransport>> SessionService::OpenChannel(
   if (request.tcp() && options_.step_listener == nullptr) {
     return absl::FailedPreconditionError(
         "tcp: TCP step channels are off: start attnserve with "
-        "--step_channel_listen=HOST:PORT");
+        "--step_channel_listen=HOST:PORT (or its default, auto; without "
+        "--tls_cert)");
   }
   if (!request.tcp() && options_.shared_memory == nullptr) {
     return absl::FailedPreconditionError(

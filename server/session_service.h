@@ -55,8 +55,9 @@ struct SessionServiceOptions {
   // together; 0 (default) = off. A ring needs `shared_memory` (it lies in a
   // registered region), a TCP channel `step_listener`.
   int max_step_channels = 0;
-  // How long a channel's thread polls for the next step before it sleeps.
-  absl::Duration step_channel_spin = absl::Milliseconds(1);
+  // The longest a channel's thread polls for the next step before it sleeps
+  // (server/step_spin.h).
+  absl::Duration step_channel_spin = absl::Milliseconds(5);
   // The registered regions; null = shared memory off. Must outlive the
   // service.
   SharedMemoryRegistry* shared_memory = nullptr;

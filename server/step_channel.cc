@@ -1,5 +1,6 @@
 #include "server/step_channel.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "core/status_macros.h"
 #include "server/rpc/admission.h"
 #include "server/rpc/status_util.h"
+#include "server/step_spin.h"
 
 namespace attnserve::server {
 namespace {
@@ -86,15 +88,20 @@ void StepChannelReactor::Serve() {
   // Stopped before the client's side was there: ended as a stop below.
   const bool connected = ended.ok();
   if (absl::IsCancelled(ended)) ended = absl::OkStatus();
+  StepSpin spin(spin_);
+  std::optional<absl::Time> answered;
   while (connected && ended.ok()) {
     absl::Status refused;
-    absl::StatusOr<bool> next = transport_->Next(spin_, stop, &bytes, &refused);
+    absl::StatusOr<bool> next =
+        transport_->Next(spin.Window(), stop, &bytes, &refused);
     if (!next.ok()) {
       ended = next.status();
     } else if (!*next) {
       break;
     } else {
+      if (answered.has_value()) spin.Observe(absl::Now() - *answered);
       ended = ServeStep(refused, &bytes, &request, &response);
+      answered = absl::Now();
     }
   }
   const bool hung_up = transport_->hung_up();

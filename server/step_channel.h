@@ -43,10 +43,11 @@ class StepChannelReactor final
     : public grpc::ServerWriteReactor<v1::StepChannelInfo> {
  public:
   // A non-OK `transport` (admission, the channel limit, the region)
-  // finishes the call at once with its status. `processor` must outlive the
-  // reactor; `draining` is polled between steps; `on_end` runs once, when
-  // the channel is freed (before the call's status is sent, or when gRPC is
-  // done with a call that never served).
+  // finishes the call at once with its status. `spin` is the longest the
+  // channel's thread polls for a step (server/step_spin.h). `processor` must
+  // outlive the reactor; `draining` is polled between steps; `on_end` runs
+  // once, when the channel is freed (before the call's status is sent, or when
+  // gRPC is done with a call that never served).
   StepChannelReactor(absl::StatusOr<std::unique_ptr<StepTransport>> transport,
                      absl::Duration spin, StepProcessor* processor,
                      std::function<bool()> draining,

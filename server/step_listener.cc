@@ -16,7 +16,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "base/file.h"
 
 namespace attnserve::server {
 namespace {
@@ -47,6 +49,18 @@ absl::Status SplitAddress(const std::string& address, std::string* host,
                      "\" is not 0..65535"));
   }
   return absl::OkStatus();
+}
+
+// "<boot id>/<net namespace>": two processes with the same one share a
+// loopback interface. Empty when /proc does not tell.
+std::string HostId() {
+  absl::StatusOr<std::string> boot =
+      base::ReadFile("/proc/sys/kernel/random/boot_id", 64);
+  char net[64] = {0};
+  const ssize_t n = readlink("/proc/self/ns/net", net, sizeof(net) - 1);
+  if (!boot.ok() || n <= 0) return "";
+  return absl::StrCat(absl::StripAsciiWhitespace(*boot), "/",
+                      absl::string_view(net, static_cast<size_t>(n)));
 }
 
 }  // namespace
@@ -86,7 +100,8 @@ absl::StatusOr<std::unique_ptr<StepListener>> StepListener::Start(
       int bound_port = 0;
       absl::SimpleAtoi(service, &bound_port);
       freeaddrinfo(found);
-      std::unique_ptr<StepListener> listener(new StepListener(fd, bound_port));
+      std::unique_ptr<StepListener> listener(
+          new StepListener(fd, bound_port, HostId()));
       listener->thread_ = std::thread([l = listener.get()] { l->Accept(); });
       return listener;
     }
@@ -98,8 +113,11 @@ absl::StatusOr<std::unique_ptr<StepListener>> StepListener::Start(
       "--step_channel_listen: cannot listen on ", address, ": ", last));
 }
 
-StepListener::StepListener(int fd, int port)
-    : fd_(fd), port_(port), wake_(eventfd(0, EFD_CLOEXEC)) {}
+StepListener::StepListener(int fd, int port, std::string host_id)
+    : fd_(fd),
+      port_(port),
+      host_id_(std::move(host_id)),
+      wake_(eventfd(0, EFD_CLOEXEC)) {}
 
 StepListener::~StepListener() {
   stopping_.store(true);

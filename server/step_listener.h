@@ -38,6 +38,9 @@ class StepListener {
   StepListener& operator=(const StepListener&) = delete;
 
   int port() const { return port_; }
+  // This process's host and network namespace (StepChannelInfo.host_id),
+  // read at Start; empty when /proc does not tell.
+  const std::string& host_id() const { return host_id_; }
 
   // A fresh random token for one connection.
   std::string Issue();
@@ -51,13 +54,14 @@ class StepListener {
   void Withdraw(const std::string& token);
 
  private:
-  StepListener(int fd, int port);
+  StepListener(int fd, int port, std::string host_id);
   void Accept();
   // Hands `fd` to the holder of `token`; false when none waits.
   bool Deliver(const std::string& token, int fd);
 
   const int fd_;
   const int port_;
+  const std::string host_id_;
   // Wakes the accepting thread to stop.
   const int wake_;
   std::atomic<bool> stopping_{false};

@@ -61,6 +61,7 @@ void SocketTransport::Describe(v1::StepChannelInfo* info) const {
   info->set_response_capacity(max_frame_bytes_);
   info->set_tcp_port(listener_->port());
   info->set_tcp_token(token_);
+  info->set_host_id(listener_->host_id());
 }
 
 absl::Status SocketTransport::Connect(const std::function<bool()>& stop) {

@@ -9,6 +9,8 @@ between slices whether the channel's call is still alive. Closing the socket is
 the client's hang-up.
 """
 
+import ipaddress
+import os
 import select
 import socket
 import struct
@@ -32,6 +34,28 @@ def target_host(target):
     if target.startswith("["):
         return target[1:target.find("]")]
     return target.rpartition(":")[0] or target
+
+
+def is_loopback(host):
+    """Whether `host` (a target's host) names this machine's loopback interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_id():
+    """This process's host and network namespace as a server names its own in
+    StepChannelInfo.host_id ("<boot id>/<net namespace>"); "" when /proc does
+    not tell."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/net')}"
+    except OSError:
+        return ""
 
 
 class Socket:

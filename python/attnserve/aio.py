@@ -321,7 +321,7 @@ class AsyncClient(_Base):
         return AsyncSessionStream(self, route_key, timeout)
 
     async def step_channel(self, *, size=1 << 20, route_key=None, timeout=None,
-                           spin=R.DEFAULT_SPIN, tcp=False, tcp_host=None):
+                           spin=R.DEFAULT_SPIN, tcp=False, tcp_host=None, same_host=False):
         """As Client.step_channel: an AsyncStepChannel (`async with await
         client.step_channel() as steps:`)."""
         await self._open()
@@ -332,7 +332,7 @@ class AsyncClient(_Base):
             R.check_machine()
             region = await self.shared_memory(size=size, timeout=timeout)
         try:
-            channel = AsyncStepChannel(self, region, route_key, timeout, spin, host)
+            channel = AsyncStepChannel(self, region, route_key, timeout, spin, host, same_host)
         except BaseException:
             if region is not None:
                 await region.close()
@@ -475,13 +475,15 @@ class AsyncStepChannel(_AsyncSteps):
     _kind = "step channel"
     _HANGUP_WAIT = 5.0
 
-    def __init__(self, client, region, route_key, timeout, spin, host=None):
+    def __init__(self, client, region, route_key, timeout, spin, host=None,
+                 same_host=False):
         self._lock = asyncio.Lock()
         self._link = None
         self._ended = threading.Event()  # the call is done (set on the loop)
         self.region = region
         self._spin = spin
         self._host = host
+        self._same_host = same_host
         super().__init__(client, lambda stub: stub.StepChannel(
             _open_channel_request(region), timeout=timeout,
             metadata=client._md(route_key)))
@@ -497,7 +499,8 @@ class AsyncStepChannel(_AsyncSteps):
                 raise await self._call_error()
             # Off the loop: a TCP channel's connect may take a while.
             self._link = await asyncio.get_running_loop().run_in_executor(
-                None, _channel_link, info, self.region, self._spin, self._host)
+                None, _channel_link, info, self.region, self._spin, self._host,
+                self._same_host)
         except BaseException:
             await self._shut()
             raise

@@ -15,8 +15,8 @@ from . import _step_channel as R
 from . import _step_socket as T
 from . import _health_pb2 as health_pb
 from . import _transport as X
-from .errors import (Error, Internal, InvalidArgument, NotFound, Unavailable, error_for_code,
-                     from_rpc_error)
+from .errors import (Error, FailedPrecondition, Internal, InvalidArgument, NotFound,
+                     Unavailable, error_for_code, from_rpc_error)
 from .types import ServerInfo, SharedMemoryStatus
 from .v1 import attention_pb2 as pb
 from .v1 import attention_pb2_grpc as pb_grpc
@@ -539,7 +539,7 @@ class Client(_Base):
         return SessionStream(self, route_key, timeout)
 
     def step_channel(self, *, size=1 << 20, route_key=None, timeout=None,
-                     spin=R.DEFAULT_SPIN, tcp=False, tcp_host=None):
+                     spin=R.DEFAULT_SPIN, tcp=False, tcp_host=None, same_host=False):
         """A StepChannel: attend_sessions steps through a ring in a shared-memory
         region, or on a TCP socket of their own (tcp=True), instead of gRPC
         messages (docs/python.md "Through a step channel"). The server needs
@@ -553,11 +553,13 @@ class Client(_Base):
         seconds; None (default) = none. spin: seconds a step polls for its
         answer before it sleeps (on the futex, or in select). tcp_host: where
         the TCP socket connects; None (default) = the host of the target.
+        same_host: a TCP channel only to a server on this host, in this
+        network namespace (FailedPrecondition otherwise, before connecting).
         """
         self._open()
         if tcp:
             return StepChannel(self, None, route_key, timeout, spin,
-                               tcp_host or T.target_host(self.target))
+                               tcp_host or T.target_host(self.target), same_host)
         R.check_machine()
         region = self.shared_memory(size=size, timeout=timeout)
         try:
@@ -781,6 +783,11 @@ class _StepStream:
 
     _kind = "stream"
 
+    @property
+    def closed(self):
+        """Whether it has ended (closed, or its call over): a step raises ValueError."""
+        return self._closed
+
     def _check_open(self):
         if self._closed:
             raise ValueError(f"attend_sessions: the {self._kind} is closed")
@@ -876,8 +883,13 @@ def _open_channel_request(region):
     return spb.OpenStepChannelRequest(region=region.name)
 
 
-def _channel_link(info, region, spin, host):
-    """An opened step channel's ring (in `region`) or socket (TCP, to `host`)."""
+def _channel_link(info, region, spin, host, same_host=False):
+    """An opened step channel's ring (in `region`) or socket (TCP, to `host`);
+    with same_host, FailedPrecondition before connecting when the server's
+    host and network namespace are not this process's."""
+    if same_host and region is None and (not info.host_id or info.host_id != T.host_id()):
+        raise FailedPrecondition("tcp: the server does not run on this host (in this "
+                                 "network namespace); same_host=True connects only there")
     if region is not None:
         return R.Ring(region._map, region.size, spin)
     return T.Socket(host, info.tcp_port, info.tcp_token, info.request_capacity,
@@ -901,7 +913,8 @@ class StepChannel(_BlockingSteps):
 
     _kind = "step channel"
 
-    def __init__(self, client, region, route_key, timeout, spin, host=None):
+    def __init__(self, client, region, route_key, timeout, spin, host=None,
+                 same_host=False):
         self._lock = threading.Lock()
         self._link = None
         self.region = region
@@ -910,7 +923,7 @@ class StepChannel(_BlockingSteps):
             metadata=client._md(route_key)))
         try:
             info = next(self._call)
-            self._link = _channel_link(info, region, spin, host)
+            self._link = _channel_link(info, region, spin, host, same_host)
         except grpc.RpcError as e:
             self._end()
             raise from_rpc_error(e) from None

@@ -27,9 +27,11 @@ import uuid
 import torch
 
 from ._codec import relative_bias_message
+from ._step_socket import is_loopback, target_host
+from .client import Client
 from ._step_codec import StepCodec
 from ._transport import RESPONSE_ENVELOPE_BYTES
-from .errors import NotFound, Unavailable
+from .errors import Error, NotFound, Unavailable
 
 __all__ = ["KVCache"]
 
@@ -51,8 +53,16 @@ class KVCache:
         longer prefill is sent in chunks, each one call for the whole batch (and
         smaller chunks when a call would pass the server's max_message_bytes).
     transport: what makes the layer calls: any object with the method
-        attend_sessions(layer, parts, **kw) of attnserve.Client (the default is
-        the client itself).
+        attend_sessions(layer, parts, **kw) of attnserve.Client; None (default)
+        = the client, or the step channel below. cache.transport is the one in
+        use.
+    step_channel: whether the layer calls go through a TCP step channel that
+        the cache opens at its first call (client.step_channel(tcp=True,
+        same_host=True), closed with the cache). None (default): when the
+        client's target is a loopback address and the server, on this host,
+        offers one; if it cannot be opened, the client's calls, and the reason
+        is cache.step_channel_error. True: always (its error is raised). False:
+        never. Not with a transport.
     scale, softcap, relative_bias, output_dtype, timeout: passed to every layer
         call (scale default 1/sqrt(head_dim); softcap, Gemma 2's logit
         soft-capping, default none; relative_bias, an attnserve.RelativeBias of
@@ -87,20 +97,29 @@ class KVCache:
                  batch_size=None, prefill_chunk=512,
                  transport=None, scale=None, softcap=None, relative_bias=None,
                  output_dtype=None, timeout=None, session_prefix=None, ttl=None, on_lost=None,
-                 handoff_wait=30.0):
+                 handoff_wait=30.0, step_channel=None):
         if relative_bias is not None:  # its message, checked and built once for every call
             relative_bias = relative_bias_message(relative_bias, "relative_bias")
         if isinstance(client, str):
-            from .client import Client
             client = Client(client)
             self._own_client = True
         else:
             self._own_client = False
         self.client = client
-        self.transport = client if transport is None else transport
-        if not callable(getattr(self.transport, "attend_sessions", None)):
+        if transport is not None and not callable(getattr(transport, "attend_sessions", None)):
             raise TypeError("transport: expected an object with an attend_sessions(layer, "
-                            f"parts, **kw) method, got {type(self.transport).__name__}")
+                            f"parts, **kw) method, got {type(transport).__name__}")
+        if step_channel not in (None, True, False):
+            raise TypeError(f"step_channel: expected None, True or False, got {step_channel!r}")
+        if step_channel and transport is not None:
+            raise ValueError("step_channel=True and a transport: the cache opens its step "
+                             "channel only when it makes the layer calls itself")
+        if step_channel and not isinstance(client, Client):
+            raise TypeError(f"step_channel=True: expected an attnserve.Client, got "
+                            f"{type(client).__name__}")
+        self._step_channel = step_channel if transport is None else False
+        self._channel = None            # the step channel the cache opened
+        self.step_channel_error = None  # why the default step channel could not be opened
         self.num_layers = _positive("num_layers", num_layers)
         self.num_kv_heads = _positive("num_kv_heads", num_kv_heads)
         self.head_dim = _positive("head_dim", head_dim)
@@ -126,12 +145,7 @@ class KVCache:
                             ("output_dtype", output_dtype), ("timeout", timeout)):
             if value is not None:
                 self._step_kw[name] = value
-        # A step channel takes a step's bytes: they are written directly.
-        self._codec = None
-        step_bytes = getattr(self.transport, "step_bytes", None)
-        if callable(step_bytes) and not inspect.iscoroutinefunction(step_bytes):
-            self._codec = StepCodec(**{name: value for name, value in self._step_kw.items()
-                                       if name != "timeout"})
+        self._use(client if transport is None else transport)
         self._sessions = []     # per sequence: a Session, or None before its first use
         self._lengths = []      # per sequence: the tokens each layer holds
         self._batch_size = None
@@ -361,11 +375,53 @@ class KVCache:
             self.recovered += 1
         return bool(lost)
 
+    def _use(self, transport):
+        """Makes the layer calls through `transport`. A step channel takes a
+        step's bytes: they are written directly (StepCodec)."""
+        self.transport = transport
+        self._codec = None
+        step_bytes = getattr(transport, "step_bytes", None)
+        if callable(step_bytes) and not inspect.iscoroutinefunction(step_bytes):
+            self._codec = StepCodec(**{name: value for name, value in self._step_kw.items()
+                                       if name != "timeout"})
+
+    def _open_channel(self):
+        """Opens the cache's step channel when it should have one and has none."""
+        if self._channel is not None or self._step_channel is False:
+            return
+        if self._step_channel is None and (
+                self.step_channel_error is not None or not isinstance(self.client, Client)
+                or not is_loopback(target_host(self.client.target))):
+            return
+        try:
+            self._channel = self.client.step_channel(tcp=True, same_host=True,
+                                                     route_key=self.session_prefix)
+        except Error as e:
+            if self._step_channel:
+                raise
+            self.step_channel_error = e
+            return
+        self._use(self._channel)
+
+    def _close_channel(self):
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            self._use(self.client)
+            channel.close()
+
     def _step(self, layer, q, k, v, sinks):
         """One call for the whole batch: q [B, T, Hq, D], k and v [B, T, Hkv, D]
         (or None: no appends), each sequence's rows contiguous; returns the
-        outputs [B, T, Hq, Dv]. Through a step channel, the request's bytes are
-        written directly (StepCodec) when the tensors allow it."""
+        outputs [B, T, Hq, Dv]. A step channel the cache opened that has ended
+        (the server drained) is let go of, and another opened."""
+        if self._channel is not None and self._channel.closed:
+            self._close_channel()
+        self._open_channel()
+        return self._step_through(layer, q, k, v, sinks)
+
+    def _step_through(self, layer, q, k, v, sinks):
+        """_step through self.transport; the request's bytes are written
+        directly (StepCodec) when it takes them and the tensors allow it."""
         sessions = [self._session(i) for i in range(len(q))]
         positions = None if k is None else [n[layer] for n in self._lengths]
         if self._codec is not None and self._codec.takes(q, k, v):
@@ -457,10 +513,14 @@ class KVCache:
     def close(self):
         """Closes every session (a session that has already ended is skipped). The
         cache may be used again: the next call starts a new batch. A client that the
-        cache opened from a target is closed too."""
-        self.reset()
-        if self._own_client:
-            self.client.close()
+        cache opened from a target is closed too, and so is its step channel."""
+        try:
+            self.reset()
+        finally:
+            self._close_channel()
+            self.step_channel_error = None
+            if self._own_client:
+                self.client.close()
 
     def __enter__(self):
         return self

@@ -57,7 +57,7 @@ def check_kvcache_generates_as_over_unary_calls(client, open_channel):
     generate() over unary calls, bit for bit."""
     from attnserve.torch import KVCache
     kw = dict(num_layers=LAYERS, num_kv_heads=HKV, head_dim=D, prefill_chunk=4)
-    with KVCache(client, **kw) as cache:
+    with KVCache(client, step_channel=False, **kw) as cache:
         want = generate(cache)
     with open_channel() as channel, KVCache(client, transport=channel, **kw) as cache:
         got = generate(cache)

@@ -3,8 +3,10 @@ generates a batch of 8 sequences through a real haproxy (the shipped
 deploy/haproxy/haproxy.cfg) in front of two real replicas that hand their
 sessions to each other on SIGTERM (--handoff_to). Mid-generation the replica
 holding the batch is drained and replaced by a new process on the same ports.
-The tokens must equal those of local attention, with no sequence re-created
-(on_lost never asked) and nothing re-sent."""
+The cache's layer calls go through a TCP step channel of its own, which the
+drain ends and the cache opens again on the survivor. The tokens must equal
+those of local attention, with no sequence re-created (on_lost never asked) and
+nothing re-sent."""
 
 import importlib.util
 import re
@@ -16,7 +18,7 @@ import time
 import torch
 
 from conftest import SOURCE_DIR, ServerProcess, free_port
-from attnserve import Client
+from attnserve import Client, StepChannel
 from attnserve.torch import KVCache
 
 EXAMPLE = SOURCE_DIR / "examples" / "decoder_offload.py"
@@ -125,6 +127,10 @@ def test_a_rolling_restart_loses_no_sequence_and_changes_no_token(tmp_path):
                                 replace_at=cfg.layers * 14)
         with cache:
             tokens, logits, *_ = example.generate(model, restarting, prompt, new_tokens)
+            # The layer calls went through a step channel of the cache's own (the
+            # balancer, the replicas and this process share the host); the
+            # drained replica's ended, and the survivor's took over.
+            assert isinstance(cache.transport, StepChannel), cache.step_channel_error
             survivor = b if restarting.drained is a else a
             moved = [f"{cache.session_prefix}-{i}" for i in range(8)]
             assert all(survivor.holds(s) for s in moved)

@@ -202,7 +202,7 @@ def test_steps_from_several_threads_take_turns(client):
 # -- the channel's limits and end ----------------------------------------------------
 
 def test_a_server_without_step_channels_refuses(start_server):
-    srv = start_server("--shared_memory")
+    srv = start_server("--shared_memory", "--step_channels=0")
     with attnserve.Client(srv.target, timeout=60) as c:
         with pytest.raises(attnserve.FailedPrecondition, match="--step_channels"):
             c.step_channel()

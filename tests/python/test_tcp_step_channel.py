@@ -1,7 +1,8 @@
 """Client.step_channel(tcp=True) against real attnserve processes with
 --step_channels and --step_channel_listen (and no shared memory): steps
 bit-identical to unary calls, refused steps that leave the channel going, the
-server's limits and refusals, the channel's end, the async client, KVCache over it."""
+server's limits and refusals, the channel's end, the async client, KVCache over it,
+and the channel a KVCache opens by itself against a server with the defaults."""
 
 import signal
 
@@ -10,10 +11,12 @@ import pytest
 import torch
 
 import attnserve
-from attnserve._step_socket import target_host
+from attnserve import _step_socket
+from attnserve._step_socket import is_loopback, target_host
+from attnserve.torch import KVCache
 from attnserve.v1 import sessions_pb2 as spb
 from channel_steps import (HKV, HQ, D, LAYERS, OK_STEPS,
-                           check_kvcache_generates_as_over_unary_calls, step_inputs,
+                           check_kvcache_generates_as_over_unary_calls, generate, step_inputs,
                            steps_until_closed, twin_sessions, wait_for)
 from conftest import ServerProcess
 from reference import random
@@ -43,6 +46,9 @@ def test_the_host_of_a_target():
     assert target_host("dns:///attnserve.svc:50051") == "attnserve.svc"
     assert target_host("ipv4:127.0.0.1:9") == "127.0.0.1"
     assert target_host("ipv6:[::1]:9") == "::1"
+    assert is_loopback("localhost") and is_loopback("127.0.0.1") and is_loopback("::1")
+    assert is_loopback("127.3.2.1")
+    assert not is_loopback("10.0.0.7") and not is_loopback("attnserve.svc")
 
 
 def test_steps_are_bit_identical_to_unary_calls(client, tcp_server):
@@ -128,14 +134,94 @@ def test_refused_steps_raise_and_the_channel_goes_on(client):
 
 
 def test_servers_without_tcp_channels_refuse(start_server):
-    srv = start_server("--shared_memory", "--step_channels=1")
+    srv = start_server("--shared_memory", "--step_channels=1", "--step_channel_listen=")
     with attnserve.Client(srv.target, timeout=60) as c:
         with pytest.raises(attnserve.FailedPrecondition, match="--step_channel_listen"):
             c.step_channel(tcp=True)
-    plain = start_server()
-    with attnserve.Client(plain.target, timeout=60) as c:
+    off = start_server("--step_channels=0")
+    with attnserve.Client(off.target, timeout=60) as c:
         with pytest.raises(attnserve.FailedPrecondition, match="--step_channels"):
             c.step_channel(tcp=True)
+
+
+KV = dict(num_layers=LAYERS, num_kv_heads=HKV, head_dim=D, prefill_chunk=4)
+
+
+def test_a_kvcache_opens_a_channel_of_its_own_on_a_default_servers_host(start_server):
+    # A server with its defaults listens for TCP channels on 127.0.0.1; a cache
+    # whose client targets it there opens one at its first call, sends every
+    # layer call through it (answering as unary calls do, to the bit), and
+    # closes it with the cache; the cache can be used again.
+    srv = start_server("--metrics_listen=127.0.0.1:0")
+    with attnserve.Client(srv.target, timeout=60) as c:
+        with KVCache(c, step_channel=False, **KV) as cache:
+            want = generate(cache)
+            assert cache.transport is c
+        before = srv.metric(OK_STEPS)
+        cache = KVCache(c, **KV)
+        assert cache.transport is c and cache.step_channel_error is None
+        for _ in range(2):
+            with cache:
+                got = generate(cache)
+                assert isinstance(cache.transport, attnserve.StepChannel)
+                assert cache.step_channel_error is None
+                assert srv.metric("attnserve_step_channels") == 1
+            assert cache.transport is c
+            assert wait_for(lambda: srv.metric("attnserve_step_channels") == 0)
+            assert all(torch.equal(a, b) for a, b in zip(got, want))
+        # Per layer, the 6-token prefill in two chunks of 4 and five more calls.
+        assert srv.metric(OK_STEPS) - before == 2 * LAYERS * 7
+
+
+def test_a_kvcache_without_a_channel_makes_unary_calls_and_says_why(start_server, monkeypatch):
+    off = start_server("--step_channels=0")
+    with attnserve.Client(off.target, timeout=60) as c:
+        with KVCache(c, step_channel=False, **KV) as cache:
+            want = generate(cache)
+        with KVCache(c, **KV) as cache:
+            got = generate(cache)
+            assert cache.transport is c
+            assert isinstance(cache.step_channel_error, attnserve.FailedPrecondition)
+            assert "--step_channels" in cache.step_channel_error.message
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+        with KVCache(c, step_channel=True, **KV) as cache, \
+                pytest.raises(attnserve.FailedPrecondition, match="--step_channels"):
+            generate(cache)
+    # A server in another network namespace (or on another host behind a
+    # forwarded loopback port): its answer's host_id is not ours, so the cache
+    # does not connect to a loopback port that would not be the server's.
+    srv = start_server("--metrics_listen=127.0.0.1:0")
+    monkeypatch.setattr(_step_socket, "host_id", lambda: "another-host/net:[1]")
+    with attnserve.Client(srv.target, timeout=60) as c:
+        with KVCache(c, **KV) as cache:
+            got = generate(cache)
+            assert cache.transport is c
+            assert isinstance(cache.step_channel_error, attnserve.FailedPrecondition)
+            assert "does not run on this host" in cache.step_channel_error.message
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+        assert wait_for(lambda: srv.metric("attnserve_step_channels") == 0)
+        with pytest.raises(attnserve.FailedPrecondition, match="does not run on this host"):
+            c.step_channel(tcp=True, same_host=True)
+        with c.step_channel(tcp=True) as channel:  # without same_host: connects
+            assert channel.request_capacity > 0
+
+
+def test_the_server_names_its_host_and_network_namespace(start_server):
+    srv = start_server()
+    with attnserve.Client(srv.target, timeout=60) as c:
+        with c.step_channel(tcp=True, same_host=True) as channel:
+            assert channel.request_capacity > 0
+    assert _step_socket.host_id().count("/") == 1
+    assert _step_socket.host_id().endswith("]") and "/net:[" in _step_socket.host_id()
+
+
+def test_kvcache_step_channel_argument_errors(client):
+    with pytest.raises(ValueError, match="step_channel=True and a transport"):
+        KVCache(client, transport=client, step_channel=True, **KV)
+    with pytest.raises(TypeError, match="step_channel: expected None, True or False"):
+        KVCache(client, step_channel="yes", **KV)
+    with pytest.raises(TypeError, match="step_channel=True: expected an attnserve.Client"):
+        KVCache(object(), step_channel=True, **KV)
 
 
 def test_past_the_servers_limit_then_freed_by_close(start_server):

@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     if (log.find(" port=") != std::string::npos) {
       p->port_ = FindInt(log, "port");
       p->metrics_port_ = FindInt(log, "metrics_port");
+      p->step_channel_port_ = FindInt(log, "step_channel_port");
       return p;
     }
     int status;

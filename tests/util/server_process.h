@@ -34,6 +34,8 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
+  // Where TCP step channels connect; 0 when the server has none.
+  int step_channel_port() const { return step_channel_port_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
 
   // A channel to the server with 512 MiB message limits.
@@ -65,6 +67,7 @@ class ServerProcess {
   bool exited_ = false;
   int port_ = 0;
   int metrics_port_ = 0;
+  int step_channel_port_ = 0;
   std::thread reader_;
   mutable absl::Mutex mu_;
   std::string log_ ABSL_GUARDED_BY(mu_);

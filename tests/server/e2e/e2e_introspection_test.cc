@@ -189,16 +189,21 @@ TEST(E2eMetricsTest, CountsKnownTrafficExactly) {
             ::testing::EndsWith("} 1")));
   EXPECT_EQ(info.onednn_version(), OneDnnVersion());
 
-  // The process listens on exactly the two ports it logged.
+  // The process listens on exactly the three ports it logged: gRPC, metrics
+  // and, by default, TCP step channels on the loopback interface.
+  EXPECT_GT((*server)->step_channel_port(), 0);
   EXPECT_EQ(ListeningPorts((*server)->pid()),
-            (std::set<int>{(*server)->port(), (*server)->metrics_port()}));
+            (std::set<int>{(*server)->port(), (*server)->metrics_port(),
+                           (*server)->step_channel_port()}));
 }
 
 // Disabled means no socket at all: the process's listening TCP sockets are read
-// from /proc (see ListeningPorts), and only the gRPC one is there.
+// from /proc (see ListeningPorts), and only the gRPC one is there (step
+// channels turned off too).
 TEST(E2eMetricsTest, EmptyMetricsListenServesNoMetrics) {
-  auto server = ServerProcess::Start(
-      {"--workers=1", "--threads_per_worker=1", "--metrics_listen="});
+  auto server =
+      ServerProcess::Start({"--workers=1", "--threads_per_worker=1",
+                            "--metrics_listen=", "--step_channel_listen="});
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_EQ((*server)->metrics_port(), 0);
   EXPECT_THAT((*server)->Log(), HasSubstr("metrics_listen=(disabled)"));

@@ -124,6 +124,9 @@ TEST_F(E2eTlsTest, TlsServerAcceptsOnlyTlsClients) {
                                       "--tls_key=" + dir_->Path("server.key")});
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_THAT((*server)->Log(), HasSubstr("tls=on"));
+  // TCP step channels are not encrypted: the default listens nowhere.
+  EXPECT_THAT((*server)->Log(),
+              ::testing::Not(HasSubstr("step_channel_port=")));
   EXPECT_THAT(SmallAttend((*server)->Channel(TlsCredentials(""))), GrpcOk());
   EXPECT_THAT(SmallAttend((*server)->Channel()),
               GrpcStatusIs(grpc::StatusCode::UNAVAILABLE, ConnectFailed()));

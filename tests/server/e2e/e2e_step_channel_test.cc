@@ -169,7 +169,7 @@ TEST_F(StepChannelE2eTest, BytesThatAreNoRequestGetInvalidArgument) {
   Channel& c = **steps;
   EXPECT_EQ(c.info().request_capacity() + c.info().response_capacity(),
             64 * 1024 - wire::kStepRingHeaderBytes);
-  EXPECT_EQ(c.info().spin_us(), 1000);
+  EXPECT_EQ(c.info().spin_us(), 5000);  // --step_channel_spin's default
   std::string answer;
   ASSERT_TRUE(c.ring()
                   .Call("\xff\xff\xff garbage", &answer, absl::Milliseconds(1))
@@ -271,8 +271,8 @@ TEST_F(StepChannelE2eTest, RegionRules) {
   first->Finish();
 }
 
-TEST_F(StepChannelE2eTest, OffUnlessTheFlagIsGiven) {
-  StartServer({"--shared_memory"});
+TEST_F(StepChannelE2eTest, OffWithZeroChannels) {
+  StartServer({"--shared_memory", "--step_channels=0"});
   auto steps = Open();
   EXPECT_EQ(steps.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(steps.status().message(), HasSubstr("--step_channels"));

@@ -6,7 +6,8 @@
 // with the channel going on; a wrong token; the channel limit shared with
 // shared-memory channels; a hang-up (closing the socket) ending the call OK
 // with the channel freed; a cancelled call closing the socket; draining; the
-// flags that refuse to start.
+// default listener on loopback naming the server's host; the flags that
+// turn them off or refuse to start.
 
 #include <memory>
 #include <optional>
@@ -268,11 +269,35 @@ TEST_F(TcpStepChannelE2eTest, RequestRules) {
   EXPECT_THAT(refused.error_message(), HasSubstr("--shared_memory"));
 }
 
-TEST_F(TcpStepChannelE2eTest, OffWithoutTheListenFlag) {
-  StartServer({"--shared_memory", "--step_channels=1"});
+TEST_F(TcpStepChannelE2eTest, OffWithAnEmptyListenFlag) {
+  StartServer(
+      {"--shared_memory", "--step_channels=1", "--step_channel_listen="});
   auto steps = Open();
   EXPECT_EQ(steps.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(steps.status().message(), HasSubstr("--step_channel_listen"));
+}
+
+TEST_F(TcpStepChannelE2eTest, OnByDefaultOnLoopbackNamingTheServersHost) {
+  StartServer({});
+  EXPECT_THAT(server().Log(), HasSubstr("step_channels=8 "));
+  Create("tcp-default");
+  auto steps = Open();
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  // "<boot id>/net:[inode]": the kernel's boot and this network namespace.
+  const std::string& host = (*steps)->info().host_id();
+  EXPECT_THAT(host, ::testing::MatchesRegex("[0-9a-f-]{36}/net:\\[[0-9]+\\]"));
+  v1::AttendSessionsResponse response;
+  ASSERT_TRUE((*steps)->Step(StepRequest("tcp-default", 0), &response).ok());
+  EXPECT_EQ(response.error_code(), 0) << response.error_message();
+  EXPECT_EQ(response.results_size(), 1);
+}
+
+TEST_F(TcpStepChannelE2eTest, OffWithZeroChannels) {
+  StartServer({"--step_channels=0"});
+  EXPECT_THAT(server().Log(), ::testing::Not(HasSubstr("step_channel_port=")));
+  auto steps = Open();
+  EXPECT_EQ(steps.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(steps.status().message(), HasSubstr("--step_channels"));
 }
 
 TEST_F(TcpStepChannelE2eTest, DrainingClosesOpenChannels) {
@@ -290,9 +315,8 @@ TEST(TcpStepChannelFlagsTest, RefusedCombinationsExitWithAClearMessage) {
     std::string fragment;
   };
   for (const Case& c : std::vector<Case>{
-           {{"--step_channel_listen=127.0.0.1:0"},
+           {{"--step_channels=0", "--step_channel_listen=127.0.0.1:0"},
             "--step_channel_listen needs --step_channels=N"},
-           {{"--step_channels=1"}, "or --step_channel_listen (TCP channels)"},
            {{"--step_channels=1", "--step_channel_listen=127.0.0.1:99999"},
             "--step_channel_listen: the port"},
            {{"--step_channels=1", "--step_channel_listen=127.0.0.1:0",
