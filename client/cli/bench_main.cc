@@ -43,6 +43,10 @@ ABSL_FLAG(std::string, connections, "auto",
 ABSL_FLAG(int, max_outstanding, 1024,
           "open loop: most requests outstanding; a send beyond it waits and "
           "counts as late");
+ABSL_FLAG(int, new_connections, 0,
+          "after the load, this many Attend calls each on a new connection "
+          "of its own (connected first), their round trips set against the "
+          "first level's p50 (closed loop, unary native Attend); 0 = none");
 ABSL_FLAG(std::string, output_format, "table", "table, csv or json");
 ABSL_FLAG(std::string, output, "",
           "write the report to this file (a table still goes to stdout)");
@@ -176,6 +180,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const ParsedFlags& parsed) {
   options.output_file = absl::GetFlag(FLAGS_output);
   options.progress = absl::GetFlag(FLAGS_progress) && isatty(STDERR_FILENO);
   options.shared_memory = absl::GetFlag(FLAGS_shm);
+  options.new_connections = absl::GetFlag(FLAGS_new_connections);
   return options;
 }
 
@@ -185,7 +190,8 @@ int BenchMain(absl::Span<char* const> args) {
   const std::vector<FlagGroup> groups = {
       {"load",
        {"concurrency", "rate", "arrival", "duration", "warmup", "stream",
-        "protocol", "connections", "max_outstanding", "shm"}},
+        "protocol", "connections", "max_outstanding", "shm",
+        "new_connections"}},
       {"report", {"output_format", "output", "progress"}},
       {"decode",
        {"decode", "sequences", "prefill", "steps", "stateless_steps", "layers",

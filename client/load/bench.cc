@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "attnserve/v1/attention.grpc.pb.h"
 #include "client/hosted_model.h"
+#include "client/load/first_calls.h"
 #include "client/rpc_status.h"
 #include "client/shared_memory.h"
 #include "client/tensors/file_util.h"
@@ -149,6 +150,24 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
     return Fail(err,
                 "--shm loads Attend calls (native or v2) on one target (not "
                 "--model or several --target)",
+                kExitUsage);
+  }
+
+  if (options.new_connections < 0 ||
+      options.new_connections > kMaxNewConnections) {
+    return Fail(
+        err,
+        absl::StrCat("--new_connections must be between 0 and ",
+                     kMaxNewConnections, ", got ", options.new_connections),
+        kExitUsage);
+  }
+  if (options.new_connections > 0 &&
+      (hosted || v2 || options.stream || options.shared_memory ||
+       !options.rates.empty())) {
+    return Fail(err,
+                "--new_connections times unary native Attend calls after a "
+                "closed loop (not --model, --protocol=v2, --stream, --shm or "
+                "--rate)",
                 kExitUsage);
   }
 
@@ -302,6 +321,16 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
       report.request_flops = level.result.server_flops / level.result.ok;
     }
     report.levels.push_back(std::move(level));
+  }
+
+  if (options.new_connections > 0) {
+    absl::StatusOr<std::vector<absl::Duration>> first_calls =
+        TimeFirstCalls(options.connection, attend_request,
+                       options.new_connections, expected_output_bytes);
+    if (!first_calls.ok()) {
+      return Fail(err, first_calls.status().message(), kExitRpcFailed);
+    }
+    report.first_calls = *std::move(first_calls);
   }
 
   const std::string text = FormatReport(report, options.format);

@@ -19,6 +19,8 @@
 
 namespace attnserve::client {
 
+inline constexpr int kMaxNewConnections = 1000;
+
 struct BenchOptions {
   ConnectionOptions connection;
   // The random request every call sends.
@@ -56,6 +58,11 @@ struct BenchOptions {
   int connections = kAutoConnections;
   // Open loop: most requests outstanding (default 1024).
   int max_outstanding = 1024;
+  // After the levels, this many calls each on a new connection of its own
+  // (client/load/first_calls.h), reported against the first level's p50.
+  // Closed-loop unary native Attend calls only, 0 to kMaxNewConnections;
+  // default 0 (none).
+  int new_connections = 0;
   OutputFormat format = OutputFormat::kTable;
   // When set, the report in `format` goes to this file and a table to `out`;
   // otherwise the report goes to `out`.

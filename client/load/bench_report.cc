@@ -1,5 +1,6 @@
 #include "client/load/bench_report.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -90,6 +91,27 @@ Json LevelJson(const BenchReport& report, const LoadResult& r) {
   return j;
 }
 
+// The first calls of new connections (--new_connections), when made.
+void AppendFirstCallsJson(const BenchReport& report, Json* j) {
+  if (report.first_calls.empty()) return;
+  const FirstCallFigures f = FirstCalls(report);
+  (*j)["new_connections"] = {{"count", f.count},
+                             {"first_call_p50_us", Micros(f.median)},
+                             {"first_call_max_us", Micros(f.max)},
+                             {"ratio_to_p50", f.ratio}};
+}
+
+void AppendFirstCallsLine(const BenchReport& report, std::string* text) {
+  if (report.first_calls.empty()) return;
+  const FirstCallFigures f = FirstCalls(report);
+  absl::StrAppendFormat(
+      text,
+      "%-11s %d first calls, each on a new connection: p50 %.1f max %.1f "
+      "(us), %.2fx the p50 of %s %s\n",
+      "new conns", f.count, Micros(f.median), Micros(f.max), f.ratio,
+      LevelName(report), LevelValue(report, report.levels.front()));
+}
+
 std::string FormatJson(const BenchReport& report) {
   Json j;
   j["mode"] = report.open_loop ? "open_loop" : "closed_loop";
@@ -126,6 +148,7 @@ std::string FormatJson(const BenchReport& report) {
     }
     j["levels"] = std::move(levels);
   }
+  AppendFirstCallsJson(report, &j);
   return j.dump(2) + "\n";
 }
 
@@ -237,6 +260,7 @@ std::string FormatTable(const BenchReport& report) {
       absl::StrAppendFormat(&text, "%-11s %s\n", "ok by target",
                             absl::StrJoin(parts, ", "));
     }
+    AppendFirstCallsLine(report, &text);
     return text;
   }
   absl::StrAppendFormat(&text, "\n%11s %9s %9s %7s %10s %9s %9s",
@@ -259,10 +283,26 @@ std::string FormatTable(const BenchReport& report) {
     absl::StrAppendFormat(&text, " %9.1f\n", Micros(r.latency.max()));
     AppendErrors(r, "            ", &text);
   }
+  AppendFirstCallsLine(report, &text);
   return text;
 }
 
 }  // namespace
+
+FirstCallFigures FirstCalls(const BenchReport& report) {
+  std::vector<absl::Duration> sorted = report.first_calls;
+  std::sort(sorted.begin(), sorted.end());
+  FirstCallFigures f;
+  f.count = static_cast<int>(sorted.size());
+  f.median = sorted[(sorted.size() - 1) / 2];
+  f.max = sorted.back();
+  const absl::Duration p50 =
+      report.levels.empty()
+          ? absl::ZeroDuration()
+          : report.levels.front().result.latency.Percentile(50);
+  if (p50 > absl::ZeroDuration()) f.ratio = absl::FDivDuration(f.median, p50);
+  return f;
+}
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
   const std::string lower = absl::AsciiStrToLower(text);

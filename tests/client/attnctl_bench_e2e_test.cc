@@ -160,6 +160,38 @@ TEST_F(AttnctlBenchTest, ALargeRequestGoesInPieces) {
   EXPECT_EQ(AwaitMetric(*server_, series, before + ok), before + ok);
 }
 
+// --new_connections: after the load, calls each on a new connection of its
+// own, in pieces as the load's, set against the load's p50; the server counts
+// every one.
+TEST_F(AttnctlBenchTest, NewConnectionsTimeTheirFirstCalls) {
+  const std::string series =
+      R"(attnserve_requests_total{code="OK",method="AttendPieces"})";
+  const double before = MetricSample(*server_, series);
+  const CommandResult r =
+      Bench({"--heads=4", "--lq=1024", "--dim=64", "--duration=500ms",
+             "--new_connections=3", "--output_format=json"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const Json j = ParseJson(r);
+  ExpectConsistent(j);
+  const Json& first = j["new_connections"];
+  EXPECT_EQ(first["count"], 3) << j.dump(2);
+  const double p50 = first["first_call_p50_us"].get<double>();
+  EXPECT_GT(p50, 0);
+  EXPECT_GE(first["first_call_max_us"].get<double>(), p50);
+  EXPECT_NEAR(first["ratio_to_p50"].get<double>(),
+              p50 / j["latency_us"]["p50"].get<double>(), 1e-9 * p50);
+  const double ok = j["ok"].get<double>();
+  EXPECT_EQ(AwaitMetric(*server_, series, before + ok + 3), before + ok + 3);
+
+  const CommandResult table =
+      Bench({"--duration=200ms", "--new_connections=2"});
+  ASSERT_EQ(table.exit_code, 0) << Describe(table);
+  EXPECT_THAT(table.out,
+              HasSubstr("new conns   2 first calls, each on a new connection: "
+                        "p50 "));
+  EXPECT_THAT(table.out, HasSubstr("the p50 of concurrency 1\n"));
+}
+
 // ModelInfer calls, and with --stream ModelStreamInfer messages: the server
 // counts each under its own method and none as Attend or as the other one.
 TEST_F(AttnctlBenchTest, ProtocolV2SendsModelInferCallsOrStreamMessages) {
@@ -356,6 +388,12 @@ TEST_F(AttnctlBenchTest, UsageErrorsExitWith2) {
       {{"--connections=many"}, "got \"many\""},
       {{"--connections=99999999999"}, "got \"99999999999\""},
       {{"--protocol=v3"}, "--protocol \"v3\" is not native or v2"},
+      {{"--new_connections=-1"},
+       "--new_connections must be between 0 and 1000"},
+      {{"--new_connections=2", "--stream"},
+       "--new_connections times unary native Attend calls"},
+      {{"--new_connections=2", "--rate=10"},
+       "--new_connections times unary native Attend calls"},
       {{"--q=x.npy"}, "unknown flag"},
   };
   for (const auto& [args, message] : cases) {
