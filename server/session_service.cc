@@ -302,9 +302,9 @@ absl::StatusOr<std::unique_ptr<StepTransport>> SessionService::OpenChannel(
   }
   if (request.tcp() && options_.step_listener == nullptr) {
     return absl::FailedPreconditionError(
-        "tcp: TCP step channels are off: start attnserve with "
-        "--step_channel_listen=HOST:PORT (or its default, auto; without "
-        "--tls_cert)");
+        "tcp: TCP step channels are off (--step_channel_listen is empty, or "
+        "the server uses TLS): start attnserve without --tls_cert and with "
+        "--step_channel_listen=auto (the default) or HOST:PORT");
   }
   if (!request.tcp() && options_.shared_memory == nullptr) {
     return absl::FailedPreconditionError(

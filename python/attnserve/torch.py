@@ -27,13 +27,17 @@ import uuid
 import torch
 
 from ._codec import relative_bias_message
-from ._step_socket import is_loopback, target_host
-from .client import Client
 from ._step_codec import StepCodec
+from ._step_socket import is_loopback, target_host
 from ._transport import RESPONSE_ENVELOPE_BYTES
-from .errors import Error, NotFound, Unavailable
+from .client import Client
+from .errors import Error, FailedPrecondition, NotFound, Unavailable, Unimplemented
 
 __all__ = ["KVCache"]
+
+# Seconds before a cache tries again to open its step channel, after a failure
+# that may pass.
+_CHANNEL_RETRY = 1.0
 
 
 class KVCache:
@@ -61,8 +65,9 @@ class KVCache:
         same_host=True), closed with the cache). None (default): when the
         client's target is a loopback address and the server, on this host,
         offers one; if it cannot be opened, the client's calls, and the reason
-        is cache.step_channel_error. True: always (its error is raised). False:
-        never. Not with a transport.
+        is cache.step_channel_error (tried again a second later, unless the
+        server refused it for good: FailedPrecondition, Unimplemented). True:
+        always (its error is raised). False: never. Not with a transport.
     scale, softcap, relative_bias, output_dtype, timeout: passed to every layer
         call (scale default 1/sqrt(head_dim); softcap, Gemma 2's logit
         soft-capping, default none; relative_bias, an attnserve.RelativeBias of
@@ -120,6 +125,7 @@ class KVCache:
         self._step_channel = step_channel if transport is None else False
         self._channel = None            # the step channel the cache opened
         self.step_channel_error = None  # why the default step channel could not be opened
+        self._channel_retry_at = None   # when to try again; None = not again
         self.num_layers = _positive("num_layers", num_layers)
         self.num_kv_heads = _positive("num_kv_heads", num_kv_heads)
         self.head_dim = _positive("head_dim", head_dim)
@@ -389,18 +395,28 @@ class KVCache:
         """Opens the cache's step channel when it should have one and has none."""
         if self._channel is not None or self._step_channel is False:
             return
-        if self._step_channel is None and (
-                self.step_channel_error is not None or not isinstance(self.client, Client)
-                or not is_loopback(target_host(self.client.target))):
-            return
+        if self._step_channel is None:
+            if not isinstance(self.client, Client) or not is_loopback(
+                    target_host(self.client.target)):
+                return
+            if self.step_channel_error is not None and (
+                    self._channel_retry_at is None
+                    or time.monotonic() < self._channel_retry_at):
+                return
         try:
             self._channel = self.client.step_channel(tcp=True, same_host=True,
                                                      route_key=self.session_prefix)
         except Error as e:
             if self._step_channel:
                 raise
+            # A server draining, all its channels taken, a port not reached:
+            # maybe not for long. Off, or another host: for good.
             self.step_channel_error = e
+            self._channel_retry_at = (
+                None if isinstance(e, (FailedPrecondition, Unimplemented))
+                else time.monotonic() + _CHANNEL_RETRY)
             return
+        self.step_channel_error = None
         self._use(self._channel)
 
     def _close_channel(self):
@@ -518,7 +534,7 @@ class KVCache:
             self.reset()
         finally:
             self._close_channel()
-            self.step_channel_error = None
+            self.step_channel_error = self._channel_retry_at = None
             if self._own_client:
                 self.client.close()
 

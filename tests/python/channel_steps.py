@@ -39,12 +39,15 @@ def wait_for(predicate, seconds=10):
     return predicate()
 
 
-def generate(cache):
+def generate(cache, midway=None):
     """Layer calls of a batch of 2 through a KVCache: a chunked prefill, decode
-    steps, a verification; the outputs."""
+    steps, a verification; the outputs. midway(), when given, runs after the
+    prefill and the first step."""
     g = torch.Generator().manual_seed(5)
     outs = []
-    for t in (6, 1, 1, 1, 3, 1):
+    for n, t in enumerate((6, 1, 1, 1, 3, 1)):
+        if n == 2 and midway is not None:
+            midway()
         for layer in range(LAYERS):
             q = torch.randn(2, HQ, t, D, generator=g)
             k, v = (torch.randn(2, HKV, t, D, generator=g) for _ in range(2))

@@ -5,6 +5,7 @@ server's limits and refusals, the channel's end, the async client, KVCache over 
 and the channel a KVCache opens by itself against a server with the defaults."""
 
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -204,6 +205,26 @@ def test_a_kvcache_without_a_channel_makes_unary_calls_and_says_why(start_server
             c.step_channel(tcp=True, same_host=True)
         with c.step_channel(tcp=True) as channel:  # without same_host: connects
             assert channel.request_capacity > 0
+
+
+def test_a_kvcache_tries_again_once_a_channel_is_free(start_server):
+    # All the server's channels taken: the layer calls go through the client
+    # meanwhile, and a second later the cache opens its channel.
+    srv = start_server("--step_channels=1")
+    with attnserve.Client(srv.target, timeout=60) as c:
+        with KVCache(c, step_channel=False, **KV) as cache:
+            want = generate(cache)
+        with c.step_channel(tcp=True) as taken, KVCache(c, **KV) as cache:
+            def free_the_channel():
+                assert cache.transport is c
+                assert isinstance(cache.step_channel_error, attnserve.ResourceExhausted)
+                taken.close()
+                time.sleep(1.1)
+
+            got = generate(cache, midway=free_the_channel)
+            assert isinstance(cache.transport, attnserve.StepChannel)
+            assert cache.step_channel_error is None
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
 def test_the_server_names_its_host_and_network_namespace(start_server):
