@@ -1,8 +1,8 @@
 #ifndef ATTNSERVE_BASE_MALLOC_POLICY_H_
 #define ATTNSERVE_BASE_MALLOC_POLICY_H_
 
-// The heap settings of the attnserve process (glibc mallopt), and the heap
-// warm-up its workers run under them.
+// The heap settings of the attnserve and attnctl processes (glibc mallopt),
+// and the heap warm-up the server's workers run under them.
 
 #include <cstdint>
 

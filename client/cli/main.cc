@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
+#include "base/malloc_policy.h"
 #include "client/cli/connection_flags.h"
 #include "client/cli/flag_parser.h"
 #include "client/cli/help.h"
@@ -61,6 +62,12 @@ std::string Usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The server's heap settings: the MB-sized buffers of requests and answers
+  // are reused instead of faulted in again, and gRPC's threads share two
+  // heaps, so a new connection's calls find warm memory (docs/benchmarks.md,
+  // "A new connection's first call"). Only a sanitizer's allocator refuses
+  // them, and it keeps a heap of its own anyway.
+  attnserve::base::ApplyMallocPolicy().IgnoreError();
   const absl::Span<char* const> args(argv, static_cast<size_t>(argc));
   if (argc < 2) {
     std::cerr << Usage();
