@@ -122,7 +122,10 @@ class KVCache:
         if step_channel and not isinstance(client, Client):
             raise TypeError(f"step_channel=True: expected an attnserve.Client, got "
                             f"{type(client).__name__}")
-        self._step_channel = step_channel if transport is None else False
+        if step_channel is None and (transport is not None or not isinstance(client, Client)
+                                     or not is_loopback(target_host(client.target))):
+            step_channel = False  # the default opens one only to this host, for itself
+        self._step_channel = step_channel
         self._channel = None            # the step channel the cache opened
         self.step_channel_error = None  # why the default step channel could not be opened
         self._channel_retry_at = None   # when to try again; None = not again
@@ -395,14 +398,9 @@ class KVCache:
         """Opens the cache's step channel when it should have one and has none."""
         if self._channel is not None or self._step_channel is False:
             return
-        if self._step_channel is None:
-            if not isinstance(self.client, Client) or not is_loopback(
-                    target_host(self.client.target)):
-                return
-            if self.step_channel_error is not None and (
-                    self._channel_retry_at is None
-                    or time.monotonic() < self._channel_retry_at):
-                return
+        if self._step_channel is None and self.step_channel_error is not None and (
+                self._channel_retry_at is None or time.monotonic() < self._channel_retry_at):
+            return
         try:
             self._channel = self.client.step_channel(tcp=True, same_host=True,
                                                      route_key=self.session_prefix)
