@@ -324,7 +324,7 @@ ExitCode RunBench(const BenchOptions& options, std::ostream& out,
   }
 
   if (options.new_connections > 0) {
-    absl::StatusOr<std::vector<absl::Duration>> first_calls =
+    absl::StatusOr<LatencyHistogram> first_calls =
         TimeFirstCalls(options.connection, attend_request,
                        options.new_connections, expected_output_bytes);
     if (!first_calls.ok()) {

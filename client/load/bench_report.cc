@@ -1,6 +1,5 @@
 #include "client/load/bench_report.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -93,23 +92,25 @@ Json LevelJson(const BenchReport& report, const LoadResult& r) {
 
 // The first calls of new connections (--new_connections), when made.
 void AppendFirstCallsJson(const BenchReport& report, Json* j) {
-  if (report.first_calls.empty()) return;
-  const FirstCallFigures f = FirstCalls(report);
-  (*j)["new_connections"] = {{"count", f.count},
-                             {"first_call_p50_us", Micros(f.median)},
-                             {"first_call_max_us", Micros(f.max)},
-                             {"ratio_to_p50", f.ratio}};
+  const LatencyHistogram& calls = report.first_calls;
+  if (calls.count() == 0) return;
+  (*j)["new_connections"] = {
+      {"count", calls.count()},
+      {"first_call_p50_us", Micros(calls.Percentile(50))},
+      {"first_call_max_us", Micros(calls.max())},
+      {"ratio_to_p50", FirstCallRatio(report)}};
 }
 
 void AppendFirstCallsLine(const BenchReport& report, std::string* text) {
-  if (report.first_calls.empty()) return;
-  const FirstCallFigures f = FirstCalls(report);
+  const LatencyHistogram& calls = report.first_calls;
+  if (calls.count() == 0) return;
   absl::StrAppendFormat(
       text,
       "%-11s %d first calls, each on a new connection: p50 %.1f max %.1f "
       "(us), %.2fx the p50 of %s %s\n",
-      "new conns", f.count, Micros(f.median), Micros(f.max), f.ratio,
-      LevelName(report), LevelValue(report, report.levels.front()));
+      "new conns", calls.count(), Micros(calls.Percentile(50)),
+      Micros(calls.max()), FirstCallRatio(report), LevelName(report),
+      LevelValue(report, report.levels.front()));
 }
 
 std::string FormatJson(const BenchReport& report) {
@@ -289,19 +290,12 @@ std::string FormatTable(const BenchReport& report) {
 
 }  // namespace
 
-FirstCallFigures FirstCalls(const BenchReport& report) {
-  std::vector<absl::Duration> sorted = report.first_calls;
-  std::sort(sorted.begin(), sorted.end());
-  FirstCallFigures f;
-  f.count = static_cast<int>(sorted.size());
-  f.median = sorted[(sorted.size() - 1) / 2];
-  f.max = sorted.back();
+double FirstCallRatio(const BenchReport& report) {
+  if (report.levels.empty()) return 0;
   const absl::Duration p50 =
-      report.levels.empty()
-          ? absl::ZeroDuration()
-          : report.levels.front().result.latency.Percentile(50);
-  if (p50 > absl::ZeroDuration()) f.ratio = absl::FDivDuration(f.median, p50);
-  return f;
+      report.levels.front().result.latency.Percentile(50);
+  if (p50 <= absl::ZeroDuration()) return 0;
+  return absl::FDivDuration(report.first_calls.Percentile(50), p50);
 }
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {

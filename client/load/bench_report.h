@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/load/latency_histogram.h"
 #include "client/load/load_tally.h"
 
 namespace attnserve::client {
@@ -53,21 +54,13 @@ struct BenchReport {
   int64_t request_bytes = 0;
   double request_flops = 0;
   std::vector<LevelReport> levels;
-  // The round trips of the first calls of new connections (--new_connections),
-  // in order; empty = none made.
-  std::vector<absl::Duration> first_calls;
+  // The round trips of the first calls of new connections (--new_connections);
+  // empty = none made.
+  LatencyHistogram first_calls;
 };
 
-// The first calls of new connections against the first level's p50.
-struct FirstCallFigures {
-  int count = 0;
-  absl::Duration median;
-  absl::Duration max;
-  // median / the first level's p50 (0 when that level has no latency).
-  double ratio = 0;
-};
-// Of report.first_calls, which must not be empty.
-FirstCallFigures FirstCalls(const BenchReport& report);
+// The first calls' p50 over the first level's p50 (0 when either is empty).
+double FirstCallRatio(const BenchReport& report);
 
 // What one level (or the sum of all levels) comes to.
 struct LevelFigures {

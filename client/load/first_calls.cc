@@ -11,10 +11,10 @@
 
 namespace attnserve::client {
 
-absl::StatusOr<std::vector<absl::Duration>> TimeFirstCalls(
+absl::StatusOr<LatencyHistogram> TimeFirstCalls(
     const ConnectionOptions& connection, const v1::AttendRequest& request,
     int count, int64_t expected_output_bytes) {
-  std::vector<absl::Duration> round_trips;
+  LatencyHistogram round_trips;
   for (int i = 0; i < count; ++i) {
     absl::StatusOr<std::vector<std::shared_ptr<grpc::Channel>>> channels =
         CreateChannels(connection);
@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<absl::Duration>> TimeFirstCalls(
           which, "the answer holds ", response.output().data().size(),
           " bytes of output, not ", expected_output_bytes));
     }
-    round_trips.push_back(round_trip);
+    round_trips.Record(round_trip);
   }
   return round_trips;
 }

@@ -8,20 +8,19 @@
 // new connection's first call against the warm calls of the load.
 
 #include <cstdint>
-#include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "attnserve/v1/attention.pb.h"
 #include "client/connection.h"
+#include "client/load/latency_histogram.h"
 
 namespace attnserve::client {
 
 // `count` calls of `request`, call i on a new connection to target
-// i % targets; the round trip of each, in order. The first call that fails,
+// i % targets; their round trips. The first call that fails,
 // or answers other than `expected_output_bytes` of output, ends it with its
 // error (the RPC's status code, or Internal), naming the call.
-absl::StatusOr<std::vector<absl::Duration>> TimeFirstCalls(
+absl::StatusOr<LatencyHistogram> TimeFirstCalls(
     const ConnectionOptions& connection, const v1::AttendRequest& request,
     int count, int64_t expected_output_bytes);
 
